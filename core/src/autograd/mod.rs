@@ -1,0 +1,197 @@
+//! Tape-based reverse-mode autograd with Gluon semantics.
+//!
+//! ```
+//! use sparrow_core::{autograd, NDArray, DType};
+//! let x = NDArray::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
+//! x.attach_grad();
+//! let y = autograd::record(|| x.mul(&x)?.sum_all()).unwrap();
+//! y.backward().unwrap();
+//! assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+//! ```
+//!
+//! Operators record a [`Node`] on their output when recording is on and an input needs a
+//! gradient. Gradients are `NDArray`s and so carry a storage type: a backward may return a
+//! row_sparse gradient, and accumulation keeps it sparse where it can.
+
+mod engine;
+mod mode;
+
+pub use engine::{accumulate, backward_with};
+pub use mode::{
+    is_recording, is_training, pause, predict_mode, record, record_with, set_recording,
+    set_training, train_mode, PauseGuard, RecordGuard,
+};
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::{NDArray, SType};
+
+/// How a leaf's gradient buffer is filled by `backward` (Gluon's `grad_req`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GradReq {
+    /// Overwrite the gradient on every backward.
+    #[default]
+    Write,
+    /// Add to the existing gradient (clear it yourself with `zero_grad`).
+    Add,
+    /// No gradient.
+    Null,
+}
+
+/// The backward function of a recorded operator: given the gradient of the output, the
+/// gradients of each input (`None` for inputs that need none).
+pub type BackwardFn = Box<dyn Fn(&NDArray) -> Result<Vec<Option<NDArray>>> + Send + Sync>;
+
+/// One recorded operator application.
+pub struct Node {
+    /// Operator name, for error messages.
+    pub op: &'static str,
+    /// The inputs, in the order the backward returns their gradients.
+    pub inputs: Vec<NDArray>,
+    /// The backward function.
+    pub backward: BackwardFn,
+}
+
+/// Per-array autograd state.
+#[derive(Default)]
+pub(crate) struct AutogradMeta {
+    /// The gradient buffer of a leaf (after `attach_grad`).
+    pub grad: Option<NDArray>,
+    /// Whether a gradient was attached (a leaf that wants a gradient).
+    pub attached: bool,
+    pub grad_req: GradReq,
+    pub grad_stype: SType,
+    /// The operator that produced this array, when recorded.
+    pub node: Option<Arc<Node>>,
+}
+
+impl NDArray {
+    /// Mark this array as a leaf that wants a dense gradient (`grad_req = write`).
+    pub fn attach_grad(&self) {
+        self.attach_grad_with(GradReq::Write, SType::Dense);
+    }
+
+    /// Mark this array as a leaf that wants a gradient with the given request and storage type.
+    /// A row_sparse gradient starts empty (no rows): nothing dense is allocated.
+    pub fn attach_grad_with(&self, req: GradReq, stype: SType) {
+        let grad = match req {
+            GradReq::Null => None,
+            _ => Some(crate::sparse::zeros_stype(
+                &self.shape(),
+                self.dtype(),
+                stype,
+            )),
+        };
+        let mut m = self.inner.meta.lock().unwrap_or_else(|e| e.into_inner());
+        m.attached = req != GradReq::Null;
+        m.grad_req = req;
+        m.grad_stype = stype;
+        m.grad = grad;
+        m.node = None;
+    }
+
+    /// The gradient buffer, if one was attached.
+    pub fn grad(&self) -> Option<NDArray> {
+        self.inner
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .grad
+            .clone()
+    }
+
+    /// The gradient request of this array.
+    pub fn grad_req(&self) -> GradReq {
+        self.inner
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .grad_req
+    }
+
+    /// The storage type requested for this array's gradient.
+    pub fn grad_stype(&self) -> SType {
+        self.inner
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .grad_stype
+    }
+
+    /// Replace the gradient buffer (used by trainers and for clearing).
+    pub fn set_grad(&self, g: Option<NDArray>) {
+        self.inner
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .grad = g;
+    }
+
+    /// Reset the gradient to zeros of its storage type (a row_sparse gradient becomes empty).
+    pub fn zero_grad(&self) {
+        let mut m = self.inner.meta.lock().unwrap_or_else(|e| e.into_inner());
+        if m.attached {
+            let (shape, dtype) = {
+                let d = self.read();
+                (d.shape().to_vec(), d.dtype())
+            };
+            m.grad = Some(crate::sparse::zeros_stype(&shape, dtype, m.grad_stype));
+        }
+    }
+
+    /// True when this array takes part in a graph: a leaf with an attached gradient or the
+    /// output of a recorded operator.
+    pub fn requires_grad(&self) -> bool {
+        let m = self.inner.meta.lock().unwrap_or_else(|e| e.into_inner());
+        m.attached || m.node.is_some()
+    }
+
+    /// The recorded operator that produced this array, if any.
+    pub fn node(&self) -> Option<Arc<Node>> {
+        self.inner
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .node
+            .clone()
+    }
+
+    /// Backward from a scalar (or any array, with a head gradient of ones), like Gluon's
+    /// `loss.backward()`. Frees the graph afterwards.
+    pub fn backward(&self) -> Result<()> {
+        backward_with(self, None, false)
+    }
+
+    /// Backward with an explicit head gradient of the same shape.
+    pub fn backward_with_grad(&self, head_grad: &NDArray) -> Result<()> {
+        backward_with(self, Some(head_grad), false)
+    }
+
+    /// Same as [`NDArray::detach`]: a handle that stops gradients.
+    pub fn stop_gradient(&self) -> NDArray {
+        self.detach()
+    }
+}
+
+/// Attach a backward to an operator's output if recording is on and an input needs a gradient.
+/// Operators call this once per output; it costs one flag check when not recording.
+pub fn record_op<F>(op: &'static str, out: NDArray, inputs: &[&NDArray], backward: F) -> NDArray
+where
+    F: Fn(&NDArray) -> Result<Vec<Option<NDArray>>> + Send + Sync + 'static,
+{
+    if !is_recording() || !inputs.iter().any(|x| x.requires_grad()) {
+        return out;
+    }
+    let node = Node {
+        op,
+        inputs: inputs.iter().map(|&x| x.clone()).collect(),
+        backward: Box::new(backward),
+    };
+    out.inner
+        .meta
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .node = Some(Arc::new(node));
+    out
+}

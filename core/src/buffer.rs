@@ -1,0 +1,113 @@
+//! Typed, reference-counted CPU buffers.
+//!
+//! Buffers are `Arc<Vec<T>>` so that `detach`, `reshape` and CSR row slices share memory; an
+//! in-place write goes through `Arc::make_mut`, which copies only when the buffer is shared.
+
+use std::sync::Arc;
+
+use crate::dtype::{DType, Element};
+
+/// A typed CPU buffer.
+#[derive(Debug, Clone)]
+pub enum Buffer {
+    /// f32 elements.
+    F32(Arc<Vec<f32>>),
+    /// f64 elements.
+    F64(Arc<Vec<f64>>),
+    /// i64 elements.
+    I64(Arc<Vec<i64>>),
+    /// i32 elements.
+    I32(Arc<Vec<i32>>),
+    /// u8 elements.
+    U8(Arc<Vec<u8>>),
+}
+
+/// Run `$body` with `$v` bound to the typed `Arc<Vec<T>>` of a buffer, whatever its dtype.
+#[macro_export]
+macro_rules! with_buffer {
+    ($buf:expr, $v:ident => $body:expr) => {
+        match $buf {
+            $crate::Buffer::F32($v) => $body,
+            $crate::Buffer::F64($v) => $body,
+            $crate::Buffer::I64($v) => $body,
+            $crate::Buffer::I32($v) => $body,
+            $crate::Buffer::U8($v) => $body,
+        }
+    };
+}
+
+impl Buffer {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buffer::F32(_) => DType::F32,
+            Buffer::F64(_) => DType::F64,
+            Buffer::I64(_) => DType::I64,
+            Buffer::I32(_) => DType::I32,
+            Buffer::U8(_) => DType::U8,
+        }
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        with_buffer!(self, v => v.len())
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes of the elements.
+    pub fn nbytes(&self) -> usize {
+        self.len() * self.dtype().size_of()
+    }
+    /// A zero-filled buffer. Large buffers come from `vec![0; n]`, i.e. `calloc`, so untouched
+    /// pages cost nothing until written.
+    pub fn zeros(dtype: DType, n: usize) -> Buffer {
+        match dtype {
+            DType::F32 => Buffer::F32(Arc::new(vec![0.0; n])),
+            DType::F64 => Buffer::F64(Arc::new(vec![0.0; n])),
+            DType::I64 => Buffer::I64(Arc::new(vec![0; n])),
+            DType::I32 => Buffer::I32(Arc::new(vec![0; n])),
+            DType::U8 => Buffer::U8(Arc::new(vec![0; n])),
+        }
+    }
+    /// Typed borrow.
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::slice(self)
+    }
+    /// Typed mutable borrow (copy-on-write if shared).
+    pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
+        // Matching on `T::DTYPE` keeps this generic without transmutes.
+        let any: &mut dyn std::any::Any = match self {
+            Buffer::F32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            Buffer::F64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            Buffer::I64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            Buffer::I32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            Buffer::U8(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+        };
+        any.downcast_mut::<Vec<T>>().map(|v| v.as_mut_slice())
+    }
+    /// Element `i` as f64 (for inspection and tests).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        with_buffer!(self, v => v[i].to_f64())
+    }
+    /// Convert every element to another dtype (`as` semantics).
+    pub fn cast(&self, dtype: DType) -> Buffer {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        fn conv<S: Element, T: Element>(s: &[S]) -> Vec<T> {
+            s.iter().map(|&x| T::from_f64(x.to_f64())).collect()
+        }
+        with_buffer!(self, v => match dtype {
+            DType::F32 => f32::into_buffer(conv(v)),
+            DType::F64 => f64::into_buffer(conv(v)),
+            DType::I64 => i64::into_buffer(conv(v)),
+            DType::I32 => i32::into_buffer(conv(v)),
+            DType::U8 => u8::into_buffer(conv(v)),
+        })
+    }
+    /// Gather elements by positions into a new buffer of the same dtype.
+    pub fn gather(&self, positions: impl Iterator<Item = usize>) -> Buffer {
+        with_buffer!(self, v => Element::into_buffer(positions.map(|p| v[p]).collect()))
+    }
+}

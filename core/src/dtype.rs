@@ -1,0 +1,112 @@
+//! Element types, storage types and devices.
+
+use crate::buffer::Buffer;
+
+/// Element type of an array. `F32` is the default everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DType {
+    /// 32-bit float (default).
+    #[default]
+    F32,
+    /// 64-bit float.
+    F64,
+    /// 64-bit signed integer: the type of every stored index.
+    I64,
+    /// 32-bit signed integer.
+    I32,
+    /// 8-bit unsigned integer.
+    U8,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size_of(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::U8 => 1,
+        }
+    }
+    /// True for F32 and F64.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+    /// Lower-case name as NumPy spells it (`float32`, `int64`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I64 => "int64",
+            DType::I32 => "int32",
+            DType::U8 => "uint8",
+        }
+    }
+}
+
+/// Storage type of an array (MXNet's `stype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SType {
+    /// Contiguous row-major buffer.
+    #[default]
+    Dense,
+    /// Compressed sparse rows (2-D only).
+    Csr,
+    /// A subset of rows stored densely, with their sorted unique row ids.
+    RowSparse,
+}
+
+/// Where an array lives. Only the CPU backend exists today; CUDA is a later addition that adds a
+/// variant here and a backend folder, not edits across the operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// Host memory, computed with rayon and a GEMM crate.
+    #[default]
+    Cpu,
+}
+
+/// A Rust type that can be stored in an [`crate::NDArray`].
+pub trait Element: Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug + 'static {
+    /// The matching [`DType`].
+    const DTYPE: DType;
+    /// Borrow the typed slice of a buffer, if it holds this type.
+    fn slice(buf: &Buffer) -> Option<&[Self]>;
+    /// Wrap a vector into a buffer.
+    fn into_buffer(v: Vec<Self>) -> Buffer;
+    /// Lossy conversion to f64 (exact for every value of every supported type but large i64).
+    fn to_f64(self) -> f64;
+    /// Conversion from f64 (saturating / truncating for integer types, as `as` does).
+    fn from_f64(v: f64) -> Self;
+}
+
+/// Float element types (f32, f64): the types math operators and autograd work on.
+pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum {}
+impl Float for f32 {}
+impl Float for f64 {}
+
+macro_rules! impl_element {
+    ($t:ty, $variant:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn slice(buf: &Buffer) -> Option<&[Self]> {
+                match buf {
+                    Buffer::$variant(v) => Some(v.as_slice()),
+                    _ => None,
+                }
+            }
+            fn into_buffer(v: Vec<Self>) -> Buffer {
+                Buffer::$variant(std::sync::Arc::new(v))
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+        }
+    };
+}
+impl_element!(f32, F32);
+impl_element!(f64, F64);
+impl_element!(i64, I64);
+impl_element!(i32, I32);
+impl_element!(u8, U8);

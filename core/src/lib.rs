@@ -1,0 +1,18 @@
+//! sparrow-core: the `NDArray` (dense, csr, row_sparse), its operators and autograd.
+//!
+//! See the workspace `DESIGN.md` for the layering. Everything that can fail on user input
+//! returns [`Result`]; nothing here knows layers, optimizers or file formats.
+
+pub mod autograd;
+mod buffer;
+mod dtype;
+mod error;
+mod ndarray;
+pub mod ops;
+pub mod sparse;
+pub mod testing;
+
+pub use buffer::Buffer;
+pub use dtype::{DType, Device, Element, Float, SType};
+pub use error::{Error, Result};
+pub use ndarray::{ArrayData, CsrData, DenseData, NDArray, RowSparseData};

@@ -1,0 +1,141 @@
+//! Reading values out of arrays and converting dtypes.
+
+use super::{ArrayData, DenseData, NDArray};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+
+impl NDArray {
+    /// All logical elements as a row-major `Vec<T>` (sparse arrays are densified).
+    /// `T` must match the dtype.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let dense = self.dense_data()?;
+        dense
+            .buf
+            .as_slice::<T>()
+            .map(|s| s.to_vec())
+            .ok_or_else(|| {
+                Error::dtype(
+                    "to_vec",
+                    format!(
+                        "array has dtype {}, asked for {}",
+                        dense.buf.dtype().name(),
+                        T::DTYPE.name()
+                    ),
+                )
+            })
+    }
+
+    /// All logical elements converted to f64 (for inspection and tests).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        let dense = self.dense_data().expect("densify of a valid array");
+        (0..dense.buf.len()).map(|i| dense.buf.get_f64(i)).collect()
+    }
+
+    /// The value of a one-element array.
+    pub fn item(&self) -> Result<f64> {
+        let n = self.size();
+        if n != 1 {
+            return Err(Error::shape(
+                "item",
+                format!("array of shape {:?} has {n} elements, not 1", self.shape()),
+            ));
+        }
+        Ok(self.to_f64_vec()[0])
+    }
+
+    /// Dense storage of this array: shared for dense arrays, densified for sparse ones.
+    pub fn dense_data(&self) -> Result<DenseData> {
+        let d = self.read();
+        match &*d {
+            ArrayData::Dense(dd) => Ok(dd.clone()),
+            other => crate::sparse::densify(other),
+        }
+    }
+
+    /// Run `f` on the typed dense slice of a dense array without copying.
+    pub fn with_slice<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        let d = self.read();
+        match &*d {
+            ArrayData::Dense(dd) => dd.buf.as_slice::<T>().map(f).ok_or_else(|| {
+                Error::dtype(
+                    "with_slice",
+                    format!(
+                        "array has dtype {}, asked for {}",
+                        dd.buf.dtype().name(),
+                        T::DTYPE.name()
+                    ),
+                )
+            }),
+            other => Err(Error::stype(
+                "with_slice",
+                format!("needs a dense array, got {:?}", other.stype()),
+            )),
+        }
+    }
+
+    /// Run `f` on the typed mutable dense slice of a dense array, in place (copy-on-write if the
+    /// buffer is shared with a detached handle). Not recorded by autograd.
+    pub fn with_slice_mut<T: Element, R>(&self, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
+        let mut d = self.write();
+        match &mut *d {
+            ArrayData::Dense(dd) => {
+                let dt = dd.buf.dtype();
+                dd.buf.as_mut_slice::<T>().map(f).ok_or_else(|| {
+                    Error::dtype(
+                        "with_slice_mut",
+                        format!(
+                            "array has dtype {}, asked for {}",
+                            dt.name(),
+                            T::DTYPE.name()
+                        ),
+                    )
+                })
+            }
+            other => Err(Error::stype(
+                "with_slice_mut",
+                format!("needs a dense array, got {:?}", other.stype()),
+            )),
+        }
+    }
+
+    /// A copy converted to `dtype` (same storage type; not differentiable across dtypes).
+    pub fn astype(&self, dtype: DType) -> Result<NDArray> {
+        let d = self.read();
+        let out = match &*d {
+            ArrayData::Dense(dd) => ArrayData::Dense(DenseData {
+                shape: dd.shape.clone(),
+                buf: dd.buf.cast(dtype),
+            }),
+            ArrayData::Csr(c) => {
+                let mut c = c.clone();
+                c.data = c.data.cast(dtype);
+                ArrayData::Csr(c)
+            }
+            ArrayData::RowSparse(r) => {
+                let mut r = r.clone();
+                r.data = r.data.cast(dtype);
+                ArrayData::RowSparse(r)
+            }
+        };
+        Ok(NDArray::from_data(out))
+    }
+
+    /// A new handle sharing this array's buffers but with no autograd history
+    /// (`detach` / `stop_gradient`).
+    pub fn detach(&self) -> NDArray {
+        NDArray::from_data(self.data())
+    }
+
+    /// A deep copy (new buffers).
+    pub fn copy(&self) -> NDArray {
+        let d = self.data();
+        let deep = match d {
+            ArrayData::Dense(mut dd) => {
+                dd.buf = dd.buf.gather(0..dd.buf.len());
+                ArrayData::Dense(dd)
+            }
+            other => other,
+        };
+        NDArray::from_data(deep)
+    }
+}

@@ -1,0 +1,154 @@
+//! Storage of the three storage types.
+
+use std::sync::Arc;
+
+use crate::buffer::Buffer;
+use crate::dtype::{DType, Element, SType};
+
+/// Dense storage: a contiguous row-major buffer and its shape.
+#[derive(Debug, Clone)]
+pub struct DenseData {
+    /// Logical shape.
+    pub shape: Vec<usize>,
+    /// `shape.iter().product()` elements, row-major.
+    pub buf: Buffer,
+}
+
+/// CSR storage (2-D). `indptr` has `rows + 1` entries starting at 0; the non-zeros of row `r`
+/// are positions `indptr[r]..indptr[r+1]` of `indices()` / `data`, counted from `offset` in the
+/// shared buffers. The offset lets a row slice share the parent's indices and values.
+#[derive(Debug, Clone)]
+pub struct CsrData {
+    /// `[rows, cols]`.
+    pub shape: [usize; 2],
+    /// Row pointers, `rows + 1` entries, `indptr[0] == 0`.
+    pub indptr: Arc<Vec<i64>>,
+    /// Column indices (shared; this array's start at `offset`).
+    pub indices: Arc<Vec<i64>>,
+    /// Values (shared; this array's start at `offset`).
+    pub data: Buffer,
+    /// Position of this array's first non-zero in `indices` and `data`.
+    pub offset: usize,
+}
+
+/// Row-sparse storage (N-D): the rows `indices` (sorted, unique) of a `shape[0] x ...` array;
+/// `data` holds `indices.len() * row_len` elements, row-major.
+#[derive(Debug, Clone)]
+pub struct RowSparseData {
+    /// Logical shape.
+    pub shape: Vec<usize>,
+    /// Sorted unique row ids.
+    pub indices: Arc<Vec<i64>>,
+    /// The stored rows.
+    pub data: Buffer,
+}
+
+/// The storage of an [`crate::NDArray`].
+#[derive(Debug, Clone)]
+pub enum ArrayData {
+    /// Dense.
+    Dense(DenseData),
+    /// Compressed sparse rows.
+    Csr(CsrData),
+    /// Row sparse.
+    RowSparse(RowSparseData),
+}
+
+impl CsrData {
+    /// Number of stored non-zeros.
+    pub fn nnz(&self) -> usize {
+        *self.indptr.last().unwrap_or(&0) as usize
+    }
+    /// This array's column indices.
+    pub fn indices(&self) -> &[i64] {
+        &self.indices[self.offset..self.offset + self.nnz()]
+    }
+    /// This array's values, typed.
+    pub fn values<T: Element>(&self) -> Option<&[T]> {
+        let n = self.nnz();
+        self.data
+            .as_slice::<T>()
+            .map(|s| &s[self.offset..self.offset + n])
+    }
+}
+
+impl RowSparseData {
+    /// Elements per row (product of `shape[1..]`).
+    pub fn row_len(&self) -> usize {
+        self.shape[1..].iter().product()
+    }
+    /// Number of stored rows.
+    pub fn nnr(&self) -> usize {
+        self.indices.len()
+    }
+}
+
+impl ArrayData {
+    /// Logical shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            ArrayData::Dense(d) => &d.shape,
+            ArrayData::Csr(c) => &c.shape,
+            ArrayData::RowSparse(r) => &r.shape,
+        }
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            ArrayData::Dense(d) => d.buf.dtype(),
+            ArrayData::Csr(c) => c.data.dtype(),
+            ArrayData::RowSparse(r) => r.data.dtype(),
+        }
+    }
+    /// Storage type.
+    pub fn stype(&self) -> SType {
+        match self {
+            ArrayData::Dense(_) => SType::Dense,
+            ArrayData::Csr(_) => SType::Csr,
+            ArrayData::RowSparse(_) => SType::RowSparse,
+        }
+    }
+    /// Bytes held: values + indices (+ indptr).
+    pub fn nbytes(&self) -> usize {
+        match self {
+            ArrayData::Dense(d) => d.buf.nbytes(),
+            ArrayData::Csr(c) => c.nnz() * (c.data.dtype().size_of() + 8) + c.indptr.len() * 8,
+            ArrayData::RowSparse(r) => r.data.nbytes() + r.indices.len() * 8,
+        }
+    }
+    /// The dense storage, if dense.
+    pub fn as_dense(&self) -> Option<&DenseData> {
+        match self {
+            ArrayData::Dense(d) => Some(d),
+            _ => None,
+        }
+    }
+    /// The csr storage, if csr.
+    pub fn as_csr(&self) -> Option<&CsrData> {
+        match self {
+            ArrayData::Csr(c) => Some(c),
+            _ => None,
+        }
+    }
+    /// The row_sparse storage, if row_sparse.
+    pub fn as_row_sparse(&self) -> Option<&RowSparseData> {
+        match self {
+            ArrayData::RowSparse(r) => Some(r),
+            _ => None,
+        }
+    }
+    /// Mutable dense storage, if dense.
+    pub fn as_dense_mut(&mut self) -> Option<&mut DenseData> {
+        match self {
+            ArrayData::Dense(d) => Some(d),
+            _ => None,
+        }
+    }
+    /// Mutable row_sparse storage, if row_sparse.
+    pub fn as_row_sparse_mut(&mut self) -> Option<&mut RowSparseData> {
+        match self {
+            ArrayData::RowSparse(r) => Some(r),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The one array type, [`NDArray`]: dense, csr or row_sparse, with autograd metadata.
+//!
+//! An `NDArray` is a cheap handle (`Arc`) to an array: cloning it shares the array, exactly as
+//! an MXNet NDArray handle does, so optimizers can update a parameter in place and every holder
+//! sees the new values. `detach` gives a new handle sharing the buffers but not the graph.
+
+mod access;
+mod create;
+mod data;
+
+pub use data::{ArrayData, CsrData, DenseData, RowSparseData};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::autograd::AutogradMeta;
+use crate::{DType, Device, SType};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) data: RwLock<ArrayData>,
+    pub(crate) meta: Mutex<AutogradMeta>,
+}
+
+/// An n-dimensional array with a storage type (dense, csr, row_sparse), a dtype and a device.
+#[derive(Clone)]
+pub struct NDArray {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl NDArray {
+    /// Wrap array data into a new handle (no autograd history).
+    pub fn from_data(data: ArrayData) -> NDArray {
+        NDArray {
+            inner: Arc::new(Inner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                data: RwLock::new(data),
+                meta: Mutex::new(AutogradMeta::default()),
+            }),
+        }
+    }
+
+    /// A process-unique id of this array (handles that share the array share the id).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// True when both handles refer to the same array.
+    pub fn same_array(&self, other: &NDArray) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Read access to the storage. Hold the guard briefly: writers (optimizers) wait on it.
+    pub fn read(&self) -> RwLockReadGuard<'_, ArrayData> {
+        self.inner.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write access to the storage, for in-place updates (optimizers, `set_data`).
+    /// In-place writes are not recorded by autograd.
+    pub fn write(&self) -> RwLockWriteGuard<'_, ArrayData> {
+        self.inner.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replace the whole storage of this array in place (all handles see the new value).
+    pub fn replace_data(&self, data: ArrayData) {
+        *self.write() = data;
+    }
+
+    /// A clone of the storage (cheap: buffers are reference-counted).
+    pub fn data(&self) -> ArrayData {
+        self.read().clone()
+    }
+
+    /// The logical shape.
+    pub fn shape(&self) -> Vec<usize> {
+        self.read().shape().to_vec()
+    }
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.read().shape().len()
+    }
+    /// Number of logical elements (product of the shape).
+    pub fn size(&self) -> usize {
+        self.read().shape().iter().product()
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.read().dtype()
+    }
+    /// Storage type.
+    pub fn stype(&self) -> SType {
+        self.read().stype()
+    }
+    /// Device (always CPU today).
+    pub fn device(&self) -> Device {
+        Device::Cpu
+    }
+    /// Bytes held by the storage: data + indices (+ indptr) for sparse arrays.
+    pub fn nbytes(&self) -> usize {
+        self.read().nbytes()
+    }
+}
+
+impl std::fmt::Debug for NDArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.read();
+        write!(
+            f,
+            "NDArray(shape={:?}, dtype={}, stype={:?}",
+            d.shape(),
+            d.dtype().name(),
+            d.stype()
+        )?;
+        if let ArrayData::Dense(dd) = &*d {
+            if dd.buf.len() <= 16 {
+                let vals: Vec<f64> = (0..dd.buf.len()).map(|i| dd.buf.get_f64(i)).collect();
+                write!(f, ", data={vals:?}")?;
+            }
+        }
+        write!(f, ")")
+    }
+}

@@ -1,0 +1,140 @@
+//! Matrix products through the `gemm` crate (multi-threaded, AVX2/AVX-512 kernels).
+
+use crate::autograd::record_op;
+use crate::dtype::Float;
+use crate::error::{Error, Result};
+use crate::float_dispatch;
+use crate::NDArray;
+
+/// `c = a(m x k, strides) * b(k x n, strides)` into a fresh row-major `m x n` buffer.
+/// Strides are (row stride, column stride) in elements, so transposes cost nothing.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_into<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    a_rs: isize,
+    a_cs: isize,
+    b: &[T],
+    b_rs: isize,
+    b_cs: isize,
+    dst: &mut [T],
+) {
+    debug_assert_eq!(dst.len(), m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        dst.iter_mut()
+            .for_each(|x| *x = <T as num_traits::Zero>::zero());
+        return;
+    }
+    let threads = if m * n * k >= 64 * 64 * 64 {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the pointers come from slices whose lengths cover every (row, col) addressed by
+    // the given dims and strides (checked by the callers' shape validation); dst is m*n
+    // row-major and does not alias a or b.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            a_cs,
+            a_rs,
+            b.as_ptr(),
+            b_cs,
+            b_rs,
+            <T as num_traits::Zero>::zero(),
+            <T as num_traits::One>::one(),
+            false,
+            false,
+            false,
+            threads,
+        );
+    }
+}
+
+/// Dense 2-D product with optional transposes, no autograd.
+pub(crate) fn dot_dense(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
+    let (da, db) = (a.dense_data()?, b.dense_data()?);
+    if da.shape.len() != 2 || db.shape.len() != 2 {
+        return Err(Error::shape(
+            "dot",
+            format!("needs 2-D operands, got {:?} and {:?}", da.shape, db.shape),
+        ));
+    }
+    if da.buf.dtype() != db.buf.dtype() {
+        return Err(Error::dtype_mismatch("dot", da.buf.dtype(), db.buf.dtype()));
+    }
+    let (ar, ac) = (da.shape[0], da.shape[1]);
+    let (br, bc) = (db.shape[0], db.shape[1]);
+    let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
+    let (k2, n) = if tb { (bc, br) } else { (br, bc) };
+    if k != k2 {
+        return Err(Error::shape(
+            "dot",
+            format!(
+                "inner dimensions differ: {:?}{} x {:?}{}",
+                da.shape,
+                if ta { "^T" } else { "" },
+                db.shape,
+                if tb { "^T" } else { "" }
+            ),
+        ));
+    }
+    let (a_rs, a_cs) = if ta {
+        (1, ac as isize)
+    } else {
+        (ac as isize, 1)
+    };
+    let (b_rs, b_cs) = if tb {
+        (1, bc as isize)
+    } else {
+        (bc as isize, 1)
+    };
+    Ok(float_dispatch!(da.buf.dtype(), "dot", T => {
+        let mut out = vec![<T as num_traits::Zero>::zero(); m * n];
+        gemm_into(m, n, k, da.buf.as_slice::<T>().unwrap(), a_rs, a_cs, db.buf.as_slice::<T>().unwrap(), b_rs, b_cs, &mut out);
+        NDArray::from_vec(out, &[m, n])?
+    }))
+}
+
+impl NDArray {
+    /// Matrix product of 2-D arrays (`dot(a, b)`), dispatching on storage types: a csr left
+    /// operand uses the sparse kernel.
+    pub fn dot(&self, other: &NDArray) -> Result<NDArray> {
+        self.dot_t(other, false, false)
+    }
+
+    /// `op(a) . op(b)` with `op` = transpose when the flag is set (MXNet's transpose_a/b).
+    pub fn dot_t(&self, other: &NDArray, transpose_a: bool, transpose_b: bool) -> Result<NDArray> {
+        if let Some(out) = crate::sparse::dispatch_dot(self, other, transpose_a, transpose_b)? {
+            return Ok(out);
+        }
+        let out = dot_dense(self, other, transpose_a, transpose_b)?;
+        let (a, b) = (self.clone(), other.clone());
+        Ok(record_op("dot", out, &[self, other], move |g| {
+            // C = op(A) op(B).  dA = g op(B)^T (transposed back if A was), dB likewise.
+            let ga = if transpose_a {
+                dot_dense(&b, g, transpose_b, true)?
+            } else {
+                dot_dense(g, &b, false, !transpose_b)?
+            };
+            let gb = if transpose_b {
+                dot_dense(g, &a, true, transpose_a)?
+            } else {
+                dot_dense(&a, g, !transpose_a, false)?
+            };
+            Ok(vec![Some(ga), Some(gb)])
+        }))
+    }
+}

@@ -1,0 +1,187 @@
+//! Reductions along axes: sum, mean (more are added beside these).
+
+use rayon::prelude::*;
+
+use crate::autograd::record_op;
+use crate::dtype::Float;
+use crate::error::{Error, Result};
+use crate::float_dispatch;
+use crate::NDArray;
+
+/// Normalise an axis list (negative axes count from the end); `None` means all axes.
+pub(crate) fn norm_axes(op: &'static str, axes: Option<&[i64]>, ndim: usize) -> Result<Vec<usize>> {
+    let Some(axes) = axes else {
+        return Ok((0..ndim).collect());
+    };
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let ax = if a < 0 { a + ndim as i64 } else { a };
+        if ax < 0 || ax >= ndim as i64 {
+            return Err(Error::index(
+                op,
+                format!("axis {a} out of range for {ndim}-D array"),
+            ));
+        }
+        if out.contains(&(ax as usize)) {
+            return Err(Error::arg(op, format!("axis {a} repeated")));
+        }
+        out.push(ax as usize);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Shape after reducing `axes` (kept as size-1 dims when `keepdims`).
+pub(crate) fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| {
+            if axes.contains(&i) {
+                keepdims.then_some(1)
+            } else {
+                Some(d)
+            }
+        })
+        .collect()
+}
+
+/// Generic fold over `axes`: returns the values in keepdims layout (row-major over the kept
+/// dims). `init` is the identity of `f`.
+pub(crate) fn fold_axes<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    axes: &[usize],
+    init: T,
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> Vec<T> {
+    let nd = shape.len();
+    let n = src.len();
+    let kshape = reduced_shape(shape, axes, true);
+    let out_n: usize = kshape.iter().product();
+    if out_n == 1 {
+        if n >= super::PAR_THRESHOLD {
+            return vec![src
+                .par_chunks(4096)
+                .map(|c| c.iter().fold(init, |a, &b| f(a, b)))
+                .reduce(|| init, &f)];
+        }
+        return vec![src.iter().fold(init, |a, &b| f(a, b))];
+    }
+    // Fast path: reducing only trailing axes -> contiguous segments.
+    let trailing = axes
+        .iter()
+        .enumerate()
+        .all(|(i, &a)| a == nd - axes.len() + i);
+    if trailing && !axes.is_empty() {
+        let seg: usize = axes.iter().map(|&a| shape[a]).product();
+        if seg == 0 {
+            return vec![init; out_n];
+        }
+        let red = |c: &[T]| c.iter().fold(init, |a, &b| f(a, b));
+        return if n >= super::PAR_THRESHOLD {
+            src.par_chunks(seg).map(red).collect()
+        } else {
+            src.chunks(seg).map(red).collect()
+        };
+    }
+    // General path: odometer over the input, accumulating into the kept position.
+    let mut ostride = vec![0usize; nd];
+    let mut s = 1;
+    for i in (0..nd).rev() {
+        if !axes.contains(&i) {
+            ostride[i] = s;
+            s *= shape[i];
+        }
+    }
+    let mut out = vec![init; out_n];
+    let mut idx = vec![0usize; nd];
+    let mut pos = 0usize;
+    for &x in src {
+        out[pos] = f(out[pos], x);
+        for d in (0..nd).rev() {
+            idx[d] += 1;
+            pos += ostride[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            pos -= ostride[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+impl NDArray {
+    /// Sum over `axes` (`None`: all axes), keeping reduced dims as size 1 when `keepdims`.
+    pub fn sum(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        let d = self.dense_data()?;
+        let ax = norm_axes("sum", axes, d.shape.len())?;
+        let out_shape = reduced_shape(&d.shape, &ax, keepdims);
+        let out = float_dispatch!(d.buf.dtype(), "sum", T => {
+            let s = d.buf.as_slice::<T>().unwrap();
+            NDArray::from_vec(fold_axes(s, &d.shape, &ax, <T as num_traits::Zero>::zero(), |a, b| a + b), &out_shape)?
+        });
+        let in_shape = d.shape.clone();
+        Ok(record_op("sum", out, &[self], move |g| {
+            let kshape = reduced_shape(&in_shape, &ax, true);
+            Ok(vec![Some(g.reshape(&kshape)?.broadcast_to(&in_shape)?)])
+        }))
+    }
+
+    /// Sum of all elements as a 0-D array.
+    pub fn sum_all(&self) -> Result<NDArray> {
+        self.sum(None, false)
+    }
+
+    /// Mean over `axes` (`None`: all axes).
+    pub fn mean(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        let shape = self.shape();
+        let ax = norm_axes("mean", axes, shape.len())?;
+        let count: usize = ax.iter().map(|&a| shape[a]).product();
+        self.sum(axes, keepdims)?
+            .mul_scalar(1.0 / count.max(1) as f64)
+    }
+
+    /// Broadcast to a larger shape (NumPy rules); differentiable.
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<NDArray> {
+        let own = self.shape();
+        let target = super::broadcast_shapes("broadcast_to", &own, shape)?;
+        if target != shape {
+            return Err(Error::shape(
+                "broadcast_to",
+                format!("cannot broadcast {own:?} to {shape:?}"),
+            ));
+        }
+        if own == shape {
+            return Ok(self.clone());
+        }
+        let d = self.dense_data()?;
+        let out = crate::with_buffer!(&d.buf, v => {
+            let zeros = vec![0u8; 1];
+            let ones = [1usize];
+            let o = super::broadcast::broadcast_apply(v.as_slice(), &own, &zeros[..], &ones[..], shape, |x, _| x);
+            NDArray::from_vec(o, shape)?
+        });
+        let own2 = own.clone();
+        Ok(record_op("broadcast_to", out, &[self], move |g| {
+            Ok(vec![Some(sum_to_shape(g, &own2)?)])
+        }))
+    }
+}
+
+/// Sum a broadcast gradient back down to `shape` (the backward of broadcasting).
+pub fn sum_to_shape(g: &NDArray, shape: &[usize]) -> Result<NDArray> {
+    let gs = g.shape();
+    if gs == shape {
+        return Ok(g.clone());
+    }
+    let axes: Vec<i64> = super::broadcast::reduced_axes(shape, &gs)
+        .into_iter()
+        .map(|a| a as i64)
+        .collect();
+    g.sum(Some(&axes), true)?.reshape(shape)
+}
+
+#[allow(dead_code)]
+fn _assert_float<T: Float>() {}

@@ -1,0 +1,64 @@
+//! Shape operators (reshape; more beside it).
+
+use crate::autograd::record_op;
+use crate::error::{Error, Result};
+use crate::ndarray::{ArrayData, DenseData};
+use crate::NDArray;
+
+impl NDArray {
+    /// Same elements, new shape (one dim may be `-1`, inferred). Shares the buffer.
+    pub fn reshape_i(&self, shape: &[i64]) -> Result<NDArray> {
+        let n = self.size();
+        let known: usize = shape
+            .iter()
+            .filter(|&&d| d >= 0)
+            .map(|&d| d as usize)
+            .product();
+        let infer = shape.iter().filter(|&&d| d < 0).count();
+        if infer > 1 || shape.iter().any(|&d| d < -1) {
+            return Err(Error::shape(
+                "reshape",
+                format!("bad target shape {shape:?}"),
+            ));
+        }
+        let target: Vec<usize> = shape
+            .iter()
+            .map(|&d| {
+                if d < 0 {
+                    if known == 0 {
+                        0
+                    } else {
+                        n / known
+                    }
+                } else {
+                    d as usize
+                }
+            })
+            .collect();
+        self.reshape(&target)
+    }
+
+    /// Same elements, new shape. Shares the buffer (no copy).
+    pub fn reshape(&self, shape: &[usize]) -> Result<NDArray> {
+        let d = self.dense_data()?;
+        let n: usize = shape.iter().product();
+        if n != d.buf.len() {
+            return Err(Error::shape(
+                "reshape",
+                format!(
+                    "cannot reshape {:?} ({} elements) to {shape:?}",
+                    d.shape,
+                    d.buf.len()
+                ),
+            ));
+        }
+        let old = d.shape.clone();
+        let out = NDArray::from_data(ArrayData::Dense(DenseData {
+            shape: shape.to_vec(),
+            buf: d.buf,
+        }));
+        Ok(record_op("reshape", out, &[self], move |g| {
+            Ok(vec![Some(g.reshape(&old)?)])
+        }))
+    }
+}

@@ -1,0 +1,60 @@
+use sparrow_core::testing::{check_grad, test_array};
+use sparrow_core::{autograd, DType, NDArray};
+
+#[test]
+fn square_sum_grad() {
+    let x = NDArray::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
+    x.attach_grad();
+    let y = autograd::record(|| x.mul(&x)?.sum_all()).unwrap();
+    y.backward().unwrap();
+    let g = x.grad().expect("grad attached");
+    assert_eq!(g.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+}
+
+#[test]
+fn broadcast_binary_grads() {
+    let a = test_array(&[3, 4], -1.0, 1.0, 1);
+    let b = test_array(&[4], 0.5, 1.5, 2);
+    for f in [
+        |x: &[NDArray]| x[0].add(&x[1]),
+        |x: &[NDArray]| x[0].sub(&x[1]),
+        |x: &[NDArray]| x[0].mul(&x[1]),
+        |x: &[NDArray]| x[0].div(&x[1]),
+        |x: &[NDArray]| x[0].maximum(&x[1]),
+    ] {
+        check_grad(f, &[a.clone(), b.clone()], 1e-6, 1e-5, 1e-7).unwrap();
+    }
+}
+
+#[test]
+fn dot_grads() {
+    let a = test_array(&[3, 5], -1.0, 1.0, 3);
+    let b = test_array(&[5, 2], -1.0, 1.0, 4);
+    check_grad(
+        |x| x[0].dot(&x[1]),
+        &[a.clone(), b.clone()],
+        1e-6,
+        1e-5,
+        1e-7,
+    )
+    .unwrap();
+    let bt = test_array(&[2, 5], -1.0, 1.0, 5);
+    check_grad(
+        |x| x[0].dot_t(&x[1], false, true),
+        &[a.clone(), bt],
+        1e-6,
+        1e-5,
+        1e-7,
+    )
+    .unwrap();
+    let at = test_array(&[5, 3], -1.0, 1.0, 6);
+    check_grad(
+        |x| x[0].dot_t(&x[1], true, false),
+        &[at, b],
+        1e-6,
+        1e-5,
+        1e-7,
+    )
+    .unwrap();
+    let _ = DType::F32;
+}
