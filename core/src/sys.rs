@@ -22,8 +22,9 @@ mod tests {
     #[test]
     fn rss_is_positive_on_linux() {
         if cfg!(target_os = "linux") {
-            let peak = super::peak_rss_bytes().unwrap();
+            // Current first: RSS may grow between the two reads, the peak never shrinks.
             let cur = super::current_rss_bytes().unwrap();
+            let peak = super::peak_rss_bytes().unwrap();
             assert!(peak >= cur && cur > 0);
         }
     }
