@@ -1,5 +1,6 @@
 //! Sparse storage types: csr and row_sparse construction, conversion and operators.
 
+mod construct;
 mod convert;
 mod dispatch;
 
