@@ -14,7 +14,13 @@ fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
     let op = "matmul";
     let (da, db) = (a.dense_data()?, b.dense_data()?);
     if da.shape.len() < 2 || db.shape.len() < 2 {
-        return Err(Error::shape(op, format!("needs operands of at least 2 dims, got {:?} and {:?}", da.shape, db.shape)));
+        return Err(Error::shape(
+            op,
+            format!(
+                "needs operands of at least 2 dims, got {:?} and {:?}",
+                da.shape, db.shape
+            ),
+        ));
     }
     if da.buf.dtype() != db.buf.dtype() {
         return Err(Error::dtype_mismatch(op, da.buf.dtype(), db.buf.dtype()));
@@ -25,11 +31,17 @@ fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
     let (m, k) = if ta { (ac, ar) } else { (ar, ac) };
     let (k2, n) = if tb { (bc, br) } else { (br, bc) };
     if k != k2 {
-        return Err(Error::shape(op, format!("inner dimensions differ: {:?} @ {:?}", da.shape, db.shape)));
+        return Err(Error::shape(
+            op,
+            format!("inner dimensions differ: {:?} @ {:?}", da.shape, db.shape),
+        ));
     }
     let batch = broadcast_shapes(op, &da.shape[..ra], &db.shape[..rb])?;
     let nb: usize = batch.iter().product();
-    let (sa, sb) = (broadcast_strides(&da.shape[..ra], &batch), broadcast_strides(&db.shape[..rb], &batch));
+    let (sa, sb) = (
+        broadcast_strides(&da.shape[..ra], &batch),
+        broadcast_strides(&db.shape[..rb], &batch),
+    );
     // Offsets (in matrices) of each batch entry's operands.
     let offsets: Vec<(usize, usize)> = (0..nb)
         .map(|mut r| {
@@ -43,8 +55,16 @@ fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
             (oa * ar * ac, ob * br * bc)
         })
         .collect();
-    let (a_rs, a_cs) = if ta { (1, ac as isize) } else { (ac as isize, 1) };
-    let (b_rs, b_cs) = if tb { (1, bc as isize) } else { (bc as isize, 1) };
+    let (a_rs, a_cs) = if ta {
+        (1, ac as isize)
+    } else {
+        (ac as isize, 1)
+    };
+    let (b_rs, b_cs) = if tb {
+        (1, bc as isize)
+    } else {
+        (bc as isize, 1)
+    };
     let mut shape = batch.clone();
     shape.extend([m, n]);
     Ok(float_dispatch!(da.buf.dtype(), op, T => {
@@ -81,11 +101,22 @@ impl NDArray {
     pub fn matmul(&self, other: &NDArray) -> Result<NDArray> {
         let (sa, sb) = (self.shape(), other.shape());
         if sa.is_empty() || sb.is_empty() {
-            return Err(Error::shape("matmul", format!("operands must have at least 1 dim, got {sa:?} and {sb:?}")));
+            return Err(Error::shape(
+                "matmul",
+                format!("operands must have at least 1 dim, got {sa:?} and {sb:?}"),
+            ));
         }
         if sa.len() == 1 || sb.len() == 1 {
-            let a = if sa.len() == 1 { self.expand_dims(0)? } else { self.clone() };
-            let b = if sb.len() == 1 { other.expand_dims(-1)? } else { other.clone() };
+            let a = if sa.len() == 1 {
+                self.expand_dims(0)?
+            } else {
+                self.clone()
+            };
+            let b = if sb.len() == 1 {
+                other.expand_dims(-1)?
+            } else {
+                other.clone()
+            };
             let mut r = a.matmul(&b)?;
             if sb.len() == 1 {
                 r = r.squeeze(Some(&[-1]))?;

@@ -110,11 +110,18 @@ impl Red {
 fn typed_minmax<T: Element>(s: &[T], shape: &[usize], ax: &[usize], max: bool) -> Vec<T> {
     let pick = move |a: T, b: T| if (b > a) == max && b != a { b } else { a };
     // The identity is the first element; empty reductions are rejected before this point.
-    reduce_axes(s, shape, ax, None, move |a: Option<T>, x| Some(a.map_or(x, |a| pick(a, x))), move |a, b| match (a, b) {
-        (Some(a), Some(b)) => Some(pick(a, b)),
-        (a, None) => a,
-        (None, b) => b,
-    })
+    reduce_axes(
+        s,
+        shape,
+        ax,
+        None,
+        move |a: Option<T>, x| Some(a.map_or(x, |a| pick(a, x))),
+        move |a, b| match (a, b) {
+            (Some(a), Some(b)) => Some(pick(a, b)),
+            (a, None) => a,
+            (None, b) => b,
+        },
+    )
     .into_iter()
     .map(|v| v.unwrap_or_default())
     .collect()
@@ -238,20 +245,37 @@ fn arg_best(
 ) -> Result<NDArray> {
     let d = a.dense_data()?;
     let (dims, out_shape) = match axis {
-        None => ((1, d.buf.len(), 1), if keepdims { vec![1; d.shape.len()] } else { vec![] }),
+        None => (
+            (1, d.buf.len(), 1),
+            if keepdims {
+                vec![1; d.shape.len()]
+            } else {
+                vec![]
+            },
+        ),
         Some(ax) => {
             let ax = norm_axis(op, ax, d.shape.len())?;
-            (split3(&d.shape, ax), reduced_shape(&d.shape, &[ax], keepdims))
+            (
+                split3(&d.shape, ax),
+                reduced_shape(&d.shape, &[ax], keepdims),
+            )
         }
     };
     if dims.1 == 0 {
-        return Err(Error::shape(op, format!("empty axis in shape {:?}", d.shape)));
+        return Err(Error::shape(
+            op,
+            format!("empty axis in shape {:?}", d.shape),
+        ));
     }
     let v: Vec<i64> = crate::with_buffer!(&d.buf, s => arg_kernel(s.as_slice(), dims, max));
     NDArray::from_vec(v, &out_shape)
 }
 
-fn arg_kernel<T: Element>(src: &[T], (outer, n, inner): (usize, usize, usize), max: bool) -> Vec<i64> {
+fn arg_kernel<T: Element>(
+    src: &[T],
+    (outer, n, inner): (usize, usize, usize),
+    max: bool,
+) -> Vec<i64> {
     // (value, index) pairs; `better` keeps the earlier index on ties.
     let better = move |a: (T, usize), b: (T, usize)| {
         let wins = if max { b.0 > a.0 } else { b.0 < a.0 };

@@ -10,7 +10,11 @@ use crate::error::Result;
 use crate::{float_dispatch, NDArray};
 
 /// Softmax (or log-softmax) of every line along the middle axis of `[outer, n, inner]`.
-fn softmax_kernel<T: Float>(src: &[T], (outer, n, inner): (usize, usize, usize), log: bool) -> Vec<T> {
+fn softmax_kernel<T: Float>(
+    src: &[T],
+    (outer, n, inner): (usize, usize, usize),
+    log: bool,
+) -> Vec<T> {
     let mut out = vec![T::zero(); src.len()];
     if src.is_empty() {
         return out;

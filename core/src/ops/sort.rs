@@ -29,7 +29,9 @@ fn argsort_kernel<T: Element>(
             idx.extend(0..n);
             let key = |p: &usize| s[p * inner + i];
             let cmp = |a: &usize, b: &usize| {
-                let o = key(a).partial_cmp(&key(b)).unwrap_or(std::cmp::Ordering::Equal);
+                let o = key(a)
+                    .partial_cmp(&key(b))
+                    .unwrap_or(std::cmp::Ordering::Equal);
                 if ascending {
                     o
                 } else {
@@ -56,7 +58,12 @@ fn argsort_kernel<T: Element>(
 }
 
 /// `out[o, j, i] = src[o, idx[o, j, i], i]`.
-fn take_along<T: Copy + Default>(src: &[T], (outer, n, inner): (usize, usize, usize), idx: &[i64], k: usize) -> Vec<T> {
+fn take_along<T: Copy + Default>(
+    src: &[T],
+    (outer, n, inner): (usize, usize, usize),
+    idx: &[i64],
+    k: usize,
+) -> Vec<T> {
     let mut out = vec![T::default(); idx.len()];
     for o in 0..outer {
         for j in 0..k {
@@ -70,7 +77,13 @@ fn take_along<T: Copy + Default>(src: &[T], (outer, n, inner): (usize, usize, us
 }
 
 /// Values and indices of the `k` first elements along `axis` in sorted order.
-fn sorted(a: &NDArray, op: &'static str, axis: i64, k: Option<usize>, ascending: bool) -> Result<(NDArray, NDArray)> {
+fn sorted(
+    a: &NDArray,
+    op: &'static str,
+    axis: i64,
+    k: Option<usize>,
+    ascending: bool,
+) -> Result<(NDArray, NDArray)> {
     let d = a.dense_data()?;
     if d.shape.is_empty() {
         return Err(Error::shape(op, "needs an array of at least 1 dimension"));
@@ -79,7 +92,10 @@ fn sorted(a: &NDArray, op: &'static str, axis: i64, k: Option<usize>, ascending:
     let dims = split3(&d.shape, ax);
     let k = k.unwrap_or(dims.1);
     if k > dims.1 {
-        return Err(Error::arg(op, format!("k = {k} exceeds axis {ax} of shape {:?}", d.shape)));
+        return Err(Error::arg(
+            op,
+            format!("k = {k} exceeds axis {ax} of shape {:?}", d.shape),
+        ));
     }
     let mut oshape = d.shape.clone();
     oshape[ax] = k;
