@@ -139,7 +139,8 @@ impl Rng {
         dtype: DType,
     ) -> Result<NDArray> {
         let op = "uniform";
-        if !(low < high) || !low.is_finite() || !high.is_finite() {
+        let ok = low < high && low.is_finite() && high.is_finite();
+        if !ok {
             return Err(Error::arg(
                 op,
                 format!("needs finite low < high, got [{low}, {high})"),
@@ -159,7 +160,8 @@ impl Rng {
         dtype: DType,
     ) -> Result<NDArray> {
         let op = "normal";
-        if !(scale >= 0.0) || !loc.is_finite() || !scale.is_finite() {
+        let ok = scale >= 0.0 && loc.is_finite() && scale.is_finite();
+        if !ok {
             return Err(Error::arg(
                 op,
                 format!("needs finite loc and scale >= 0, got {loc}, {scale}"),
@@ -178,7 +180,8 @@ impl Rng {
     /// Exponential values with mean `scale` (NumPy/MXNet parametrisation, rate = 1/scale).
     pub fn exponential(&mut self, scale: f64, shape: &[usize], dtype: DType) -> Result<NDArray> {
         let op = "exponential";
-        if !(scale > 0.0) || !scale.is_finite() {
+        let ok = scale > 0.0 && scale.is_finite();
+        if !ok {
             return Err(Error::arg(
                 op,
                 format!("needs finite scale > 0, got {scale}"),
@@ -198,7 +201,8 @@ impl Rng {
         dtype: DType,
     ) -> Result<NDArray> {
         let op = "gamma";
-        if !(alpha > 0.0 && beta > 0.0) || !alpha.is_finite() || !beta.is_finite() {
+        let ok = alpha > 0.0 && beta > 0.0 && alpha.is_finite() && beta.is_finite();
+        if !ok {
             return Err(Error::arg(
                 op,
                 format!("needs alpha > 0 and beta > 0, got {alpha}, {beta}"),

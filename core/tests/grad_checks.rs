@@ -107,7 +107,7 @@ fn reduction_grads() {
         ("norm1 axes0,1", |x| x[0].norm(1, Some(&[0, 1]), false)),
     ];
     for (n, f) in cases {
-        gc(n, *f, &[x.clone()]);
+        gc(n, *f, std::slice::from_ref(&x));
     }
 }
 
@@ -158,7 +158,7 @@ fn shape_op_grads() {
         ("topk axis0 asc", |x| Ok(x[0].topk(1, 0, true)?.0)),
     ];
     for (n, f) in cases {
-        gc(n, *f, &[x.clone()]);
+        gc(n, *f, std::slice::from_ref(&x));
     }
     // split: every part used, gradients accumulate into one input.
     gc(
@@ -167,7 +167,7 @@ fn shape_op_grads() {
             let p = x[0].split(3, 1)?;
             p[0].mul(&p[1])?.add(&p[2])
         },
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
 }
 
@@ -182,12 +182,12 @@ fn index_op_grads() {
                 0,
             )
         },
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     gc(
         "take axis1 float idx",
         |x| x[0].take(&NDArray::from_vec(vec![2.0f32, 0.0], &[2]).unwrap(), 1),
-        &[x.clone()],
+        std::slice::from_ref(&x),
     );
     let new = test_array(&[2, 3], -1.0, 1.0, 52);
     gc(

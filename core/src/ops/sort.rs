@@ -116,7 +116,7 @@ fn sorted(
                     for i in 0..inner {
                         let q = (o * k + j) * inner + i;
                         let p = (o * n + idx[q] as usize) * inner + i;
-                        out[p] = out[p] + gs[q];
+                        out[p] += gs[q];
                     }
                 }
             }

@@ -227,7 +227,7 @@ impl NDArray {
     pub fn split(&self, sections: usize, axis: i64) -> Result<Vec<NDArray>> {
         let shape = self.shape();
         let ax = norm_axis("split", axis, shape.len())?;
-        if sections == 0 || shape[ax] % sections != 0 {
+        if sections == 0 || !shape[ax].is_multiple_of(sections) {
             return Err(Error::arg(
                 "split",
                 format!("axis {ax} of shape {shape:?} cannot be split into {sections} equal parts"),
