@@ -131,10 +131,20 @@ impl Rng {
     }
 
     /// Uniform values in `[low, high)`.
-    pub fn uniform(&mut self, low: f64, high: f64, shape: &[usize], dtype: DType) -> Result<NDArray> {
+    pub fn uniform(
+        &mut self,
+        low: f64,
+        high: f64,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<NDArray> {
         let op = "uniform";
-        if !(low < high) || !low.is_finite() || !high.is_finite() {
-            return Err(Error::arg(op, format!("needs finite low < high, got [{low}, {high})")));
+        let ok = low < high && low.is_finite() && high.is_finite();
+        if !ok {
+            return Err(Error::arg(
+                op,
+                format!("needs finite low < high, got [{low}, {high})"),
+            ));
         }
         let d32 = Uniform::new(low as f32, high as f32).map_err(|e| bad(op, e))?;
         let d64 = Uniform::new(low, high).map_err(|e| bad(op, e))?;
@@ -142,10 +152,20 @@ impl Rng {
     }
 
     /// Normal values with mean `loc` and standard deviation `scale`.
-    pub fn normal(&mut self, loc: f64, scale: f64, shape: &[usize], dtype: DType) -> Result<NDArray> {
+    pub fn normal(
+        &mut self,
+        loc: f64,
+        scale: f64,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<NDArray> {
         let op = "normal";
-        if !(scale >= 0.0) || !loc.is_finite() || !scale.is_finite() {
-            return Err(Error::arg(op, format!("needs finite loc and scale >= 0, got {loc}, {scale}")));
+        let ok = scale >= 0.0 && loc.is_finite() && scale.is_finite();
+        if !ok {
+            return Err(Error::arg(
+                op,
+                format!("needs finite loc and scale >= 0, got {loc}, {scale}"),
+            ));
         }
         let d32 = Normal::new(loc as f32, scale as f32).map_err(|e| bad(op, e))?;
         let d64 = Normal::new(loc, scale).map_err(|e| bad(op, e))?;
@@ -160,8 +180,12 @@ impl Rng {
     /// Exponential values with mean `scale` (NumPy/MXNet parametrisation, rate = 1/scale).
     pub fn exponential(&mut self, scale: f64, shape: &[usize], dtype: DType) -> Result<NDArray> {
         let op = "exponential";
-        if !(scale > 0.0) || !scale.is_finite() {
-            return Err(Error::arg(op, format!("needs finite scale > 0, got {scale}")));
+        let ok = scale > 0.0 && scale.is_finite();
+        if !ok {
+            return Err(Error::arg(
+                op,
+                format!("needs finite scale > 0, got {scale}"),
+            ));
         }
         let d32 = Exp::new(1.0 / scale as f32).map_err(|e| bad(op, e))?;
         let d64 = Exp::new(1.0 / scale).map_err(|e| bad(op, e))?;
@@ -169,10 +193,20 @@ impl Rng {
     }
 
     /// Gamma values with shape `alpha` and scale `beta` (mean `alpha * beta`).
-    pub fn gamma(&mut self, alpha: f64, beta: f64, shape: &[usize], dtype: DType) -> Result<NDArray> {
+    pub fn gamma(
+        &mut self,
+        alpha: f64,
+        beta: f64,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<NDArray> {
         let op = "gamma";
-        if !(alpha > 0.0 && beta > 0.0) || !alpha.is_finite() || !beta.is_finite() {
-            return Err(Error::arg(op, format!("needs alpha > 0 and beta > 0, got {alpha}, {beta}")));
+        let ok = alpha > 0.0 && beta > 0.0 && alpha.is_finite() && beta.is_finite();
+        if !ok {
+            return Err(Error::arg(
+                op,
+                format!("needs alpha > 0 and beta > 0, got {alpha}, {beta}"),
+            ));
         }
         let d32 = Gamma::new(alpha as f32, beta as f32).map_err(|e| bad(op, e))?;
         let d64 = Gamma::new(alpha, beta).map_err(|e| bad(op, e))?;
@@ -187,7 +221,12 @@ impl Rng {
             return NDArray::zeros(shape, dtype);
         }
         let d = Poisson::new(lam).map_err(|e| bad(op, format!("lam {lam}: {e}")))?;
-        fn typed<T: Element>(rng: &mut Rng, n: usize, d: &Poisson<f64>, shape: &[usize]) -> Result<NDArray> {
+        fn typed<T: Element>(
+            rng: &mut Rng,
+            n: usize,
+            d: &Poisson<f64>,
+            shape: &[usize],
+        ) -> Result<NDArray> {
             NDArray::from_vec(rng.fill(n, |r| T::from_f64(d.sample(r))), shape)
         }
         match dtype {
@@ -201,10 +240,19 @@ impl Rng {
 
     /// Integers uniform in `[low, high)` (exact i64 arithmetic, bounds past 2^32 are fine),
     /// stored as `dtype`; the bounds must fit the dtype.
-    pub fn randint(&mut self, low: i64, high: i64, shape: &[usize], dtype: DType) -> Result<NDArray> {
+    pub fn randint(
+        &mut self,
+        low: i64,
+        high: i64,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<NDArray> {
         let op = "randint";
         if low >= high {
-            return Err(Error::arg(op, format!("needs low < high, got [{low}, {high})")));
+            return Err(Error::arg(
+                op,
+                format!("needs low < high, got [{low}, {high})"),
+            ));
         }
         let n = check_shape(op, shape)?;
         let (lo_ok, hi_ok) = match dtype {

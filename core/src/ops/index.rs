@@ -3,9 +3,7 @@
 //! Every dtype works for the data movement; gradients flow for float arrays. Indices are i64
 //! (float index arrays are accepted and truncated, as in MXNet).
 
-use super::axis::{
-    gather_buf, index_values, norm_axis, resolve_indices, scatter_grad, split3,
-};
+use super::axis::{gather_buf, index_values, norm_axis, resolve_indices, scatter_grad, split3};
 use crate::autograd::record_op;
 use crate::buffer::Buffer;
 use crate::dtype::{DType, Element};
@@ -28,7 +26,10 @@ pub(crate) fn slice_positions(
     if step > 0 {
         let b = begin.map(norm).unwrap_or(0).clamp(0, n);
         let e = end.map(norm).unwrap_or(n).clamp(0, n);
-        Ok((b..e.max(b)).step_by(step as usize).map(|i| i as usize).collect())
+        Ok((b..e.max(b))
+            .step_by(step as usize)
+            .map(|i| i as usize)
+            .collect())
     } else {
         let b = begin.map(norm).unwrap_or(n - 1).clamp(-1, n - 1);
         let e = end.map(norm).unwrap_or(-1).clamp(-1, n - 1);
@@ -56,9 +57,7 @@ fn gather_positions(
     out_shape.extend_from_slice(idx_shape);
     out_shape.extend_from_slice(&d.shape[axis + 1..]);
     // A step-1 run along axis 0 is one contiguous block: copy it in one go.
-    let contiguous = axis == 0
-        && !idx.is_empty()
-        && idx.windows(2).all(|w| w[1] == w[0] + 1);
+    let contiguous = axis == 0 && !idx.is_empty() && idx.windows(2).all(|w| w[1] == w[0] + 1);
     let buf = if contiguous {
         let (s, e) = (idx[0] * inner, (idx[idx.len() - 1] + 1) * inner);
         crate::with_buffer!(&d.buf, v => Element::into_buffer(v[s..e].to_vec()))
@@ -184,8 +183,8 @@ impl NDArray {
                 .enumerate()
                 .map(|(j, &k)| (last[k as usize] == j) as u8 as f64)
                 .collect();
-            let keep = NDArray::from_vec(keep, &mshape_for(iv.len(), shape.len()))?
-                .astype(g.dtype())?;
+            let keep =
+                NDArray::from_vec(keep, &mshape_for(iv.len(), shape.len()))?.astype(g.dtype())?;
             let g_new = g.take(&index, 0)?.mul(&keep)?;
             Ok(vec![Some(g_old), Some(g_new)])
         }))
@@ -236,7 +235,11 @@ impl NDArray {
         let shape = super::broadcast_shapes(op, &s, &dy.shape)?;
         let (c, xb, yb) = crate::autograd::pause(|| -> Result<_> {
             let c = cond.ne_zero_u8()?.broadcast_to(&shape)?;
-            Ok((c, x.detach().broadcast_to(&shape)?, y.detach().broadcast_to(&shape)?))
+            Ok((
+                c,
+                x.detach().broadcast_to(&shape)?,
+                y.detach().broadcast_to(&shape)?,
+            ))
         })?;
         let cv = c.dense_data()?.buf;
         let (xd, yd) = (xb.dense_data()?.buf, yb.dense_data()?.buf);

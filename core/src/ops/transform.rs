@@ -60,10 +60,16 @@ impl NDArray {
             None => (0..nd).rev().collect(),
             Some(p) => {
                 let mut seen = vec![false; nd];
-                if p.len() != nd || p.iter().any(|&a| a >= nd || std::mem::replace(&mut seen[a], true)) {
+                if p.len() != nd
+                    || p.iter()
+                        .any(|&a| a >= nd || std::mem::replace(&mut seen[a], true))
+                {
                     return Err(Error::arg(
                         "transpose",
-                        format!("axes {p:?} are not a permutation of 0..{nd} for shape {:?}", d.shape),
+                        format!(
+                            "axes {p:?} are not a permutation of 0..{nd} for shape {:?}",
+                            d.shape
+                        ),
                     ));
                 }
                 p.to_vec()
@@ -108,7 +114,10 @@ impl NDArray {
                 if let Some(&bad) = ax.iter().find(|&&i| shape[i] != 1) {
                     return Err(Error::shape(
                         "squeeze",
-                        format!("axis {bad} of shape {shape:?} has size {}, not 1", shape[bad]),
+                        format!(
+                            "axis {bad} of shape {shape:?} has size {}, not 1",
+                            shape[bad]
+                        ),
                     ));
                 }
                 ax
@@ -128,12 +137,19 @@ impl NDArray {
         let first = arrays
             .first()
             .ok_or_else(|| Error::arg(op, "needs at least one array"))?;
-        let data: Vec<_> = arrays.iter().map(|a| a.dense_data()).collect::<Result<_>>()?;
+        let data: Vec<_> = arrays
+            .iter()
+            .map(|a| a.dense_data())
+            .collect::<Result<_>>()?;
         let s0 = data[0].shape.clone();
         let ax = norm_axis(op, axis, s0.len())?;
         for d in &data[1..] {
             let same = d.shape.len() == s0.len()
-                && d.shape.iter().zip(&s0).enumerate().all(|(i, (a, b))| i == ax || a == b);
+                && d.shape
+                    .iter()
+                    .zip(&s0)
+                    .enumerate()
+                    .all(|(i, (a, b))| i == ax || a == b);
             if !same {
                 return Err(Error::shape(
                     op,
@@ -141,7 +157,11 @@ impl NDArray {
                 ));
             }
             if d.buf.dtype() != data[0].buf.dtype() {
-                return Err(Error::dtype_mismatch(op, data[0].buf.dtype(), d.buf.dtype()));
+                return Err(Error::dtype_mismatch(
+                    op,
+                    data[0].buf.dtype(),
+                    d.buf.dtype(),
+                ));
             }
         }
         let sizes: Vec<usize> = data.iter().map(|d| d.shape[ax]).collect();
@@ -169,7 +189,12 @@ impl NDArray {
             let mut off = 0i64;
             let mut grads = Vec::with_capacity(sizes.len());
             for &m in &sizes {
-                grads.push(Some(g.slice_axis(ax as i64, Some(off), Some(off + m as i64), 1)?));
+                grads.push(Some(g.slice_axis(
+                    ax as i64,
+                    Some(off),
+                    Some(off + m as i64),
+                    1,
+                )?));
                 off += m as i64;
             }
             Ok(grads)
@@ -202,7 +227,7 @@ impl NDArray {
     pub fn split(&self, sections: usize, axis: i64) -> Result<Vec<NDArray>> {
         let shape = self.shape();
         let ax = norm_axis("split", axis, shape.len())?;
-        if sections == 0 || shape[ax] % sections != 0 {
+        if sections == 0 || !shape[ax].is_multiple_of(sections) {
             return Err(Error::arg(
                 "split",
                 format!("axis {ax} of shape {shape:?} cannot be split into {sections} equal parts"),
