@@ -115,6 +115,9 @@ pub(crate) fn fold_axes<T: Copy + Send + Sync>(
 impl NDArray {
     /// Sum over `axes` (`None`: all axes), keeping reduced dims as size 1 when `keepdims`.
     pub fn sum(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        if let Some(out) = crate::sparse::dispatch_sum(self, axes, keepdims)? {
+            return Ok(out);
+        }
         let d = self.dense_data()?;
         let ax = norm_axes("sum", axes, d.shape.len())?;
         let out_shape = reduced_shape(&d.shape, &ax, keepdims);

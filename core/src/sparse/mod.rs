@@ -11,6 +11,8 @@ mod dot;
 mod embedding;
 mod kernels;
 mod random;
+mod reduce;
+mod slice;
 mod unary;
 
 pub use convert::{add_grads, cast_storage, densify, zeros_stype};
@@ -21,3 +23,6 @@ pub use dispatch::{fallback, set_strict_stype, strict_stype};
 pub use dot::{dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
 pub use embedding::{embedding, take_rows};
 pub use random::{rand_sparse, rand_sparse_seeded, SparseDist};
+pub(crate) use reduce::dispatch_sum;
+pub use reduce::{norm, square_sum};
+pub use slice::concat_rows;
