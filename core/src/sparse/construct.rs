@@ -304,8 +304,23 @@ impl NDArray {
     }
 
     /// Convert to another storage type (`tostype`); see [`crate::sparse::cast_storage`].
+    /// Recorded: the gradient passes through, cast back to this array's storage type.
     pub fn tostype(&self, stype: SType) -> Result<NDArray> {
-        super::cast_storage(self, stype)
+        let out = super::cast_storage(self, stype)?;
+        let in_stype = self.stype();
+        Ok(crate::autograd::record_op(
+            "cast_storage",
+            out,
+            &[self],
+            move |g| {
+                let gx = if g.stype() == in_stype {
+                    g.clone()
+                } else {
+                    super::cast_storage(g, in_stype)?
+                };
+                Ok(vec![Some(gx)])
+            },
+        ))
     }
 }
 
