@@ -13,3 +13,11 @@ pub mod progress;
 
 pub use batch::{Batch, LastBatch};
 pub use error::{DataError, Result};
+pub mod dataset;
+mod ndarray_iter;
+mod rows;
+pub mod synthetic;
+
+pub use dataset::{ArrayDataset, BatchSampler, DataLoader, Dataset, LibSvmDataset, Sampler};
+pub use ndarray_iter::NDArrayIter;
+pub use rows::take_rows;

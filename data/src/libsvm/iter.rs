@@ -97,7 +97,10 @@ struct Shared {
 enum Msg {
     Batch(Batch),
     /// End of epoch: rows to roll over and rows the next epoch skips.
-    End { carry: Option<Rows>, skip: usize },
+    End {
+        carry: Option<Rows>,
+        skip: usize,
+    },
     Err(DataError),
 }
 
@@ -136,7 +139,10 @@ impl LibSVMIter {
         if p.num_parts == 0 || p.part_index >= p.num_parts {
             return Err(DataError::arg(
                 OP,
-                format!("part_index {} must be < num_parts {}", p.part_index, p.num_parts),
+                format!(
+                    "part_index {} must be < num_parts {}",
+                    p.part_index, p.num_parts
+                ),
             ));
         }
         let files = file_infos(&list_files(&p.data_libsvm)?)?;
@@ -224,8 +230,9 @@ impl LibSVMIter {
         let (tx, rx) = sync_channel(self.shared.p.prefetch.max(1));
         let shared = self.shared.clone();
         let (epoch, carry, skip) = (self.epoch, self.carry.take(), self.skip);
-        self.threads
-            .push(std::thread::spawn(move || produce(&shared, epoch, carry, skip, &tx)));
+        self.threads.push(std::thread::spawn(move || {
+            produce(&shared, epoch, carry, skip, &tx)
+        }));
         self.rx = Some(rx);
         self.done = false;
     }
@@ -369,7 +376,10 @@ fn load_block(
             }
             let mut g = 0;
             for piece in &mut pieces {
-                let (a, z) = (labels.indptr[g] as usize, labels.indptr[g + piece.len()] as usize);
+                let (a, z) = (
+                    labels.indptr[g] as usize,
+                    labels.indptr[g + piece.len()] as usize,
+                );
                 piece.labels = labels.values[a..z].to_vec();
                 piece.label_indices = labels.indices[a..z].to_vec();
                 piece.label_ptr = labels.indptr[g..=g + piece.len()]
@@ -383,8 +393,8 @@ fn load_block(
             let k = sh.p.label_shape as i64;
             let mut g = 0;
             for piece in &pieces {
-                if let Some(r) = (0..piece.len())
-                    .find(|&r| piece.label_ptr[r + 1] - piece.label_ptr[r] != k)
+                if let Some(r) =
+                    (0..piece.len()).find(|&r| piece.label_ptr[r + 1] - piece.label_ptr[r] != k)
                 {
                     let got = piece.label_ptr[r + 1] - piece.label_ptr[r];
                     let line_start = row_line_start(buf, g + r);
@@ -393,7 +403,9 @@ fn load_block(
                         err: super::parse::RawError {
                             line: 0,
                             col: 1,
-                            msg: format!("expected {k} label(s) per row (label_shape), found {got}"),
+                            msg: format!(
+                                "expected {k} label(s) per row (label_shape), found {got}"
+                            ),
                         },
                     };
                     return Err(locate(&sh.files, b.data, buf, e));
@@ -487,10 +499,9 @@ fn produce_inner(
     tx: &SyncSender<Msg>,
 ) -> Result<()> {
     let order = epoch_order(sh, epoch);
-    let bar = sh
-        .p
-        .progress
-        .then(|| crate::progress::bar(sh.part_bytes, &format!("epoch {epoch}")));
+    let bar =
+        sh.p.progress
+            .then(|| crate::progress::bar(sh.part_bytes, &format!("epoch {epoch}")));
     // Reader thread: blocks are read while the previous one is parsed.
     let (btx, brx) = sync_channel::<Result<(usize, Vec<u8>)>>(1);
     let reader = {

@@ -41,7 +41,10 @@ impl LibSvmData {
                 ),
             ));
         }
-        Ok(NDArray::from_vec(self.rows.labels.clone(), &[self.rows.len()])?)
+        Ok(NDArray::from_vec(
+            self.rows.labels.clone(),
+            &[self.rows.len()],
+        )?)
     }
 }
 
@@ -181,7 +184,12 @@ fn parse_sources(bufs: &[(&Path, &[u8])], opts: &LibSvmOptions) -> Result<LibSvm
     };
     let num_features = match opts.num_features {
         Some(n) => n,
-        None => rows.indices.par_iter().copied().max().map_or(0, |m| m as usize + 1),
+        None => rows
+            .indices
+            .par_iter()
+            .copied()
+            .max()
+            .map_or(0, |m| m as usize + 1),
     };
     Ok(LibSvmData {
         rows,

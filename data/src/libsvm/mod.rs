@@ -135,3 +135,8 @@ pub(crate) fn nth_line_start(buf: &[u8], n: u64) -> usize {
         .nth(n as usize - 1)
         .map_or(buf.len(), |i| i + 1)
 }
+
+#[cfg(test)]
+mod iter_tests;
+#[cfg(test)]
+mod tests;

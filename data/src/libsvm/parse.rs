@@ -214,7 +214,9 @@ fn parse_line(line: &[u8], line_no: u64, opts: &ChunkOpts, out: &mut Rows) -> Re
                 };
                 return Err(err(
                     off,
-                    format!("expected a numeric label (labels are `l` or `l1,l2,...`), found {what}"),
+                    format!(
+                        "expected a numeric label (labels are `l` or `l1,l2,...`), found {what}"
+                    ),
                 ));
             }
         }
@@ -265,7 +267,10 @@ fn parse_line(line: &[u8], line_no: u64, opts: &ChunkOpts, out: &mut Rows) -> Re
                 if !first_feature || qid >= 0 {
                     return fail(
                         out,
-                        err(ts, "`qid:` must come right after the label, once".to_string()),
+                        err(
+                            ts,
+                            "`qid:` must come right after the label, once".to_string(),
+                        ),
                     );
                 }
                 match parse_index(val) {
@@ -275,7 +280,10 @@ fn parse_line(line: &[u8], line_no: u64, opts: &ChunkOpts, out: &mut Rows) -> Re
                             out,
                             err(
                                 ts + c + 1,
-                                format!("expected a non-negative integer qid, found `{}`", show(val)),
+                                format!(
+                                    "expected a non-negative integer qid, found `{}`",
+                                    show(val)
+                                ),
                             ),
                         )
                     }
@@ -294,7 +302,10 @@ fn parse_line(line: &[u8], line_no: u64, opts: &ChunkOpts, out: &mut Rows) -> Re
                 Err(IndexErr::TooLarge) => {
                     return fail(
                         out,
-                        err(ts, format!("feature index `{}` does not fit in i64", show(name))),
+                        err(
+                            ts,
+                            format!("feature index `{}` does not fit in i64", show(name)),
+                        ),
                     )
                 }
                 Err(IndexErr::NotInteger) => {
@@ -319,20 +330,29 @@ fn parse_line(line: &[u8], line_no: u64, opts: &ChunkOpts, out: &mut Rows) -> Re
         if vtok.is_empty() {
             return fail(
                 out,
-                err(vs, format!("expected a value after `{raw}:`, found nothing")),
+                err(
+                    vs,
+                    format!("expected a value after `{raw}:`, found nothing"),
+                ),
             );
         }
         let Some(v) = parse_f32(vtok) else {
             return fail(
                 out,
-                err(vs, format!("expected a numeric value, found `{}`", show(vtok))),
+                err(
+                    vs,
+                    format!("expected a numeric value, found `{}`", show(vtok)),
+                ),
             );
         };
         // Map and check the index.
         if opts.zero_is_error && raw == 0 {
             return fail(
                 out,
-                err(ts, "feature index 0 in one-based data (indices start at 1)".to_string()),
+                err(
+                    ts,
+                    "feature index 0 in one-based data (indices start at 1)".to_string(),
+                ),
             );
         }
         let col = raw - opts.shift;

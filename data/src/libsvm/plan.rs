@@ -126,7 +126,10 @@ pub(crate) fn read_span(files: &[FileInfo], s: Span, buf: &mut Vec<u8>) -> Resul
     if buf.len() != n {
         return Err(DataError::io(
             path,
-            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while reading"),
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "file shrank while reading",
+            ),
         ));
     }
     Ok(())
@@ -171,7 +174,9 @@ pub(crate) fn pair_labels(
     let mut state = 0u8;
     let mut base = 0u64;
     loop {
-        let n = f.read(&mut chunk).map_err(|e| DataError::io(&label.path, e))?;
+        let n = f
+            .read(&mut chunk)
+            .map_err(|e| DataError::io(&label.path, e))?;
         if n == 0 {
             if state == 1 {
                 rows_seen += 1;

@@ -120,9 +120,12 @@ pub(crate) fn write_atomic(
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| DataError::arg("save_libsvm", format!("{} is not a file path", path.display())))?;
+    let name = path.file_name().ok_or_else(|| {
+        DataError::arg(
+            "save_libsvm",
+            format!("{} is not a file path", path.display()),
+        )
+    })?;
     let tmp = dir.join(format!(
         ".{}.tmp{}",
         name.to_string_lossy(),
