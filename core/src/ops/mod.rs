@@ -2,10 +2,13 @@
 //! autograd is recording, records its backward.
 
 mod arith;
+pub(crate) mod axis;
 pub(crate) mod broadcast;
+mod index;
 mod linalg;
-mod reduce;
+pub(crate) mod reduce;
 mod shape;
+mod transform;
 mod unary;
 
 pub use arith::BinaryOp;
