@@ -6,8 +6,12 @@ pub(crate) mod axis;
 pub(crate) mod broadcast;
 mod index;
 mod linalg;
+mod matmul;
 pub(crate) mod reduce;
+mod reduce_more;
 mod shape;
+mod softmax;
+mod sort;
 mod transform;
 mod unary;
 
