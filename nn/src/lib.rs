@@ -16,13 +16,17 @@
 
 mod block;
 pub mod init;
+pub mod io;
 pub mod layers;
+pub mod loss;
+pub mod metric;
 pub mod ops;
 mod param_dict;
 mod parameter;
 
 pub use block::{Block, Sequential, SummaryRow};
 pub use init::{FactorType, Initializer, RndType};
+pub use io::{load_params, save_params, BlockIo, LoadOptions, SaveOptions};
 pub use layers::*;
 pub use param_dict::{glob_match, ParamDict};
 pub use parameter::Parameter;

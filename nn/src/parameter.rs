@@ -179,6 +179,11 @@ impl Parameter {
     pub fn wd_mult(&self) -> f64 {
         self.state().wd_mult
     }
+    /// Whether the weight is stored `(in, out)` (fan-in first), as a row_sparse-gradient Dense
+    /// holds it.
+    pub fn fan_in_first(&self) -> bool {
+        self.state().fan_in_first
+    }
     /// This parameter's own initializer, if set.
     pub fn init(&self) -> Option<Initializer> {
         self.state().init.clone()

@@ -15,7 +15,7 @@ use sparrow_core::{DType, Error, NDArray, Result, SType};
 use super::activation::apply_activation;
 use crate::block::Block;
 use crate::init::Initializer;
-use crate::ops::{csr_dot, WeightLayout};
+use crate::ops::csr_dot_t;
 use crate::parameter::Parameter;
 
 /// Fully connected layer (Gluon's `nn.Dense`).
@@ -148,15 +148,18 @@ impl Dense {
 
 impl Block for Dense {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        let layout = if self.weight_transposed() {
-            WeightLayout::InOut
-        } else {
-            WeightLayout::OutIn
-        };
+        let transposed = self.weight_transposed();
         let xshape = x.shape();
         let (y, lead) = if x.stype() == SType::Csr {
             let w = self.infer(xshape[1])?;
-            (csr_dot(x, &w, layout)?, vec![xshape[0]])
+            // (in, out) layout: core's csr x dense kernel, whose weight gradient is row_sparse
+            // over the batch's columns. Gluon layout: X W^T with a dense gradient.
+            let y = if transposed {
+                x.dot(&w)?
+            } else {
+                csr_dot_t(x, &w)?
+            };
+            (y, vec![xshape[0]])
         } else {
             if xshape.is_empty() {
                 return Err(Error::shape("Dense", "input must have at least 1 dim"));
@@ -171,9 +174,10 @@ impl Block for Dense {
                 (x.reshape(&[lead.iter().product(), last])?, lead)
             };
             let w = self.infer(x2.shape()[1])?;
-            let y = match layout {
-                WeightLayout::InOut => x2.dot(&w)?,
-                WeightLayout::OutIn => x2.dot_t(&w, false, true)?,
+            let y = if transposed {
+                x2.dot(&w)?
+            } else {
+                x2.dot_t(&w, false, true)?
             };
             (y, lead)
         };

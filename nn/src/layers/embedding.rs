@@ -4,8 +4,8 @@ use sparrow_core::{DType, NDArray, Result, SType};
 
 use crate::block::Block;
 use crate::init::Initializer;
-use crate::ops::embedding;
 use crate::parameter::Parameter;
+use sparrow_core::sparse::embedding;
 
 /// Maps integer ids (any shape, any dtype holding whole numbers) to rows of a
 /// `(input_dim, output_dim)` weight (Gluon's `nn.Embedding`). With `sparse_grad` the weight
@@ -58,7 +58,7 @@ impl Embedding {
 
 impl Block for Embedding {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        embedding(x, &self.weight.data()?)
+        embedding(&self.weight.data()?, x)
     }
     fn kind(&self) -> &'static str {
         "embedding"

@@ -2,7 +2,5 @@
 //! (`record_op`, storage types). Candidates to move into core.
 
 mod csr_dot;
-mod take;
 
-pub use csr_dot::{csr_dot, WeightLayout};
-pub use take::embedding;
+pub use csr_dot::csr_dot_t;
