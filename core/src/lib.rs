@@ -9,6 +9,7 @@ mod dtype;
 mod error;
 mod ndarray;
 pub mod ops;
+pub mod random;
 pub mod sparse;
 pub mod sys;
 pub mod testing;

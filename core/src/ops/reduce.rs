@@ -114,7 +114,14 @@ pub(crate) fn fold_axes<T: Copy + Send + Sync>(
 
 impl NDArray {
     /// Sum over `axes` (`None`: all axes), keeping reduced dims as size 1 when `keepdims`.
+    ///
+    /// Float arrays sum in their own dtype and are differentiable. Integer arrays (u8, i32,
+    /// i64) sum exactly into an **i64** result (not differentiable), so a sum over billions of
+    /// u8 values cannot overflow.
     pub fn sum(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        if !self.dtype().is_float() && self.stype() == crate::SType::Dense {
+            return super::reduce_more::sum_int(self, axes, keepdims);
+        }
         let d = self.dense_data()?;
         let ax = norm_axes("sum", axes, d.shape.len())?;
         let out_shape = reduced_shape(&d.shape, &ax, keepdims);

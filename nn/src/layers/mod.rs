@@ -1,0 +1,11 @@
+//! Layers.
+
+mod activation;
+mod basic;
+mod dense;
+mod embedding;
+
+pub use activation::{apply_activation, Activation, LeakyReLU};
+pub use basic::{Dropout, Flatten, Identity, Lambda};
+pub use dense::Dense;
+pub use embedding::{Embedding, SparseEmbedding};
