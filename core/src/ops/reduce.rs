@@ -161,7 +161,7 @@ impl NDArray {
         }
         let d = self.dense_data()?;
         let out = crate::with_buffer!(&d.buf, v => {
-            let zeros = vec![0u8; 1];
+            let zeros = [0u8; 1];
             let ones = [1usize];
             let o = super::broadcast::broadcast_apply(v.as_slice(), &own, &zeros[..], &ones[..], shape, |x, _| x);
             NDArray::from_vec(o, shape)?

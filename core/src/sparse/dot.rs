@@ -165,7 +165,7 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
                         // out[i, r] = sum_p a[i, col p] * v_p
                         let mut acc = T::zero();
                         for p in s..e {
-                            acc = acc + arow[idx[p] as usize] * vals[p];
+                            acc += arow[idx[p] as usize] * vals[p];
                         }
                         orow[r] = acc;
                     } else {
@@ -173,7 +173,7 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
                         if av != T::zero() {
                             for p in s..e {
                                 let j = idx[p] as usize;
-                                orow[j] = orow[j] + av * vals[p];
+                                orow[j] += av * vals[p];
                             }
                         }
                     }
