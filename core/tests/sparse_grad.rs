@@ -162,3 +162,142 @@ fn accumulating_two_row_sparse_grads_coalesces() {
     y.backward().unwrap();
     assert_eq!(w.grad().unwrap().stype(), SType::Dense);
 }
+
+/// Values in [-1, -0.2] or [0.2, 1]: away from the kinks of abs / relu / sign at zero.
+fn away_from_zero(shape: &[usize], seed: u64) -> NDArray {
+    let v: Vec<f64> = test_array(shape, 0.2, 1.0, seed)
+        .to_f64_vec()
+        .into_iter()
+        .enumerate()
+        .map(|(k, x)| if k % 3 == 1 { -x } else { x })
+        .collect();
+    NDArray::from_vec(v, shape).unwrap()
+}
+
+#[test]
+fn sparse_unary_ops_finite_differences() {
+    type F = fn(&NDArray) -> sparrow_core::Result<NDArray>;
+    let ops: Vec<(&str, F)> = vec![
+        ("neg", |a| a.neg()),
+        ("abs", |a| a.abs()),
+        ("relu", |a| a.relu()),
+        ("square", |a| a.square()),
+        ("sqrt", |a| a.abs()?.sqrt()),
+        ("clip", |a| a.clip(-0.5, 0.6)),
+        ("mul_scalar", |a| a.mul_scalar(-1.5)),
+        ("div_scalar", |a| a.div_scalar(3.0)),
+    ];
+    for st in [SType::RowSparse, SType::Csr] {
+        for (name, op) in &ops {
+            let x = away_from_zero(&[4, 3], 20);
+            let op = *op;
+            check_grad(move |v| op(&v[0].tostype(st)?), &[x], 1e-6, 1e-5, 1e-8)
+                .unwrap_or_else(|e| panic!("{name} on {st:?}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn sparse_binary_ops_finite_differences() {
+    let mask = |x: NDArray| x.mul(&x.greater_scalar(0.0).unwrap()).unwrap();
+    let a = test_array(&[4, 3], -1.0, 1.0, 21);
+    let b = test_array(&[4, 3], -1.0, 1.0, 22);
+    // rs (op) rs and rs (op) dense, gradients with respect to both operands.
+    for (k, st) in [SType::RowSparse, SType::Csr].into_iter().enumerate() {
+        let name = ["rs", "csr"][k];
+        check_grad(
+            move |v| v[0].tostype(st)?.add(&v[1].tostype(st)?),
+            &[a.clone(), b.clone()],
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap_or_else(|e| panic!("{name}+{name}: {e}"));
+        check_grad(
+            move |v| v[0].tostype(st)?.sub(&v[1].tostype(st)?),
+            &[a.clone(), b.clone()],
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap_or_else(|e| panic!("{name}-{name}: {e}"));
+        check_grad(
+            move |v| v[0].tostype(st)?.sub(&v[1]),
+            &[a.clone(), b.clone()],
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap_or_else(|e| panic!("{name}-dense: {e}"));
+        check_grad(
+            move |v| v[0].tostype(st)?.mul(&v[1]),
+            &[a.clone(), b.clone()],
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap_or_else(|e| panic!("{name}*dense: {e}"));
+    }
+    let am = mask(a.clone());
+    check_grad(
+        move |v| {
+            v[0].tostype(SType::RowSparse)?
+                .mul(&v[1].tostype(SType::RowSparse)?)
+        },
+        &[am, b.clone()],
+        1e-6,
+        1e-6,
+        1e-8,
+    )
+    .unwrap();
+    // csr times / divided by a row or a column vector: gradient with respect to the vector.
+    let x = mask(a.clone()).tostype(SType::Csr).unwrap();
+    for shape in [vec![3usize], vec![1, 3], vec![4, 1]] {
+        let vec = test_array(&shape, 0.5, 2.0, 23);
+        let (x1, x2) = (x.clone(), x.clone());
+        check_grad(
+            move |v| x1.mul(&v[0]),
+            std::slice::from_ref(&vec),
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap();
+        check_grad(move |v| x2.div(&v[0]), &[vec], 1e-6, 1e-6, 1e-8).unwrap();
+    }
+}
+
+#[test]
+fn sparse_reductions_finite_differences() {
+    let x = test_array(&[4, 3], -1.0, 1.0, 24);
+    for axes in [Some(vec![0i64]), Some(vec![1]), None] {
+        let ax = axes.clone();
+        check_grad(
+            move |v| v[0].tostype(SType::Csr)?.sum(ax.as_deref(), false),
+            std::slice::from_ref(&x),
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap();
+        let ax = axes.map(|a| a[0]);
+        for keep in [false, true] {
+            check_grad(
+                move |v| sparse::square_sum(&v[0].tostype(SType::RowSparse)?, ax, keep),
+                std::slice::from_ref(&x),
+                1e-6,
+                1e-6,
+                1e-8,
+            )
+            .unwrap();
+        }
+    }
+    check_grad(
+        |v| sparse::norm(&v[0].tostype(SType::RowSparse)?),
+        &[x],
+        1e-6,
+        1e-6,
+        1e-8,
+    )
+    .unwrap();
+}

@@ -104,6 +104,7 @@ fn csr_csr<T: Float>(op: BinaryOp, a: &CsrData, b: &CsrData) -> CsrData {
 }
 
 /// Visit every stored entry of a sparse array as (flat dense position, value index).
+#[allow(clippy::needless_range_loop)] // p indexes both the indices and the caller's values
 fn for_each_stored(s: &ArrayData, mut visit: impl FnMut(usize, usize)) {
     match s {
         ArrayData::Csr(c) => {

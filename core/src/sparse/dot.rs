@@ -8,7 +8,7 @@ use std::sync::Arc;
 use num_traits::Zero;
 use rayon::prelude::*;
 
-use super::kernels::{axpy, entry_rows, segment_sum_rows};
+use super::kernels::{axpy, entry_rows, prefetch_row, segment_sum_rows, PREFETCH_AHEAD};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
@@ -60,9 +60,15 @@ pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
         let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
         let ws = w.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), w.buf.dtype()))?;
         let mut out = vec![T::zero(); m * n];
+        let nnz = idx.len();
         if n > 0 {
             out.par_chunks_mut(n).with_min_len(8).enumerate().for_each(|(r, orow)| {
                 for p in ptr[r] as usize..ptr[r + 1] as usize {
+                    // Prefetch across row ends too: a task handles consecutive rows.
+                    if p + PREFETCH_AHEAD < nnz {
+                        let j = idx[p + PREFETCH_AHEAD] as usize * n;
+                        prefetch_row(&ws[j..j + n]);
+                    }
                     let j = idx[p] as usize * n;
                     axpy(orow, vals[p], &ws[j..j + n]);
                 }
@@ -159,7 +165,7 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
                         // out[i, r] = sum_p a[i, col p] * v_p
                         let mut acc = T::zero();
                         for p in s..e {
-                            acc = acc + arow[idx[p] as usize] * vals[p];
+                            acc += arow[idx[p] as usize] * vals[p];
                         }
                         orow[r] = acc;
                     } else {
@@ -167,7 +173,7 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
                         if av != T::zero() {
                             for p in s..e {
                                 let j = idx[p] as usize;
-                                orow[j] = orow[j] + av * vals[p];
+                                orow[j] += av * vals[p];
                             }
                         }
                     }

@@ -62,7 +62,7 @@ pub(crate) fn dispatch_sum(
         for r in 0..m {
             for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
                 let o = match axis { Some(0) => idx[p] as usize, Some(_) => r, None => 0 };
-                out[o] = out[o] + vals[p];
+                out[o] += vals[p];
             }
         }
         NDArray::from_vec(out, if keepdims { &shape_kd } else { &shape })?
@@ -107,7 +107,7 @@ pub fn square_sum(a: &NDArray, axis: Option<i64>, keepdims: bool) -> Result<NDAr
             Some(_) => {
                 let mut out = vec![T::zero(); n];
                 for row in v.chunks_exact(n.max(1)) {
-                    for (o, &x) in out.iter_mut().zip(row) { *o = *o + x * x; }
+                    for (o, &x) in out.iter_mut().zip(row) { *o += x * x; }
                 }
                 let sh = if keepdims { vec![1, n] } else { vec![n] };
                 NDArray::from_vec(out, &sh)?
