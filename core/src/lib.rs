@@ -11,6 +11,7 @@ mod ndarray;
 pub mod ops;
 pub mod random;
 pub mod sparse;
+pub mod sys;
 pub mod testing;
 
 pub use buffer::Buffer;

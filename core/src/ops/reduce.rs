@@ -119,6 +119,9 @@ impl NDArray {
     /// i64) sum exactly into an **i64** result (not differentiable), so a sum over billions of
     /// u8 values cannot overflow.
     pub fn sum(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        if let Some(out) = crate::sparse::dispatch_sum(self, axes, keepdims)? {
+            return Ok(out);
+        }
         if !self.dtype().is_float() && self.stype() == crate::SType::Dense {
             return super::reduce_more::sum_int(self, axes, keepdims);
         }

@@ -1,0 +1,620 @@
+//! `LibSVMIter`: streaming, parallel LibSVM reading into CSR batches.
+//!
+//! Pipeline per epoch: a reader thread reads blocks (see `plan`) into buffers; a producer
+//! thread parses each block with rayon over ~1 MB pieces, cuts the rows into batches, builds
+//! the batches in parallel and sends them through a bounded channel (the prefetch queue).
+//! Memory is a few blocks plus `prefetch` batches, whatever the file size.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rand::seq::SliceRandom;
+use rand::{rngs::StdRng, SeedableRng};
+use rayon::prelude::*;
+
+use super::load::{list_files, positioned};
+use super::parse::ChunkOpts;
+use super::plan::{file_infos, pair_labels, plan_part, read_span, Block, FileInfo, Span};
+use super::{parse_parallel, IndexBase, LibSvmOptions, Rows};
+use crate::batch::{
+    csr_from_segs, csr_labels_from_segs, dense_labels_from_segs, Batch, LastBatch, Seg,
+};
+use crate::error::{DataError, Result};
+
+/// Parameters of [`LibSVMIter`] (MXNet's names; build with [`LibSVMIterParams::new`] and
+/// set fields).
+#[derive(Debug, Clone)]
+pub struct LibSVMIterParams {
+    /// A LibSVM file, or a directory whose files are read in name order.
+    pub data_libsvm: PathBuf,
+    /// Number of features (columns of the CSR batches).
+    pub data_shape: usize,
+    /// A separate label file in LibSVM format (its labels are ignored; its features become
+    /// CSR label batches of `label_shape` columns), row-aligned with the data.
+    pub label_libsvm: Option<PathBuf>,
+    /// Labels per row (dense labels) or label columns (with `label_libsvm`). Default 1.
+    pub label_shape: usize,
+    /// Rows per batch.
+    pub batch_size: usize,
+    /// Last-batch handling (default [`LastBatch::RoundBatch`], as MXNet's `round_batch=True`).
+    pub last_batch: LastBatch,
+    /// Number of disjoint parts the data is split into (for distributed reading).
+    pub num_parts: usize,
+    /// Which part this iterator reads.
+    pub part_index: usize,
+    /// Shuffle block order and rows within blocks each epoch.
+    pub shuffle: bool,
+    /// Seed of the shuffle (epoch `e` uses a stream derived from `seed` and `e`).
+    pub seed: u64,
+    /// Batches parsed ahead in the background (the bounded channel's capacity).
+    pub prefetch: usize,
+    /// Bytes per streaming block (also the shuffle granularity). Default 16 MB.
+    pub block_bytes: usize,
+    /// Index base (default zero-based; `Auto` costs one extra parsing pass at construction).
+    pub index_base: IndexBase,
+    /// Sort indices within rows and sum duplicates instead of rejecting them.
+    pub sort_indices: bool,
+    /// Show a progress bar over each pass (hidden when stderr is no terminal or CI is set).
+    pub progress: bool,
+}
+
+impl LibSVMIterParams {
+    /// Parameters with MXNet's defaults for everything but the data path, shape and batch size.
+    pub fn new(data_libsvm: impl Into<PathBuf>, data_shape: usize, batch_size: usize) -> Self {
+        LibSVMIterParams {
+            data_libsvm: data_libsvm.into(),
+            data_shape,
+            label_libsvm: None,
+            label_shape: 1,
+            batch_size,
+            last_batch: LastBatch::RoundBatch,
+            num_parts: 1,
+            part_index: 0,
+            shuffle: false,
+            seed: 0,
+            prefetch: 4,
+            block_bytes: 16 << 20,
+            index_base: IndexBase::Zero,
+            sort_indices: false,
+            progress: false,
+        }
+    }
+}
+
+/// Everything the background threads share.
+struct Shared {
+    p: LibSVMIterParams,
+    files: Vec<FileInfo>,
+    label_file: Option<FileInfo>,
+    blocks: Vec<Block>,
+    data_opts: ChunkOpts,
+    label_opts: ChunkOpts,
+    part_bytes: u64,
+}
+
+enum Msg {
+    Batch(Batch),
+    /// End of epoch: rows to roll over and rows the next epoch skips.
+    End {
+        carry: Option<Rows>,
+        skip: usize,
+    },
+    Err(DataError),
+}
+
+/// Streaming LibSVM iterator yielding CSR batches (`Iterator<Item = Result<Batch>>`).
+///
+/// ```no_run
+/// use sparrow_data::libsvm::{LibSVMIter, LibSVMIterParams};
+/// let mut it = LibSVMIter::new(LibSVMIterParams::new("train.libsvm", 10_000_000, 1024))?;
+/// for batch in &mut it {
+///     let b = batch?;
+///     // b.data: CSR [1024, 10_000_000]; b.label: dense [1024]; b.pad
+/// }
+/// it.reset();
+/// # Ok::<(), sparrow_data::DataError>(())
+/// ```
+pub struct LibSVMIter {
+    shared: Arc<Shared>,
+    epoch: u64,
+    rx: Option<Receiver<Msg>>,
+    threads: Vec<JoinHandle<()>>,
+    carry: Option<Rows>,
+    skip: usize,
+    done: bool,
+}
+
+impl LibSVMIter {
+    /// Plan the blocks (and pair them with the label file) and start the first epoch.
+    pub fn new(p: LibSVMIterParams) -> Result<Self> {
+        const OP: &str = "LibSVMIter";
+        if p.batch_size == 0 || p.data_shape == 0 || p.label_shape == 0 {
+            return Err(DataError::arg(
+                OP,
+                "batch_size, data_shape and label_shape must be > 0",
+            ));
+        }
+        if p.num_parts == 0 || p.part_index >= p.num_parts {
+            return Err(DataError::arg(
+                OP,
+                format!(
+                    "part_index {} must be < num_parts {}",
+                    p.part_index, p.num_parts
+                ),
+            ));
+        }
+        let files = file_infos(&list_files(&p.data_libsvm)?)?;
+        let block_bytes = p.block_bytes.max(1) as u64;
+        let label_file = match &p.label_libsvm {
+            Some(l) => Some(file_infos(&[l.clone()])?.remove(0)),
+            None => None,
+        };
+        let mut lopts = LibSvmOptions {
+            index_base: p.index_base,
+            num_features: Some(p.data_shape),
+            sort_indices: p.sort_indices,
+        };
+        let mut base = p.index_base;
+        if base == IndexBase::Auto {
+            base = detect_base(&files, block_bytes, &lopts)?;
+        }
+        let data_opts = lopts.chunk_opts(base);
+        lopts.num_features = Some(p.label_shape);
+        let label_opts = lopts.chunk_opts(if base == IndexBase::Auto {
+            IndexBase::Zero
+        } else {
+            base
+        });
+        let blocks: Vec<Block> = match &label_file {
+            None => plan_part(&files, p.num_parts, p.part_index, block_bytes)?
+                .into_iter()
+                .map(|data| Block { data, label: None })
+                .collect(),
+            Some(lf) => {
+                // Pair all parts' blocks so each part's label spans are right, then keep ours.
+                let mut all = Vec::new();
+                let mut owner = Vec::new();
+                for part in 0..p.num_parts {
+                    let spans = plan_part(&files, p.num_parts, part, block_bytes)?;
+                    owner.extend(std::iter::repeat_n(part, spans.len()));
+                    all.extend(spans);
+                }
+                let labels = pair_labels(&files, &all, lf)?;
+                all.into_iter()
+                    .zip(labels)
+                    .zip(owner)
+                    .filter(|(_, o)| *o == p.part_index)
+                    .map(|((data, l), _)| Block {
+                        data,
+                        label: Some(l),
+                    })
+                    .collect()
+            }
+        };
+        let part_bytes: u64 = blocks.iter().map(|b| b.data.end - b.data.start).sum();
+        let shared = Arc::new(Shared {
+            p,
+            files,
+            label_file,
+            blocks,
+            data_opts,
+            label_opts,
+            part_bytes,
+        });
+        let mut it = LibSVMIter {
+            shared,
+            epoch: 0,
+            rx: None,
+            threads: Vec::new(),
+            carry: None,
+            skip: 0,
+            done: false,
+        };
+        it.start();
+        Ok(it)
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &LibSVMIterParams {
+        &self.shared.p
+    }
+
+    /// Bytes of data this part reads per epoch.
+    pub fn part_bytes(&self) -> u64 {
+        self.shared.part_bytes
+    }
+
+    fn start(&mut self) {
+        let (tx, rx) = sync_channel(self.shared.p.prefetch.max(1));
+        let shared = self.shared.clone();
+        let (epoch, carry, skip) = (self.epoch, self.carry.take(), self.skip);
+        self.threads.push(std::thread::spawn(move || {
+            produce(&shared, epoch, carry, skip, &tx)
+        }));
+        self.rx = Some(rx);
+        self.done = false;
+    }
+
+    fn stop(&mut self) {
+        self.rx = None; // the producer's next send fails and it exits
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Start the next epoch (like MXNet's `reset`): with `RoundBatch` it begins after the rows
+    /// the last batch borrowed, with `RollOver` it begins with the rows left over.
+    pub fn reset(&mut self) {
+        self.stop();
+        self.epoch += 1;
+        self.start();
+    }
+}
+
+impl Drop for LibSVMIter {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Iterator for LibSVMIter {
+    type Item = Result<Batch>;
+    fn next(&mut self) -> Option<Result<Batch>> {
+        if self.done {
+            return None;
+        }
+        let msg = self.rx.as_ref()?.recv();
+        match msg {
+            Ok(Msg::Batch(b)) => Some(Ok(b)),
+            Ok(Msg::End { carry, skip }) => {
+                self.carry = carry;
+                self.skip = skip;
+                self.done = true;
+                None
+            }
+            Ok(Msg::Err(e)) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            Err(_) => {
+                self.done = true;
+                Some(Err(DataError::arg(
+                    "LibSVMIter",
+                    "the background reader stopped unexpectedly",
+                )))
+            }
+        }
+    }
+}
+
+/// Scan the whole data once, parsing raw, to find whether any index 0 occurs.
+fn detect_base(files: &[FileInfo], block_bytes: u64, o: &LibSvmOptions) -> Result<IndexBase> {
+    let raw = LibSvmOptions {
+        num_features: None,
+        ..o.clone()
+    }
+    .chunk_opts(IndexBase::Auto);
+    let mut buf = Vec::new();
+    for s in plan_part(files, 1, 0, block_bytes)? {
+        read_span(files, s, &mut buf)?;
+        let rows = parse_parallel(&buf, &raw).map_err(|e| locate(files, s, &buf, e))?;
+        if rows.iter().any(|r| r.min_raw == 0) {
+            return Ok(IndexBase::Zero);
+        }
+    }
+    Ok(IndexBase::One)
+}
+
+/// Position a parse error of a block in its file (counts the newlines before the block).
+fn locate(files: &[FileInfo], s: Span, buf: &[u8], e: super::BufError) -> DataError {
+    let path = &files[s.file].path;
+    match count_newlines(path, s.start) {
+        Ok(n) => positioned(path, buf, n, e),
+        Err(err) => err,
+    }
+}
+
+fn count_newlines(path: &std::path::Path, upto: u64) -> Result<u64> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut r = f.take(upto);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = r.read(&mut buf).map_err(|e| DataError::io(path, e))?;
+        if k == 0 {
+            return Ok(n);
+        }
+        n += memchr::memchr_iter(b'\n', &buf[..k]).count() as u64;
+    }
+}
+
+/// Block visiting order of an epoch.
+fn epoch_order(sh: &Shared, epoch: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..sh.blocks.len()).collect();
+    if sh.p.shuffle {
+        order.shuffle(&mut StdRng::seed_from_u64(mix(sh.p.seed, epoch, u64::MAX)));
+    }
+    order
+}
+
+fn mix(seed: u64, a: u64, b: u64) -> u64 {
+    // splitmix64-style mixing so nearby seeds/epochs give unrelated streams
+    let mut z = seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.rotate_left(17);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Read and parse one block into row pieces (labels from the label file merged in), shuffled
+/// within the block when asked.
+fn load_block(
+    sh: &Shared,
+    bi: usize,
+    epoch: u64,
+    buf: &[u8],
+    lbuf: &mut Vec<u8>,
+) -> Result<Vec<Rows>> {
+    let b = &sh.blocks[bi];
+    let mut pieces =
+        parse_parallel(buf, &sh.data_opts).map_err(|e| locate(&sh.files, b.data, buf, e))?;
+    match (&b.label, &sh.label_file) {
+        (Some(ls), Some(lf)) => {
+            let lfiles = std::slice::from_ref(lf);
+            read_span(lfiles, *ls, lbuf)?;
+            let lp =
+                parse_parallel(lbuf, &sh.label_opts).map_err(|e| locate(lfiles, *ls, lbuf, e))?;
+            let labels = super::load::concat(lp);
+            let nrows: usize = pieces.iter().map(Rows::len).sum();
+            if labels.len() != nrows {
+                return Err(DataError::arg(
+                    "LibSVMIter",
+                    format!("label block has {} rows, data block {nrows}", labels.len()),
+                ));
+            }
+            let mut g = 0;
+            for piece in &mut pieces {
+                let (a, z) = (
+                    labels.indptr[g] as usize,
+                    labels.indptr[g + piece.len()] as usize,
+                );
+                piece.labels = labels.values[a..z].to_vec();
+                piece.label_indices = labels.indices[a..z].to_vec();
+                piece.label_ptr = labels.indptr[g..=g + piece.len()]
+                    .iter()
+                    .map(|x| x - a as i64)
+                    .collect();
+                g += piece.len();
+            }
+        }
+        _ => {
+            let k = sh.p.label_shape as i64;
+            let mut g = 0;
+            for piece in &pieces {
+                if let Some(r) =
+                    (0..piece.len()).find(|&r| piece.label_ptr[r + 1] - piece.label_ptr[r] != k)
+                {
+                    let got = piece.label_ptr[r + 1] - piece.label_ptr[r];
+                    let line_start = row_line_start(buf, g + r);
+                    let e = super::BufError {
+                        line_start,
+                        err: super::parse::RawError {
+                            line: 0,
+                            col: 1,
+                            msg: format!(
+                                "expected {k} label(s) per row (label_shape), found {got}"
+                            ),
+                        },
+                    };
+                    return Err(locate(&sh.files, b.data, buf, e));
+                }
+                g += piece.len();
+            }
+        }
+    }
+    if sh.p.shuffle {
+        let all = super::load::concat(pieces);
+        let mut order: Vec<usize> = (0..all.len()).collect();
+        order.shuffle(&mut StdRng::seed_from_u64(mix(sh.p.seed, epoch, bi as u64)));
+        pieces = vec![all.gather(&order)];
+    }
+    Ok(pieces)
+}
+
+/// Byte offset of the line holding the `r`-th row of a buffer.
+fn row_line_start(buf: &[u8], r: usize) -> usize {
+    let mut seen = 0;
+    let mut start = 0;
+    for line in buf.split(|&b| b == b'\n') {
+        if super::parse::is_row_line(line) {
+            if seen == r {
+                return start;
+            }
+            seen += 1;
+        }
+        start += line.len() + 1;
+    }
+    buf.len()
+}
+
+/// Build the batches of `batch` rows from `pieces` (after `carry`), send them, and return the
+/// leftover rows.
+fn emit(sh: &Shared, pieces: &[Rows], tx: &SyncSender<Msg>) -> std::result::Result<Rows, ()> {
+    let bs = sh.p.batch_size;
+    let mut specs: Vec<Vec<Seg<'_>>> = Vec::new();
+    let mut cur: Vec<Seg<'_>> = Vec::new();
+    let mut have = 0;
+    for p in pieces {
+        let mut r = 0;
+        while r < p.len() {
+            let take = (bs - have).min(p.len() - r);
+            cur.push((p, r, r + take));
+            have += take;
+            r += take;
+            if have == bs {
+                specs.push(std::mem::take(&mut cur));
+                have = 0;
+            }
+        }
+    }
+    let batches: Vec<Batch> = specs.par_iter().map(|s| make_batch(sh, s, 0)).collect();
+    for b in batches {
+        tx.send(Msg::Batch(b)).map_err(|_| ())?;
+    }
+    let mut left = Rows::new();
+    for &(p, a, z) in &cur {
+        left.extend_from(p, a, z);
+    }
+    Ok(left)
+}
+
+fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
+    let data = csr_from_segs(segs, sh.p.data_shape);
+    let label = if sh.label_file.is_some() {
+        csr_labels_from_segs(segs, sh.p.label_shape)
+    } else {
+        dense_labels_from_segs(segs, sh.p.label_shape)
+    };
+    Batch {
+        data,
+        label: Some(label),
+        pad,
+    }
+}
+
+/// The producer of one epoch.
+fn produce(sh: &Shared, epoch: u64, carry: Option<Rows>, skip: usize, tx: &SyncSender<Msg>) {
+    if let Err(e) = produce_inner(sh, epoch, carry, skip, tx) {
+        let _ = tx.send(Msg::Err(e));
+    }
+}
+
+fn produce_inner(
+    sh: &Shared,
+    epoch: u64,
+    carry: Option<Rows>,
+    mut skip: usize,
+    tx: &SyncSender<Msg>,
+) -> Result<()> {
+    let order = epoch_order(sh, epoch);
+    let bar =
+        sh.p.progress
+            .then(|| crate::progress::bar(sh.part_bytes, &format!("epoch {epoch}")));
+    // Reader thread: blocks are read while the previous one is parsed.
+    let (btx, brx) = sync_channel::<Result<(usize, Vec<u8>)>>(1);
+    let reader = {
+        let files = sh.files.clone();
+        let spans: Vec<Span> = order.iter().map(|&i| sh.blocks[i].data).collect();
+        std::thread::spawn(move || {
+            for (k, s) in spans.into_iter().enumerate() {
+                let mut buf = Vec::new();
+                let r = read_span(&files, s, &mut buf).map(|_| (k, buf));
+                if btx.send(r).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let mut left = carry.unwrap_or_else(Rows::new);
+    let mut lbuf = Vec::new();
+    let mut stopped = false;
+    for _ in 0..order.len() {
+        let Ok(r) = brx.recv() else { break };
+        let (k, buf) = r?;
+        let bi = order[k];
+        let mut pieces = load_block(sh, bi, epoch, &buf, &mut lbuf)?;
+        if let Some(bar) = &bar {
+            bar.inc(buf.len() as u64);
+        }
+        // Rows the previous round batch borrowed.
+        for p in pieces.iter_mut() {
+            if skip == 0 {
+                break;
+            }
+            let n = skip.min(p.len());
+            let mut rest = Rows::new();
+            rest.extend_from(p, n, p.len());
+            *p = rest;
+            skip -= n;
+        }
+        let mut all = Vec::with_capacity(pieces.len() + 1);
+        all.push(std::mem::replace(&mut left, Rows::new()));
+        all.extend(pieces);
+        match emit(sh, &all, tx) {
+            Ok(l) => left = l,
+            Err(()) => {
+                stopped = true;
+                break;
+            }
+        }
+    }
+    drop(brx);
+    let _ = reader.join();
+    if stopped {
+        return Ok(());
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let bs = sh.p.batch_size;
+    let c = left.len();
+    let (mut end_carry, mut end_skip) = (None, 0);
+    if c > 0 {
+        match sh.p.last_batch {
+            LastBatch::Keep => send(tx, make_batch(sh, &[(&left, 0, c)], 0))?,
+            LastBatch::Discard => {}
+            LastBatch::RollOver => end_carry = Some(left),
+            LastBatch::Pad | LastBatch::RoundBatch => {
+                let next = if sh.p.last_batch == LastBatch::Pad {
+                    epoch
+                } else {
+                    epoch + 1
+                };
+                let (fill, pos) = wrap_rows(sh, next, bs - c)?;
+                let batch = make_batch(sh, &[(&left, 0, c), (&fill, 0, fill.len())], fill.len());
+                send(tx, batch)?;
+                if sh.p.last_batch == LastBatch::RoundBatch {
+                    end_skip = pos;
+                }
+            }
+        }
+    }
+    let _ = tx.send(Msg::End {
+        carry: end_carry,
+        skip: end_skip,
+    });
+    Ok(())
+}
+
+fn send(tx: &SyncSender<Msg>, b: Batch) -> Result<()> {
+    // A closed channel means the consumer reset or dropped the iterator: nothing to report.
+    let _ = tx.send(Msg::Batch(b));
+    Ok(())
+}
+
+/// `need` rows from the start of epoch `epoch`'s order (cycling if the part is smaller), and
+/// how many rows into its last cycle the taking stopped.
+fn wrap_rows(sh: &Shared, epoch: u64, need: usize) -> Result<(Rows, usize)> {
+    let order = epoch_order(sh, epoch);
+    let mut out = Rows::new();
+    let (mut buf, mut lbuf) = (Vec::new(), Vec::new());
+    loop {
+        let mut pos = 0;
+        for &bi in &order {
+            read_span(&sh.files, sh.blocks[bi].data, &mut buf)?;
+            for p in load_block(sh, bi, epoch, &buf, &mut lbuf)? {
+                let take = (need - out.len()).min(p.len());
+                out.extend_from(&p, 0, take);
+                pos += take;
+                if out.len() == need {
+                    return Ok((out, pos));
+                }
+            }
+        }
+        if pos == 0 {
+            return Ok((out, 0)); // no rows at all: nothing to wrap with
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! LibSVMIter: partitions, last-batch modes, shuffle, label files, errors, prefetch.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::LastBatch;
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sparrow-it-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `n` rows; row `i` has label `i` and features `i%5:i` and `5+i%3:1` (one comment line and a
+/// blank line mixed in, to check they are not rows).
+fn write_rows(path: &std::path::Path, n: usize) {
+    let mut s = String::from("# generated\n");
+    for i in 0..n {
+        s.push_str(&format!("{i} {}:{i} {}:1\n", i % 5, 5 + i % 3));
+        if i % 17 == 3 {
+            s.push('\n');
+        }
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// Row ids (labels) of every batch of one pass, and the pads.
+fn pass(it: &mut LibSVMIter) -> (Vec<Vec<i64>>, Vec<usize>) {
+    let mut ids = Vec::new();
+    let mut pads = Vec::new();
+    for b in it.by_ref() {
+        let b = b.unwrap();
+        let rows = b.data.shape()[0];
+        let lab = b.label.unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(lab.len(), rows);
+        // The data must agree with the label (feature i%5 holds value i).
+        let g = b.data.read();
+        let c = g.as_csr().unwrap();
+        for (r, &l) in lab.iter().enumerate() {
+            let s = c.indptr[r] as usize;
+            assert_eq!(c.indices()[s], (l as i64) % 5);
+            assert_eq!(c.values::<f32>().unwrap()[s], l);
+        }
+        ids.push(lab.iter().map(|&l| l as i64).collect());
+        pads.push(b.pad);
+    }
+    (ids, pads)
+}
+
+fn params(path: &std::path::Path, bs: usize, lb: LastBatch) -> LibSVMIterParams {
+    let mut p = LibSVMIterParams::new(path, 8, bs);
+    p.last_batch = lb;
+    p.block_bytes = 64; // many blocks even for tiny files
+    p
+}
+
+#[test]
+fn partitions_cover_every_row_once() {
+    let d = tmpdir("parts");
+    let f = d.join("a.svm");
+    write_rows(&f, 257);
+    for parts in [1, 2, 3, 5, 8, 300] {
+        let mut seen = vec![0u32; 257];
+        for part in 0..parts {
+            let mut p = params(&f, 7, LastBatch::Keep);
+            p.num_parts = parts;
+            p.part_index = part;
+            let mut it = LibSVMIter::new(p).unwrap();
+            for id in pass(&mut it).0.concat() {
+                seen[id as usize] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1), "num_parts={parts}: {seen:?}");
+    }
+    assert!(LibSVMIter::new({
+        let mut p = params(&f, 7, LastBatch::Keep);
+        p.num_parts = 2;
+        p.part_index = 2;
+        p
+    })
+    .is_err());
+}
+
+#[test]
+fn last_batch_modes() {
+    let d = tmpdir("last");
+    let f = d.join("a.svm");
+    write_rows(&f, 10);
+    let run = |lb| {
+        let mut it = LibSVMIter::new(params(&f, 4, lb)).unwrap();
+        let e0 = pass(&mut it);
+        it.reset();
+        let e1 = pass(&mut it);
+        it.reset();
+        (e0, e1, pass(&mut it))
+    };
+    let (e0, e1, _) = run(LastBatch::Keep);
+    assert_eq!(e0.0, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+    assert_eq!(e0.1, vec![0, 0, 0]);
+    assert_eq!(e1, e0);
+    let (e0, _, _) = run(LastBatch::Discard);
+    assert_eq!(e0.0, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    let (e0, e1, _) = run(LastBatch::Pad);
+    assert_eq!(e0.0[2], vec![8, 9, 0, 1]);
+    assert_eq!(e0.1, vec![0, 0, 2]);
+    assert_eq!(e1, e0);
+    // MXNet round_batch: the next epoch starts after the borrowed rows.
+    let (e0, e1, e2) = run(LastBatch::RoundBatch);
+    assert_eq!(e0.0[2], vec![8, 9, 0, 1]);
+    assert_eq!(e0.1[2], 2);
+    assert_eq!(e1.0, vec![vec![2, 3, 4, 5], vec![6, 7, 8, 9]]);
+    assert_eq!(e2.0, e0.0);
+    let (e0, e1, e2) = run(LastBatch::RollOver);
+    assert_eq!(e0.0, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    assert_eq!(
+        e1.0,
+        vec![vec![8, 9, 0, 1], vec![2, 3, 4, 5], vec![6, 7, 8, 9]]
+    );
+    assert_eq!(e2.0.len(), 2);
+}
+
+#[test]
+fn round_batch_smaller_than_batch() {
+    let d = tmpdir("tiny");
+    let f = d.join("a.svm");
+    write_rows(&f, 3);
+    let mut it = LibSVMIter::new(params(&f, 8, LastBatch::RoundBatch)).unwrap();
+    let (ids, pads) = pass(&mut it);
+    assert_eq!(ids, vec![vec![0, 1, 2, 0, 1, 2, 0, 1]]);
+    assert_eq!(pads, vec![5]);
+}
+
+#[test]
+fn shuffle_is_seeded_and_complete() {
+    let d = tmpdir("shuf");
+    let f = d.join("a.svm");
+    write_rows(&f, 200);
+    let mk = |seed| {
+        let mut p = params(&f, 16, LastBatch::Keep);
+        p.shuffle = true;
+        p.seed = seed;
+        LibSVMIter::new(p).unwrap()
+    };
+    let (mut a, mut b) = (mk(7), mk(7));
+    let (pa, pb) = (pass(&mut a).0.concat(), pass(&mut b).0.concat());
+    assert_eq!(pa, pb);
+    let mut sorted = pa.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..200).collect::<Vec<_>>());
+    assert_ne!(pa, (0..200).collect::<Vec<_>>());
+    a.reset();
+    assert_ne!(pass(&mut a).0.concat(), pa, "a new epoch gets a new order");
+    assert_ne!(pass(&mut mk(8)).0.concat(), pa);
+}
+
+#[test]
+fn label_file_gives_csr_labels() {
+    let d = tmpdir("lab");
+    let f = d.join("x.svm");
+    write_rows(&f, 50);
+    let mut s = String::new();
+    for i in 0..50 {
+        // row i: label columns i%4 and 4 (value i)
+        s.push_str(&format!("0 {}:1 4:{i}\n", i % 4));
+        if i == 10 {
+            s.push_str("# a comment line\n");
+        }
+    }
+    let lf = d.join("y.svm");
+    std::fs::write(&lf, s).unwrap();
+    for parts in [1, 3] {
+        let mut seen = 0;
+        for part in 0..parts {
+            let mut p = params(&f, 6, LastBatch::Keep);
+            p.label_libsvm = Some(lf.clone());
+            p.label_shape = 5;
+            p.num_parts = parts;
+            p.part_index = part;
+            for b in LibSVMIter::new(p).unwrap() {
+                let b = b.unwrap();
+                let y = b.label.unwrap();
+                assert_eq!(y.stype(), sparrow_core::SType::Csr);
+                assert_eq!(y.shape(), vec![b.data.shape()[0], 5]);
+                let (xg, yg) = (b.data.read(), y.read());
+                let (xc, yc) = (xg.as_csr().unwrap(), yg.as_csr().unwrap());
+                for r in 0..xc.shape[0] {
+                    let id = xc.values::<f32>().unwrap()[xc.indptr[r] as usize] as i64;
+                    let s = yc.indptr[r] as usize;
+                    assert_eq!(&yc.indices()[s..s + 2], &[id % 4, 4]);
+                    assert_eq!(yc.values::<f32>().unwrap()[s + 1], id as f32);
+                    seen += 1;
+                }
+            }
+        }
+        assert_eq!(seen, 50);
+    }
+    // A label file with a different number of rows is rejected.
+    std::fs::write(&lf, "0 1:1\n").unwrap();
+    let mut p = params(&f, 6, LastBatch::Keep);
+    p.label_libsvm = Some(lf);
+    p.label_shape = 5;
+    assert!(LibSVMIter::new(p).is_err());
+}
+
+#[test]
+fn errors_name_the_absolute_line() {
+    let d = tmpdir("err");
+    let f = d.join("a.svm");
+    write_rows(&f, 300);
+    let mut text = std::fs::read_to_string(&f).unwrap();
+    let lines = text.lines().count();
+    text.push_str("1 3:1 2:x\n");
+    std::fs::write(&f, &text).unwrap();
+    let mut it = LibSVMIter::new(params(&f, 7, LastBatch::Keep)).unwrap();
+    let err = it.find_map(|b| b.err()).expect("an error");
+    assert_eq!(err.position(), Some((lines as u64 + 1, 9)), "{err}");
+    assert!(it.next().is_none());
+    // Too many labels for label_shape 1.
+    std::fs::write(&f, "1 0:1\n# c\n1,2 0:1\n").unwrap();
+    let mut it = LibSVMIter::new(params(&f, 7, LastBatch::Keep)).unwrap();
+    let err = it.next().unwrap().unwrap_err();
+    assert_eq!(err.position(), Some((3, 1)), "{err}");
+}
+
+#[test]
+fn directory_auto_base_and_prefetch() {
+    let d = tmpdir("dir");
+    write_rows(&d.join("part-0"), 30);
+    write_rows(&d.join("part-1"), 20);
+    std::fs::write(d.join(".hidden"), "junk").unwrap();
+    let mut p = params(&d, 4, LastBatch::Keep);
+    p.prefetch = 1;
+    p.index_base = IndexBase::Auto; // index 0 occurs => zero-based
+    let mut it = LibSVMIter::new(p).unwrap();
+    let ids = pass(&mut it).0.concat();
+    let want: Vec<i64> = (0..30).chain(0..20).collect();
+    assert_eq!(ids, want);
+    // Dropping an iterator mid-epoch stops its threads (must not hang).
+    let mut it = LibSVMIter::new(params(&d, 1, LastBatch::Keep)).unwrap();
+    it.next().unwrap().unwrap();
+    drop(it);
+    // One-based auto detection: indices shift down by one.
+    let g = d.join("one.svm");
+    std::fs::write(&g, "1 1:1 8:2\n0 3:1\n").unwrap();
+    let mut p = params(&g, 2, LastBatch::Keep);
+    p.index_base = IndexBase::Auto;
+    let b = LibSVMIter::new(p).unwrap().next().unwrap().unwrap();
+    let x = b.data.read();
+    assert_eq!(x.as_csr().unwrap().indices(), &[0, 7, 2]);
+}
+
+#[test]
+fn matches_whole_file_loader() {
+    let d = tmpdir("cmp");
+    let f = d.join("a.svm");
+    write_rows(&f, 1000);
+    let all = load_libsvm(&f, &LibSvmOptions::default()).unwrap();
+    let mut p = params(&f, 64, LastBatch::Keep);
+    p.block_bytes = 1000;
+    let mut idx = Vec::new();
+    let mut vals = Vec::new();
+    for b in LibSVMIter::new(p).unwrap() {
+        let b = b.unwrap();
+        let g = b.data.read();
+        let c = g.as_csr().unwrap();
+        idx.extend_from_slice(c.indices());
+        vals.extend_from_slice(c.values::<f32>().unwrap());
+    }
+    assert_eq!(idx, all.rows.indices);
+    assert_eq!(vals, all.rows.values);
+}

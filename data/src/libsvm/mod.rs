@@ -1,0 +1,142 @@
+//! LibSVM text format: parser, whole-file loader, streaming iterator and writer.
+//!
+//! A line is `label[,label...] [qid:N] index:value index:value ...`. `#` starts a comment (a
+//! whole line or the rest of a line); blank lines and comment-only lines are not rows; fields are
+//! separated by spaces or tabs (a `\r` before the newline is ignored); a row may have no
+//! features. Values and labels are parsed to `f32`, correctly rounded from the decimal text.
+//!
+//! Indices are zero-based (MXNet's default), one-based, or detected ([`IndexBase::Auto`]): data
+//! with no index 0 anywhere is one-based, as scikit-learn decides. Auto needs the whole input:
+//! [`load_libsvm`] parses everything first and then shifts; the streaming [`LibSVMIter`] with
+//! `Auto` makes one extra parsing pass over the data when it is built (memory stays bounded),
+//! so give an explicit base for large files.
+//!
+//! Malformed input is a [`DataError::Parse`](crate::DataError::Parse) naming the file, the line
+//! and the byte column: non-numeric labels or values, `index:` with no value, negative indices,
+//! indices `>=` the declared number of features, and unsorted or duplicate indices in a row
+//! (unless [`LibSvmOptions::sort_indices`] asks to sort them and sum duplicates).
+
+mod iter;
+mod load;
+pub(crate) mod number;
+pub(crate) mod parse;
+mod plan;
+mod write;
+
+pub use iter::{LibSVMIter, LibSVMIterParams};
+pub use load::{load_libsvm, parse_libsvm_bytes, LibSvmData};
+pub use parse::Rows;
+pub use write::{save_libsvm, save_libsvm_with};
+
+use parse::ChunkOpts;
+
+/// How feature indices in the text map to columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexBase {
+    /// Index `i` is column `i` (MXNet's default).
+    #[default]
+    Zero,
+    /// Index `i` is column `i - 1`; an index 0 is an error.
+    One,
+    /// One-based if no index 0 occurs anywhere, else zero-based (scikit-learn's rule).
+    Auto,
+}
+
+/// Options of the LibSVM readers.
+#[derive(Debug, Clone, Default)]
+pub struct LibSvmOptions {
+    /// Index base (default zero-based).
+    pub index_base: IndexBase,
+    /// The declared number of features; an index at or past it is an error. `None`: the largest
+    /// column + 1 (only for the whole-file loader).
+    pub num_features: Option<usize>,
+    /// Sort each row's indices and sum duplicates instead of rejecting them.
+    pub sort_indices: bool,
+}
+
+impl LibSvmOptions {
+    /// Chunk options for a known base (`Auto` parses raw: no shift, no bound).
+    pub(crate) fn chunk_opts(&self, base: IndexBase) -> ChunkOpts {
+        match base {
+            IndexBase::Auto => ChunkOpts {
+                shift: 0,
+                zero_is_error: false,
+                bound: None,
+                sort: self.sort_indices,
+            },
+            IndexBase::Zero | IndexBase::One => ChunkOpts {
+                shift: (base == IndexBase::One) as i64,
+                zero_is_error: base == IndexBase::One,
+                bound: self.num_features.map(|n| n as u64),
+                sort: self.sort_indices,
+            },
+        }
+    }
+}
+
+/// Target size of the pieces one parallel parse splits a buffer into.
+pub(crate) const PIECE_BYTES: usize = 1 << 20;
+
+/// Split `buf` (whole lines) into pieces of about `piece` bytes, each ending after a newline
+/// (or at the end), and return the piece start offsets plus `buf.len()`.
+pub(crate) fn split_lines(buf: &[u8], piece: usize) -> Vec<usize> {
+    let mut cuts = vec![0];
+    let mut pos = 0;
+    while pos + piece < buf.len() {
+        match memchr::memchr(b'\n', &buf[pos + piece..]) {
+            Some(i) => {
+                pos = pos + piece + i + 1;
+                if pos < buf.len() {
+                    cuts.push(pos);
+                }
+            }
+            None => break,
+        }
+    }
+    cuts.push(buf.len());
+    cuts
+}
+
+/// A parse failure inside a buffer: the byte offset in the buffer of the start of the line at
+/// fault, and the error with its column.
+pub(crate) struct BufError {
+    pub line_start: usize,
+    pub err: parse::RawError,
+}
+
+/// Parse a buffer of whole lines in parallel (rayon) into one `Rows` per piece, in order.
+pub(crate) fn parse_parallel(buf: &[u8], opts: &ChunkOpts) -> Result<Vec<Rows>, BufError> {
+    use rayon::prelude::*;
+    let cuts = split_lines(buf, PIECE_BYTES);
+    let res: Vec<Result<Rows, BufError>> = cuts
+        .par_windows(2)
+        .map(|w| {
+            let piece = &buf[w[0]..w[1]];
+            let mut rows = Rows::new();
+            // A generous guess avoids most regrowth: ~20 bytes per feature.
+            rows.indices.reserve(piece.len() / 20);
+            rows.values.reserve(piece.len() / 20);
+            parse::parse_into(piece, opts, &mut rows).map_err(|err| {
+                let line_start = w[0] + nth_line_start(piece, err.line);
+                BufError { line_start, err }
+            })?;
+            Ok(rows)
+        })
+        .collect();
+    res.into_iter().collect()
+}
+
+/// Byte offset of the start of the `n`-th (0-based) line of `buf`.
+pub(crate) fn nth_line_start(buf: &[u8], n: u64) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    memchr::memchr_iter(b'\n', buf)
+        .nth(n as usize - 1)
+        .map_or(buf.len(), |i| i + 1)
+}
+
+#[cfg(test)]
+mod iter_tests;
+#[cfg(test)]
+mod tests;

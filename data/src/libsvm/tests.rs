@@ -1,0 +1,310 @@
+//! Format cases, malformed input with exact positions, and writer round trips.
+
+use super::*;
+use proptest::prelude::*;
+
+fn parse(s: &str, base: IndexBase, nf: Option<usize>) -> crate::Result<LibSvmData> {
+    let o = LibSvmOptions {
+        index_base: base,
+        num_features: nf,
+        sort_indices: false,
+    };
+    parse_libsvm_bytes(s.as_bytes(), "t.svm", &o)
+}
+
+fn err_at(s: &str, base: IndexBase, nf: Option<usize>) -> (u64, u64, String) {
+    match parse(s, base, nf) {
+        Err(crate::DataError::Parse {
+            line,
+            col,
+            msg,
+            file,
+        }) => {
+            assert_eq!(file, std::path::Path::new("t.svm"));
+            (line, col, msg)
+        }
+        other => panic!("expected a parse error for {s:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn format_cases() {
+    let text = "# header comment\n\
+                1 0:1.5 3:-2e3\n\
+                \n\
+                   \t  \n\
+                0\t1:0 2:1E-2 # inline comment 9:9\n\
+                -1 qid:7 4:0.000001\r\n\
+                1,2,3\n\
+                +1 5:123456789.123456789";
+    let d = parse(text, IndexBase::Zero, Some(6)).unwrap();
+    let r = &d.rows;
+    assert_eq!(r.len(), 5);
+    assert_eq!(r.indptr, vec![0, 2, 4, 5, 5, 6]);
+    assert_eq!(r.indices, vec![0, 3, 1, 2, 4, 5]);
+    assert_eq!(
+        r.values,
+        vec![1.5, -2000.0, 0.0, 0.01, 1e-6, 123456789.123456789f32]
+    );
+    assert_eq!(r.labels, vec![1.0, 0.0, -1.0, 1.0, 2.0, 3.0, 1.0]);
+    assert_eq!(r.label_ptr, vec![0, 1, 2, 3, 6, 7]);
+    assert_eq!(r.qids, vec![-1, -1, 7, -1, -1]);
+    assert_eq!(d.num_features, 6);
+    // Explicit zeros are kept as stored entries.
+    let x = d.csr().unwrap();
+    assert_eq!(x.shape(), vec![5, 6]);
+    assert!(
+        d.labels().is_err(),
+        "multi-label row rejected for dense labels"
+    );
+}
+
+#[test]
+fn full_precision_is_correctly_rounded() {
+    // 17 significant digits and a value between two floats: must match std's exact parse.
+    for v in [
+        "0.10000000149011612",
+        "0.1000000014901161193847656250001",
+        "3.4028234663852886e38",
+        "1.17549435e-38",
+        "7.0064923216240862e-46",
+        "0.99999997",
+    ] {
+        let d = parse(&format!("1 0:{v}"), IndexBase::Zero, None).unwrap();
+        assert_eq!(
+            d.rows.values[0].to_bits(),
+            v.parse::<f32>().unwrap().to_bits(),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn index_bases() {
+    let one = "1 1:1 3:1\n0 2:5\n";
+    let d = parse(one, IndexBase::Auto, None).unwrap();
+    assert_eq!(d.index_base, IndexBase::One);
+    assert_eq!(d.rows.indices, vec![0, 2, 1]);
+    assert_eq!(d.num_features, 3);
+    let d = parse(one, IndexBase::One, Some(3)).unwrap();
+    assert_eq!(d.rows.indices, vec![0, 2, 1]);
+    let d = parse(one, IndexBase::Zero, None).unwrap();
+    assert_eq!(d.rows.indices, vec![1, 3, 2]);
+    assert_eq!(d.num_features, 4);
+    let zero = "1 1:1\n0 0:5\n";
+    let d = parse(zero, IndexBase::Auto, None).unwrap();
+    assert_eq!(d.index_base, IndexBase::Zero);
+    assert_eq!(d.rows.indices, vec![1, 0]);
+    // Index 0 in one-based data.
+    let (l, c, m) = err_at(zero, IndexBase::One, None);
+    assert_eq!((l, c), (2, 3), "{m}");
+    assert!(m.contains("one-based"));
+    // Auto + bound: the out-of-range index is located after the base is decided.
+    let (l, c, m) = err_at("1 1:1\n0 2:5 4:1\n", IndexBase::Auto, Some(3));
+    assert_eq!((l, c), (2, 7), "{m}");
+}
+
+#[test]
+fn malformed_positions() {
+    let cases: &[(&str, IndexBase, Option<usize>, u64, u64, &str)] = &[
+        (
+            "1 0:1\nabc 1:2\n",
+            IndexBase::Zero,
+            None,
+            2,
+            1,
+            "numeric label",
+        ),
+        (
+            "1 0:1\n1,x 1:2\n",
+            IndexBase::Zero,
+            None,
+            2,
+            3,
+            "numeric label",
+        ),
+        ("1,,2 0:1\n", IndexBase::Zero, None, 1, 3, "empty label"),
+        (
+            "1 0:1 5:\n",
+            IndexBase::Zero,
+            None,
+            1,
+            9,
+            "value after `5:`",
+        ),
+        ("1 0:1 5: 6:1\n", IndexBase::Zero, None, 1, 9, "value after"),
+        (
+            "\n\n1\t2:zz\n",
+            IndexBase::Zero,
+            None,
+            3,
+            5,
+            "numeric value",
+        ),
+        ("1 -3:1\n", IndexBase::Zero, None, 1, 3, "negative"),
+        (
+            "# c\n1 2:1 10:1\n",
+            IndexBase::Zero,
+            Some(10),
+            2,
+            7,
+            "out of range",
+        ),
+        ("1 4:1 2:1\n", IndexBase::Zero, None, 1, 7, "unsorted"),
+        ("1 4:1 4:1\n", IndexBase::Zero, None, 1, 7, "duplicate"),
+        ("1 4\n", IndexBase::Zero, None, 1, 3, "`index:value`"),
+        (
+            "1 a:1\n",
+            IndexBase::Zero,
+            None,
+            1,
+            3,
+            "integer feature index",
+        ),
+        (
+            "1 99999999999999999999:1\n",
+            IndexBase::Zero,
+            None,
+            1,
+            3,
+            "does not fit",
+        ),
+        ("1 qid:x 1:1\n", IndexBase::Zero, None, 1, 7, "qid"),
+        ("1 1:1 qid:3\n", IndexBase::Zero, None, 1, 7, "qid"),
+        ("1 1:1.5.5\n", IndexBase::Zero, None, 1, 5, "numeric value"),
+        (
+            "1 1:1 # ok\n2 3:4 :5\n",
+            IndexBase::Zero,
+            None,
+            2,
+            7,
+            "integer feature index",
+        ),
+    ];
+    for &(s, b, nf, line, col, what) in cases {
+        let (l, c, m) = err_at(s, b, nf);
+        assert_eq!((l, c), (line, col), "{s:?}: {m}");
+        assert!(m.contains(what), "{s:?}: {m}");
+    }
+}
+
+#[test]
+fn error_display_names_file_line_col() {
+    let e = parse("1 0:1\n1 0:x\n", IndexBase::Zero, None).unwrap_err();
+    let s = e.to_string();
+    assert!(s.starts_with("t.svm:2:5: "), "{s}");
+}
+
+#[test]
+fn sort_option_sorts_and_merges() {
+    let o = LibSvmOptions {
+        sort_indices: true,
+        ..Default::default()
+    };
+    let d = parse_libsvm_bytes(b"1 5:1 2:2 5:3 0:1\n0 1:1\n", "m", &o).unwrap();
+    assert_eq!(d.rows.indices, vec![0, 2, 5, 1]);
+    assert_eq!(d.rows.values, vec![1.0, 2.0, 4.0, 1.0]);
+    assert_eq!(d.rows.indptr, vec![0, 3, 4]);
+}
+
+#[test]
+fn never_panics_on_junk() {
+    let mut seed = 12345u64;
+    for _ in 0..2000 {
+        let mut bytes = Vec::new();
+        for _ in 0..(seed % 64) {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let alphabet = b"0123456789:.-+eE #\n\t,qid\xff\x00";
+            bytes.push(alphabet[(seed >> 33) as usize % alphabet.len()]);
+        }
+        for base in [IndexBase::Zero, IndexBase::One, IndexBase::Auto] {
+            let o = LibSvmOptions {
+                index_base: base,
+                num_features: Some(50),
+                sort_indices: seed % 2 == 0,
+            };
+            let _ = parse_libsvm_bytes(&bytes, "junk", &o);
+        }
+    }
+}
+
+#[test]
+fn big_input_splits_into_pieces_consistently() {
+    // More than one parse piece: rows and error lines must be counted across pieces.
+    let mut s = String::new();
+    for i in 0..60_000 {
+        s.push_str(&format!("{} {}:{} {}:0.5\n", i % 2, i % 7, i, 7 + i % 11));
+    }
+    let d = parse(&s, IndexBase::Zero, None).unwrap();
+    assert_eq!(d.rows.len(), 60_000);
+    assert_eq!(d.rows.values[2 * 59_999], 59_999.0);
+    s.push_str("1 3:1 2:1\n");
+    let (l, c, _) = err_at(&s, IndexBase::Zero, None);
+    assert_eq!((l, c), (60_001, 7));
+}
+
+fn write_read(x: &sparrow_core::NDArray, y: &sparrow_core::NDArray, base: IndexBase) -> LibSvmData {
+    let dir = std::env::temp_dir().join(format!("sparrow-rt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("rt-{:?}-{}.svm", base, x.id()));
+    save_libsvm_with(&p, x, y, base).unwrap();
+    let o = LibSvmOptions {
+        index_base: if base == IndexBase::One {
+            IndexBase::One
+        } else {
+            IndexBase::Zero
+        },
+        num_features: Some(x.shape()[1]),
+        sort_indices: false,
+    };
+    let d = load_libsvm(&p, &o).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    d
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Any CSR with any finite f32 values (and labels) writes and reads back bit-identical.
+    #[test]
+    fn roundtrip_bit_identical(rows in prop::collection::vec(
+            (any::<u32>(), prop::collection::btree_map(0i64..40, any::<u32>(), 0..8)), 0..20),
+            one_based in any::<bool>()) {
+        let mut indptr = vec![0i64];
+        let (mut idx, mut val, mut lab) = (vec![], vec![], vec![]);
+        let fin = |b: u32| { let v = f32::from_bits(b); if v.is_finite() { v } else { 1.0 } };
+        for (l, row) in &rows {
+            lab.push(fin(*l));
+            for (c, v) in row { idx.push(*c); val.push(fin(*v)); }
+            indptr.push(idx.len() as i64);
+        }
+        let x = crate::batch::csr_array(rows.len(), 40, indptr.clone(), idx.clone(), val.clone());
+        let y = sparrow_core::NDArray::from_vec(lab.clone(), &[rows.len()]).unwrap();
+        let base = if one_based { IndexBase::One } else { IndexBase::Zero };
+        let d = write_read(&x, &y, base);
+        prop_assert_eq!(&d.rows.indptr, &indptr);
+        prop_assert_eq!(&d.rows.indices, &idx);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        prop_assert_eq!(bits(&d.rows.values), bits(&val));
+        prop_assert_eq!(bits(&d.rows.labels), bits(&lab));
+    }
+}
+
+#[test]
+fn writer_multilabel_and_atomic() {
+    let x = crate::batch::csr_array(2, 3, vec![0, 1, 1], vec![2], vec![0.25]);
+    let y = sparrow_core::NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let dir = std::env::temp_dir().join(format!("sparrow-w-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("ml.svm");
+    save_libsvm(&p, &x, &y).unwrap();
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), "1,2 2:0.25\n3,4\n");
+    // No temp file left behind.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    // A label count that does not match the rows is an argument error, nothing written.
+    let bad = sparrow_core::NDArray::from_vec(vec![1.0f32], &[1]).unwrap();
+    assert!(save_libsvm(dir.join("bad.svm"), &x, &bad).is_err());
+    assert!(!dir.join("bad.svm").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

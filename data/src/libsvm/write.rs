@@ -1,0 +1,146 @@
+//! LibSVM writer. Values are printed with Rust's shortest round-trip formatting, so the file
+//! reads back bit-identical; the file appears atomically (temp file in the same directory, then
+//! rename), so a crash never leaves a half-written data set under the final name.
+
+use std::io::Write;
+use std::path::Path;
+
+use rayon::prelude::*;
+use sparrow_core::{ArrayData, DType, NDArray};
+
+use super::IndexBase;
+use crate::error::{DataError, Result};
+
+/// Rows formatted per parallel task.
+const ROWS_PER_TASK: usize = 4096;
+
+/// Write `csr` (a CSR or dense 2-D array, f32 or f64) with `labels` (dense, `[rows]` or
+/// `[rows, k]` for multi-label rows written `l1,l2,...`) as zero-based LibSVM text.
+///
+/// ```no_run
+/// # use sparrow_core::NDArray;
+/// # fn f(x: &NDArray, y: &NDArray) -> sparrow_data::Result<()> {
+/// sparrow_data::libsvm::save_libsvm("out.libsvm", x, y)?;
+/// # Ok(()) }
+/// ```
+pub fn save_libsvm(path: impl AsRef<Path>, csr: &NDArray, labels: &NDArray) -> Result<()> {
+    save_libsvm_with(path, csr, labels, IndexBase::Zero)
+}
+
+/// [`save_libsvm`] with a chosen index base (`Auto` writes zero-based).
+pub fn save_libsvm_with(
+    path: impl AsRef<Path>,
+    csr: &NDArray,
+    labels: &NDArray,
+    base: IndexBase,
+) -> Result<()> {
+    const OP: &str = "save_libsvm";
+    let path = path.as_ref();
+    let x = sparrow_core::sparse::cast_storage(csr, sparrow_core::SType::Csr)?;
+    let guard = x.read();
+    let ArrayData::Csr(c) = &*guard else {
+        return Err(DataError::arg(OP, "features must be a 2-D array"));
+    };
+    let rows = c.shape[0];
+    let lab = labels.to_f64_vec();
+    let lshape = labels.shape();
+    let k = match lshape.as_slice() {
+        [n] if *n == rows => 1,
+        [n, k] if *n == rows && *k >= 1 => *k,
+        _ => {
+            return Err(DataError::arg(
+                OP,
+                format!("labels of shape {lshape:?} do not match {rows} rows"),
+            ))
+        }
+    };
+    let label_f32 = labels.dtype() == DType::F32;
+    let shift = (base == IndexBase::One) as i64;
+    let indptr = &c.indptr;
+    let indices = c.indices();
+    let vals: Vec<f64>;
+    let vals32 = c.values::<f32>();
+    if vals32.is_none() {
+        vals = match c.values::<f64>() {
+            Some(v) => v.to_vec(),
+            None => return Err(DataError::arg(OP, "feature values must be f32 or f64")),
+        };
+    } else {
+        vals = Vec::new();
+    }
+    let fmt_row = |r: usize, s: &mut Vec<u8>| {
+        for j in 0..k {
+            if j > 0 {
+                s.push(b',');
+            }
+            let l = lab[r * k + j];
+            if label_f32 {
+                let _ = write!(s, "{}", l as f32);
+            } else {
+                let _ = write!(s, "{l}");
+            }
+        }
+        for p in indptr[r] as usize..indptr[r + 1] as usize {
+            let _ = match vals32 {
+                Some(v) => write!(s, " {}:{}", indices[p] + shift, v[p]),
+                None => write!(s, " {}:{}", indices[p] + shift, vals[p]),
+            };
+        }
+        s.push(b'\n');
+    };
+    write_atomic(path, |w| {
+        let tasks: Vec<usize> = (0..rows).step_by(ROWS_PER_TASK).collect();
+        // Format a window of tasks in parallel, then write it in order (bounded memory).
+        for window in tasks.chunks(rayon::current_num_threads() * 4) {
+            let texts: Vec<Vec<u8>> = window
+                .par_iter()
+                .map(|&r0| {
+                    let mut s = Vec::new();
+                    for r in r0..(r0 + ROWS_PER_TASK).min(rows) {
+                        fmt_row(r, &mut s);
+                    }
+                    s
+                })
+                .collect();
+            for t in texts {
+                w.write_all(&t)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Write a file atomically: `f` writes into a temp file in the same directory, which is then
+/// synced and renamed over `path`. On failure the temp file is removed.
+pub(crate) fn write_atomic(
+    path: &Path,
+    f: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        DataError::arg(
+            "save_libsvm",
+            format!("{} is not a file path", path.display()),
+        )
+    })?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let res = (|| {
+        let file = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        f(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    res.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        DataError::io(path, e)
+    })
+}
