@@ -134,9 +134,9 @@ impl NDArray {
     /// Differentiable in every input.
     pub fn concat(arrays: &[&NDArray], axis: i64) -> Result<NDArray> {
         let op = "concat";
-        let first = arrays
-            .first()
-            .ok_or_else(|| Error::arg(op, "needs at least one array"))?;
+        if arrays.is_empty() {
+            return Err(Error::arg(op, "needs at least one array"));
+        }
         let data: Vec<_> = arrays
             .iter()
             .map(|a| a.dense_data())
@@ -184,7 +184,6 @@ impl NDArray {
             }
         });
         let out = NDArray::from_buffer(buf, &out_shape)?;
-        let _ = first;
         Ok(record_op(op, out, arrays, move |g| {
             let mut off = 0i64;
             let mut grads = Vec::with_capacity(sizes.len());
