@@ -63,7 +63,7 @@ impl Metric for Accuracy {
         } else {
             1
         };
-        let rows = if cols == 0 { 0 } else { pred.size() / cols };
+        let rows = pred.size().checked_div(cols).unwrap_or(0);
         let p = pred.to_f64_vec();
         let l = label.to_f64_vec();
         if l.len() != rows {

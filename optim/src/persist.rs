@@ -142,14 +142,14 @@ pub(crate) fn load_states(
         .map_err(|e| io_err(OP, path, e))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| io_err(OP, path, e))?;
     let mut states = Vec::with_capacity(names.len());
-    for i in 0..names.len() {
+    for (i, pname) in names.iter().enumerate() {
         let v: Value =
             serde_json::from_str(get(&format!("state.{i}"))?).map_err(|e| io_err(OP, path, e))?;
         if v.is_null() {
             states.push(None);
             continue;
         }
-        let bad = |what: &str| io_err(OP, path, format!("state of '{}': {what}", names[i]));
+        let bad = |what: &str| io_err(OP, path, format!("state of '{pname}': {what}"));
         let t = v["t"].as_u64().ok_or_else(|| bad("missing t"))?;
         let mut state = State {
             t,
