@@ -6,8 +6,16 @@
 //! only its rows (lazy, the default) or every row as if absent rows had a zero gradient
 //! (standard, `lazy_update = false`).
 
+mod clip;
+pub mod fit;
 pub mod optimizer;
+mod persist;
 pub mod schedule;
+mod trainer;
+
+pub use clip::clip_global_norm;
+pub use fit::{Accuracy, EarlyStopping, EpochStats, Estimator, EventHandler, FitOptions, Metric};
+pub use trainer::Trainer;
 
 pub use optimizer::{
     AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, Nadam, Nag, Optimizer,

@@ -1,0 +1,446 @@
+//! An Estimator-style training loop (Gluon's `contrib.estimator`): epochs over any batch
+//! source, loss and metrics per epoch on training and validation data, a progress bar,
+//! checkpoints, early stopping and event hooks.
+//!
+//! `fit` is a convenience, not a cage: the loop it runs is the one anybody writes by hand —
+//! `record` the forward and loss, `backward`, `trainer.step(batch)` — and every piece it uses
+//! ([`Trainer`], [`crate::clip_global_norm`], `save_states`) is public.
+//!
+//! Data comes from a closure that returns a fresh iterator of `(data, label)` batches each
+//! epoch, so any source works (sparrow-data's iterators, a `Vec`, a generator) without this
+//! crate depending on a data crate.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sparrow_core::{autograd, DType, Error, NDArray, Result};
+use sparrow_nn::Block;
+
+use crate::persist::write_atomic;
+use crate::Trainer;
+
+/// A metric accumulated over the batches of an epoch.
+pub trait Metric {
+    /// Name in the history (`accuracy`, ...); validation values get a `val_` prefix.
+    fn name(&self) -> String;
+    /// Forget everything accumulated.
+    fn reset(&mut self);
+    /// Add one batch of labels and predictions.
+    fn update(&mut self, label: &NDArray, pred: &NDArray) -> Result<()>;
+    /// The value over the batches since the last reset.
+    fn get(&self) -> f64;
+}
+
+/// Classification accuracy: the arg-max of the last axis of the prediction against integer
+/// labels (any numeric dtype), or `pred > 0.5` against 0/1 labels when the prediction has one
+/// column.
+#[derive(Debug, Default, Clone)]
+pub struct Accuracy {
+    correct: u64,
+    total: u64,
+}
+
+impl Accuracy {
+    /// A fresh accuracy metric.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Metric for Accuracy {
+    fn name(&self) -> String {
+        "accuracy".into()
+    }
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+    fn update(&mut self, label: &NDArray, pred: &NDArray) -> Result<()> {
+        let shape = pred.shape();
+        let cols = if shape.len() >= 2 {
+            *shape.last().unwrap_or(&1)
+        } else {
+            1
+        };
+        let rows = pred.size().checked_div(cols).unwrap_or(0);
+        let p = pred.to_f64_vec();
+        let l = label.to_f64_vec();
+        if l.len() != rows {
+            return Err(Error::shape(
+                "Accuracy",
+                format!(
+                    "{} labels for {rows} predictions (pred shape {shape:?})",
+                    l.len()
+                ),
+            ));
+        }
+        for r in 0..rows {
+            let row = &p[r * cols..(r + 1) * cols];
+            let guess = if cols == 1 {
+                (row[0] > 0.5) as usize as f64
+            } else {
+                let mut best = 0;
+                for (j, v) in row.iter().enumerate() {
+                    if *v > row[best] {
+                        best = j;
+                    }
+                }
+                best as f64
+            };
+            self.correct += (guess == l[r]) as u64;
+            self.total += 1;
+        }
+        Ok(())
+    }
+    fn get(&self) -> f64 {
+        if self.total == 0 {
+            f64::NAN
+        } else {
+            self.correct as f64 / self.total as f64
+        }
+    }
+}
+
+/// What one epoch produced: `(name, value)` pairs such as `loss`, `accuracy`, `val_loss`,
+/// `val_accuracy`, plus throughput.
+#[derive(Debug, Clone, Default)]
+pub struct EpochStats {
+    /// Epoch number, from 0.
+    pub epoch: usize,
+    /// Metric values of this epoch.
+    pub values: Vec<(String, f64)>,
+    /// Training samples per second.
+    pub samples_per_sec: f64,
+}
+
+impl EpochStats {
+    /// The value called `name`.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
+
+/// Custom logic at the points of the loop (all methods default to doing nothing).
+pub trait EventHandler {
+    /// Before the first epoch.
+    fn train_begin(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Before each epoch.
+    fn epoch_begin(&mut self, _epoch: usize) -> Result<()> {
+        Ok(())
+    }
+    /// After each training batch, with the batch's mean loss. Return `false` to stop training.
+    fn batch_end(&mut self, _epoch: usize, _batch: usize, _loss: f64) -> Result<bool> {
+        Ok(true)
+    }
+    /// After each epoch. Return `false` to stop training.
+    fn epoch_end(&mut self, _stats: &EpochStats) -> Result<bool> {
+        Ok(true)
+    }
+    /// After the last epoch.
+    fn train_end(&mut self, _history: &[EpochStats]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Early stopping on a monitored value (`val_loss`, `val_accuracy`, ...).
+#[derive(Debug, Clone)]
+pub struct EarlyStopping {
+    /// Name of the monitored value in [`EpochStats`].
+    pub monitor: String,
+    /// Larger is better (accuracy) or smaller is better (loss).
+    pub higher_is_better: bool,
+    /// Epochs without improvement tolerated.
+    pub patience: usize,
+    /// Smallest change that counts as an improvement.
+    pub min_delta: f64,
+}
+
+/// Settings of [`Estimator::fit`].
+#[derive(Debug, Clone)]
+pub struct FitOptions {
+    /// Number of epochs.
+    pub epochs: usize,
+    /// Show a progress bar (still hidden when stderr is not a terminal or `CI` is set).
+    pub progress: bool,
+    /// Save parameters and trainer state every this many epochs into `checkpoint_dir`.
+    pub checkpoint_every: Option<usize>,
+    /// Folder of the checkpoints (`<prefix>-epoch<N>.params` / `.states`, safetensors).
+    pub checkpoint_dir: PathBuf,
+    /// File-name prefix of the checkpoints.
+    pub checkpoint_prefix: String,
+    /// Stop early when the monitored value stops improving.
+    pub early_stopping: Option<EarlyStopping>,
+}
+
+impl Default for FitOptions {
+    fn default() -> Self {
+        FitOptions {
+            epochs: 1,
+            progress: true,
+            checkpoint_every: None,
+            checkpoint_dir: PathBuf::from("."),
+            checkpoint_prefix: "model".into(),
+            early_stopping: None,
+        }
+    }
+}
+
+/// The loss function: `(prediction, label) -> per-sample (or scalar) loss`. Its sum is
+/// differentiated; its mean per sample is reported.
+pub type LossFn<'a> = Box<dyn Fn(&NDArray, &NDArray) -> Result<NDArray> + 'a>;
+
+/// A network, a loss, a trainer and metrics, trained by [`Estimator::fit`].
+pub struct Estimator<'a, B: Block + ?Sized> {
+    net: &'a B,
+    loss: LossFn<'a>,
+    trainer: &'a mut Trainer,
+    metrics: Vec<Box<dyn Metric + 'a>>,
+    val_metrics: Vec<Box<dyn Metric + 'a>>,
+    handlers: Vec<Box<dyn EventHandler + 'a>>,
+}
+
+/// A batch source: called once per epoch for a fresh iterator of `(data, label)` batches.
+pub type Batches<'a> =
+    Box<dyn FnMut() -> Box<dyn Iterator<Item = Result<(NDArray, NDArray)>> + 'a> + 'a>;
+
+impl<'a, B: Block + ?Sized> Estimator<'a, B> {
+    /// An estimator for `net` with `loss`, stepping `trainer`.
+    pub fn new(
+        net: &'a B,
+        loss: impl Fn(&NDArray, &NDArray) -> Result<NDArray> + 'a,
+        trainer: &'a mut Trainer,
+    ) -> Self {
+        Estimator {
+            net,
+            loss: Box::new(loss),
+            trainer,
+            metrics: Vec::new(),
+            val_metrics: Vec::new(),
+            handlers: Vec::new(),
+        }
+    }
+
+    /// Track a metric on training data and (a clone) on validation data.
+    pub fn metric<M: Metric + Clone + 'a>(mut self, m: M) -> Self {
+        self.val_metrics.push(Box::new(m.clone()));
+        self.metrics.push(Box::new(m));
+        self
+    }
+
+    /// Add an event handler.
+    pub fn handler(mut self, h: impl EventHandler + 'a) -> Self {
+        self.handlers.push(Box::new(h));
+        self
+    }
+
+    /// The trainer.
+    pub fn trainer(&mut self) -> &mut Trainer {
+        self.trainer
+    }
+
+    /// Train for `opts.epochs` epochs over `train` batches, evaluating on `val` batches after
+    /// each epoch when given. Returns the per-epoch history.
+    pub fn fit(
+        &mut self,
+        mut train: impl FnMut() -> Box<dyn Iterator<Item = Result<(NDArray, NDArray)>> + 'a>,
+        mut val: Option<Batches<'a>>,
+        opts: &FitOptions,
+    ) -> Result<Vec<EpochStats>> {
+        let mut history: Vec<EpochStats> = Vec::new();
+        let (mut best, mut since_best) = (None::<f64>, 0usize);
+        for h in &mut self.handlers {
+            h.train_begin()?;
+        }
+        let show =
+            opts.progress && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+        'epochs: for epoch in 0..opts.epochs {
+            for h in &mut self.handlers {
+                h.epoch_begin(epoch)?;
+            }
+            let bar = progress_bar(show, epoch);
+            self.metrics.iter_mut().for_each(|m| m.reset());
+            let (mut loss_sum, mut samples) = (0.0f64, 0usize);
+            let start = Instant::now();
+            let mut stop = false;
+            for (b, batch) in train().enumerate() {
+                let (data, label) = batch?;
+                let n = data.shape().first().copied().unwrap_or(1).max(1);
+                let (pred, total) = autograd::record(|| -> Result<(NDArray, NDArray)> {
+                    let pred = self.net.forward(&data)?;
+                    let l = (self.loss)(&pred, &label)?;
+                    Ok((pred, l.sum_all()?))
+                })?;
+                total.backward()?;
+                self.trainer.step(n)?;
+                let batch_loss = total.item()?;
+                loss_sum += batch_loss;
+                samples += n;
+                for m in &mut self.metrics {
+                    m.update(&label, &pred.detach())?;
+                }
+                let rate = samples as f64 / start.elapsed().as_secs_f64().max(1e-9);
+                bar.set_position(b as u64 + 1);
+                bar.set_message(format!(
+                    "loss {:.4} | {rate:.0} samples/s",
+                    loss_sum / samples as f64
+                ));
+                for h in &mut self.handlers {
+                    if !h.batch_end(epoch, b, batch_loss / n as f64)? {
+                        stop = true;
+                    }
+                }
+                if stop {
+                    break;
+                }
+            }
+            bar.finish_and_clear();
+            let mut stats = EpochStats {
+                epoch,
+                values: vec![("loss".into(), loss_sum / samples.max(1) as f64)],
+                samples_per_sec: samples as f64 / start.elapsed().as_secs_f64().max(1e-9),
+            };
+            for m in &self.metrics {
+                stats.values.push((m.name(), m.get()));
+            }
+            if let Some(val) = val.as_mut() {
+                self.evaluate(val, &mut stats)?;
+            }
+            if let Some(every) = opts.checkpoint_every.filter(|e| *e > 0) {
+                if (epoch + 1) % every == 0 {
+                    self.checkpoint(&opts.checkpoint_dir, &opts.checkpoint_prefix, epoch + 1)?;
+                }
+            }
+            for h in &mut self.handlers {
+                if !h.epoch_end(&stats)? {
+                    stop = true;
+                }
+            }
+            if let Some(es) = &opts.early_stopping {
+                let v = stats.get(&es.monitor).ok_or_else(|| {
+                    Error::arg(
+                        "fit",
+                        format!(
+                            "early stopping monitors '{}', which this run does not produce",
+                            es.monitor
+                        ),
+                    )
+                })?;
+                let better = match best {
+                    None => true,
+                    Some(b) if es.higher_is_better => v > b + es.min_delta,
+                    Some(b) => v < b - es.min_delta,
+                };
+                if better {
+                    best = Some(v);
+                    since_best = 0;
+                } else {
+                    since_best += 1;
+                    if since_best > es.patience {
+                        stop = true;
+                    }
+                }
+            }
+            history.push(stats);
+            if stop {
+                break 'epochs;
+            }
+        }
+        for h in &mut self.handlers {
+            h.train_end(&history)?;
+        }
+        Ok(history)
+    }
+
+    fn evaluate(&mut self, val: &mut Batches<'a>, stats: &mut EpochStats) -> Result<()> {
+        self.val_metrics.iter_mut().for_each(|m| m.reset());
+        let (mut loss_sum, mut samples) = (0.0f64, 0usize);
+        for batch in val() {
+            let (data, label) = batch?;
+            let pred = self.net.forward(&data)?;
+            loss_sum += (self.loss)(&pred, &label)?.sum_all()?.item()?;
+            samples += data.shape().first().copied().unwrap_or(1).max(1);
+            for m in &mut self.val_metrics {
+                m.update(&label, &pred)?;
+            }
+        }
+        stats
+            .values
+            .push(("val_loss".into(), loss_sum / samples.max(1) as f64));
+        for m in &self.val_metrics {
+            stats.values.push((format!("val_{}", m.name()), m.get()));
+        }
+        Ok(())
+    }
+
+    /// Save parameters (`<dir>/<prefix>-epoch<N>.params`) and trainer state
+    /// (`...-epoch<N>.states`), both safetensors, both atomic.
+    pub fn checkpoint(&self, dir: &Path, prefix: &str, epoch: usize) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::arg("checkpoint", format!("{}: {e}", dir.display())))?;
+        let params = self.net.collect_params()?;
+        save_params(&params, &dir.join(format!("{prefix}-epoch{epoch}.params")))?;
+        self.trainer
+            .save_states(dir.join(format!("{prefix}-epoch{epoch}.states")))
+    }
+}
+
+/// Write every parameter's weight to a safetensors file under its hierarchical name, atomically.
+pub fn save_params(params: &sparrow_nn::ParamDict, path: &Path) -> Result<()> {
+    use safetensors::tensor::{Dtype, TensorView};
+    let mut blobs = Vec::new();
+    for (name, p) in params.iter() {
+        let d = p.data()?;
+        let (dt, bytes): (Dtype, Vec<u8>) = match d.dtype() {
+            DType::F32 => (
+                Dtype::F32,
+                d.to_vec::<f32>()?
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect(),
+            ),
+            DType::F64 => (
+                Dtype::F64,
+                d.to_vec::<f64>()?
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect(),
+            ),
+            other => {
+                return Err(Error::dtype(
+                    "save_params",
+                    format!("parameter {name}: {}", other.name()),
+                ))
+            }
+        };
+        blobs.push((name.to_string(), dt, d.shape(), bytes));
+    }
+    let views = blobs
+        .iter()
+        .map(|(n, dt, s, b)| {
+            TensorView::new(*dt, s.clone(), b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| Error::arg("save_params", e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = safetensors::serialize(views, None)
+        .map_err(|e| Error::arg("save_params", e.to_string()))?;
+    write_atomic("save_params", path, &bytes)
+}
+
+fn progress_bar(show: bool, epoch: usize) -> ProgressBar {
+    let bar = ProgressBar::no_length();
+    if !show {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+        return bar;
+    }
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} epoch {prefix} [{elapsed_precise}] batch {pos} {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar.set_prefix(epoch.to_string());
+    bar
+}

@@ -1,0 +1,231 @@
+//! [`Trainer`]: applies an [`Optimizer`] to a set of [`Parameter`]s (Gluon's `gluon.Trainer`).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use sparrow_core::autograd::GradReq;
+use sparrow_core::{Error, NDArray, Result};
+use sparrow_nn::{ParamDict, Parameter};
+
+use crate::clip::clip_global_norm;
+use crate::optimizer::{Optimizer, State};
+use crate::persist;
+
+/// Updates parameters from their gradients with one optimizer.
+///
+/// `step(batch_size)` = `allreduce_grads()` + `update(batch_size)`: the gradient is rescaled by
+/// `scale / batch_size` (`scale` is the optimizer's `rescale_grad` when the trainer was made,
+/// 1 by default), each parameter is updated according to its gradient's storage type (dense,
+/// or row_sparse lazily / standard per the optimizer's `lazy_update`), and the gradient is
+/// cleared when `grad_req` is `Write` (it has been consumed; a step without a new backward then
+/// applies a zero gradient) and kept when it is `Add` (the caller accumulates and clears).
+/// Parameters with `grad_req = Null` are not touched.
+///
+/// ```
+/// use sparrow_core::{autograd, Device, NDArray};
+/// use sparrow_nn::{Initializer, Parameter};
+/// use sparrow_optim::{Sgd, Trainer};
+/// let w = Parameter::new("w", &[2]);
+/// w.initialize(&Initializer::Constant(1.0), Device::Cpu).unwrap();
+/// let mut trainer = Trainer::new(vec![w.clone()], Sgd::new(0.5)).unwrap();
+/// let loss = autograd::record(|| w.data()?.sum_all()).unwrap();
+/// loss.backward().unwrap();
+/// trainer.step(1).unwrap();
+/// assert_eq!(w.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 0.5]);
+/// ```
+pub struct Trainer {
+    params: Vec<Parameter>,
+    optimizer: Box<dyn Optimizer>,
+    states: Vec<Option<State>>,
+    scale: f64,
+}
+
+impl Trainer {
+    /// A trainer over `params` (in order; the index of a parameter is its optimizer index).
+    pub fn new<O: Optimizer + 'static>(
+        params: impl IntoIterator<Item = Parameter>,
+        optimizer: O,
+    ) -> Result<Trainer> {
+        Self::with_boxed(params, Box::new(optimizer))
+    }
+
+    /// A trainer over every parameter of a [`ParamDict`] (e.g. `net.collect_params()?`).
+    pub fn from_params<O: Optimizer + 'static>(
+        params: &ParamDict,
+        optimizer: O,
+    ) -> Result<Trainer> {
+        Self::new(params.iter().map(|(_, p)| p.clone()), optimizer)
+    }
+
+    /// A trainer with an already boxed optimizer.
+    pub fn with_boxed(
+        params: impl IntoIterator<Item = Parameter>,
+        optimizer: Box<dyn Optimizer>,
+    ) -> Result<Trainer> {
+        let params: Vec<Parameter> = params.into_iter().collect();
+        for (i, p) in params.iter().enumerate() {
+            if let Some(j) = params[..i].iter().position(|q| q.same(p)) {
+                return Err(Error::arg(
+                    "Trainer::new",
+                    format!(
+                        "parameter '{}' is listed twice (positions {j} and {i})",
+                        p.name()
+                    ),
+                ));
+            }
+        }
+        let scale = optimizer.options().rescale_grad;
+        Ok(Trainer {
+            states: vec![None; params.len()],
+            params,
+            optimizer,
+            scale,
+        })
+    }
+
+    /// The parameters, in optimizer-index order.
+    pub fn params(&self) -> &[Parameter] {
+        &self.params
+    }
+
+    /// The optimizer.
+    pub fn optimizer(&self) -> &dyn Optimizer {
+        self.optimizer.as_ref()
+    }
+
+    /// The optimizer, mutable (to change hyper-parameters or the schedule between steps).
+    pub fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
+        self.optimizer.as_mut()
+    }
+
+    /// The current learning rate.
+    pub fn learning_rate(&self) -> f64 {
+        self.optimizer.learning_rate()
+    }
+
+    /// Set the learning rate (fails when a schedule drives it).
+    pub fn set_learning_rate(&mut self, lr: f64) -> Result<()> {
+        self.optimizer.set_learning_rate(lr)
+    }
+
+    /// The optimizer state of parameter `index`, once it has been updated (or loaded).
+    pub fn state(&self, index: usize) -> Option<&State> {
+        self.states.get(index).and_then(|s| s.as_ref())
+    }
+
+    /// One optimization step: `allreduce_grads()` then `update(batch_size)`.
+    pub fn step(&mut self, batch_size: usize) -> Result<()> {
+        self.allreduce_grads()?;
+        self.update(batch_size)
+    }
+
+    /// Reduce gradients across devices: the hook a multi-device or distributed KVStore plugs
+    /// into. With one CPU device there is nothing to sum; this checks that every trainable
+    /// parameter has a gradient of its own shape, so a missing backward or an uninitialized
+    /// parameter is reported before any weight changes.
+    pub fn allreduce_grads(&mut self) -> Result<()> {
+        for p in self.trainable() {
+            let data = p.data()?;
+            let grad = p.grad().ok_or_else(|| {
+                Error::arg(
+                    "Trainer::allreduce_grads",
+                    format!(
+                        "parameter '{}' has no gradient (attach_grad / initialize?)",
+                        p.name()
+                    ),
+                )
+            })?;
+            if grad.shape() != data.shape() {
+                return Err(Error::shape(
+                    "Trainer::allreduce_grads",
+                    format!(
+                        "gradient of '{}' has shape {:?}, the weight {:?}",
+                        p.name(),
+                        grad.shape(),
+                        data.shape()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn trainable(&self) -> impl Iterator<Item = &Parameter> {
+        self.params.iter().filter(|p| p.grad_req() != GradReq::Null)
+    }
+
+    /// Update every trainable parameter from its (already reduced) gradient, rescaled by
+    /// `scale / batch_size`.
+    pub fn update(&mut self, batch_size: usize) -> Result<()> {
+        if batch_size == 0 {
+            return Err(Error::arg("Trainer::update", "batch_size must be >= 1"));
+        }
+        self.optimizer.options_mut().rescale_grad = self.scale / batch_size as f64;
+        for (i, p) in self.params.iter().enumerate() {
+            if p.grad_req() == GradReq::Null {
+                continue;
+            }
+            let weight = p.data()?;
+            let grad = p.grad().ok_or_else(|| {
+                Error::arg(
+                    "Trainer::update",
+                    format!("parameter '{}' has no gradient", p.name()),
+                )
+            })?;
+            let opts = self.optimizer.options_mut();
+            opts.lr_mult.insert(i, p.lr_mult());
+            opts.wd_mult.insert(i, p.wd_mult());
+            if self.states[i].is_none() {
+                self.states[i] = Some(self.optimizer.create_state(i, &weight)?);
+            }
+            let state = self.states[i].as_mut().expect("state created above");
+            self.optimizer
+                .update(i, &weight, &grad, state)
+                .map_err(|e| {
+                    Error::arg("Trainer::update", format!("parameter '{}': {e}", p.name()))
+                })?;
+            if p.grad_req() == GradReq::Write {
+                p.zero_grad();
+            }
+        }
+        Ok(())
+    }
+
+    /// Scale all gradients so that their joint L2 norm is at most `max_norm` (Gluon's
+    /// `clip_global_norm`); row_sparse gradients count only their stored rows. Returns the norm
+    /// before scaling.
+    pub fn clip_global_norm(&self, max_norm: f64) -> Result<f64> {
+        let grads: Vec<NDArray> = self.trainable().filter_map(|p| p.grad()).collect();
+        clip_global_norm(&grads, max_norm)
+    }
+
+    /// Save the optimizer states (arrays, update counts, scalars, `num_update`) to a
+    /// safetensors file, atomically (temporary file + rename).
+    pub fn save_states(&self, path: impl AsRef<Path>) -> Result<()> {
+        let names: Vec<String> = self.params.iter().map(|p| p.name().to_string()).collect();
+        persist::save_states(
+            path.as_ref(),
+            self.optimizer.name(),
+            self.optimizer.options().num_update,
+            &names,
+            &self.states,
+        )
+    }
+
+    /// Load optimizer states saved by [`Trainer::save_states`] for the same parameters (same
+    /// names, order and shapes) and the same optimizer kind.
+    pub fn load_states(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let names: Vec<String> = self.params.iter().map(|p| p.name().to_string()).collect();
+        let mut shapes = HashMap::new();
+        for (i, p) in self.params.iter().enumerate() {
+            if let Ok(d) = p.data() {
+                shapes.insert(i, (d.shape(), d.dtype()));
+            }
+        }
+        let (num_update, states) =
+            persist::load_states(path.as_ref(), self.optimizer.name(), &names, &shapes)?;
+        self.optimizer.options_mut().num_update = num_update;
+        self.states = states;
+        Ok(())
+    }
+}

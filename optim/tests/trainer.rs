@@ -1,0 +1,248 @@
+//! Trainer: rescaling, grad_req handling, row_sparse gradients, state files, global-norm
+//! clipping; and the Estimator `fit` loop.
+
+use std::sync::Arc;
+
+use sparrow_core::autograd::GradReq;
+use sparrow_core::{ArrayData, Buffer, DType, Device, NDArray, RowSparseData, SType};
+use sparrow_nn::{Block, Dense, Initializer, Parameter};
+use sparrow_optim::*;
+
+fn param(name: &str, vals: Vec<f32>, shape: &[usize]) -> Parameter {
+    let p = Parameter::new(name, shape);
+    p.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+    p.set_data(&NDArray::from_vec(vals, shape).unwrap())
+        .unwrap();
+    p
+}
+
+fn rs(shape: &[usize], rows: Vec<i64>, data: Vec<f32>) -> NDArray {
+    NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+        shape: shape.to_vec(),
+        indices: Arc::new(rows),
+        data: Buffer::F32(Arc::new(data)),
+    }))
+}
+
+#[test]
+fn step_rescales_by_batch_and_handles_grad_req() {
+    let a = param("a", vec![1.0, 2.0], &[2]);
+    let b = param("b", vec![1.0, 2.0], &[2]);
+    b.set_grad_req(GradReq::Add);
+    let mut t = Trainer::new(vec![a.clone(), b.clone()], Sgd::new(0.5)).unwrap();
+    for p in [&a, &b] {
+        p.data()
+            .unwrap()
+            .set_grad(Some(NDArray::from_vec(vec![4.0f32, -8.0], &[2]).unwrap()));
+    }
+    t.step(4).unwrap();
+    // w - lr * g / batch
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
+    assert_eq!(b.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
+    // Write: consumed; Add: kept for the caller to accumulate.
+    assert_eq!(a.grad().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    assert_eq!(b.grad().unwrap().to_vec::<f32>().unwrap(), vec![4.0, -8.0]);
+    assert_eq!(t.learning_rate(), 0.5);
+    t.set_learning_rate(0.1).unwrap();
+    assert_eq!(t.learning_rate(), 0.1);
+    assert!(t.step(0).is_err());
+    assert!(Trainer::new(vec![a.clone(), a.clone()], Sgd::new(0.1)).is_err());
+}
+
+#[test]
+fn lr_and_wd_mult_come_from_parameters() {
+    let a = param("a", vec![1.0], &[1])
+        .with_lr_mult(2.0)
+        .with_wd_mult(0.0);
+    let mut opt = Sgd::new(0.1);
+    opt.opts.wd = 0.5;
+    let mut t = Trainer::new(vec![a.clone()], opt).unwrap();
+    a.data()
+        .unwrap()
+        .set_grad(Some(NDArray::from_vec(vec![1.0f32], &[1]).unwrap()));
+    t.step(1).unwrap();
+    // lr 0.2, wd 0: 1 - 0.2
+    assert!((a.data().unwrap().to_vec::<f32>().unwrap()[0] - 0.8).abs() < 1e-7);
+}
+
+#[test]
+fn row_sparse_grads_update_only_their_rows() {
+    let e = param("e", vec![1.0; 8], &[4, 2]).with_grad_stype(SType::RowSparse);
+    let mut t = Trainer::new(vec![e.clone()], Adam::new(0.1)).unwrap();
+    e.data()
+        .unwrap()
+        .set_grad(Some(rs(&[4, 2], vec![1, 3], vec![1.0, 1.0, -1.0, -1.0])));
+    t.step(1).unwrap();
+    let w = e.data().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(&w[0..2], &[1.0, 1.0]);
+    assert_eq!(&w[4..6], &[1.0, 1.0]);
+    assert!(w[2] < 1.0 && w[6] > 1.0);
+}
+
+#[test]
+fn save_and_load_states_resume_bit_identically() {
+    let dir = std::env::temp_dir().join(format!("sparrow-optim-states-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("adam.states");
+    let grad = |k: f32| NDArray::from_vec(vec![0.3 * k, -0.7, 1.1 * k, 0.2], &[2, 2]).unwrap();
+    let a = param("w", vec![0.1, 0.2, 0.3, 0.4], &[2, 2]);
+    let mut ta = Trainer::new(vec![a.clone()], Nadam::new(0.01)).unwrap();
+    for k in 0..3 {
+        a.data().unwrap().set_grad(Some(grad(k as f32)));
+        ta.step(2).unwrap();
+    }
+    ta.save_states(&path).unwrap();
+    let b = param("w", a.data().unwrap().to_vec::<f32>().unwrap(), &[2, 2]);
+    let mut tb = Trainer::new(vec![b.clone()], Nadam::new(0.01)).unwrap();
+    tb.load_states(&path).unwrap();
+    assert_eq!(tb.state(0).unwrap().t, 3);
+    for (p, t) in [(&a, &mut ta), (&b, &mut tb)] {
+        p.data().unwrap().set_grad(Some(grad(5.0)));
+        t.step(2).unwrap();
+    }
+    let (wa, wb) = (
+        a.data().unwrap().to_vec::<f32>().unwrap(),
+        b.data().unwrap().to_vec::<f32>().unwrap(),
+    );
+    assert_eq!(
+        wa.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        wb.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    // Wrong optimizer, wrong names, garbage file: clear errors.
+    let mut tc = Trainer::new(vec![b.clone()], Adam::new(0.01)).unwrap();
+    assert!(tc
+        .load_states(&path)
+        .unwrap_err()
+        .to_string()
+        .contains("nadam"));
+    let mut td = Trainer::new(
+        vec![param("other", vec![0.0; 4], &[2, 2])],
+        Nadam::new(0.01),
+    )
+    .unwrap();
+    assert!(td.load_states(&path).is_err());
+    std::fs::write(dir.join("junk"), b"not a safetensors file").unwrap();
+    assert!(tb.load_states(dir.join("junk")).is_err());
+    assert!(tb.load_states(dir.join("missing")).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn clip_global_norm_counts_row_sparse_values() {
+    let d = NDArray::from_vec(vec![3.0f32, 0.0], &[2]).unwrap();
+    let r = rs(&[5, 2], vec![4], vec![0.0, 4.0]);
+    let norm = clip_global_norm(&[d.clone(), r.clone()], 1.0).unwrap();
+    assert!((norm - 5.0).abs() < 1e-12);
+    let dv = d.to_vec::<f32>().unwrap();
+    assert!((dv[0] - 0.6).abs() < 1e-6);
+    let rv = r
+        .read()
+        .as_row_sparse()
+        .unwrap()
+        .data
+        .as_slice::<f32>()
+        .unwrap()
+        .to_vec();
+    assert!((rv[1] - 0.8).abs() < 1e-6);
+    assert_eq!(r.stype(), SType::RowSparse);
+    // Below the limit: untouched.
+    assert!((clip_global_norm(std::slice::from_ref(&d), 10.0).unwrap() - 0.6).abs() < 1e-6);
+    assert!(clip_global_norm(&[d], -1.0).is_err());
+}
+
+#[test]
+fn optimizer_rejects_bad_inputs_without_panicking() {
+    let w = NDArray::from_vec(vec![1.0f32; 6], &[3, 2]).unwrap();
+    let mut opt = Adam::new(0.1);
+    let mut st = opt.create_state(0, &w).unwrap();
+    let bad_shape = NDArray::from_vec(vec![1.0f32; 4], &[2, 2]).unwrap();
+    assert!(opt.update(0, &w, &bad_shape, &mut st).is_err());
+    let bad_dtype = NDArray::from_vec(vec![1.0f64; 6], &[3, 2]).unwrap();
+    assert!(opt.update(0, &w, &bad_dtype, &mut st).is_err());
+    for rows in [vec![3i64], vec![1, 1], vec![2, 0], vec![-1]] {
+        let g = rs(&[3, 2], rows.clone(), vec![1.0; rows.len() * 2]);
+        assert!(opt.update(0, &w, &g, &mut st).is_err(), "rows {rows:?}");
+    }
+    assert!(opt.update(0, &w, &w, &mut st).is_err());
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0; 6]);
+}
+
+#[test]
+fn f64_weights_are_updated_in_f64() {
+    let w = NDArray::from_vec(vec![1.0f64, 2.0], &[2]).unwrap();
+    let g = NDArray::from_vec(vec![0.5f64, -0.5], &[2]).unwrap();
+    let mut opt = Sgd::with_momentum(0.1, 0.9);
+    let mut st = opt.create_state(0, &w).unwrap();
+    opt.update(0, &w, &g, &mut st).unwrap();
+    opt.update(0, &w, &g, &mut st).unwrap();
+    let got = w.to_vec::<f64>().unwrap();
+    // m1 = -0.05, w1 = 0.95; m2 = -0.045 - 0.05 = -0.095, w2 = 0.855
+    assert!((got[0] - 0.855).abs() < 1e-15);
+    assert_eq!(st.array("momentum").unwrap().dtype(), DType::F64);
+}
+
+#[test]
+fn fit_trains_checkpoints_and_stops_early() {
+    // y = 1 when x0 + x1 > 0: linearly separable.
+    let n = 64;
+    let xs: Vec<f32> = (0..n * 2)
+        .map(|i| (((i * 37) % 23) as f32 - 11.0) / 11.0)
+        .collect();
+    let ys: Vec<f32> = (0..n)
+        .map(|i| (xs[2 * i] + xs[2 * i + 1] > 0.0) as u8 as f32)
+        .collect();
+    let batches = move || -> Box<dyn Iterator<Item = sparrow_core::Result<(NDArray, NDArray)>>> {
+        let (xs, ys) = (xs.clone(), ys.clone());
+        Box::new((0..n / 16).map(move |b| {
+            Ok((
+                NDArray::from_vec(xs[b * 32..(b + 1) * 32].to_vec(), &[16, 2])?,
+                NDArray::from_vec(ys[b * 16..(b + 1) * 16].to_vec(), &[16, 1])?,
+            ))
+        }))
+    };
+    let net = Dense::new(1).in_units(2);
+    net.initialize(&Initializer::Constant(0.0), Device::Cpu)
+        .unwrap();
+    let mut trainer = Trainer::from_params(&net.collect_params().unwrap(), Sgd::new(0.5)).unwrap();
+    let dir = std::env::temp_dir().join(format!("sparrow-fit-{}", std::process::id()));
+    struct Count(usize);
+    impl EventHandler for &mut Count {
+        fn epoch_end(&mut self, _s: &EpochStats) -> sparrow_core::Result<bool> {
+            self.0 += 1;
+            Ok(true)
+        }
+    }
+    let mut count = Count(0);
+    let history = {
+        let mut est = Estimator::new(
+            &net,
+            |p: &NDArray, l: &NDArray| p.sub(l)?.square(),
+            &mut trainer,
+        )
+        .metric(Accuracy::new())
+        .handler(&mut count);
+        let opts = FitOptions {
+            epochs: 40,
+            checkpoint_every: Some(2),
+            checkpoint_dir: dir.clone(),
+            early_stopping: Some(EarlyStopping {
+                monitor: "val_accuracy".into(),
+                higher_is_better: true,
+                patience: 2,
+                min_delta: 0.0,
+            }),
+            ..FitOptions::default()
+        };
+        let val = batches.clone();
+        est.fit(batches, Some(Box::new(val)), &opts).unwrap()
+    };
+    assert!(history.len() < 40, "early stopping should end the run");
+    assert_eq!(count.0, history.len());
+    let first = history[0].get("loss").unwrap();
+    let last = history.last().unwrap();
+    assert!(last.get("loss").unwrap() < first);
+    assert!(last.get("val_accuracy").unwrap() >= 0.9, "{last:?}");
+    assert!(dir.join("model-epoch2.params").exists());
+    assert!(dir.join("model-epoch2.states").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
