@@ -9,7 +9,9 @@ mod dtype;
 mod error;
 mod ndarray;
 pub mod ops;
+pub mod random;
 pub mod sparse;
+pub mod sys;
 pub mod testing;
 
 pub use buffer::Buffer;

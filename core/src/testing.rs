@@ -41,7 +41,7 @@ where
             .unwrap_or_else(|| vec![0.0; x.size()]);
         let base = x.to_f64_vec();
         for j in 0..base.len() {
-            let mut probe = |delta: f64| -> Result<f64> {
+            let probe = |delta: f64| -> Result<f64> {
                 let mut v = base.clone();
                 v[j] += delta;
                 let xs: Vec<NDArray> = inputs

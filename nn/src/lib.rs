@@ -1,1 +1,32 @@
-//! sparrow-nn
+//! sparrow-nn: Gluon-style `Parameter`, `Block`, layers, losses, initializers, metrics and
+//! parameter files, sparse-aware from the start.
+//!
+//! ```
+//! use sparrow_nn::{Block, Dense, Initializer, Sequential};
+//! use sparrow_core::{autograd, Device, NDArray};
+//! let mut net = Sequential::new();
+//! net.add(Dense::new(16).activation("relu")).add(Dense::new(1));
+//! net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+//! let x = NDArray::ones(&[8, 4], Default::default()).unwrap();
+//! let loss = autograd::record(|| net.forward(&x)?.sum_all()).unwrap();
+//! loss.backward().unwrap();
+//! let params = net.collect_params().unwrap();
+//! assert!(params.get("dense0.weight").unwrap().grad().is_some());
+//! ```
+
+mod block;
+pub mod init;
+pub mod io;
+pub mod layers;
+pub mod loss;
+pub mod metric;
+pub mod ops;
+mod param_dict;
+mod parameter;
+
+pub use block::{Block, Sequential, SummaryRow};
+pub use init::{FactorType, Initializer, RndType};
+pub use io::{load_params, save_params, BlockIo, LoadOptions, SaveOptions};
+pub use layers::*;
+pub use param_dict::{glob_match, ParamDict};
+pub use parameter::Parameter;

@@ -2,10 +2,17 @@
 //! autograd is recording, records its backward.
 
 mod arith;
+pub(crate) mod axis;
 pub(crate) mod broadcast;
+mod index;
 mod linalg;
-mod reduce;
+mod matmul;
+pub(crate) mod reduce;
+mod reduce_more;
 mod shape;
+mod softmax;
+mod sort;
+mod transform;
 mod unary;
 
 pub use arith::BinaryOp;

@@ -114,7 +114,17 @@ pub(crate) fn fold_axes<T: Copy + Send + Sync>(
 
 impl NDArray {
     /// Sum over `axes` (`None`: all axes), keeping reduced dims as size 1 when `keepdims`.
+    ///
+    /// Float arrays sum in their own dtype and are differentiable. Integer arrays (u8, i32,
+    /// i64) sum exactly into an **i64** result (not differentiable), so a sum over billions of
+    /// u8 values cannot overflow.
     pub fn sum(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        if let Some(out) = crate::sparse::dispatch_sum(self, axes, keepdims)? {
+            return Ok(out);
+        }
+        if !self.dtype().is_float() && self.stype() == crate::SType::Dense {
+            return super::reduce_more::sum_int(self, axes, keepdims);
+        }
         let d = self.dense_data()?;
         let ax = norm_axes("sum", axes, d.shape.len())?;
         let out_shape = reduced_shape(&d.shape, &ax, keepdims);
@@ -158,7 +168,7 @@ impl NDArray {
         }
         let d = self.dense_data()?;
         let out = crate::with_buffer!(&d.buf, v => {
-            let zeros = vec![0u8; 1];
+            let zeros = [0u8; 1];
             let ones = [1usize];
             let o = super::broadcast::broadcast_apply(v.as_slice(), &own, &zeros[..], &ones[..], shape, |x, _| x);
             NDArray::from_vec(o, shape)?

@@ -25,11 +25,7 @@ impl NDArray {
             .iter()
             .map(|&d| {
                 if d < 0 {
-                    if known == 0 {
-                        0
-                    } else {
-                        n / known
-                    }
+                    n.checked_div(known).unwrap_or(0)
                 } else {
                     d as usize
                 }

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use crate::buffer::Buffer;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -45,10 +47,12 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
                 let vals = &v[c.offset..c.offset + c.nnz()];
                 let idx = c.indices();
                 let mut out = vec![Default::default(); rows * cols];
-                for r in 0..rows {
-                    for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
-                        out[r * cols + idx[p] as usize] = vals[p];
-                    }
+                if cols > 0 {
+                    out.par_chunks_mut(cols).with_min_len((PAR_ROWS / cols).max(1)).enumerate().for_each(|(r, o)| {
+                        for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
+                            o[idx[p] as usize] = vals[p];
+                        }
+                    });
                 }
                 Element::into_buffer(out)
             });
@@ -84,17 +88,21 @@ fn dense_to_rsp(d: &DenseData) -> Result<RowSparseData> {
         ));
     }
     let row_len: usize = d.shape[1..].iter().product();
-    let mut indices = Vec::new();
-    let data = with_buffer!(&d.buf, v => {
-        let mut out = Vec::new();
-        for r in 0..d.shape[0] {
-            let row = &v[r * row_len..(r + 1) * row_len];
-            if row.iter().any(|x| *x != Default::default()) {
-                indices.push(r as i64);
-                out.extend_from_slice(row);
-            }
-        }
-        Element::into_buffer(out)
+    let rows = d.shape[0];
+    let (indices, data) = with_buffer!(&d.buf, v => {
+        // Find the non-zero rows in parallel, then gather them.
+        let keep: Vec<i64> = (0..rows)
+            .into_par_iter()
+            .with_min_len(256)
+            .filter(|&r| v[r * row_len..(r + 1) * row_len].iter().any(|x| *x != Default::default()))
+            .map(|r| r as i64)
+            .collect();
+        let data = Element::into_buffer(
+            keep.iter()
+                .flat_map(|&r| v[r as usize * row_len..(r as usize + 1) * row_len].iter().copied())
+                .collect(),
+        );
+        (keep, data)
     });
     Ok(RowSparseData {
         shape: d.shape.clone(),
@@ -111,22 +119,37 @@ fn dense_to_csr(d: &DenseData) -> Result<CsrData> {
         ));
     }
     let (rows, cols) = (d.shape[0], d.shape[1]);
-    let mut indptr = Vec::with_capacity(rows + 1);
-    let mut indices = Vec::new();
-    indptr.push(0i64);
-    let data = with_buffer!(&d.buf, v => {
-        let mut out = Vec::new();
-        for r in 0..rows {
-            for c in 0..cols {
-                let x = v[r * cols + c];
-                if x != Default::default() {
-                    indices.push(c as i64);
-                    out.push(x);
+    // Blocks of rows are scanned in parallel, each into its own (indices, values, counts);
+    // the blocks are then joined in order.
+    let block = (PAR_ROWS / cols.max(1)).max(1);
+    let (indptr, indices, data) = with_buffer!(&d.buf, v => {
+        let parts: Vec<(Vec<i64>, Vec<_>, Vec<i64>)> = (0..rows.div_ceil(block))
+            .into_par_iter()
+            .map(|b| {
+                let (mut idx, mut vals, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+                for r in b * block..((b + 1) * block).min(rows) {
+                    for c in 0..cols {
+                        let x = v[r * cols + c];
+                        if x != Default::default() {
+                            idx.push(c as i64);
+                            vals.push(x);
+                        }
+                    }
+                    counts.push(idx.len() as i64);
                 }
-            }
-            indptr.push(indices.len() as i64);
+                (idx, vals, counts)
+            })
+            .collect();
+        let mut indptr = Vec::with_capacity(rows + 1);
+        indptr.push(0i64);
+        let (mut indices, mut vals) = (Vec::new(), Vec::new());
+        for (i, v, c) in parts {
+            let base = indices.len() as i64;
+            indptr.extend(c.iter().map(|&k| k + base));
+            indices.extend(i);
+            vals.extend(v);
         }
-        Element::into_buffer(out)
+        (indptr, indices, Element::into_buffer(vals))
     });
     Ok(CsrData {
         shape: [rows, cols],
@@ -136,6 +159,9 @@ fn dense_to_csr(d: &DenseData) -> Result<CsrData> {
         offset: 0,
     })
 }
+
+/// Elements per parallel block when converting dense to csr.
+const PAR_ROWS: usize = 1 << 14;
 
 /// Convert an array to another storage type (`tostype`). Zeros (dense -> csr) and all-zero rows
 /// (dense -> row_sparse) are dropped. Not recorded by autograd.
@@ -170,20 +196,12 @@ pub fn add_grads(a: &NDArray, b: &NDArray) -> Result<NDArray> {
             Ok(NDArray::from_data(ArrayData::RowSparse(add_rsp(ra, rb))))
         }
         _ => {
-            let (x, y) = (densify(&da)?, densify(&db)?);
-            let buf = match (&x.buf, &y.buf) {
-                (Buffer::F32(p), Buffer::F32(q)) => {
-                    f32::into_buffer(p.iter().zip(q.iter()).map(|(a, b)| a + b).collect())
-                }
-                (Buffer::F64(p), Buffer::F64(q)) => {
-                    f64::into_buffer(p.iter().zip(q.iter()).map(|(a, b)| a + b).collect())
-                }
-                _ => return Err(Error::dtype("add_grads", "gradients must be float")),
-            };
-            Ok(NDArray::from_data(ArrayData::Dense(DenseData {
-                shape: x.shape,
-                buf,
-            })))
+            if !da.dtype().is_float() {
+                return Err(Error::dtype("add_grads", "gradients must be float"));
+            }
+            // Sparse + dense scatters the stored values into a copy of the dense operand; the
+            // binary-op dispatch has that kernel.
+            crate::autograd::pause(|| a.add(b))
         }
     }
 }

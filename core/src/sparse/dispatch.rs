@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use super::unary::ZeroOp;
 use crate::error::{Error, Result};
 use crate::ops::BinaryOp;
 use crate::{NDArray, SType};
@@ -44,40 +45,53 @@ pub(crate) fn dispatch_binary(op: BinaryOp, a: &NDArray, b: &NDArray) -> Result<
     if sa == SType::Dense && sb == SType::Dense {
         return Ok(None);
     }
+    if let Some(out) = super::binary::binary(op, a, b)? {
+        return Ok(Some(out));
+    }
     fallback(op_name(op), &[sa, sb])?;
     Ok(None)
 }
 
 /// Sparse kernels for zero-preserving unary ops. `Ok(None)`: use the dense path.
 pub(crate) fn dispatch_unary(op: &'static str, a: &NDArray) -> Result<Option<NDArray>> {
-    let s = a.stype();
-    if s == SType::Dense {
+    zero_preserving(op, a, 0.0, 0.0)
+}
+
+fn zero_preserving(op: &'static str, a: &NDArray, s: f64, hi: f64) -> Result<Option<NDArray>> {
+    let st = a.stype();
+    if st == SType::Dense {
         return Ok(None);
     }
-    fallback(op, &[s])?;
+    if let Some(z) = ZeroOp::from_name(op, s, hi) {
+        return Ok(Some(super::unary::unary(z, a)?));
+    }
+    fallback(op, &[st])?;
     Ok(None)
 }
 
 /// Sparse kernels for scalar mul/div. `Ok(None)`: use the dense path.
-pub(crate) fn dispatch_scalar(op: &'static str, a: &NDArray, _s: f64) -> Result<Option<NDArray>> {
-    dispatch_unary(op, a)
+pub(crate) fn dispatch_scalar(op: &'static str, a: &NDArray, s: f64) -> Result<Option<NDArray>> {
+    zero_preserving(op, a, s, 0.0)
 }
 
-/// Sparse kernel for clip. `Ok(None)`: use the dense path.
-pub(crate) fn dispatch_clip(a: &NDArray, _lo: f64, _hi: f64) -> Result<Option<NDArray>> {
-    dispatch_unary("clip", a)
+/// Sparse kernel for clip (when `lo <= 0 <= hi`). `Ok(None)`: use the dense path.
+pub(crate) fn dispatch_clip(a: &NDArray, lo: f64, hi: f64) -> Result<Option<NDArray>> {
+    zero_preserving("clip", a, lo, hi)
 }
 
 /// Sparse kernels for dot. `Ok(None)`: use the dense path.
 pub(crate) fn dispatch_dot(
     a: &NDArray,
     b: &NDArray,
-    _ta: bool,
-    _tb: bool,
+    ta: bool,
+    tb: bool,
 ) -> Result<Option<NDArray>> {
     let (sa, sb) = (a.stype(), b.stype());
     if sa == SType::Dense && sb == SType::Dense {
         return Ok(None);
+    }
+    if let Some(out) = super::dot::dispatch(a, b, ta, tb)? {
+        return Ok(Some(out));
     }
     fallback("dot", &[sa, sb])?;
     Ok(None)

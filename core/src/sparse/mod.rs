@@ -1,10 +1,28 @@
 //! Sparse storage types: csr and row_sparse construction, conversion and operators.
+//!
+//! Operators on `NDArray` (`dot`, `add`, `mul`, `relu`, ...) dispatch here on the storage types
+//! of their inputs; the free functions below are the sparse-specific entry points.
 
+mod binary;
+mod construct;
 mod convert;
 mod dispatch;
+mod dot;
+mod embedding;
+mod kernels;
+mod random;
+mod reduce;
+mod slice;
+mod unary;
 
 pub use convert::{add_grads, cast_storage, densify, zeros_stype};
 pub(crate) use dispatch::{
     dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,
 };
 pub use dispatch::{fallback, set_strict_stype, strict_stype};
+pub use dot::{dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
+pub use embedding::{embedding, take_rows};
+pub use random::{rand_sparse, rand_sparse_seeded, SparseDist};
+pub(crate) use reduce::dispatch_sum;
+pub use reduce::{norm, square_sum};
+pub use slice::concat_rows;

@@ -1,0 +1,282 @@
+//! Indexing operators: take, slice_axis, flip, repeat, index_copy, one_hot, where.
+//!
+//! Every dtype works for the data movement; gradients flow for float arrays. Indices are i64
+//! (float index arrays are accepted and truncated, as in MXNet).
+
+use super::axis::{gather_buf, index_values, norm_axis, resolve_indices, scatter_grad, split3};
+use crate::autograd::record_op;
+use crate::buffer::Buffer;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::NDArray;
+
+/// Python slice semantics: the positions `begin:end:step` selects from an axis of length `n`.
+pub(crate) fn slice_positions(
+    op: &'static str,
+    n: usize,
+    begin: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+) -> Result<Vec<usize>> {
+    if step == 0 {
+        return Err(Error::arg(op, "slice step must be non-zero"));
+    }
+    let n = n as i64;
+    let norm = |v: i64| if v < 0 { v + n } else { v };
+    if step > 0 {
+        let b = begin.map(norm).unwrap_or(0).clamp(0, n);
+        let e = end.map(norm).unwrap_or(n).clamp(0, n);
+        Ok((b..e.max(b))
+            .step_by(step as usize)
+            .map(|i| i as usize)
+            .collect())
+    } else {
+        let b = begin.map(norm).unwrap_or(n - 1).clamp(-1, n - 1);
+        let e = end.map(norm).unwrap_or(-1).clamp(-1, n - 1);
+        let mut out = Vec::new();
+        let mut i = b;
+        while i > e {
+            out.push(i as usize);
+            i += step;
+        }
+        Ok(out)
+    }
+}
+
+/// Gather positions `idx` (validated) along `axis`, with the scatter-add backward.
+fn gather_positions(
+    op: &'static str,
+    a: &NDArray,
+    axis: usize,
+    idx: Vec<usize>,
+    idx_shape: &[usize],
+) -> Result<NDArray> {
+    let d = a.dense_data()?;
+    let (outer, n, inner) = split3(&d.shape, axis);
+    let mut out_shape = d.shape[..axis].to_vec();
+    out_shape.extend_from_slice(idx_shape);
+    out_shape.extend_from_slice(&d.shape[axis + 1..]);
+    // A step-1 run along axis 0 is one contiguous block: copy it in one go.
+    let contiguous = axis == 0 && !idx.is_empty() && idx.windows(2).all(|w| w[1] == w[0] + 1);
+    let buf = if contiguous {
+        let (s, e) = (idx[0] * inner, (idx[idx.len() - 1] + 1) * inner);
+        crate::with_buffer!(&d.buf, v => Element::into_buffer(v[s..e].to_vec()))
+    } else {
+        gather_buf(&d.buf, outer, n, inner, &idx)
+    };
+    let out = NDArray::from_buffer(buf, &out_shape)?;
+    let in_shape = d.shape.clone();
+    Ok(record_op(op, out, &[a], move |g| {
+        Ok(vec![Some(scatter_grad(op, g, &in_shape, axis, &idx)?)])
+    }))
+}
+
+impl NDArray {
+    /// Take the slices at `indices` (any shape, i64 or integral floats) along `axis`; the
+    /// result has shape `shape[..axis] + indices.shape + shape[axis+1..]`. Negative indices
+    /// count from the end; out-of-range indices are an error. Differentiable in `self`.
+    ///
+    /// ```
+    /// use sparrow_core::NDArray;
+    /// let a = NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]).unwrap();
+    /// let i = NDArray::from_vec(vec![2i64, 0], &[2]).unwrap();
+    /// assert_eq!(a.take(&i, 0).unwrap().to_vec::<f32>().unwrap(), vec![5.0, 6.0, 1.0, 2.0]);
+    /// ```
+    pub fn take(&self, indices: &NDArray, axis: i64) -> Result<NDArray> {
+        let shape = self.shape();
+        let ax = norm_axis("take", axis, shape.len())?;
+        let idx = resolve_indices("take", &index_values(indices)?, shape[ax])?;
+        gather_positions("take", self, ax, idx, &indices.shape())
+    }
+
+    /// Python-style slice `begin:end:step` along `axis` (i64 bounds; negative values count
+    /// from the end, `None` means the natural default for the step's sign). Differentiable.
+    pub fn slice_axis(
+        &self,
+        axis: i64,
+        begin: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+    ) -> Result<NDArray> {
+        let shape = self.shape();
+        let ax = norm_axis("slice_axis", axis, shape.len())?;
+        let idx = slice_positions("slice_axis", shape[ax], begin, end, step)?;
+        let m = idx.len();
+        gather_positions("slice_axis", self, ax, idx, &[m])
+    }
+
+    /// Reverse the order of elements along `axis`. Differentiable.
+    pub fn flip(&self, axis: i64) -> Result<NDArray> {
+        self.slice_axis(axis, None, None, -1)
+    }
+
+    /// Repeat each element `repeats` times along `axis` (`None`: of the flattened array), as
+    /// NumPy's `repeat`. Differentiable.
+    pub fn repeat(&self, repeats: usize, axis: Option<i64>) -> Result<NDArray> {
+        let (a, axis) = match axis {
+            Some(ax) => (self.clone(), ax),
+            None => (self.reshape(&[self.size()])?, 0),
+        };
+        let shape = a.shape();
+        let ax = norm_axis("repeat", axis, shape.len())?;
+        let idx: Vec<usize> = (0..shape[ax])
+            .flat_map(|i| std::iter::repeat_n(i, repeats))
+            .collect();
+        let m = idx.len();
+        gather_positions("repeat", &a, ax, idx, &[m])
+    }
+
+    /// A copy of `self` whose rows (axis 0) at `index` are replaced by the rows of `new`
+    /// (MXNet's `index_copy`); `new` has shape `[len(index)] + shape[1..]`. When an index
+    /// repeats, the last row wins. Differentiable in `self` and `new`.
+    pub fn index_copy(&self, index: &NDArray, new: &NDArray) -> Result<NDArray> {
+        let op = "index_copy";
+        let (d, nd) = (self.dense_data()?, new.dense_data()?);
+        if d.shape.is_empty() {
+            return Err(Error::shape(op, "needs an array of at least 1 dimension"));
+        }
+        if d.buf.dtype() != nd.buf.dtype() {
+            return Err(Error::dtype_mismatch(op, d.buf.dtype(), nd.buf.dtype()));
+        }
+        let idx = resolve_indices(op, &index_values(index)?, d.shape[0])?;
+        let mut want = vec![idx.len()];
+        want.extend_from_slice(&d.shape[1..]);
+        if nd.shape != want {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "new values have shape {:?}, expected {want:?} for {} indices into {:?}",
+                    nd.shape,
+                    idx.len(),
+                    d.shape
+                ),
+            ));
+        }
+        let row: usize = d.shape[1..].iter().product();
+        let mut buf = d.buf.clone();
+        crate::with_buffer!(&mut buf, v => {
+            let src = nd.buf.as_slice().unwrap();
+            let dst = std::sync::Arc::make_mut(v);
+            for (j, &k) in idx.iter().enumerate() {
+                dst[k * row..(k + 1) * row].copy_from_slice(&src[j * row..(j + 1) * row]);
+            }
+        });
+        let out = NDArray::from_buffer(buf, &d.shape)?;
+        let index = NDArray::from_vec(idx.iter().map(|&i| i as i64).collect(), &[idx.len()])?;
+        let shape = d.shape.clone();
+        Ok(record_op(op, out, &[self, new], move |g| {
+            // Rows that were overwritten get no gradient in `self`; `new` gets those rows.
+            let mask = NDArray::ones(&[shape[0]], g.dtype())?;
+            let zeros = NDArray::zeros(&[index.size()], g.dtype())?;
+            let mask = crate::autograd::pause(|| mask.index_copy(&index, &zeros))?;
+            let mut mshape = vec![shape[0]];
+            mshape.extend(std::iter::repeat_n(1, shape.len() - 1));
+            let g_old = g.mul(&mask.reshape(&mshape)?)?;
+            // With repeated indices only the last write of a row reaches the output.
+            let mut last = vec![usize::MAX; shape[0]];
+            let iv = index.to_vec::<i64>()?;
+            for (j, &k) in iv.iter().enumerate() {
+                last[k as usize] = j;
+            }
+            let keep: Vec<f64> = iv
+                .iter()
+                .enumerate()
+                .map(|(j, &k)| (last[k as usize] == j) as u8 as f64)
+                .collect();
+            let keep =
+                NDArray::from_vec(keep, &mshape_for(iv.len(), shape.len()))?.astype(g.dtype())?;
+            let g_new = g.take(&index, 0)?.mul(&keep)?;
+            Ok(vec![Some(g_old), Some(g_new)])
+        }))
+    }
+
+    /// One-hot encoding: shape `indices.shape + [depth]`, `on_value` where the last index equals
+    /// the index value and `off_value` elsewhere. Indices outside `[0, depth)` give an all-off
+    /// row (MXNet's behaviour). Not differentiable.
+    pub fn one_hot(
+        &self,
+        depth: usize,
+        on_value: f64,
+        off_value: f64,
+        dtype: DType,
+    ) -> Result<NDArray> {
+        let idx = index_values(self)?;
+        let mut shape = self.shape();
+        shape.push(depth);
+        let out = NDArray::full(&shape, off_value, dtype)?;
+        let on = NDArray::scalar(on_value).astype(dtype)?;
+        {
+            let mut g = out.write();
+            let dd = g.as_dense_mut().expect("full creates dense arrays");
+            let on_buf = on.dense_data()?.buf;
+            crate::with_buffer!(&mut dd.buf, v => {
+                let onv = on_buf.as_slice().unwrap()[0];
+                let dst = std::sync::Arc::make_mut(v);
+                for (r, &i) in idx.iter().enumerate() {
+                    if i >= 0 && (i as usize) < depth {
+                        dst[r * depth + i as usize] = onv;
+                    }
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// `where(cond, x, y)`: `x` where `cond` is non-zero, else `y`, with broadcasting of all
+    /// three (cond may have any dtype). Differentiable in `x` and `y`.
+    pub fn where_(cond: &NDArray, x: &NDArray, y: &NDArray) -> Result<NDArray> {
+        let op = "where";
+        let (dx, dy) = (x.dense_data()?, y.dense_data()?);
+        if dx.buf.dtype() != dy.buf.dtype() {
+            return Err(Error::dtype_mismatch(op, dx.buf.dtype(), dy.buf.dtype()));
+        }
+        let cshape = cond.shape();
+        let s = super::broadcast_shapes(op, &cshape, &dx.shape)?;
+        let shape = super::broadcast_shapes(op, &s, &dy.shape)?;
+        let (c, xb, yb) = crate::autograd::pause(|| -> Result<_> {
+            let c = cond.ne_zero_u8()?.broadcast_to(&shape)?;
+            Ok((
+                c,
+                x.detach().broadcast_to(&shape)?,
+                y.detach().broadcast_to(&shape)?,
+            ))
+        })?;
+        let cv = c.dense_data()?.buf;
+        let (xd, yd) = (xb.dense_data()?.buf, yb.dense_data()?.buf);
+        let cs = cv.as_slice::<u8>().expect("mask is u8");
+        let mut out = xd.clone();
+        crate::with_buffer!(&mut out, v => {
+            let ys = yd.as_slice().unwrap();
+            let dst = std::sync::Arc::make_mut(v);
+            for ((d, &m), &b) in dst.iter_mut().zip(cs).zip(ys) {
+                if m == 0 {
+                    *d = b;
+                }
+            }
+        });
+        let out = NDArray::from_buffer(out, &shape)?;
+        let (xs, ys) = (dx.shape.clone(), dy.shape.clone());
+        Ok(record_op(op, out, &[x, y], move |g| {
+            let m = c.astype(g.dtype())?;
+            let gx = super::sum_to_shape(&g.mul(&m)?, &xs)?;
+            let gy = super::sum_to_shape(&g.mul(&m.rsub_scalar(1.0)?)?, &ys)?;
+            Ok(vec![Some(gx), Some(gy)])
+        }))
+    }
+
+    /// 1 where the element is non-zero, else 0, as u8 (any dtype).
+    pub(crate) fn ne_zero_u8(&self) -> Result<NDArray> {
+        let d = self.dense_data()?;
+        let v: Vec<u8> = crate::with_buffer!(&d.buf, s => {
+            let z = Element::from_f64(0.0);
+            super::map_slice(s.as_slice(), |x| (x != z) as u8)
+        });
+        NDArray::from_buffer(Buffer::U8(std::sync::Arc::new(v)), &d.shape)
+    }
+}
+
+fn mshape_for(n: usize, ndim: usize) -> Vec<usize> {
+    let mut s = vec![n];
+    s.extend(std::iter::repeat_n(1, ndim - 1));
+    s
+}

@@ -1,0 +1,432 @@
+//! Building csr and row_sparse arrays: from parts (validated or trusted), from COO triplets and
+//! with an stype-aware `zeros`; and `check_format`, which validates MXNet's invariants.
+
+use std::sync::Arc;
+
+use crate::buffer::Buffer;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::ndarray::{ArrayData, CsrData, NDArray, RowSparseData};
+use crate::SType;
+
+/// Check the invariants of csr parts. `full` adds the O(nnz) checks (monotone indptr, indices
+/// sorted, unique and in range); without it only the lengths and end points are checked.
+pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
+    let f = |m: String| Err(Error::format(SType::Csr, m));
+    let [rows, cols] = c.shape;
+    if c.indptr.len() != rows + 1 {
+        return f(format!(
+            "indptr has {} entries, expected rows + 1 = {}",
+            c.indptr.len(),
+            rows + 1
+        ));
+    }
+    if c.indptr[0] != 0 {
+        return f(format!("indptr[0] is {}, expected 0", c.indptr[0]));
+    }
+    let last = c.indptr[rows];
+    if last < 0 {
+        return f(format!("indptr[{rows}] is negative ({last})"));
+    }
+    let nnz = last as usize;
+    if c.offset + nnz > c.indices.len() {
+        return f(format!(
+            "indptr[{rows}] = {nnz} (nnz) but only {} indices are stored after offset {}",
+            c.indices.len().saturating_sub(c.offset),
+            c.offset
+        ));
+    }
+    if c.offset + nnz > c.data.len() {
+        return f(format!(
+            "indptr[{rows}] = {nnz} (nnz) but only {} values are stored after offset {}",
+            c.data.len().saturating_sub(c.offset),
+            c.offset
+        ));
+    }
+    if !full {
+        return Ok(());
+    }
+    for r in 0..rows {
+        let (s, e) = (c.indptr[r], c.indptr[r + 1]);
+        if e < s {
+            return f(format!(
+                "indptr is not non-decreasing: indptr[{r}] = {s} > indptr[{}] = {e}",
+                r + 1
+            ));
+        }
+    }
+    let idx = c.indices();
+    for r in 0..rows {
+        let row = &idx[c.indptr[r] as usize..c.indptr[r + 1] as usize];
+        for (k, &j) in row.iter().enumerate() {
+            if j < 0 || j as usize >= cols {
+                return f(format!(
+                    "row {r}: column index {j} out of range for {cols} columns"
+                ));
+            }
+            if k > 0 && row[k - 1] >= j {
+                return f(format!(
+                    "row {r}: column indices not sorted and unique ({} then {j})",
+                    row[k - 1]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Check the invariants of row_sparse parts (`full` adds sorted/unique/in-range row ids).
+pub(crate) fn check_rsp(r: &RowSparseData, full: bool) -> Result<()> {
+    let f = |m: String| Err(Error::format(SType::RowSparse, m));
+    if r.shape.is_empty() {
+        return f("row_sparse needs at least one dimension".into());
+    }
+    let rl = r.row_len();
+    if r.data.len() != r.indices.len() * rl {
+        return f(format!(
+            "data has {} elements, expected {} rows x {rl} = {}",
+            r.data.len(),
+            r.indices.len(),
+            r.indices.len() * rl
+        ));
+    }
+    if !full {
+        return Ok(());
+    }
+    for (k, &i) in r.indices.iter().enumerate() {
+        if i < 0 || i as usize >= r.shape[0] {
+            return f(format!(
+                "row index {i} out of range for {} rows",
+                r.shape[0]
+            ));
+        }
+        if k > 0 && r.indices[k - 1] >= i {
+            return f(format!(
+                "row indices not sorted and unique ({} then {i})",
+                r.indices[k - 1]
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl NDArray {
+    /// A csr array from its parts `(data, indices, indptr)` and shape, as MXNet's
+    /// `csr_matrix((data, indices, indptr), shape)`. Every invariant is checked (`check_format`
+    /// with `full = true`); a broken one is an [`Error::Format`] naming it.
+    ///
+    /// ```
+    /// use sparrow_core::NDArray;
+    /// let a = NDArray::csr_from_parts(vec![1.0f32, 2.0], vec![0, 2], vec![0, 1, 1, 2], [3, 3]).unwrap();
+    /// assert_eq!(a.to_vec::<f32>().unwrap(), vec![1., 0., 0., 0., 0., 0., 0., 0., 2.]);
+    /// ```
+    pub fn csr_from_parts<T: Element>(
+        data: Vec<T>,
+        indices: Vec<i64>,
+        indptr: Vec<i64>,
+        shape: [usize; 2],
+    ) -> Result<NDArray> {
+        NDArray::csr_from_buffer(T::into_buffer(data), indices, indptr, shape)
+    }
+
+    /// [`NDArray::csr_from_parts`] with an untyped [`Buffer`] of values.
+    pub fn csr_from_buffer(
+        data: Buffer,
+        indices: Vec<i64>,
+        indptr: Vec<i64>,
+        shape: [usize; 2],
+    ) -> Result<NDArray> {
+        if data.len() != indices.len() {
+            return Err(Error::format(
+                SType::Csr,
+                format!(
+                    "data has {} values but indices has {} entries",
+                    data.len(),
+                    indices.len()
+                ),
+            ));
+        }
+        let c = CsrData {
+            shape,
+            indptr: Arc::new(indptr),
+            indices: Arc::new(indices),
+            data,
+            offset: 0,
+        };
+        check_csr(&c, true)?;
+        if c.nnz() != c.indices.len() {
+            return Err(Error::format(
+                SType::Csr,
+                format!(
+                    "indptr[{}] = {} but {} indices were given",
+                    shape[0],
+                    c.nnz(),
+                    c.indices.len()
+                ),
+            ));
+        }
+        Ok(NDArray::from_data(ArrayData::Csr(c)))
+    }
+
+    /// A csr array from trusted parts, without validation (for readers that build valid parts
+    /// by construction, such as the LibSVM parser). Parts that break the invariants give wrong
+    /// results or panics later; call [`NDArray::check_format`] when in doubt.
+    pub fn csr_unchecked<T: Element>(
+        data: Vec<T>,
+        indices: Vec<i64>,
+        indptr: Vec<i64>,
+        shape: [usize; 2],
+    ) -> NDArray {
+        NDArray::from_data(ArrayData::Csr(CsrData {
+            shape,
+            indptr: Arc::new(indptr),
+            indices: Arc::new(indices),
+            data: T::into_buffer(data),
+            offset: 0,
+        }))
+    }
+
+    /// A row_sparse array from its parts: `data` holds `indices.len()` rows of
+    /// `shape[1..].product()` elements, `indices` the sorted unique row ids. Validated.
+    pub fn row_sparse_from_parts<T: Element>(
+        data: Vec<T>,
+        indices: Vec<i64>,
+        shape: &[usize],
+    ) -> Result<NDArray> {
+        let r = RowSparseData {
+            shape: shape.to_vec(),
+            indices: Arc::new(indices),
+            data: T::into_buffer(data),
+        };
+        check_rsp(&r, true)?;
+        Ok(NDArray::from_data(ArrayData::RowSparse(r)))
+    }
+
+    /// A row_sparse array from trusted parts, without validation.
+    pub fn row_sparse_unchecked<T: Element>(
+        data: Vec<T>,
+        indices: Vec<i64>,
+        shape: &[usize],
+    ) -> NDArray {
+        NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+            shape: shape.to_vec(),
+            indices: Arc::new(indices),
+            data: T::into_buffer(data),
+        }))
+    }
+
+    /// A csr array from COO triplets `(row, col, value)`: out-of-range coordinates are an error,
+    /// duplicates are summed and the result is sorted by row then column.
+    pub fn csr_from_coo<T: Element + std::ops::Add<Output = T>>(
+        rows: &[i64],
+        cols: &[i64],
+        vals: &[T],
+        shape: [usize; 2],
+    ) -> Result<NDArray> {
+        if rows.len() != cols.len() || rows.len() != vals.len() {
+            return Err(Error::arg(
+                "csr_from_coo",
+                format!(
+                    "rows, cols and vals differ in length ({}, {}, {})",
+                    rows.len(),
+                    cols.len(),
+                    vals.len()
+                ),
+            ));
+        }
+        for (k, (&r, &c)) in rows.iter().zip(cols).enumerate() {
+            if r < 0 || r as usize >= shape[0] || c < 0 || c as usize >= shape[1] {
+                return Err(Error::index(
+                    "csr_from_coo",
+                    format!("entry {k} at ({r}, {c}) is outside shape {shape:?}"),
+                ));
+            }
+        }
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_unstable_by_key(|&k| (rows[k], cols[k]));
+        let mut indptr = vec![0i64; shape[0] + 1];
+        let mut indices = Vec::with_capacity(order.len());
+        let mut data: Vec<T> = Vec::with_capacity(order.len());
+        let mut prev: Option<(i64, i64)> = None;
+        for &k in &order {
+            let key = (rows[k], cols[k]);
+            if prev == Some(key) {
+                let last = data.len() - 1;
+                data[last] = data[last] + vals[k];
+            } else {
+                indices.push(key.1);
+                data.push(vals[k]);
+                indptr[key.0 as usize + 1] += 1;
+                prev = Some(key);
+            }
+        }
+        for r in 0..shape[0] {
+            indptr[r + 1] += indptr[r];
+        }
+        Ok(NDArray::csr_unchecked(data, indices, indptr, shape))
+    }
+
+    /// An all-zero array of any storage type (a sparse one stores nothing).
+    pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> Result<NDArray> {
+        if stype == SType::Csr && shape.len() != 2 {
+            return Err(Error::stype(
+                "zeros_stype",
+                format!("csr needs a 2-D shape, got {shape:?}"),
+            ));
+        }
+        if stype == SType::RowSparse && shape.is_empty() {
+            return Err(Error::stype(
+                "zeros_stype",
+                "row_sparse needs at least one dimension",
+            ));
+        }
+        Ok(super::convert::zeros_stype(shape, dtype, stype))
+    }
+
+    /// Validate the sparse format (MXNet's `check_format`): lengths and end points always,
+    /// plus ordering, uniqueness and ranges of every index when `full`. Dense arrays pass.
+    pub fn check_format(&self, full: bool) -> Result<()> {
+        match &*self.read() {
+            ArrayData::Dense(_) => Ok(()),
+            ArrayData::Csr(c) => check_csr(c, full),
+            ArrayData::RowSparse(r) => check_rsp(r, full),
+        }
+    }
+
+    /// Number of stored values: nnz for csr, stored rows x row length for row_sparse, every
+    /// element for dense.
+    pub fn nnz(&self) -> usize {
+        match &*self.read() {
+            ArrayData::Dense(d) => d.buf.len(),
+            ArrayData::Csr(c) => c.nnz(),
+            ArrayData::RowSparse(r) => r.data.len(),
+        }
+    }
+
+    /// Convert to another storage type (`tostype`); see [`crate::sparse::cast_storage`].
+    /// Recorded: the gradient passes through, cast back to this array's storage type.
+    pub fn tostype(&self, stype: SType) -> Result<NDArray> {
+        let out = super::cast_storage(self, stype)?;
+        let in_stype = self.stype();
+        Ok(crate::autograd::record_op(
+            "cast_storage",
+            out,
+            &[self],
+            move |g| {
+                let gx = if g.stype() == in_stype {
+                    g.clone()
+                } else {
+                    super::cast_storage(g, in_stype)?
+                };
+                Ok(vec![Some(gx)])
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad(r: Result<NDArray>, needle: &str) {
+        match r {
+            Err(Error::Format { msg, .. }) => assert!(msg.contains(needle), "{msg}"),
+            other => panic!("expected a format error containing {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn csr_parts_invariants() {
+        let ok =
+            NDArray::csr_from_parts(vec![1f32, 2., 3.], vec![0, 2, 1], vec![0, 2, 2, 3], [3, 3]);
+        assert!(ok.is_ok());
+        bad(
+            NDArray::csr_from_parts(vec![1f32], vec![0], vec![0, 1], [2, 3]),
+            "indptr has 2 entries",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32], vec![0], vec![1, 1, 1], [2, 3]),
+            "indptr[0]",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32, 2.], vec![0, 1], vec![0, 2, 1], [2, 3]),
+            "non-decreasing",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32, 2.], vec![0, 1], vec![0, 1, 3], [2, 3]),
+            "nnz",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32, 2.], vec![0, 1], vec![0, 1, 1], [2, 3]),
+            "2 indices were given",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32, 2.], vec![1, 1], vec![0, 2, 2], [2, 3]),
+            "sorted and unique",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32, 2.], vec![2, 1], vec![0, 2, 2], [2, 3]),
+            "sorted and unique",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32], vec![3], vec![0, 1, 1], [2, 3]),
+            "out of range",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32], vec![-1], vec![0, 1, 1], [2, 3]),
+            "out of range",
+        );
+        bad(
+            NDArray::csr_from_parts(vec![1f32, 2.], vec![0], vec![0, 1, 1], [2, 3]),
+            "2 values but indices has 1",
+        );
+    }
+
+    #[test]
+    fn unchecked_then_check_format() {
+        let a = NDArray::csr_unchecked(vec![1f32, 2.], vec![1, 0], vec![0, 2], [1, 3]);
+        assert!(a.check_format(false).is_ok());
+        assert!(a.check_format(true).is_err());
+    }
+
+    #[test]
+    fn rsp_parts_invariants() {
+        let a =
+            NDArray::row_sparse_from_parts(vec![1f32, 2., 3., 4.], vec![0, 2], &[3, 2]).unwrap();
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![1., 2., 0., 0., 3., 4.]);
+        let e = NDArray::row_sparse_from_parts(vec![1f32, 2., 3.], vec![0, 2], &[3, 2]);
+        bad(e, "data has 3 elements");
+        bad(
+            NDArray::row_sparse_from_parts(vec![1f32, 2., 3., 4.], vec![2, 0], &[3, 2]),
+            "sorted",
+        );
+        bad(
+            NDArray::row_sparse_from_parts(vec![1f32, 2.], vec![3], &[3, 2]),
+            "out of range",
+        );
+    }
+
+    #[test]
+    fn coo_sums_duplicates_and_sorts() {
+        let a = NDArray::csr_from_coo(&[1, 0, 1, 1], &[2, 1, 0, 2], &[1f32, 2., 3., 4.], [2, 3])
+            .unwrap();
+        a.check_format(true).unwrap();
+        assert_eq!(a.nnz(), 3);
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![0., 2., 0., 3., 0., 5.]);
+        assert!(NDArray::csr_from_coo(&[2], &[0], &[1f32], [2, 3]).is_err());
+    }
+
+    #[test]
+    fn nbytes_of_a_big_sparse_csr() {
+        // 1000 x 1,000,000 at density 1e-5 in f32: 10,000 nnz * (4 + 8) + 1001 * 8 bytes.
+        let nnz = 10_000usize;
+        let indptr: Vec<i64> = (0..=1000).map(|r| (r * 10) as i64).collect();
+        let indices: Vec<i64> = (0..nnz)
+            .map(|k| ((k % 10) * 1000 + k / 10) as i64)
+            .collect();
+        let a =
+            NDArray::csr_from_parts(vec![1f32; nnz], indices, indptr, [1000, 1_000_000]).unwrap();
+        let mb = a.nbytes() as f64 / 1e6;
+        assert!((mb - 0.128).abs() < 0.001, "{mb} MB");
+    }
+}

@@ -1,0 +1,275 @@
+//! Sparse matrix products: csr x dense, csr^T x dense -> row_sparse, csr x row_sparse,
+//! dense x csr (and x csr^T), with their backwards. Multi-threaded with rayon: the work and the
+//! memory traffic are proportional to the non-zeros and the rows they touch, never to the
+//! logical size of a huge weight matrix.
+
+use std::sync::Arc;
+
+use num_traits::Zero;
+use rayon::prelude::*;
+
+use super::kernels::{axpy, entry_rows, segment_sum_rows};
+use crate::autograd::record_op;
+use crate::error::{Error, Result};
+use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
+use crate::{float_dispatch, NDArray, SType};
+
+fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
+    match &*a.read() {
+        ArrayData::Csr(c) => Ok(c.clone()),
+        other => Err(Error::stype(
+            op,
+            format!("needs a csr operand, got {:?}", other.stype()),
+        )),
+    }
+}
+
+fn dense2(a: &NDArray, op: &'static str) -> Result<DenseData> {
+    let d = a.dense_data()?;
+    if d.shape.len() != 2 {
+        return Err(Error::shape(
+            op,
+            format!("needs a 2-D operand, got shape {:?}", d.shape),
+        ));
+    }
+    Ok(d)
+}
+
+fn same_dtype(op: &'static str, a: &NDArray, b: &NDArray) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(Error::dtype_mismatch(op, a.dtype(), b.dtype()));
+    }
+    Ok(())
+}
+
+/// `csr (m x k) . dense (k x n)` -> dense, no autograd. Parallel over output rows; each row
+/// accumulates the rows of `w` picked by its non-zeros.
+pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
+    let [m, k] = c.shape;
+    if w.shape[0] != k {
+        return Err(Error::shape(
+            "dot",
+            format!(
+                "csr {:?} x dense {:?}: inner dimensions differ",
+                c.shape, w.shape
+            ),
+        ));
+    }
+    let n = w.shape[1];
+    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
+        let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
+        let ws = w.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), w.buf.dtype()))?;
+        let mut out = vec![T::zero(); m * n];
+        if n > 0 {
+            out.par_chunks_mut(n).with_min_len(8).enumerate().for_each(|(r, orow)| {
+                for p in ptr[r] as usize..ptr[r + 1] as usize {
+                    let j = idx[p] as usize * n;
+                    axpy(orow, vals[p], &ws[j..j + n]);
+                }
+            });
+        }
+        NDArray::from_vec(out, &[m, n])?
+    }))
+}
+
+/// `csr^T (k x m) . dense (m x n)` -> row_sparse `k x n` over exactly the columns present in
+/// the csr, no autograd and no dense intermediate.
+pub(crate) fn csr_t_dense_rsp(c: &CsrData, g: &DenseData) -> Result<NDArray> {
+    let [m, k] = c.shape;
+    if g.shape[0] != m {
+        return Err(Error::shape(
+            "dot",
+            format!(
+                "csr^T {:?} x dense {:?}: inner dimensions differ",
+                c.shape, g.shape
+            ),
+        ));
+    }
+    let n = g.shape[1];
+    let rows = entry_rows(&c.indptr);
+    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
+        let gs = g.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), g.buf.dtype()))?;
+        let (uniq, data) = segment_sum_rows(c.indices(), &rows, Some(c.values::<T>().unwrap()), gs, n);
+        NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+            shape: vec![k, n],
+            indices: Arc::new(uniq),
+            data: <T as crate::Element>::into_buffer(data),
+        }))
+    }))
+}
+
+/// `csr (m x k) . row_sparse (k x n)` -> dense: a non-zero at column j meets stored row j of
+/// the weight, if any (binary search in the sorted row ids).
+pub(crate) fn csr_rsp_raw(c: &CsrData, w: &RowSparseData) -> Result<NDArray> {
+    let [m, k] = c.shape;
+    if w.shape.len() != 2 || w.shape[0] != k {
+        return Err(Error::shape(
+            "dot",
+            format!(
+                "csr {:?} x row_sparse {:?}: inner dimensions differ",
+                c.shape, w.shape
+            ),
+        ));
+    }
+    let n = w.shape[1];
+    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
+        let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
+        let ws = w.data.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), w.data.dtype()))?;
+        let wid = &w.indices;
+        let mut out = vec![T::zero(); m * n];
+        if n > 0 {
+            out.par_chunks_mut(n).with_min_len(8).enumerate().for_each(|(r, orow)| {
+                for p in ptr[r] as usize..ptr[r + 1] as usize {
+                    if let Ok(q) = wid.binary_search(&idx[p]) {
+                        axpy(orow, vals[p], &ws[q * n..(q + 1) * n]);
+                    }
+                }
+            });
+        }
+        NDArray::from_vec(out, &[m, n])?
+    }))
+}
+
+/// `dense (m x k) . csr (k x n)` (or `. csr^T` when `tb`, csr then `n x k`) -> dense `m x n`.
+pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDArray> {
+    let (m, k) = (a.shape[0], a.shape[1]);
+    let [cr, cc] = c.shape;
+    let (ck, n) = if tb { (cc, cr) } else { (cr, cc) };
+    if ck != k {
+        return Err(Error::shape(
+            "dot",
+            format!(
+                "dense {:?} x csr{} {:?}: inner dimensions differ",
+                a.shape,
+                if tb { "^T" } else { "" },
+                c.shape
+            ),
+        ));
+    }
+    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
+        let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
+        let xs = a.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", a.buf.dtype(), c.data.dtype()))?;
+        let mut out = vec![T::zero(); m * n];
+        if n > 0 {
+            out.par_chunks_mut(n).with_min_len(4).enumerate().for_each(|(i, orow)| {
+                let arow = &xs[i * k..(i + 1) * k];
+                for r in 0..cr {
+                    let (s, e) = (ptr[r] as usize, ptr[r + 1] as usize);
+                    if tb {
+                        // out[i, r] = sum_p a[i, col p] * v_p
+                        let mut acc = T::zero();
+                        for p in s..e {
+                            acc = acc + arow[idx[p] as usize] * vals[p];
+                        }
+                        orow[r] = acc;
+                    } else {
+                        let av = arow[r];
+                        if av != T::zero() {
+                            for p in s..e {
+                                let j = idx[p] as usize;
+                                orow[j] = orow[j] + av * vals[p];
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        NDArray::from_vec(out, &[m, n])?
+    }))
+}
+
+/// `dot(x, w)` for a csr `x` and a dense `w` -> dense, recorded: the gradient of `w` is
+/// `x^T . dy` as row_sparse over the columns present in `x` (computed without a dense
+/// intermediate). `x` gets a dense gradient `dy . w^T` only if it requires one.
+pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
+    same_dtype("dot", x, w)?;
+    let c = csr_of(x, "dot")?;
+    let out = csr_dense_raw(&c, &dense2(w, "dot")?)?;
+    let (xc, wc) = (x.clone(), w.clone());
+    Ok(record_op("dot_csr_dense", out, &[x, w], move |g| {
+        let gd = dense2(g, "dot backward")?;
+        let gw = csr_t_dense_rsp(&c, &gd)?;
+        let gx = if xc.requires_grad() {
+            Some(
+                g.dense_data()
+                    .map(|d| NDArray::from_data(ArrayData::Dense(d)))?
+                    .dot_t(&wc, false, true)?,
+            )
+        } else {
+            None
+        };
+        Ok(vec![gx, Some(gw)])
+    }))
+}
+
+/// `dot(x^T, g)` for a csr `x` (`m x k`) and a dense `g` (`m x n`): a `k x n` result holding
+/// only the rows of the columns present in `x`, as row_sparse (`out_stype = RowSparse`) or
+/// dense. Recorded: the gradient of `g` is `x . dy`.
+pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDArray> {
+    same_dtype("dot", x, g)?;
+    let c = csr_of(x, "dot")?;
+    let rsp = csr_t_dense_rsp(&c, &dense2(g, "dot")?)?;
+    let out = match out_stype {
+        SType::RowSparse => rsp,
+        SType::Dense => super::cast_storage(&rsp, SType::Dense)?,
+        SType::Csr => {
+            return Err(Error::stype(
+                "dot",
+                "csr^T x dense can produce row_sparse or dense, not csr",
+            ))
+        }
+    };
+    Ok(record_op("dot_csr_t_dense", out, &[x, g], move |dy| {
+        let gg = match &*dy.read() {
+            ArrayData::RowSparse(r) => csr_rsp_raw(&c, r)?,
+            other => csr_dense_raw(&c, &crate::sparse::densify(other)?)?,
+        };
+        Ok(vec![None, Some(gg)])
+    }))
+}
+
+/// `dot(x, w)` for a csr `x` and a row_sparse `w` -> dense; the gradient of `w` is row_sparse.
+pub fn dot_csr_rsp(x: &NDArray, w: &NDArray) -> Result<NDArray> {
+    same_dtype("dot", x, w)?;
+    let c = csr_of(x, "dot")?;
+    let r = match &*w.read() {
+        ArrayData::RowSparse(r) => r.clone(),
+        other => {
+            return Err(Error::stype(
+                "dot",
+                format!("needs a row_sparse weight, got {:?}", other.stype()),
+            ))
+        }
+    };
+    let out = csr_rsp_raw(&c, &r)?;
+    Ok(record_op("dot_csr_rsp", out, &[x, w], move |g| {
+        Ok(vec![
+            None,
+            Some(csr_t_dense_rsp(&c, &dense2(g, "dot backward")?)?),
+        ])
+    }))
+}
+
+/// `dot(a, x)` (or `dot(a, x^T)` with `transpose_b`) for a dense `a` and a csr `x` -> dense.
+/// The gradient of `a` is `dy . x^T` (or `dy . x`).
+pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDArray> {
+    same_dtype("dot", a, x)?;
+    let c = csr_of(x, "dot")?;
+    let out = dense_csr_raw(&dense2(a, "dot")?, &c, transpose_b)?;
+    Ok(record_op("dot_dense_csr", out, &[a, x], move |g| {
+        let ga = dense_csr_raw(&dense2(g, "dot backward")?, &c, !transpose_b)?;
+        Ok(vec![Some(ga), None])
+    }))
+}
+
+/// Storage-type dispatch for `dot_t`: `Ok(None)` means no sparse kernel for this combination.
+pub(crate) fn dispatch(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<Option<NDArray>> {
+    use SType::*;
+    Ok(match (a.stype(), b.stype(), ta, tb) {
+        (Csr, Dense, false, false) => Some(dot_csr_dense(a, b)?),
+        (Csr, Dense, true, false) => Some(dot_csr_t_dense(a, b, RowSparse)?),
+        (Csr, RowSparse, false, false) => Some(dot_csr_rsp(a, b)?),
+        (Dense, Csr, false, tb) => Some(dot_dense_csr(a, b, tb)?),
+        _ => None,
+    })
+}

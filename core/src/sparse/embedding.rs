@@ -1,0 +1,140 @@
+//! Embedding lookup (rows of a table by id) with a row_sparse table gradient, and `take` of csr
+//! rows.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::kernels::segment_sum_rows;
+use crate::autograd::record_op;
+use crate::buffer::Buffer;
+use crate::error::{Error, Result};
+use crate::ndarray::{ArrayData, CsrData, RowSparseData};
+use crate::{float_dispatch, with_buffer, Element, NDArray};
+
+/// Ids of an index array as i64, checked against `bound`. Float ids must be whole numbers (MXNet
+/// passes ids as float32 arrays).
+pub(crate) fn ids_of(op: &'static str, ids: &NDArray, bound: usize) -> Result<Vec<i64>> {
+    let d = ids.dense_data()?;
+    let v: Vec<i64> = match &d.buf {
+        Buffer::I64(v) => v.to_vec(),
+        Buffer::I32(v) => v.iter().map(|&x| x as i64).collect(),
+        Buffer::U8(v) => v.iter().map(|&x| x as i64).collect(),
+        other => with_buffer!(other, v => {
+            let mut out = Vec::with_capacity(v.len());
+            for &x in v.iter() {
+                let f = x.to_f64();
+                if f.fract() != 0.0 || !f.is_finite() {
+                    return Err(Error::index(op, format!("id {f} is not a whole number")));
+                }
+                out.push(f as i64);
+            }
+            out
+        }),
+    };
+    check_ids(op, &v, bound)?;
+    Ok(v)
+}
+
+fn check_ids(op: &'static str, ids: &[i64], bound: usize) -> Result<()> {
+    if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= bound) {
+        return Err(Error::index(
+            op,
+            format!("id {bad} out of range for {bound} rows"),
+        ));
+    }
+    Ok(())
+}
+
+/// Embedding lookup: `out[..., :] = table[ids[...], :]` for a dense 2-D `table` (`vocab x dim`)
+/// and ids of any shape (i64, i32 or whole-valued float). The output has shape
+/// `ids.shape + [dim]`. Recorded: the gradient of the table is row_sparse over the unique ids,
+/// with the rows of repeated ids summed; ids get no gradient.
+///
+/// ```
+/// use sparrow_core::{sparse, NDArray};
+/// let table = NDArray::from_vec(vec![0f32, 1., 10., 11., 20., 21.], &[3, 2]).unwrap();
+/// let ids = NDArray::from_vec(vec![2i64, 0], &[2]).unwrap();
+/// let out = sparse::embedding(&table, &ids).unwrap();
+/// assert_eq!(out.to_vec::<f32>().unwrap(), vec![20., 21., 0., 1.]);
+/// ```
+pub fn embedding(table: &NDArray, ids: &NDArray) -> Result<NDArray> {
+    let t = table.dense_data()?;
+    if t.shape.len() != 2 {
+        return Err(Error::shape(
+            "embedding",
+            format!("table must be 2-D (vocab x dim), got {:?}", t.shape),
+        ));
+    }
+    let (vocab, dim) = (t.shape[0], t.shape[1]);
+    let idv = ids_of("embedding", ids, vocab)?;
+    let mut out_shape = ids.shape();
+    out_shape.push(dim);
+    let out = with_buffer!(&t.buf, tv => {
+        let mut out = vec![Default::default(); idv.len() * dim];
+        if dim > 0 {
+            out.par_chunks_mut(dim).with_min_len((4096 / dim).max(1)).zip(idv.par_iter()).for_each(|(o, &i)| {
+                let s = i as usize * dim;
+                o.copy_from_slice(&tv[s..s + dim]);
+            });
+        }
+        NDArray::from_vec(out, &out_shape)?
+    });
+    let shape = [vocab, dim];
+    Ok(record_op("embedding", out, &[table, ids], move |g| {
+        let gd = g.dense_data()?;
+        let rows: Vec<usize> = (0..idv.len()).collect();
+        let gt = float_dispatch!(gd.buf.dtype(), "embedding backward", T => {
+            let (uniq, data) = segment_sum_rows::<T>(&idv, &rows, None, gd.buf.as_slice::<T>().unwrap(), dim);
+            NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+                shape: shape.to_vec(),
+                indices: Arc::new(uniq),
+                data: T::into_buffer(data),
+            }))
+        });
+        Ok(vec![Some(gt), None])
+    }))
+}
+
+/// Rows `ids` of a csr array, in the given order (repeats allowed), as a new csr array.
+/// Not differentiable (csr arrays are data).
+pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
+    let c = match &*a.read() {
+        ArrayData::Csr(c) => c.clone(),
+        other => {
+            return Err(Error::stype(
+                "take",
+                format!("take_rows needs a csr array, got {:?}", other.stype()),
+            ))
+        }
+    };
+    check_ids("take", ids, c.shape[0])?;
+    let mut indptr = Vec::with_capacity(ids.len() + 1);
+    indptr.push(0i64);
+    for &r in ids {
+        let r = r as usize;
+        let len = c.indptr[r + 1] - c.indptr[r];
+        indptr.push(indptr.last().unwrap() + len);
+    }
+    let positions = || {
+        ids.iter().flat_map(|&r| {
+            c.offset + c.indptr[r as usize] as usize..c.offset + c.indptr[r as usize + 1] as usize
+        })
+    };
+    let indices: Vec<i64> = positions().map(|p| c.indices[p]).collect();
+    let data = c.data.gather(positions());
+    Ok(NDArray::from_data(ArrayData::Csr(CsrData {
+        shape: [ids.len(), c.shape[1]],
+        indptr: Arc::new(indptr),
+        indices: Arc::new(indices),
+        data,
+        offset: 0,
+    })))
+}
+
+impl NDArray {
+    /// Rows `ids` of a csr array as a new csr array (see [`take_rows`]).
+    pub fn take_rows(&self, ids: &[i64]) -> Result<NDArray> {
+        take_rows(self, ids)
+    }
+}

@@ -1,0 +1,342 @@
+//! Values of the dense operators (against hand-computed NumPy results), integer dtypes, and
+//! error cases that must return `Err` rather than panic.
+
+use sparrow_core::{DType, Error, NDArray};
+
+fn f32s(v: &[f32], shape: &[usize]) -> NDArray {
+    NDArray::from_vec(v.to_vec(), shape).unwrap()
+}
+fn i64s(v: &[i64], shape: &[usize]) -> NDArray {
+    NDArray::from_vec(v.to_vec(), shape).unwrap()
+}
+fn close(a: &NDArray, b: &[f64]) {
+    let v = a.to_f64_vec();
+    assert_eq!(v.len(), b.len(), "{v:?} vs {b:?}");
+    for (x, y) in v.iter().zip(b) {
+        assert!((x - y).abs() < 1e-5, "{v:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn softmax_values_and_stability() {
+    let x = f32s(&[1.0, 2.0, 3.0, 1000.0, 1000.0, -1000.0], &[2, 3]);
+    let s = x.softmax(-1).unwrap();
+    let e = [1f64.exp(), 2f64.exp(), 3f64.exp()];
+    let z: f64 = e.iter().sum();
+    close(&s, &[e[0] / z, e[1] / z, e[2] / z, 0.5, 0.5, 0.0]);
+    let l = x.log_softmax(-1).unwrap();
+    let v = l.to_f64_vec();
+    assert!(v.iter().all(|x| x.is_finite()), "{v:?}");
+    assert!((v[0] - (1.0 - z.ln())).abs() < 1e-5);
+    assert!((v[5] + 2000.0 + 2f64.ln()).abs() < 1e-2);
+    // Along axis 0: columns sum to 1.
+    let s0 = x.softmax(0).unwrap().sum(Some(&[0]), false).unwrap();
+    close(&s0, &[1.0, 1.0, 1.0]);
+}
+
+#[test]
+fn reductions() {
+    let x = f32s(&[1.0, 5.0, -2.0, 4.0, 0.5, 3.0], &[2, 3]);
+    close(&x.max(None, false).unwrap(), &[5.0]);
+    close(&x.max(Some(&[0]), false).unwrap(), &[4.0, 5.0, 3.0]);
+    close(&x.min(Some(&[1]), true).unwrap(), &[-2.0, 0.5]);
+    assert_eq!(x.min(Some(&[1]), true).unwrap().shape(), vec![2, 1]);
+    close(&x.prod(Some(&[1]), false).unwrap(), &[-10.0, 6.0]);
+    close(&x.norm(1, None, false).unwrap(), &[15.5]);
+    close(
+        &x.norm(2, Some(&[0]), false).unwrap(),
+        &[17f64.sqrt(), 25.25f64.sqrt(), 13f64.sqrt()],
+    );
+    assert_eq!(
+        x.argmax(Some(1), false).unwrap().to_vec::<i64>().unwrap(),
+        vec![1, 0]
+    );
+    assert_eq!(
+        x.argmin(Some(0), false).unwrap().to_vec::<i64>().unwrap(),
+        vec![0, 1, 0]
+    );
+    assert_eq!(
+        x.argmax(None, false).unwrap().to_vec::<i64>().unwrap(),
+        vec![1]
+    );
+    assert_eq!(x.argmax(None, true).unwrap().shape(), vec![1, 1]);
+    // Ties: first occurrence.
+    let t = f32s(&[2.0, 7.0, 7.0, 1.0], &[4]);
+    assert_eq!(
+        t.argmax(Some(0), false).unwrap().to_vec::<i64>().unwrap(),
+        vec![1]
+    );
+    // Three axes, middle one reduced, on a parallel-sized array.
+    let big = NDArray::arange(0.0, 40000.0, 1.0, DType::F64)
+        .unwrap()
+        .reshape(&[100, 4, 100])
+        .unwrap();
+    let m = big.max(Some(&[1]), false).unwrap();
+    assert_eq!(m.shape(), vec![100, 100]);
+    assert_eq!(m.to_f64_vec()[0], 300.0);
+    assert_eq!(m.to_f64_vec()[10001 % 10000], 301.0);
+}
+
+#[test]
+fn sort_argsort_topk() {
+    let x = f32s(&[3.0, 1.0, 2.0, 0.0, 5.0, 4.0], &[2, 3]);
+    close(&x.sort(-1, true).unwrap(), &[1.0, 2.0, 3.0, 0.0, 4.0, 5.0]);
+    close(&x.sort(0, false).unwrap(), &[3.0, 5.0, 4.0, 0.0, 1.0, 2.0]);
+    assert_eq!(
+        x.argsort(-1, true).unwrap().to_vec::<i64>().unwrap(),
+        vec![1, 2, 0, 0, 2, 1]
+    );
+    assert_eq!(x.argsort(-1, true).unwrap().dtype(), DType::I64);
+    let (v, i) = x.topk(2, 1, false).unwrap();
+    close(&v, &[3.0, 2.0, 5.0, 4.0]);
+    assert_eq!(i.to_vec::<i64>().unwrap(), vec![0, 2, 1, 2]);
+    let (v, i) = x.topk(1, 0, true).unwrap();
+    close(&v, &[0.0, 1.0, 2.0]);
+    assert_eq!(i.to_vec::<i64>().unwrap(), vec![1, 0, 0]);
+    assert!(x.topk(4, 1, false).is_err());
+    // Integer sort.
+    let n = i64s(&[5, -3, 9, 0], &[4]);
+    assert_eq!(
+        n.sort(0, true).unwrap().to_vec::<i64>().unwrap(),
+        vec![-3, 0, 5, 9]
+    );
+}
+
+#[test]
+fn shape_ops_values() {
+    let a = NDArray::arange(0.0, 6.0, 1.0, DType::F32)
+        .unwrap()
+        .reshape(&[2, 3])
+        .unwrap();
+    close(&a.transpose(None).unwrap(), &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    assert_eq!(a.expand_dims(-1).unwrap().shape(), vec![2, 3, 1]);
+    assert_eq!(
+        a.expand_dims(0)
+            .unwrap()
+            .squeeze(Some(&[0]))
+            .unwrap()
+            .shape(),
+        vec![2, 3]
+    );
+    close(&a.flip(1).unwrap(), &[2.0, 1.0, 0.0, 5.0, 4.0, 3.0]);
+    close(
+        &a.slice_axis(1, Some(-2), None, 1).unwrap(),
+        &[1.0, 2.0, 4.0, 5.0],
+    );
+    close(
+        &a.slice_axis(1, None, None, 2).unwrap(),
+        &[0.0, 2.0, 3.0, 5.0],
+    );
+    close(&a.slice_axis(1, Some(5), Some(7), 1).unwrap(), &[]);
+    close(
+        &NDArray::concat(&[&a, &a], 1).unwrap(),
+        &[0., 1., 2., 0., 1., 2., 3., 4., 5., 3., 4., 5.],
+    );
+    let s = NDArray::stack(&[&a, &a], 0).unwrap();
+    assert_eq!(s.shape(), vec![2, 2, 3]);
+    let parts = a.split(3, 1).unwrap();
+    close(&parts[2], &[2.0, 5.0]);
+    close(
+        &a.tile(&[1, 2]).unwrap(),
+        &[0., 1., 2., 0., 1., 2., 3., 4., 5., 3., 4., 5.],
+    );
+    close(
+        &a.repeat(2, Some(0)).unwrap(),
+        &[0., 1., 2., 0., 1., 2., 3., 4., 5., 3., 4., 5.],
+    );
+    close(
+        &a.repeat(2, None)
+            .unwrap()
+            .slice_axis(0, None, Some(4), 1)
+            .unwrap(),
+        &[0., 0., 1., 1.],
+    );
+    close(&a.swapaxes(0, 1).unwrap(), &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    // 3-D transpose matches the NumPy result of arange(24).reshape(2,3,4).transpose(1,2,0).
+    let b = NDArray::arange(0.0, 24.0, 1.0, DType::F64)
+        .unwrap()
+        .reshape(&[2, 3, 4])
+        .unwrap();
+    let t = b.transpose(Some(&[1, 2, 0])).unwrap();
+    assert_eq!(t.shape(), vec![3, 4, 2]);
+    assert_eq!(&t.to_f64_vec()[..6], &[0.0, 12.0, 1.0, 13.0, 2.0, 14.0]);
+}
+
+#[test]
+fn index_ops_values() {
+    let a = f32s(&[0., 1., 2., 3., 4., 5.], &[3, 2]);
+    let t = a.take(&i64s(&[2, 0, -1], &[3]), 0).unwrap();
+    close(&t, &[4., 5., 0., 1., 4., 5.]);
+    let ic = a
+        .index_copy(&i64s(&[1], &[1]), &f32s(&[9., 8.], &[1, 2]))
+        .unwrap();
+    close(&ic, &[0., 1., 9., 8., 4., 5.]);
+    let oh = i64s(&[1, 0, 3, 5], &[4])
+        .one_hot(4, 1.0, 0.0, DType::F32)
+        .unwrap();
+    assert_eq!(oh.shape(), vec![4, 4]);
+    close(
+        &oh,
+        &[
+            0., 1., 0., 0., 1., 0., 0., 0., 0., 0., 0., 1., 0., 0., 0., 0.,
+        ],
+    );
+    let ohf = f32s(&[2.0], &[1])
+        .one_hot(3, 5.0, -1.0, DType::F64)
+        .unwrap();
+    close(&ohf, &[-1.0, -1.0, 5.0]);
+    let c = f32s(&[1., 0., 0.5], &[3]);
+    let w = NDArray::where_(&c, &f32s(&[1., 2., 3.], &[3]), &f32s(&[-1.], &[1])).unwrap();
+    close(&w, &[1., -1., 3.]);
+}
+
+#[test]
+fn batched_matmul_values() {
+    // [2,2,3] @ [3,2], compared with per-batch dot.
+    let a = NDArray::arange(0.0, 12.0, 1.0, DType::F32)
+        .unwrap()
+        .reshape(&[2, 2, 3])
+        .unwrap();
+    let b = NDArray::arange(0.0, 6.0, 1.0, DType::F32)
+        .unwrap()
+        .reshape(&[3, 2])
+        .unwrap();
+    let c = a.matmul(&b).unwrap();
+    assert_eq!(c.shape(), vec![2, 2, 2]);
+    for i in 0..2 {
+        let ai = a.take(&i64s(&[i], &[]), 0).unwrap();
+        let expect = ai.dot(&b).unwrap().to_f64_vec();
+        assert_eq!(
+            c.to_f64_vec()[i as usize * 4..(i as usize + 1) * 4],
+            expect[..]
+        );
+    }
+    let v = f32s(&[1., 1., 1.], &[3]);
+    assert_eq!(a.matmul(&v).unwrap().to_f64_vec(), vec![3., 12., 21., 30.]);
+    assert_eq!(v.matmul(&v).unwrap().shape(), Vec::<usize>::new());
+    // Many small matrices go parallel over the batch.
+    let x = NDArray::ones(&[64, 8, 8], DType::F64).unwrap();
+    let y = x.matmul(&x).unwrap();
+    assert!(y.to_f64_vec().iter().all(|&z| z == 8.0));
+}
+
+#[test]
+fn integer_dtypes() {
+    for dt in [DType::I64, DType::I32, DType::U8] {
+        let a = NDArray::arange(0.0, 12.0, 1.0, DType::F64)
+            .unwrap()
+            .astype(dt)
+            .unwrap()
+            .reshape(&[3, 4])
+            .unwrap();
+        assert_eq!(a.dtype(), dt);
+        let s = a.sum(Some(&[0]), false).unwrap();
+        assert_eq!(s.dtype(), DType::I64);
+        assert_eq!(s.to_vec::<i64>().unwrap(), vec![12, 15, 18, 21]);
+        assert_eq!(
+            a.sum(None, false).unwrap().to_vec::<i64>().unwrap(),
+            vec![66]
+        );
+        assert_eq!(
+            a.argmax(Some(1), false).unwrap().to_vec::<i64>().unwrap(),
+            vec![3, 3, 3]
+        );
+        assert_eq!(a.max(None, false).unwrap().to_f64_vec(), vec![11.0]);
+        let g = a.greater_scalar(5.0).unwrap();
+        assert_eq!(g.dtype(), dt);
+        assert_eq!(
+            g.sum(None, false).unwrap().to_vec::<i64>().unwrap(),
+            vec![6]
+        );
+        let t = a.take(&i64s(&[2], &[1]), 0).unwrap().to_f64_vec();
+        assert_eq!(t, vec![8., 9., 10., 11.]);
+        assert_eq!(
+            a.slice_axis(1, Some(1), Some(3), 1).unwrap().to_f64_vec(),
+            vec![1., 2., 5., 6., 9., 10.]
+        );
+        assert_eq!(a.transpose(None).unwrap().to_f64_vec()[..3], [0., 4., 8.]);
+        assert_eq!(NDArray::concat(&[&a, &a], 0).unwrap().shape(), vec![6, 4]);
+        assert_eq!(a.tile(&[2]).unwrap().shape(), vec![3, 8]);
+        assert_eq!(a.flip(0).unwrap().to_f64_vec()[0], 8.0);
+        // Math on integers is a clear dtype error.
+        assert!(matches!(a.exp(), Err(Error::DType { .. })));
+        assert!(matches!(a.softmax(-1), Err(Error::DType { .. })));
+        assert!(matches!(
+            a.matmul(&a),
+            Err(Error::Shape { .. }) | Err(Error::DType { .. })
+        ));
+        assert!(matches!(a.prod(None, false), Err(Error::DType { .. })));
+    }
+    // i64 beyond 2^53 sums exactly.
+    let big = i64s(&[(1 << 60) + 1, 1], &[2]);
+    assert_eq!(
+        big.sum(None, false).unwrap().to_vec::<i64>().unwrap(),
+        vec![(1 << 60) + 2]
+    );
+}
+
+#[test]
+fn errors_are_err_not_panic() {
+    let a = f32s(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
+    assert!(matches!(a.softmax(2), Err(Error::Index { .. })));
+    assert!(matches!(
+        a.max(Some(&[0, 0]), false),
+        Err(Error::Arg { .. })
+    ));
+    assert!(matches!(a.norm(3, None, false), Err(Error::Arg { .. })));
+    assert!(matches!(
+        a.argmax(Some(-3), false),
+        Err(Error::Index { .. })
+    ));
+    assert!(matches!(a.transpose(Some(&[0, 0])), Err(Error::Arg { .. })));
+    assert!(matches!(a.transpose(Some(&[0])), Err(Error::Arg { .. })));
+    assert!(matches!(a.squeeze(Some(&[1])), Err(Error::Shape { .. })));
+    assert!(matches!(a.expand_dims(4), Err(Error::Index { .. })));
+    assert!(matches!(
+        a.slice_axis(0, None, None, 0),
+        Err(Error::Arg { .. })
+    ));
+    assert!(matches!(
+        a.take(&i64s(&[2], &[1]), 0),
+        Err(Error::Index { .. })
+    ));
+    assert!(matches!(
+        a.take(&i64s(&[-4], &[1]), 1),
+        Err(Error::Index { .. })
+    ));
+    assert!(matches!(
+        a.index_copy(&i64s(&[0], &[1]), &f32s(&[1.], &[1, 1])),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        NDArray::concat(&[&a, &a.transpose(None).unwrap()], 0),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(NDArray::concat(&[], 0), Err(Error::Arg { .. })));
+    assert!(matches!(
+        NDArray::stack(&[&a, &f32s(&[1.], &[1])], 0),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(a.split(4, 1), Err(Error::Arg { .. })));
+    assert!(matches!(a.matmul(&a), Err(Error::Shape { .. })));
+    assert!(matches!(
+        a.matmul(&NDArray::scalar(1.0f32)),
+        Err(Error::Shape { .. })
+    ));
+    let a64 = a.astype(DType::F64).unwrap();
+    assert!(matches!(
+        a.matmul(&a64.transpose(None).unwrap()),
+        Err(Error::DType { .. })
+    ));
+    let e = NDArray::zeros(&[0, 3], DType::F32).unwrap();
+    assert!(matches!(e.max(Some(&[0]), false), Err(Error::Shape { .. })));
+    assert!(matches!(e.argmax(Some(0), false), Err(Error::Shape { .. })));
+    let c = f32s(&[1., 0.], &[2]);
+    assert!(matches!(
+        NDArray::where_(&c, &a, &a),
+        Err(Error::Shape { .. })
+    ));
+    // The message names the op and the shapes.
+    let msg = a.matmul(&f32s(&[1., 2.], &[2, 1])).unwrap_err().to_string();
+    assert!(msg.contains("matmul") && msg.contains("[2, 3]"), "{msg}");
+}

@@ -1,0 +1,17 @@
+//! Strict storage-type mode (its own test binary: the switch is process-global).
+
+use sparrow_core::sparse;
+use sparrow_core::NDArray;
+
+#[test]
+fn strict_mode_rejects_fallback() {
+    let x = NDArray::csr_from_parts(vec![1.0f64], vec![0], vec![0, 1], [1, 2]).unwrap();
+    let prev = sparse::set_strict_stype(true);
+    let e = x.exp();
+    let p = x.pow(&x);
+    sparse::set_strict_stype(prev);
+    // exp has no sparse hook (it does not preserve zeros) and densifies silently; pow on two
+    // csr arrays has no kernel and must be refused in strict mode.
+    assert!(e.is_ok());
+    assert!(p.is_err());
+}

@@ -1,0 +1,101 @@
+//! Times the sparse products of issue 3 (the shapes of the MXNet / scipy / PyTorch anchors):
+//! X = csr 1024 x 1,000,000 with 30 non-zeros per row, W dense 1,000,000 x {1, 128},
+//! G dense 1024 x 128, all f32.
+//!
+//! `cargo run --release --example sparse_dot -- [--json]` prints the median (and min / max)
+//! milliseconds per op over repeated runs after a warm-up.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+use sparrow::core::sparse::{self, rand_sparse_seeded, SparseDist};
+use sparrow::core::{NDArray, SType};
+
+const ROWS: usize = 1024;
+const COLS: usize = 1_000_000;
+const NNZ_PER_ROW: usize = 30;
+
+/// Deterministic pseudo-random values in [-1, 1), filled in parallel (a 512 MB matrix).
+fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    v.par_chunks_mut(1 << 16)
+        .enumerate()
+        .for_each(|(b, chunk)| {
+            let mut s = seed ^ (b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            for x in chunk {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                *x = (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+            }
+        });
+    v
+}
+
+fn time(reps: usize, warmup: usize, mut f: impl FnMut() -> NDArray) -> (f64, f64, f64) {
+    for _ in 0..warmup {
+        std::hint::black_box(f());
+    }
+    let mut ts: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            let out = f();
+            let e = t.elapsed().as_secs_f64() * 1e3;
+            drop(std::hint::black_box(out));
+            e
+        })
+        .collect();
+    ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (ts[ts.len() / 2], ts[0], ts[ts.len() - 1])
+}
+
+fn main() -> sparrow::core::Result<()> {
+    let json = std::env::args().any(|a| a == "--json");
+    let density = NNZ_PER_ROW as f64 / COLS as f64;
+    let x = rand_sparse_seeded(&[ROWS, COLS], density, SType::Csr, SparseDist::Uniform, 0)?;
+    assert_eq!(x.nnz(), ROWS * NNZ_PER_ROW);
+    let w1 = NDArray::from_vec(uniform(COLS, 1), &[COLS, 1])?;
+    let w128 = NDArray::from_vec(uniform(COLS * 128, 2), &[COLS, 128])?;
+    let g = NDArray::from_vec(uniform(ROWS * 128, 3), &[ROWS, 128])?;
+
+    let mut results: Vec<(&str, (f64, f64, f64))> = Vec::new();
+    results.push(("dot(X, W1) -> dense", time(50, 5, || x.dot(&w1).unwrap())));
+    results.push((
+        "dot(X, W128) -> dense",
+        time(30, 3, || x.dot(&w128).unwrap()),
+    ));
+    let rs = x.dot_t(&g, true, false)?;
+    results.push((
+        "dot(X^T, G) -> row_sparse",
+        time(30, 3, || x.dot_t(&g, true, false).unwrap()),
+    ));
+    results.push((
+        "dot(X^T, G) -> dense (512 MB)",
+        time(5, 1, || {
+            sparse::dot_csr_t_dense(&x, &g, SType::Dense).unwrap()
+        }),
+    ));
+    let out_rows = rs.read().as_row_sparse().map(|r| r.nnr()).unwrap_or(0);
+    let threads = rayon::current_num_threads();
+    if json {
+        let ops: Vec<String> = results
+            .iter()
+            .map(|(name, (med, min, max))| {
+                format!(
+                    "{{\"op\": \"{name}\", \"median_ms\": {med:.4}, \"min_ms\": {min:.4}, \"max_ms\": {max:.4}}}"
+                )
+            })
+            .collect();
+        println!(
+            "{{\"threads\": {threads}, \"rows\": {ROWS}, \"cols\": {COLS}, \"nnz_per_row\": {NNZ_PER_ROW}, \"row_sparse_out_rows\": {out_rows}, \"ops\": [{}]}}",
+            ops.join(", ")
+        );
+    } else {
+        println!("X: csr {ROWS} x {COLS}, {NNZ_PER_ROW} nnz/row; rayon threads: {threads}");
+        for (name, (med, min, max)) in &results {
+            println!("{name:32} median {med:8.3} ms  (min {min:.3}, max {max:.3})");
+        }
+        println!("row_sparse output rows: {out_rows}");
+    }
+    Ok(())
+}

@@ -1,0 +1,6 @@
+//! Operators nn needs that core does not provide yet, written against core's public API
+//! (`record_op`, storage types). Candidates to move into core.
+
+mod csr_dot;
+
+pub use csr_dot::csr_dot_t;

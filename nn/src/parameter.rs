@@ -1,0 +1,479 @@
+//! [`Parameter`]: a named, shared, lazily shaped weight with its gradient settings.
+//!
+//! A `Parameter` is a cheap handle (`Arc`): the block that owns it, the [`crate::ParamDict`]
+//! returned by `collect_params` and the optimizer's trainer all see the same weight. The weight
+//! itself is an [`NDArray`] handle that optimizers update in place (`with_slice_mut`), so every
+//! holder sees the new values without copies.
+//!
+//! Storage: the weight is always stored densely, also for `stype = RowSparse` (that flag says how
+//! the weight is *used*: pulled by rows with [`Parameter::row_sparse_data`] and saved as
+//! `(indices, data)` pairs on request). The gradient is stored in `grad_stype`: a row_sparse
+//! gradient starts empty and holds only the rows a backward touched; it is never allocated
+//! densely.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use sparrow_core::autograd::GradReq;
+use sparrow_core::{ArrayData, DType, Device, Error, NDArray, Result, RowSparseData, SType};
+
+use crate::init::{self, InitDesc, Initializer};
+
+/// Settings of a parameter and its current value.
+#[derive(Debug, Clone)]
+struct State {
+    shape: Vec<usize>,
+    dtype: DType,
+    init: Option<Initializer>,
+    stype: SType,
+    grad_stype: SType,
+    grad_req: GradReq,
+    lr_mult: f64,
+    wd_mult: f64,
+    /// Fan-in is `shape[0]` instead of `shape[1]` (weights stored as `(in, out)`).
+    fan_in_first: bool,
+    data: Option<NDArray>,
+    /// `initialize` was called while the shape had unknown dims: the initializer and seed to
+    /// run once the first forward fixes the shape.
+    deferred: Option<(Initializer, u64)>,
+}
+
+/// A trainable (or auxiliary, with `grad_req = Null`) array of a block.
+///
+/// ```
+/// use sparrow_nn::{Parameter, Initializer};
+/// use sparrow_core::{DType, Device};
+/// let w = Parameter::new("weight", &[3, 4]);
+/// w.initialize(&Initializer::Constant(0.5), Device::Cpu).unwrap();
+/// assert_eq!(w.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5; 12]);
+/// assert!(w.grad().is_some());
+/// ```
+#[derive(Clone)]
+pub struct Parameter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    state: RwLock<State>,
+}
+
+impl std::fmt::Debug for Parameter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state();
+        write!(
+            f,
+            "Parameter({}, shape={:?}, dtype={}, stype={:?}, grad_stype={:?}, grad_req={:?})",
+            self.inner.name,
+            s.shape,
+            s.dtype.name(),
+            s.stype,
+            s.grad_stype,
+            s.grad_req
+        )
+    }
+}
+
+impl Parameter {
+    /// A dense f32 parameter with `grad_req = Write`. Dims of 0 in `shape` are unknown and are
+    /// inferred at the first forward (deferred initialization).
+    pub fn new(name: &str, shape: &[usize]) -> Parameter {
+        Parameter {
+            inner: Arc::new(Inner {
+                name: name.to_string(),
+                state: RwLock::new(State {
+                    shape: shape.to_vec(),
+                    dtype: DType::F32,
+                    init: None,
+                    stype: SType::Dense,
+                    grad_stype: SType::Dense,
+                    grad_req: GradReq::Write,
+                    lr_mult: 1.0,
+                    wd_mult: 1.0,
+                    fan_in_first: false,
+                    data: None,
+                    deferred: None,
+                }),
+            }),
+        }
+    }
+
+    fn state(&self) -> RwLockReadGuard<'_, State> {
+        self.inner.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn state_mut(&self) -> RwLockWriteGuard<'_, State> {
+        self.inner.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Builder: element type (before initialization).
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        self.state_mut().dtype = dtype;
+        self
+    }
+    /// Builder: this parameter's own initializer (overrides the one given to `initialize`).
+    pub fn with_init(self, init: Initializer) -> Self {
+        self.state_mut().init = Some(init);
+        self
+    }
+    /// Builder: storage type of the weight as used (`RowSparse`: pulled by rows).
+    pub fn with_stype(self, stype: SType) -> Self {
+        self.state_mut().stype = stype;
+        self
+    }
+    /// Builder: storage type of the gradient.
+    pub fn with_grad_stype(self, stype: SType) -> Self {
+        self.state_mut().grad_stype = stype;
+        self
+    }
+    /// Builder: gradient request (write, add, null).
+    pub fn with_grad_req(self, req: GradReq) -> Self {
+        self.state_mut().grad_req = req;
+        self
+    }
+    /// Builder: learning-rate multiplier.
+    pub fn with_lr_mult(self, m: f64) -> Self {
+        self.state_mut().lr_mult = m;
+        self
+    }
+    /// Builder: weight-decay multiplier.
+    pub fn with_wd_mult(self, m: f64) -> Self {
+        self.state_mut().wd_mult = m;
+        self
+    }
+    /// Builder: the weight is stored as `(in, out)`, so fan-in is `shape[0]` for initializers
+    /// (the layout of a sparse-input `Dense`).
+    pub fn with_fan_in_first(self, yes: bool) -> Self {
+        self.state_mut().fan_in_first = yes;
+        self
+    }
+
+    /// The local name (`weight`, `bias`, ...). Hierarchical names come from
+    /// [`crate::Block::collect_params`].
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+    /// The shape; dims still unknown are 0.
+    pub fn shape(&self) -> Vec<usize> {
+        self.state().shape.clone()
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.state().dtype
+    }
+    /// Storage type of the weight as used.
+    pub fn stype(&self) -> SType {
+        self.state().stype
+    }
+    /// Storage type of the gradient.
+    pub fn grad_stype(&self) -> SType {
+        self.state().grad_stype
+    }
+    /// Gradient request.
+    pub fn grad_req(&self) -> GradReq {
+        self.state().grad_req
+    }
+    /// Learning-rate multiplier.
+    pub fn lr_mult(&self) -> f64 {
+        self.state().lr_mult
+    }
+    /// Weight-decay multiplier.
+    pub fn wd_mult(&self) -> f64 {
+        self.state().wd_mult
+    }
+    /// Whether the weight is stored `(in, out)` (fan-in first), as a row_sparse-gradient Dense
+    /// holds it.
+    pub fn fan_in_first(&self) -> bool {
+        self.state().fan_in_first
+    }
+    /// This parameter's own initializer, if set.
+    pub fn init(&self) -> Option<Initializer> {
+        self.state().init.clone()
+    }
+    /// Set this parameter's own initializer (a per-parameter override).
+    pub fn set_init(&self, init: Option<Initializer>) {
+        self.state_mut().init = init;
+    }
+    /// Set the learning-rate multiplier.
+    pub fn set_lr_mult(&self, m: f64) {
+        self.state_mut().lr_mult = m;
+    }
+    /// Set the weight-decay multiplier.
+    pub fn set_wd_mult(&self, m: f64) {
+        self.state_mut().wd_mult = m;
+    }
+    /// Change the gradient request; re-attaches the gradient buffer when initialized.
+    pub fn set_grad_req(&self, req: GradReq) {
+        let mut s = self.state_mut();
+        s.grad_req = req;
+        if let Some(d) = &s.data {
+            d.attach_grad_with(req, s.grad_stype);
+        }
+    }
+    /// Whether the shape has no unknown (0) dims.
+    pub fn shape_known(&self) -> bool {
+        let s = self.state();
+        s.shape.iter().all(|&d| d > 0)
+    }
+    /// Whether the weight has been created.
+    pub fn is_initialized(&self) -> bool {
+        self.state().data.is_some()
+    }
+    /// Number of elements (0 while the shape is unknown).
+    pub fn size(&self) -> usize {
+        self.state().shape.iter().product()
+    }
+
+    /// Create the weight with `default` (or this parameter's own initializer, which wins) and
+    /// attach its gradient. With unknown dims the initialization waits for the first forward.
+    /// Calling it again on an initialized parameter is a no-op, as in Gluon (use
+    /// [`Parameter::reinitialize`] to overwrite).
+    pub fn initialize(&self, default: &Initializer, device: Device) -> Result<()> {
+        let _ = device; // Only the CPU exists; the argument keeps Gluon's signature.
+        let seed = init::next_seed();
+        let mut s = self.state_mut();
+        if s.data.is_some() {
+            return Ok(());
+        }
+        let chosen = s.init.clone().unwrap_or_else(|| default.clone());
+        if s.shape.contains(&0) {
+            s.deferred = Some((chosen, seed));
+            return Ok(());
+        }
+        Self::create(&self.inner.name, &mut s, &chosen, seed)
+    }
+
+    /// Overwrite the weight with a fresh initialization (shape must be known).
+    pub fn reinitialize(&self, default: &Initializer) -> Result<()> {
+        let seed = init::next_seed();
+        let mut s = self.state_mut();
+        let chosen = s.init.clone().unwrap_or_else(|| default.clone());
+        if s.shape.contains(&0) {
+            s.deferred = Some((chosen, seed));
+            return Ok(());
+        }
+        Self::create(&self.inner.name, &mut s, &chosen, seed)
+    }
+
+    fn create(name: &str, s: &mut State, init: &Initializer, seed: u64) -> Result<()> {
+        let desc = InitDesc::new(name, &s.shape, s.fan_in_first);
+        let arr = init.generate(&desc, s.dtype, seed)?;
+        match &s.data {
+            // Keep the handle: holders of `data()` see the new values.
+            Some(d) => d.replace_data(arr.data()),
+            None => {
+                arr.attach_grad_with(s.grad_req, s.grad_stype);
+                s.data = Some(arr);
+            }
+        }
+        s.deferred = None;
+        Ok(())
+    }
+
+    /// Fix unknown dims from the shape seen at a forward, and run a deferred initialization.
+    /// Known dims must agree with `shape`; a layer calls this before `data()`.
+    pub fn infer_shape(&self, shape: &[usize]) -> Result<()> {
+        {
+            let s = self.state();
+            if s.shape == shape && (s.data.is_some() || s.deferred.is_none()) {
+                return Ok(());
+            }
+        }
+        let mut s = self.state_mut();
+        let compatible = s.shape.len() == shape.len()
+            && s.shape.iter().zip(shape).all(|(&a, &b)| a == 0 || a == b);
+        if !compatible || shape.contains(&0) {
+            return Err(Error::shape(
+                "Parameter::infer_shape",
+                format!(
+                    "parameter '{}' has shape {:?}, the input implies {shape:?}",
+                    self.inner.name, s.shape
+                ),
+            ));
+        }
+        s.shape = shape.to_vec();
+        if let Some((init, seed)) = s.deferred.take() {
+            Self::create(&self.inner.name, &mut s, &init, seed)?;
+        }
+        Ok(())
+    }
+
+    fn not_ready(&self, what: &str) -> Error {
+        let s = self.state();
+        let why = if s.deferred.is_some() {
+            "its initialization is deferred until the first forward infers the shape"
+        } else {
+            "it has not been initialized: call initialize() on the block or parameter"
+        };
+        Error::arg(
+            "Parameter",
+            format!(
+                "{what} of parameter '{}' (shape {:?}) is not available: {why}",
+                self.inner.name, s.shape
+            ),
+        )
+    }
+
+    /// The weight (a shared handle: in-place updates are seen by every holder).
+    pub fn data(&self) -> Result<NDArray> {
+        let d = self.state().data.clone();
+        d.ok_or_else(|| self.not_ready("data"))
+    }
+
+    /// The gradient (row_sparse when `grad_stype` is row_sparse); `None` before initialization
+    /// or with `grad_req = Null`.
+    pub fn grad(&self) -> Option<NDArray> {
+        self.state().data.as_ref().and_then(|d| d.grad())
+    }
+
+    /// Clear the gradient (a row_sparse gradient becomes empty, nothing dense is allocated).
+    pub fn zero_grad(&self) {
+        if let Some(d) = &self.state().data {
+            d.zero_grad();
+        }
+    }
+
+    /// Replace the weight's values in place (same shape and dtype; the handle is kept so
+    /// optimizers and blocks keep seeing it). A parameter with unknown dims takes the shape.
+    pub fn set_data(&self, value: &NDArray) -> Result<()> {
+        let mut s = self.state_mut();
+        let (vshape, vdtype) = (value.shape(), value.dtype());
+        let fits = s.shape.len() == vshape.len()
+            && s.shape.iter().zip(&vshape).all(|(&a, &b)| a == 0 || a == b);
+        if !fits {
+            return Err(Error::shape(
+                "Parameter::set_data",
+                format!(
+                    "parameter '{}' has shape {:?}, value has shape {vshape:?}",
+                    self.inner.name, s.shape
+                ),
+            ));
+        }
+        if vdtype != s.dtype {
+            return Err(Error::dtype(
+                "Parameter::set_data",
+                format!(
+                    "parameter '{}' has dtype {}, value has dtype {}",
+                    self.inner.name,
+                    s.dtype.name(),
+                    vdtype.name()
+                ),
+            ));
+        }
+        let dense = ArrayData::Dense(value.dense_data()?);
+        s.shape = vshape;
+        s.deferred = None;
+        match &s.data {
+            Some(d) => d.replace_data(dense),
+            None => {
+                let arr = NDArray::from_data(dense);
+                arr.attach_grad_with(s.grad_req, s.grad_stype);
+                s.data = Some(arr);
+            }
+        }
+        Ok(())
+    }
+
+    /// The rows `row_ids` of the weight as a row_sparse array (ids are sorted and deduplicated;
+    /// Gluon's `row_sparse_data`). Only the requested rows are copied.
+    pub fn row_sparse_data(&self, row_ids: &[i64]) -> Result<NDArray> {
+        let data = self.data()?;
+        let shape = data.shape();
+        if shape.is_empty() {
+            return Err(Error::shape(
+                "Parameter::row_sparse_data",
+                format!("parameter '{}' is 0-D", self.inner.name),
+            ));
+        }
+        let mut ids = row_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        if let Some(&bad) = ids.iter().find(|&&r| r < 0 || r as usize >= shape[0]) {
+            return Err(Error::index(
+                "Parameter::row_sparse_data",
+                format!(
+                    "row id {bad} out of range for parameter '{}' with {} rows",
+                    self.inner.name, shape[0]
+                ),
+            ));
+        }
+        let row_len: usize = shape[1..].iter().product();
+        let dense = data.dense_data()?;
+        let positions = ids
+            .iter()
+            .flat_map(|&r| (r as usize * row_len)..(r as usize + 1) * row_len);
+        let buf = dense.buf.gather(positions);
+        Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+            shape,
+            indices: Arc::new(ids),
+            data: buf,
+        })))
+    }
+
+    /// Bytes of the weight (0 before initialization).
+    pub fn nbytes(&self) -> usize {
+        self.state().data.as_ref().map_or(0, |d| d.nbytes())
+    }
+
+    /// True when both handles refer to the same parameter.
+    pub fn same(&self, other: &Parameter) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deferred_init_waits_for_shape() {
+        let p = Parameter::new("weight", &[4, 0]);
+        p.initialize(&Initializer::One, Device::Cpu).unwrap();
+        let e = p.data().unwrap_err().to_string();
+        assert!(e.contains("deferred"), "{e}");
+        p.infer_shape(&[4, 3]).unwrap();
+        assert_eq!(p.data().unwrap().shape(), vec![4, 3]);
+        assert!(p.infer_shape(&[5, 3]).is_err());
+    }
+
+    #[test]
+    fn own_init_overrides_default_and_set_data_keeps_handle() {
+        let p = Parameter::new("bias", &[3]).with_init(Initializer::Zero);
+        p.initialize(&Initializer::One, Device::Cpu).unwrap();
+        let h = p.data().unwrap();
+        assert_eq!(h.to_vec::<f32>().unwrap(), vec![0.0; 3]);
+        p.set_data(&NDArray::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap())
+            .unwrap();
+        assert_eq!(h.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+        assert!(p
+            .set_data(&NDArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap())
+            .is_err());
+        assert!(p
+            .set_data(&NDArray::from_vec(vec![1.0f64, 2.0, 3.0], &[3]).unwrap())
+            .is_err());
+    }
+
+    #[test]
+    fn row_sparse_grad_starts_empty_and_rows_can_be_pulled() {
+        let p = Parameter::new("weight", &[1000, 8])
+            .with_stype(SType::RowSparse)
+            .with_grad_stype(SType::RowSparse);
+        p.initialize(&Initializer::Constant(2.0), Device::Cpu)
+            .unwrap();
+        let g = p.grad().unwrap();
+        assert_eq!(g.stype(), SType::RowSparse);
+        assert_eq!(g.nbytes(), 0);
+        let rs = p.row_sparse_data(&[7, 3, 7]).unwrap();
+        let d = rs.read();
+        let r = d.as_row_sparse().unwrap();
+        assert_eq!(&r.indices[..], &[3, 7]);
+        assert_eq!(r.data.len(), 16);
+        drop(d);
+        assert!(p.row_sparse_data(&[1000]).is_err());
+    }
+
+    #[test]
+    fn grad_req_null_has_no_grad() {
+        let p = Parameter::new("running_mean", &[3]).with_grad_req(GradReq::Null);
+        p.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+        assert!(p.grad().is_none());
+    }
+}

@@ -1,0 +1,137 @@
+//! Layers: gradient checks through each layer, the sparse Dense paths, embeddings, norms.
+
+mod util;
+
+use sparrow_core::{autograd, sparse, testing::test_array, DType, Device, NDArray, SType};
+use sparrow_nn::{BatchNorm, Block, Dense, Embedding, Initializer, LayerNorm, SparseEmbedding};
+use util::{check_input_grad, check_param_grads};
+
+fn init(b: &dyn Block) {
+    b.initialize(&Initializer::Normal { sigma: 0.5 }, Device::Cpu)
+        .unwrap();
+}
+
+/// A small csr batch (f64) and its dense equivalent.
+fn csr_batch() -> (NDArray, NDArray) {
+    let mut dense = vec![0.0f64; 3 * 7];
+    for (r, c, v) in [
+        (0, 1, 0.5),
+        (0, 4, -1.0),
+        (1, 4, 2.0),
+        (2, 0, 1.5),
+        (2, 6, -0.5),
+    ] {
+        dense[r * 7 + c] = v;
+    }
+    let d = NDArray::from_vec(dense, &[3, 7]).unwrap();
+    (sparse::cast_storage(&d, SType::Csr).unwrap(), d)
+}
+
+#[test]
+fn dense_gradients_dense_input() {
+    let x = test_array(&[3, 2, 2], -1.0, 1.0, 11);
+    for layer in [
+        Dense::new(5).dtype(DType::F64).activation("tanh"),
+        Dense::new(5).dtype(DType::F64).use_bias(false),
+        Dense::new(5)
+            .dtype(DType::F64)
+            .grad_stype(SType::RowSparse)
+            .activation("sigmoid"),
+    ] {
+        init(&layer);
+        check_param_grads(&layer, &x, 1e-6, 1e-6);
+        check_input_grad(&layer, &x);
+    }
+    // flatten = false applies to the last axis.
+    let nf = Dense::new(3).dtype(DType::F64).flatten(false);
+    init(&nf);
+    assert_eq!(
+        autograd::pause(|| nf.forward(&x)).unwrap().shape(),
+        vec![3, 2, 3]
+    );
+    check_param_grads(&nf, &x, 1e-6, 1e-6);
+}
+
+#[test]
+fn dense_csr_input_matches_dense_and_grads_are_row_sparse() {
+    let (xc, xd) = csr_batch();
+    // Gluon layout: dense gradient computed from the non-zeros.
+    let std = Dense::new(4).dtype(DType::F64);
+    init(&std);
+    let yc = autograd::pause(|| std.forward(&xc)).unwrap().to_f64_vec();
+    let yd = autograd::pause(|| std.forward(&xd)).unwrap().to_f64_vec();
+    for (a, b) in yc.iter().zip(&yd) {
+        assert!((a - b).abs() < 1e-12);
+    }
+    check_param_grads(&std, &xc, 1e-6, 1e-6);
+    assert_eq!(std.weight().grad().unwrap().stype(), SType::Dense);
+
+    // row_sparse layout: weight (in, out); the gradient holds only the used features 0, 1, 4, 6.
+    let rs = Dense::new(4).dtype(DType::F64).grad_stype(SType::RowSparse);
+    init(&rs);
+    let yc = autograd::pause(|| rs.forward(&xc)).unwrap().to_f64_vec();
+    assert_eq!(rs.weight().shape(), vec![7, 4]);
+    let yd = autograd::pause(|| rs.forward(&xd)).unwrap().to_f64_vec();
+    for (a, b) in yc.iter().zip(&yd) {
+        assert!((a - b).abs() < 1e-12);
+    }
+    check_param_grads(&rs, &xc, 1e-6, 1e-6);
+    let g = rs.weight().grad().unwrap();
+    assert_eq!(g.stype(), SType::RowSparse);
+    assert_eq!(
+        &g.read().as_row_sparse().unwrap().indices[..],
+        &[0, 1, 4, 6]
+    );
+}
+
+#[test]
+fn embedding_gradients() {
+    let ids = NDArray::from_vec(vec![3.0f64, 0.0, 3.0, 5.0], &[2, 2]).unwrap();
+    let e = Embedding::with_options(6, 3, false, DType::F64);
+    init(&e);
+    assert_eq!(
+        autograd::pause(|| e.forward(&ids)).unwrap().shape(),
+        vec![2, 2, 3]
+    );
+    check_param_grads(&e, &ids, 1e-6, 1e-6);
+    assert_eq!(e.weight().grad().unwrap().stype(), SType::Dense);
+    let se = Embedding::with_options(6, 3, true, DType::F64);
+    init(&se);
+    check_param_grads(&se, &ids, 1e-6, 1e-6);
+    let g = se.weight().grad().unwrap();
+    assert_eq!(&g.read().as_row_sparse().unwrap().indices[..], &[0, 3, 5]);
+    let sp = SparseEmbedding::new(10, 2);
+    init(&sp);
+    assert_eq!(sp.weight().stype(), SType::RowSparse);
+    assert_eq!(sp.weight().grad_stype(), SType::RowSparse);
+    let bad = NDArray::from_vec(vec![10.0f32], &[1]).unwrap();
+    assert!(sp.forward(&bad).is_err());
+}
+
+#[test]
+fn norm_layers_gradients_and_modes() {
+    let x = test_array(&[4, 3, 2], -1.0, 2.0, 21);
+    let bn = BatchNorm::with_options(1, 0.9, 1e-5, 0, DType::F64);
+    init(&bn);
+    check_param_grads(&bn, &x, 1e-6, 1e-5);
+    check_input_grad(&bn, &x);
+    // Training normalizes each channel to mean 0 / variance ~1 and moves the running stats.
+    let y = autograd::train_mode(|| bn.forward(&x)).unwrap();
+    let m = y.mean(Some(&[0, 2]), false).unwrap().to_f64_vec();
+    assert!(m.iter().all(|v| v.abs() < 1e-12), "{m:?}");
+    let p = bn.collect_params().unwrap();
+    let rm = p.get("running_mean").unwrap().data().unwrap().to_f64_vec();
+    assert!(rm.iter().any(|v| v.abs() > 1e-3));
+    assert!(p.get("running_mean").unwrap().grad().is_none());
+    // Predict mode uses the running statistics: output differs from the training output.
+    let yp = autograd::pause(|| bn.forward(&x)).unwrap().to_f64_vec();
+    assert!(yp
+        .iter()
+        .zip(y.to_f64_vec())
+        .any(|(a, b)| (a - b).abs() > 1e-3));
+
+    let ln = LayerNorm::with_options(-1, 1e-5, 0, DType::F64);
+    init(&ln);
+    check_param_grads(&ln, &x, 1e-6, 1e-5);
+    check_input_grad(&ln, &x);
+}

@@ -1,0 +1,181 @@
+//! Losses: values against Gluon's formulas, gradient checks, stability at extreme logits.
+
+use sparrow_core::{
+    autograd,
+    testing::{check_grad, test_array},
+    DType, NDArray,
+};
+use sparrow_nn::loss::*;
+
+fn f64v(v: Vec<f64>, shape: &[usize]) -> NDArray {
+    NDArray::from_vec(v, shape).unwrap()
+}
+
+fn grad_ok(loss: &dyn Loss, pred: &NDArray, label: &NDArray) {
+    check_grad(
+        |xs| loss.forward(&xs[0], label),
+        std::slice::from_ref(pred),
+        1e-6,
+        1e-4,
+        1e-7,
+    )
+    .unwrap();
+}
+
+#[test]
+fn gradient_checks_for_every_loss() {
+    let pred = test_array(&[4, 3], -2.0, 2.0, 1);
+    let real = test_array(&[4, 3], -1.0, 1.0, 2);
+    let prob = test_array(&[4, 3], 0.05, 0.95, 3);
+    let signs = f64v(
+        (0..12)
+            .map(|i| if i % 3 == 0 { 1.0 } else { -1.0 })
+            .collect(),
+        &[4, 3],
+    );
+    let bits = f64v((0..12).map(|i| (i % 2) as f64).collect(), &[4, 3]);
+    let classes = f64v(vec![0.0, 2.0, 1.0, 2.0], &[4]);
+    let counts = f64v((0..12).map(|i| (i % 4) as f64).collect(), &[4, 3]);
+    grad_ok(&L1Loss::new(), &pred, &real);
+    grad_ok(&L2Loss::new().weight(2.0), &pred, &real);
+    grad_ok(&HuberLoss::new(0.5), &pred, &real);
+    grad_ok(&HingeLoss::new(1.0), &pred, &signs);
+    grad_ok(&SquaredHingeLoss::new(1.0), &pred, &signs);
+    grad_ok(&SigmoidBinaryCrossEntropyLoss::new(), &pred, &bits);
+    grad_ok(
+        &SigmoidBinaryCrossEntropyLoss::new().from_sigmoid(true),
+        &prob,
+        &bits,
+    );
+    grad_ok(&SoftmaxCrossEntropyLoss::new(), &pred, &classes);
+    grad_ok(
+        &SoftmaxCrossEntropyLoss::new().sparse_label(false),
+        &pred,
+        &prob,
+    );
+    grad_ok(&LogisticLoss::new(), &pred, &signs);
+    grad_ok(&LogisticLoss::new().binary_labels(true), &pred, &bits);
+    grad_ok(&KLDivLoss::new().from_logits(false), &pred, &prob);
+    grad_ok(&KLDivLoss::new(), &pred, &prob);
+    grad_ok(&PoissonNLLLoss::new(), &pred, &counts);
+    grad_ok(
+        &PoissonNLLLoss::new().from_logits(false).compute_full(true),
+        &prob,
+        &counts,
+    );
+    let x2 = test_array(&[4, 3], -1.0, 1.0, 5);
+    let y = f64v(vec![1.0, -1.0, 1.0, -1.0], &[4]);
+    let cel = CosineEmbeddingLoss::new(0.1);
+    check_grad(
+        |xs| cel.forward_pair(&xs[0], &xs[1], &y, None),
+        &[pred.clone(), x2],
+        1e-6,
+        1e-4,
+        1e-7,
+    )
+    .unwrap();
+}
+
+#[test]
+fn values_match_gluon_formulas() {
+    let pred = f64v(vec![1.0, -2.0, 0.5, 3.0], &[2, 2]);
+    let label = f64v(vec![0.0, 1.0, 1.0, 1.0], &[2, 2]);
+    let l2 = L2Loss::new().forward(&pred, &label).unwrap().to_f64_vec();
+    assert_eq!(l2, vec![(0.5 + 4.5) / 2.0, (0.125 + 2.0) / 2.0]);
+    let l1 = L1Loss::new().forward(&pred, &label).unwrap().to_f64_vec();
+    assert_eq!(l1, vec![2.0, 1.25]);
+    let hub = HuberLoss::new(1.0)
+        .forward(&pred, &label)
+        .unwrap()
+        .to_f64_vec();
+    assert_eq!(hub, vec![(0.5 + 2.5) / 2.0, (0.125 + 1.5) / 2.0]);
+    // sample weights broadcast over the batch and scale each sample.
+    let sw = f64v(vec![0.0, 2.0], &[2, 1]);
+    let w = L1Loss::new()
+        .forward_weighted(&pred, &label, Some(&sw))
+        .unwrap()
+        .to_f64_vec();
+    assert_eq!(w, vec![0.0, 2.5]);
+    // batch_axis = 1 averages over axis 0 instead.
+    let b1 = L1Loss::new()
+        .batch_axis(1)
+        .forward(&pred, &label)
+        .unwrap()
+        .to_f64_vec();
+    assert_eq!(b1, vec![0.75, 2.5]);
+    // softmax CE with sparse labels equals -log softmax at the label.
+    let logits = f64v(vec![1.0, 2.0, 3.0], &[1, 3]);
+    let ce = SoftmaxCrossEntropyLoss::new()
+        .forward(&logits, &f64v(vec![2.0], &[1]))
+        .unwrap()
+        .item()
+        .unwrap();
+    let want = -(3f64.exp() / (1f64.exp() + 2f64.exp() + 3f64.exp())).ln();
+    assert!((ce - want).abs() < 1e-12);
+    assert!(SoftmaxCrossEntropyLoss::new()
+        .forward(&logits, &f64v(vec![3.0], &[1]))
+        .is_err());
+    // logistic loss with signed labels: log(1 + exp(-x y)).
+    let lg = LogisticLoss::new()
+        .forward(&f64v(vec![0.3], &[1]), &f64v(vec![-1.0], &[1]))
+        .unwrap()
+        .item()
+        .unwrap();
+    assert!((lg - (1.0 + 0.3f64.exp()).ln()).abs() < 1e-12);
+    // Poisson NLL is a scalar mean, as in Gluon.
+    let p = PoissonNLLLoss::new().forward(&pred, &label).unwrap();
+    assert_eq!(p.shape(), Vec::<usize>::new());
+    // cosine embedding: identical vectors with label 1 give 0, with label -1 give cos - margin.
+    let a = f64v(vec![1.0, 2.0, 1.0, 2.0], &[2, 2]);
+    let c = CosineEmbeddingLoss::new(0.2)
+        .forward_pair(&a, &a, &f64v(vec![1.0, -1.0], &[2]), None)
+        .unwrap()
+        .to_f64_vec();
+    assert!(c[0].abs() < 1e-12 && (c[1] - 0.8).abs() < 1e-12, "{c:?}");
+}
+
+#[test]
+fn sigmoid_bce_is_stable_at_extreme_logits() {
+    let x =
+        NDArray::from_vec(vec![-1000.0f32, -200.0, -101.0, 101.0, 200.0, 1000.0], &[6]).unwrap();
+    let z1 = NDArray::ones(&[6], DType::F32).unwrap();
+    let z0 = NDArray::zeros(&[6], DType::F32).unwrap();
+    let l = SigmoidBinaryCrossEntropyLoss::new();
+    let v1 = l.forward(&x, &z1).unwrap().to_vec::<f32>().unwrap();
+    let v0 = l.forward(&x, &z0).unwrap().to_vec::<f32>().unwrap();
+    let xs = [-1000.0f32, -200.0, -101.0, 101.0, 200.0, 1000.0];
+    for i in 0..6 {
+        // label 1: softplus(-x); label 0: softplus(x). Exact in f32 here.
+        let (w1, w0) = (xs[i].min(0.0).abs(), xs[i].max(0.0));
+        assert!(v1[i].is_finite() && v0[i].is_finite());
+        assert!(
+            (v1[i] - w1).abs() <= 1e-4 * w1.max(1.0),
+            "{i}: {} vs {w1}",
+            v1[i]
+        );
+        assert!(
+            (v0[i] - w0).abs() <= 1e-4 * w0.max(1.0),
+            "{i}: {} vs {w0}",
+            v0[i]
+        );
+    }
+    // The gradient is sigmoid(x) - z: finite, in [-1, 1].
+    x.attach_grad();
+    let s = autograd::record(|| l.forward(&x, &z1)?.sum_all()).unwrap();
+    s.backward().unwrap();
+    let g = x.grad().unwrap().to_vec::<f32>().unwrap();
+    assert!(g.iter().all(|v| v.is_finite() && v.abs() <= 1.0), "{g:?}");
+    assert!((g[0] + 1.0).abs() < 1e-6 && g[5].abs() < 1e-6);
+    // Softmax CE and logistic loss at huge logits stay finite too.
+    let big = NDArray::from_vec(vec![1000.0f32, -1000.0, 0.0], &[1, 3]).unwrap();
+    let ce = SoftmaxCrossEntropyLoss::new()
+        .forward(&big, &NDArray::from_vec(vec![1.0f32], &[1]).unwrap())
+        .unwrap();
+    assert!((ce.item().unwrap() - 2000.0).abs() < 1e-2);
+    let lg = LogisticLoss::new()
+        .forward(&x, &z1.neg().unwrap())
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(lg.iter().all(|v| v.is_finite()));
+}

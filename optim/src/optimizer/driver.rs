@@ -1,0 +1,206 @@
+//! The loop every optimizer shares: walk the weight (and its state arrays) in spans that line
+//! up with the gradient, in parallel, without copying anything.
+//!
+//! A kernel sees `(weight span, gradient span, state spans)`; the gradient span is `None` where
+//! the gradient is implicitly zero (rows absent from a row_sparse gradient in standard mode).
+//! - dense gradient: fixed-size chunks of the flat arrays;
+//! - row_sparse gradient, lazy: exactly the gradient's rows — nothing else is read or written;
+//! - row_sparse gradient, standard: every row, runs of absent rows merged into one span.
+
+use rayon::prelude::*;
+use sparrow_core::{ArrayData, Error, Float, NDArray, Result};
+
+/// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
+const CHUNK: usize = 16 * 1024;
+/// Below this many elements the update runs on the calling thread.
+const PAR_MIN: usize = 128 * 1024;
+
+/// A raw pointer that may cross threads. Safety rests on the driver handing every task a
+/// disjoint range of rows/elements (row_sparse indices are checked to be sorted and unique).
+#[derive(Clone, Copy)]
+struct Ptr<T>(*mut T);
+unsafe impl<T> Send for Ptr<T> {}
+unsafe impl<T> Sync for Ptr<T> {}
+impl<T> Ptr<T> {
+    /// # Safety
+    /// `start + len` must lie within the allocation and no other live slice may overlap.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn span<'a>(&self, start: usize, len: usize) -> &'a mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+fn for_each(n_tasks: usize, work: usize, min_len: usize, body: impl Fn(usize) + Sync + Send) {
+    if work >= PAR_MIN && n_tasks > 1 {
+        (0..n_tasks)
+            .into_par_iter()
+            .with_min_len(min_len.max(1))
+            .for_each(body);
+    } else {
+        (0..n_tasks).for_each(body);
+    }
+}
+
+/// Check a row_sparse gradient's row ids: sorted, unique, inside `0..rows`.
+pub(crate) fn check_row_ids(op: &'static str, idx: &[i64], rows: usize) -> Result<()> {
+    let mut prev: i64 = -1;
+    for (i, &r) in idx.iter().enumerate() {
+        if r <= prev || r < 0 || r as u64 >= rows as u64 {
+            return Err(Error::index(
+                op,
+                format!(
+                    "row_sparse gradient row id {r} at position {i} is out of order, repeated \
+                     or outside 0..{rows}"
+                ),
+            ));
+        }
+        prev = r;
+    }
+    Ok(())
+}
+
+/// Run `f` over matching spans of `weight`, `grad` and the `N` dense `states`, in place.
+/// `lazy` selects the row_sparse semantics (ignored for a dense gradient).
+pub(crate) fn apply_chunks<T, const N: usize, F>(
+    op: &'static str,
+    weight: &NDArray,
+    grad: &NDArray,
+    states: &[NDArray],
+    lazy: bool,
+    f: F,
+) -> Result<()>
+where
+    T: Float,
+    F: Fn(&mut [T], Option<&[T]>, [&mut [T]; N]) + Sync + Send,
+{
+    if states.len() != N {
+        return Err(Error::arg(
+            op,
+            format!("expected {N} state arrays, got {}", states.len()),
+        ));
+    }
+    let shape = weight.shape();
+    let dtype_err = || Error::dtype(op, "weight, gradient and states must share one float dtype");
+    let mut wguard = weight.write();
+    let w: &mut [T] = wguard
+        .as_dense_mut()
+        .ok_or_else(|| Error::stype(op, "weight must be dense"))?
+        .buf
+        .as_mut_slice::<T>()
+        .ok_or_else(dtype_err)?;
+    let n = w.len();
+    let wp = Ptr(w.as_mut_ptr());
+    let mut sguards: Vec<_> = states.iter().map(|s| s.write()).collect();
+    let mut sp = [Ptr(std::ptr::null_mut::<T>()); N];
+    for (k, g) in sguards.iter_mut().enumerate() {
+        let s = g
+            .as_dense_mut()
+            .ok_or_else(|| Error::stype(op, "optimizer states must be dense"))?
+            .buf
+            .as_mut_slice::<T>()
+            .ok_or_else(dtype_err)?;
+        if s.len() != n {
+            return Err(Error::shape(op, "state size differs from the weight's"));
+        }
+        sp[k] = Ptr(s.as_mut_ptr());
+    }
+    // SAFETY (all `span` calls below): every task receives a range of its own; ranges come from
+    // disjoint chunks or from sorted unique row ids checked above, and lie inside `0..n`.
+    let spans =
+        |start: usize, len: usize| unsafe { (wp.span(start, len), sp.map(|p| p.span(start, len))) };
+
+    let gguard = grad.read();
+    match &*gguard {
+        ArrayData::Dense(d) => {
+            let g = d.buf.as_slice::<T>().ok_or_else(dtype_err)?;
+            if g.len() != n {
+                return Err(Error::shape(op, "gradient size differs from the weight's"));
+            }
+            let tasks = n.div_ceil(CHUNK);
+            for_each(tasks, n, 1, |c| {
+                let s = c * CHUNK;
+                let e = (s + CHUNK).min(n);
+                let (w, st) = spans(s, e - s);
+                f(w, Some(&g[s..e]), st);
+            });
+        }
+        ArrayData::RowSparse(r) => {
+            let rows = shape.first().copied().unwrap_or(0);
+            let rl = r.row_len();
+            let idx: &[i64] = &r.indices;
+            let k = idx.len();
+            let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
+            if gd.len() != k * rl {
+                return Err(Error::format(
+                    sparrow_core::SType::RowSparse,
+                    format!("{k} rows of {rl} need {} values, got {}", k * rl, gd.len()),
+                ));
+            }
+            check_row_ids(op, idx, rows)?;
+            if rl == 0 {
+                return Ok(());
+            }
+            if lazy {
+                for_each(k, k * rl, CHUNK / rl, |i| {
+                    let row = idx[i] as usize;
+                    let (w, st) = spans(row * rl, rl);
+                    f(w, Some(&gd[i * rl..(i + 1) * rl]), st);
+                });
+            } else {
+                let per = (CHUNK / rl).max(1);
+                let tasks = rows.div_ceil(per);
+                for_each(tasks, n, 1, |b| {
+                    let r0 = b * per;
+                    let r1 = (r0 + per).min(rows);
+                    let mut p = idx.partition_point(|&x| (x as usize) < r0);
+                    let mut cur = r0;
+                    while cur < r1 {
+                        if p < k && idx[p] as usize == cur {
+                            let (w, st) = spans(cur * rl, rl);
+                            f(w, Some(&gd[p * rl..(p + 1) * rl]), st);
+                            p += 1;
+                            cur += 1;
+                        } else {
+                            let next = if p < k { (idx[p] as usize).min(r1) } else { r1 };
+                            let (w, st) = spans(cur * rl, (next - cur) * rl);
+                            f(w, None, st);
+                            cur = next;
+                        }
+                    }
+                });
+            }
+        }
+        ArrayData::Csr(_) => {
+            return Err(Error::stype(op, "csr gradients are not supported"));
+        }
+    }
+    Ok(())
+}
+
+/// Elementwise form of [`apply_chunks`]: `k(w, g, states)` per element, `g = 0` where the
+/// gradient is implicitly zero.
+pub(crate) fn apply_elementwise<T, const N: usize, K>(
+    op: &'static str,
+    weight: &NDArray,
+    grad: &NDArray,
+    states: &[NDArray],
+    lazy: bool,
+    k: K,
+) -> Result<()>
+where
+    T: Float,
+    K: Fn(&mut T, T, [&mut T; N]) + Sync + Send,
+{
+    apply_chunks::<T, N, _>(op, weight, grad, states, lazy, |w, g, mut st| match g {
+        Some(g) => {
+            for (j, (wj, &gj)) in w.iter_mut().zip(g).enumerate() {
+                k(wj, gj, st.each_mut().map(|s| &mut s[j]));
+            }
+        }
+        None => {
+            for (j, wj) in w.iter_mut().enumerate() {
+                k(wj, T::zero(), st.each_mut().map(|s| &mut s[j]));
+            }
+        }
+    })
+}
