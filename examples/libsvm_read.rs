@@ -2,8 +2,11 @@
 //!
 //! ```text
 //! cargo run --release --example libsvm_read -- FILE --data-shape N --batch-size B [--json]
-//!     [--num-parts P --part-index I] [--block-mb M] [--prefetch K]
+//!     [--num-parts P --part-index I] [--block-mb M] [--prefetch K] [--dump-values N OUT]
 //! ```
+//!
+//! `--dump-values N OUT` writes the first N parsed values as little-endian f32 to OUT (used to
+//! check correct rounding against an exact reference, see bench-notes/data.md).
 
 use std::time::Instant;
 
@@ -31,6 +34,8 @@ fn main() {
     let mut file = None;
     let (mut shape, mut bs, mut json) = (None, None, false);
     let (mut parts, mut part, mut block_mb, mut prefetch) = (1usize, 0usize, 16usize, 4usize);
+    let mut dump: Option<(usize, String)> = None;
+    let mut dumped: Vec<u8> = Vec::new();
     let mut i = 0;
     let num = |i: usize| -> usize {
         args.get(i + 1)
@@ -45,6 +50,12 @@ fn main() {
             "--part-index" => part = num(i),
             "--block-mb" => block_mb = num(i),
             "--prefetch" => prefetch = num(i),
+            "--dump-values" => {
+                let out = args.get(i + 2).cloned().unwrap_or_else(|| usage());
+                dump = Some((num(i), out));
+                i += 3;
+                continue;
+            }
             "--json" => {
                 json = true;
                 i += 1;
@@ -91,11 +102,25 @@ fn main() {
         first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
         let g = b.data.read();
         let c = g.as_csr().expect("LibSVMIter yields CSR batches");
+        if let Some((n, _)) = &dump {
+            for v in c.values::<f32>().unwrap_or(&[]) {
+                if dumped.len() >= n * 4 {
+                    break;
+                }
+                dumped.extend_from_slice(&v.to_le_bytes());
+            }
+        }
         rows += c.shape[0] - b.pad;
         nnz += c.nnz();
         batches += 1;
     }
     let secs = t0.elapsed().as_secs_f64();
+    if let Some((_, out)) = &dump {
+        if let Err(e) = std::fs::write(out, &dumped) {
+            eprintln!("error: {out}: {e}");
+            std::process::exit(1)
+        }
+    }
     let mbps = size / 1e6 / secs;
     let rss = peak_rss_mb().unwrap_or(f64::NAN);
     if json {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sparrow_core::{ArrayData, Buffer, CsrData, NDArray};
+use sparrow_core::{ArrayData, Buffer, NDArray};
 
 use crate::libsvm::Rows;
 
@@ -64,7 +64,7 @@ pub(crate) fn csr_from_segs(segs: &[Seg<'_>], ncols: usize) -> NDArray {
     csr_array(rows, ncols, indptr, indices, values)
 }
 
-/// Wrap CSR parts (already valid) into an NDArray.
+/// Wrap CSR parts (valid by construction: sorted unique columns below `ncols`) into an NDArray.
 pub(crate) fn csr_array(
     rows: usize,
     ncols: usize,
@@ -72,13 +72,7 @@ pub(crate) fn csr_array(
     indices: Vec<i64>,
     values: Vec<f32>,
 ) -> NDArray {
-    NDArray::from_data(ArrayData::Csr(CsrData {
-        shape: [rows, ncols],
-        indptr: Arc::new(indptr),
-        indices: Arc::new(indices),
-        data: Buffer::F32(Arc::new(values)),
-        offset: 0,
-    }))
+    NDArray::csr_unchecked(values, indices, indptr, [rows, ncols])
 }
 
 /// CSR labels `[rows, ncols]` from the label columns of row runs.

@@ -89,6 +89,9 @@ impl Dataset for LibSvmDataset {
     }
 }
 
+/// The sample ids of one batch and its pad.
+pub type IndexBatch = (Vec<usize>, usize);
+
 /// The order in which samples are visited each epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sampler {
@@ -122,7 +125,7 @@ impl BatchSampler {
         epoch: u64,
         carry: &[usize],
         skip: usize,
-    ) -> (Vec<(Vec<usize>, usize)>, Vec<usize>, usize) {
+    ) -> (Vec<IndexBatch>, Vec<usize>, usize) {
         let (shuffle, seed) = match self.sampler {
             Sampler::Sequential => (false, 0),
             Sampler::Random { seed } => (true, seed),
@@ -257,7 +260,7 @@ impl DataLoader {
 
 /// One epoch of a [`DataLoader`].
 pub struct DataLoaderIter {
-    inline: Option<(Arc<dyn Dataset>, Vec<(Vec<usize>, usize)>)>,
+    inline: Option<(Arc<dyn Dataset>, Vec<IndexBatch>)>,
     rx: Vec<Receiver<Result<Batch>>>,
     threads: Vec<JoinHandle<()>>,
     next: usize,

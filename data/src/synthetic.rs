@@ -210,7 +210,7 @@ mod tests {
             .unwrap()
             .to_vec::<f32>()
             .unwrap();
-        assert!(y2.iter().any(|&v| v == 1.0) && y2.iter().any(|&v| v == 0.0));
+        assert!(y2.contains(&1.0) && y2.contains(&0.0));
         assert!(random_csr(2, 3, 1.5, ColumnDist::Uniform, 0).is_err());
     }
 }

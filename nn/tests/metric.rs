@@ -14,7 +14,13 @@ fn brute_auc(scores: &[f64], labels: &[f64]) -> f64 {
         for (j, &sj) in scores.iter().enumerate() {
             if labels[i] == 1.0 && labels[j] == 0.0 {
                 den += 1.0;
-                num += if si > sj { 1.0 } else if si == sj { 0.5 } else { 0.0 };
+                num += if si > sj {
+                    1.0
+                } else if si == sj {
+                    0.5
+                } else {
+                    0.0
+                };
             }
         }
     }
@@ -34,24 +40,41 @@ fn auc_matches_brute_force_with_ties_over_batches() {
         let n = 50 + trial * 7;
         // Scores on a coarse grid so ties are common.
         let scores: Vec<f64> = (0..n).map(|_| (rnd() % 10) as f64 / 10.0).collect();
-        let labels: Vec<f64> = (0..n).map(|i| ((rnd() % 3 == 0) || i == 0) as u8 as f64).collect();
+        let labels: Vec<f64> = (0..n)
+            .map(|i| ((rnd() % 3 == 0) || i == 0) as u8 as f64)
+            .collect();
         let mut auc = Auc::new();
         let half = n / 2;
-        auc.update(&arr(labels[..half].to_vec(), &[half]), &arr(scores[..half].to_vec(), &[half])).unwrap();
-        auc.update(&arr(labels[half..].to_vec(), &[n - half]), &arr(scores[half..].to_vec(), &[n - half]))
-            .unwrap();
+        auc.update(
+            &arr(labels[..half].to_vec(), &[half]),
+            &arr(scores[..half].to_vec(), &[half]),
+        )
+        .unwrap();
+        auc.update(
+            &arr(labels[half..].to_vec(), &[n - half]),
+            &arr(scores[half..].to_vec(), &[n - half]),
+        )
+        .unwrap();
         let want = brute_auc(&scores, &labels);
-        assert!((auc.get() - want).abs() < 1e-12, "trial {trial}: {} vs {want}", auc.get());
+        assert!(
+            (auc.get() - want).abs() < 1e-12,
+            "trial {trial}: {} vs {want}",
+            auc.get()
+        );
     }
     let mut auc = Auc::new();
-    auc.update(&arr(vec![1.0, 1.0], &[2]), &arr(vec![0.3, 0.4], &[2])).unwrap();
+    auc.update(&arr(vec![1.0, 1.0], &[2]), &arr(vec![0.3, 0.4], &[2]))
+        .unwrap();
     assert!(auc.get().is_nan());
 }
 
 #[test]
 fn classification_metrics() {
     let labels = arr(vec![0.0, 1.0, 2.0, 1.0], &[4]);
-    let scores = arr(vec![0.8, 0.1, 0.1, 0.2, 0.3, 0.5, 0.6, 0.3, 0.1, 0.1, 0.7, 0.2], &[4, 3]);
+    let scores = arr(
+        vec![0.8, 0.1, 0.1, 0.2, 0.3, 0.5, 0.6, 0.3, 0.1, 0.1, 0.7, 0.2],
+        &[4, 3],
+    );
     let mut acc = Accuracy::new();
     acc.update(&labels, &scores).unwrap();
     assert_eq!(acc.get(), 0.5);
@@ -100,6 +123,7 @@ fn regression_and_probability_metrics_and_composite() {
     ppl.update(&labels, &probs).unwrap();
     assert!((ppl.get() - want.exp()).abs() < 1e-12);
     let mut ll = LogLoss::new();
-    ll.update(&arr(vec![1.0, 0.0], &[2]), &arr(vec![0.8, 0.3], &[2])).unwrap();
+    ll.update(&arr(vec![1.0, 0.0], &[2]), &arr(vec![0.8, 0.3], &[2]))
+        .unwrap();
     assert!((ll.get() + ((0.8f64 + 1e-12).ln() + (0.7f64 + 1e-12).ln()) / 2.0).abs() < 1e-12);
 }

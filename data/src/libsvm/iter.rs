@@ -148,7 +148,7 @@ impl LibSVMIter {
         let files = file_infos(&list_files(&p.data_libsvm)?)?;
         let block_bytes = p.block_bytes.max(1) as u64;
         let label_file = match &p.label_libsvm {
-            Some(l) => Some(file_infos(&[l.clone()])?.remove(0)),
+            Some(l) => Some(file_infos(std::slice::from_ref(l))?.remove(0)),
             None => None,
         };
         let mut lopts = LibSvmOptions {
@@ -517,7 +517,7 @@ fn produce_inner(
             }
         })
     };
-    let mut left = carry.unwrap_or_else(Rows::new);
+    let mut left = carry.unwrap_or_default();
     let mut lbuf = Vec::new();
     let mut stopped = false;
     for _ in 0..order.len() {
@@ -540,7 +540,7 @@ fn produce_inner(
             skip -= n;
         }
         let mut all = Vec::with_capacity(pieces.len() + 1);
-        all.push(std::mem::replace(&mut left, Rows::new()));
+        all.push(std::mem::take(&mut left));
         all.extend(pieces);
         match emit(sh, &all, tx) {
             Ok(l) => left = l,

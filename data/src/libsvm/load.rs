@@ -102,7 +102,7 @@ pub(crate) fn positioned(file: &Path, buf: &[u8], prefix_newlines: u64, e: BufEr
 /// Concatenate row pieces in order.
 pub(crate) fn concat(mut parts: Vec<Rows>) -> Rows {
     if parts.len() == 1 {
-        return parts.pop().unwrap_or_else(Rows::new);
+        return parts.pop().unwrap_or_default();
     }
     let mut out = Rows::new();
     let nnz: usize = parts.iter().map(|p| p.nnz()).sum();

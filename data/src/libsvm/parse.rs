@@ -22,7 +22,7 @@ pub struct ChunkOpts {
 }
 
 /// Parsed rows in CSR form, plus what auto base detection needs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Rows {
     /// Row pointers into `indices`/`values`, `rows + 1` entries starting at 0.
     pub indptr: Vec<i64>,
@@ -45,15 +45,26 @@ pub struct Rows {
     pub max_raw: i64,
 }
 
+impl Default for Rows {
+    /// No rows (same as [`Rows::new`]).
+    fn default() -> Self {
+        Rows::new()
+    }
+}
+
 impl Rows {
     /// Empty rows, ready to be filled.
     pub fn new() -> Rows {
         Rows {
             indptr: vec![0],
+            indices: Vec::new(),
+            values: Vec::new(),
+            labels: Vec::new(),
             label_ptr: vec![0],
+            label_indices: Vec::new(),
+            qids: Vec::new(),
             min_raw: i64::MAX,
             max_raw: -1,
-            ..Default::default()
         }
     }
     /// Number of rows.

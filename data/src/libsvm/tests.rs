@@ -105,6 +105,7 @@ fn index_bases() {
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn malformed_positions() {
     let cases: &[(&str, IndexBase, Option<usize>, u64, u64, &str)] = &[
         (
@@ -223,7 +224,7 @@ fn never_panics_on_junk() {
             let o = LibSvmOptions {
                 index_base: base,
                 num_features: Some(50),
-                sort_indices: seed % 2 == 0,
+                sort_indices: seed.is_multiple_of(2),
             };
             let _ = parse_libsvm_bytes(&bytes, "junk", &o);
         }

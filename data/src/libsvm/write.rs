@@ -58,16 +58,12 @@ pub fn save_libsvm_with(
     let shift = (base == IndexBase::One) as i64;
     let indptr = &c.indptr;
     let indices = c.indices();
-    let vals: Vec<f64>;
     let vals32 = c.values::<f32>();
-    if vals32.is_none() {
-        vals = match c.values::<f64>() {
-            Some(v) => v.to_vec(),
-            None => return Err(DataError::arg(OP, "feature values must be f32 or f64")),
-        };
-    } else {
-        vals = Vec::new();
-    }
+    let vals: &[f64] = match (vals32, c.values::<f64>()) {
+        (Some(_), _) => &[],
+        (None, Some(v)) => v,
+        (None, None) => return Err(DataError::arg(OP, "feature values must be f32 or f64")),
+    };
     let fmt_row = |r: usize, s: &mut Vec<u8>| {
         for j in 0..k {
             if j > 0 {
