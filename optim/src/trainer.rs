@@ -113,6 +113,11 @@ impl Trainer {
         self.states.get(index).and_then(|s| s.as_ref())
     }
 
+    /// Bytes held by all optimizer states (momentum, moments, ...), for memory reports.
+    pub fn state_bytes(&self) -> usize {
+        self.states.iter().flatten().flat_map(|s| s.handles()).map(|a| a.nbytes()).sum()
+    }
+
     /// One optimization step: `allreduce_grads()` then `update(batch_size)`.
     pub fn step(&mut self, batch_size: usize) -> Result<()> {
         self.allreduce_grads()?;

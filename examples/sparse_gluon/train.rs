@@ -1,0 +1,257 @@
+//! Data preparation and the training loop of one variant.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use sparrow::core::{autograd, sys, Device, NDArray, SType};
+use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
+use sparrow::data::synthetic;
+use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
+use sparrow::nn::{Activation, Block, Dense, Initializer, Sequential};
+use sparrow::optim::{AdaGrad, Adam, Ftrl, Optimizer, Sgd, Trainer};
+
+use crate::args::{Args, Variant};
+use crate::report::VariantResult;
+
+type BoxError = Box<dyn std::error::Error>;
+
+/// The generated data set, as written to LibSVM.
+pub struct Data {
+    pub path: PathBuf,
+    pub rows: usize,
+    pub nnz: usize,
+    pub dense_bytes: u64,
+    pub csr_bytes: u64,
+    pub positives: usize,
+    pub libsvm_bytes: u64,
+    pub gen_ms: f64,
+    pub write_ms: f64,
+}
+
+/// Step 1 and the writing half of step 2.
+pub fn prepare_data(args: &Args, verbose: bool) -> Result<Data, BoxError> {
+    let t0 = Instant::now();
+    let (x, y) = synthetic::tutorial_data(args.samples, args.features, args.density, args.seed)?;
+    let gen_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let dense_bytes = (args.samples as u64) * (args.features as u64) * 4;
+    let csr_bytes = x.nbytes() as u64;
+    let nnz = x.read().as_csr().map(|c| c.nnz()).unwrap_or(0);
+    let positives = y.to_f64_vec().iter().filter(|&&v| v > 0.5).count();
+    let dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("sparrow-sparse-gluon-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("tutorial.libsvm");
+    let t1 = Instant::now();
+    save_libsvm(&path, &x, &y)?;
+    let write_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let libsvm_bytes = std::fs::metadata(&path)?.len();
+    if verbose {
+        eprintln!(
+            "data: {} x {} csr at density {:e}: {} non-zeros, {} positive labels",
+            args.samples, args.features, args.density, nnz, positives
+        );
+        eprintln!(
+            "      dense f32 would be {:.1} MB; csr holds {:.3} MB (data + indices + indptr)",
+            dense_bytes as f64 / 1e6,
+            csr_bytes as f64 / 1e6
+        );
+        eprintln!("      written as LibSVM to {} ({} bytes) in {:.1} ms", path.display(), libsvm_bytes, write_ms);
+    }
+    Ok(Data { path, rows: args.samples, nnz, dense_bytes, csr_bytes, positives, libsvm_bytes, gen_ms, write_ms })
+}
+
+fn build_net(args: &Args, v: Variant) -> Sequential {
+    let first = Dense::new(128).in_units(args.features);
+    let first = match v {
+        Variant::RowSparse => first.grad_stype(SType::RowSparse),
+        _ => first,
+    };
+    let mut net = Sequential::new();
+    net.add(first);
+    net.add(Activation::new("sigmoid").expect("known activation"));
+    net.add(Dense::new(8).in_units(128));
+    net.add(Activation::new("sigmoid").expect("known activation"));
+    net.add(Dense::new(1).in_units(8));
+    net.add(Activation::new("sigmoid").expect("known activation"));
+    net
+}
+
+fn optimizer(args: &Args) -> Box<dyn Optimizer> {
+    match args.optimizer.as_str() {
+        "adam" => Box::new(Adam::new(args.lr)),
+        "adagrad" => Box::new(AdaGrad::new(args.lr)),
+        "ftrl" => Box::new(Ftrl::new(args.lr)),
+        _ => Box::new(Sgd::new(args.lr)),
+    }
+}
+
+/// Running loss/accuracy over the batches of an epoch (padding rows excluded).
+#[derive(Default)]
+struct Tally {
+    loss: f64,
+    correct: usize,
+    rows: usize,
+}
+
+impl Tally {
+    fn add(&mut self, pred: &NDArray, label: &NDArray, loss: &NDArray, pad: usize) {
+        let (p, l, ls) = (pred.to_f64_vec(), label.to_f64_vec(), loss.to_f64_vec());
+        let n = p.len().saturating_sub(pad);
+        for i in 0..n {
+            self.loss += ls[i];
+            self.correct += usize::from((p[i] > 0.5) == (l[i] > 0.5));
+        }
+        self.rows += n;
+    }
+    fn loss(&self) -> f64 {
+        self.loss / self.rows.max(1) as f64
+    }
+    fn accuracy(&self) -> f64 {
+        self.correct as f64 / self.rows.max(1) as f64
+    }
+}
+
+/// One training step on a batch; returns the predictions and per-row losses.
+fn step(
+    net: &Sequential,
+    trainer: &mut Trainer,
+    loss_fn: &SigmoidBinaryCrossEntropyLoss,
+    x: &NDArray,
+    label: &NDArray,
+) -> Result<(NDArray, NDArray, usize), BoxError> {
+    let (pred, loss) = autograd::record(|| -> sparrow::core::Result<_> {
+        let pred = net.forward(x)?;
+        let loss = loss_fn.forward(&pred, label)?;
+        Ok((pred, loss))
+    })?;
+    loss.backward()?;
+    // Rows held by the first layer's gradient, read before the step clears it.
+    let rows = net
+        .collect_params()?
+        .iter()
+        .next()
+        .and_then(|(_, p)| p.grad())
+        .map(|g| g.read().as_row_sparse().map(|r| r.nnr()).unwrap_or(0))
+        .unwrap_or(0);
+    trainer.step(x.shape()[0])?;
+    Ok((pred, loss, rows))
+}
+
+/// Step 3 for one variant (run in its own process).
+pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
+    let path = args.data_file.clone().ok_or("--child needs --data-file")?;
+    let mut params = LibSVMIterParams::new(&path, args.features, args.batch_size);
+    params.progress = false;
+    let mut iter = LibSVMIter::new(params)?;
+
+    let t0 = Instant::now();
+    let net = build_net(args, v);
+    net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
+    let mut trainer = Trainer::with_boxed(net.collect_params()?.iter().map(|(_, p)| p.clone()), optimizer(args))?;
+    let init_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
+    let densify = v == Variant::Naive;
+    let prep = |x: NDArray| -> Result<NDArray, BoxError> {
+        Ok(if densify { x.tostype(SType::Dense)? } else { x })
+    };
+
+    let mut epoch_ms = Vec::new();
+    let mut batches_per_epoch = 0usize;
+    let mut tally = Tally::default();
+    let mut first_loss = None;
+    let mut max_grad_rows = 0usize;
+    let timed_batches;
+    if v == Variant::RowSparse {
+        // Warm-up epoch, then timed full epochs.
+        for e in 0..=args.epochs {
+            iter.reset();
+            let bar = sparrow::data::progress::bar(0, &format!("{} epoch {e}", v.describe()));
+            let mut t = Tally::default();
+            let start = Instant::now();
+            let mut nb = 0;
+            for batch in iter.by_ref() {
+                let batch = batch?;
+                let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
+                let (pred, loss, rows) = step(&net, &mut trainer, &loss_fn, &batch.data, &label)?;
+                t.add(&pred, &label, &loss, batch.pad);
+                max_grad_rows = max_grad_rows.max(rows);
+                nb += 1;
+                bar.inc(1);
+            }
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            bar.finish_and_clear();
+            if first_loss.is_none() {
+                first_loss = Some(t.loss());
+            }
+            batches_per_epoch = nb;
+            if e > 0 {
+                epoch_ms.push(ms);
+            }
+            if !args.json {
+                eprintln!("{} epoch {e}: {:.2} ms, loss {:.5}, accuracy {:.3}", v.describe(), ms, t.loss(), t.accuracy());
+            }
+            tally = t;
+        }
+        timed_batches = batches_per_epoch;
+    } else {
+        // One warm-up batch, then `dense_batches` timed batches scaled to a full epoch.
+        iter.reset();
+        let mut batches = Vec::new();
+        for b in iter.by_ref() {
+            batches.push(b?);
+        }
+        batches_per_epoch = batches.len();
+        let n = args.dense_batches.min(batches.len().saturating_sub(1)).max(1);
+        let bar = sparrow::data::progress::bar(n as u64 + 1, v.describe());
+        for (i, batch) in batches.iter().take(n + 1).enumerate() {
+            let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
+            let x = batch.data.clone();
+            let start = Instant::now();
+            let (pred, loss, _) = step(&net, &mut trainer, &loss_fn, &prep(x)?, &label)?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            if i == 0 {
+                let mut t = Tally::default();
+                t.add(&pred, &label, &loss, batch.pad);
+                first_loss = Some(t.loss());
+            } else {
+                epoch_ms.push(ms * batches_per_epoch as f64);
+                tally.add(&pred, &label, &loss, batch.pad);
+            }
+            bar.inc(1);
+            if !args.json {
+                eprintln!("{} batch {i}: {:.1} ms", v.describe(), ms);
+            }
+        }
+        bar.finish_and_clear();
+        timed_batches = n;
+    }
+
+    let params = net.collect_params()?;
+    let (_, w0) = params.iter().next().ok_or("model has no parameters")?;
+    let weight_bytes: usize = params.iter().map(|(_, p)| p.nbytes()).sum();
+    let grad_bytes: usize = params.iter().filter_map(|(_, p)| p.grad()).map(|g| g.nbytes()).sum();
+    let first_grad = w0.grad().ok_or("first layer has no gradient")?;
+    let first_grad_rows = {
+        let g = first_grad.read();
+        g.as_row_sparse().map(|r| r.nnr()).unwrap_or(g.shape()[0])
+    };
+    Ok(VariantResult {
+        variant: v,
+        epoch_ms,
+        timed_batches,
+        batches_per_epoch,
+        init_ms,
+        weight_bytes: weight_bytes as u64,
+        grad_bytes: grad_bytes as u64,
+        first_grad_stype: format!("{:?}", first_grad.stype()),
+        first_grad_rows,
+        max_grad_rows,
+        state_bytes: trainer.state_bytes() as u64,
+        peak_rss_bytes: sys::peak_rss_bytes().unwrap_or(0),
+        first_loss: first_loss.unwrap_or(f64::NAN),
+        loss: tally.loss(),
+        accuracy: tally.accuracy(),
+    })
+}
