@@ -27,9 +27,14 @@ fn run(dir: &Path, epochs: usize, lr: f64) -> Result<(f64, f64), BoxError> {
         p.progress = false;
         Ok(LibSVMIter::new(p)?)
     };
-    let net = Dense::new(1).in_units(features).grad_stype(SType::RowSparse);
+    let net = Dense::new(1)
+        .in_units(features)
+        .grad_stype(SType::RowSparse);
     net.initialize(&Initializer::Zero, Device::Cpu)?;
-    let mut trainer = Trainer::new(net.collect_params()?.iter().map(|(_, p)| p.clone()), Adam::new(lr))?;
+    let mut trainer = Trainer::new(
+        net.collect_params()?.iter().map(|(_, p)| p.clone()),
+        Adam::new(lr),
+    )?;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
     let mut train = iter_for("breast_cancer_train.libsvm", 16)?;
     for _ in 0..epochs {
@@ -84,7 +89,9 @@ fn main() {
         .unwrap_or_default();
     match run(&dir, epochs, lr) {
         Ok((train_acc, test_acc)) => {
-            let sk_acc = sk["sklearn_logreg_test_accuracy"].as_f64().unwrap_or(f64::NAN);
+            let sk_acc = sk["sklearn_logreg_test_accuracy"]
+                .as_f64()
+                .unwrap_or(f64::NAN);
             if json {
                 println!(
                     "{}",
@@ -94,7 +101,9 @@ fn main() {
                 );
             } else {
                 println!("breast cancer (sklearn), {epochs} epochs of Adam lr {lr}:");
-                println!("  sparrow train accuracy {train_acc:.4}, held-out accuracy {test_acc:.4}");
+                println!(
+                    "  sparrow train accuracy {train_acc:.4}, held-out accuracy {test_acc:.4}"
+                );
                 println!("  scikit-learn LogisticRegression held-out accuracy {sk_acc:.4}");
             }
         }

@@ -50,7 +50,9 @@ fn main() {
 
 fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(threads) = args.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(threads).build_global()?;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()?;
     }
     if let Some(v) = args.child {
         // Child: one variant, result as one JSON line on stdout.
@@ -81,7 +83,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let copy_gbs = report::copy_bandwidth_gbs();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report::to_json(args, &data, &results, copy_gbs))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::to_json(args, &data, &results, copy_gbs))?
+        );
     } else {
         report::print_table(args, &data, &results, copy_gbs);
     }

@@ -22,13 +22,19 @@ fn iter(name: &str, batch: usize) -> LibSVMIter {
 #[test]
 fn breast_cancer_matches_sklearn_logistic_regression() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");
-    let sk: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("breast_cancer_sklearn.json")).unwrap()).unwrap();
+    let sk: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("breast_cancer_sklearn.json")).unwrap(),
+    )
+    .unwrap();
     let sk_acc = sk["sklearn_logreg_test_accuracy"].as_f64().unwrap();
 
     let net = Dense::new(1).in_units(30).grad_stype(SType::RowSparse);
     net.initialize(&Initializer::Zero, Device::Cpu).unwrap();
-    let mut trainer = Trainer::new(net.collect_params().unwrap().iter().map(|(_, p)| p.clone()), Adam::new(0.05)).unwrap();
+    let mut trainer = Trainer::new(
+        net.collect_params().unwrap().iter().map(|(_, p)| p.clone()),
+        Adam::new(0.05),
+    )
+    .unwrap();
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
     let mut train = iter("breast_cancer_train.libsvm", 16);
     for _ in 0..20 {
@@ -36,7 +42,8 @@ fn breast_cancer_matches_sklearn_logistic_regression() {
         for b in train.by_ref() {
             let b = b.unwrap();
             let label = b.label.unwrap();
-            let loss = autograd::record(|| loss_fn.forward(&net.forward(&b.data)?, &label)).unwrap();
+            let loss =
+                autograd::record(|| loss_fn.forward(&net.forward(&b.data)?, &label)).unwrap();
             loss.backward().unwrap();
             trainer.step(b.data.shape()[0]).unwrap();
         }
@@ -52,5 +59,8 @@ fn breast_cancer_matches_sklearn_logistic_regression() {
     }
     assert_eq!(n, 171);
     let acc = ok as f64 / n as f64;
-    assert!(acc >= sk_acc - 0.03, "held-out accuracy {acc} vs scikit-learn {sk_acc}");
+    assert!(
+        acc >= sk_acc - 0.03,
+        "held-out accuracy {acc} vs scikit-learn {sk_acc}"
+    );
 }

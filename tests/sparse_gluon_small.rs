@@ -21,7 +21,10 @@ fn distinct_features(x: &NDArray) -> usize {
 fn epoch_loss(variant_rsp: bool, epochs: usize) -> Vec<f64> {
     let (features, samples) = (20_000, 200);
     let (x, y) = synthetic::tutorial_data(samples, features, 1e-3, 7).unwrap();
-    let dir = std::env::temp_dir().join(format!("sparrow-gluon-small-{}-{variant_rsp}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "sparrow-gluon-small-{}-{variant_rsp}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("small.libsvm");
     save_libsvm(&path, &x, &y).unwrap();
@@ -36,7 +39,8 @@ fn epoch_loss(variant_rsp: bool, epochs: usize) -> Vec<f64> {
     net.add(Dense::new(8).in_units(16));
     net.add(Activation::new("sigmoid").unwrap());
     net.add(Dense::new(1).in_units(8));
-    net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu).unwrap();
+    net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)
+        .unwrap();
     let params = net.collect_params().unwrap();
     let w0 = params.iter().next().unwrap().1.clone();
     let mut trainer = Trainer::new(params.iter().map(|(_, p)| p.clone()), Adam::new(0.02)).unwrap();
@@ -52,13 +56,17 @@ fn epoch_loss(variant_rsp: bool, epochs: usize) -> Vec<f64> {
         for b in it.by_ref() {
             let b = b.unwrap();
             let label = b.label.clone().unwrap();
-            let loss = autograd::record(|| loss_fn.forward(&net.forward(&b.data)?, &label)).unwrap();
+            let loss =
+                autograd::record(|| loss_fn.forward(&net.forward(&b.data)?, &label)).unwrap();
             loss.backward().unwrap();
             let g = w0.grad().unwrap();
             if variant_rsp {
                 assert_eq!(g.stype(), SType::RowSparse);
                 let rows_held = g.read().as_row_sparse().unwrap().nnr();
-                assert!(rows_held <= distinct_features(&b.data), "{rows_held} gradient rows");
+                assert!(
+                    rows_held <= distinct_features(&b.data),
+                    "{rows_held} gradient rows"
+                );
                 assert!(g.nbytes() * 20 < w0.nbytes(), "gradient is not dense-sized");
             } else {
                 assert_eq!(g.stype(), SType::Dense);

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-pub const USAGE: &str = "usage: sparse_gluon [--json] [--variants a,b,c] [--epochs N] [--dense-batches N]
+pub const USAGE: &str =
+    "usage: sparse_gluon [--json] [--variants a,b,c] [--epochs N] [--dense-batches N]
     [--samples N] [--features N] [--density F] [--batch-size N] [--lr F]
     [--optimizer sgd|adam|adagrad|ftrl] [--threads N] [--seed N] [--data-dir DIR]";
 
@@ -86,12 +87,16 @@ impl Args {
         while let Some(flag) = it.next() {
             let mut val = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
             fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
-                v.parse().map_err(|_| format!("{flag}: '{v}' is not a valid number"))
+                v.parse()
+                    .map_err(|_| format!("{flag}: '{v}' is not a valid number"))
             }
             match flag.as_str() {
                 "--json" => a.json = true,
                 "--variants" => {
-                    a.variants = val("--variants")?.split(',').map(Variant::parse).collect::<Result<_, _>>()?
+                    a.variants = val("--variants")?
+                        .split(',')
+                        .map(Variant::parse)
+                        .collect::<Result<_, _>>()?
                 }
                 "--epochs" => a.epochs = num(&flag, val(&flag)?)?,
                 "--dense-batches" => a.dense_batches = num(&flag, val(&flag)?)?,
@@ -110,14 +115,22 @@ impl Args {
                 other => return Err(format!("unknown flag '{other}'")),
             }
         }
-        if a.epochs == 0 || a.dense_batches == 0 || a.batch_size == 0 || a.samples == 0 || a.features == 0 {
+        if a.epochs == 0
+            || a.dense_batches == 0
+            || a.batch_size == 0
+            || a.samples == 0
+            || a.features == 0
+        {
             return Err("--epochs, --dense-batches, --batch-size, --samples and --features must be positive".into());
         }
         if !(a.density > 0.0 && a.density <= 1.0) {
             return Err(format!("--density {} must be in (0, 1]", a.density));
         }
         if !["sgd", "adam", "adagrad", "ftrl"].contains(&a.optimizer.as_str()) {
-            return Err(format!("--optimizer {} is not one of sgd, adam, adagrad, ftrl", a.optimizer));
+            return Err(format!(
+                "--optimizer {} is not one of sgd, adam, adagrad, ftrl",
+                a.optimizer
+            ));
         }
         Ok(a)
     }

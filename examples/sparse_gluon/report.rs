@@ -33,7 +33,11 @@ fn stats(v: &[f64]) -> (f64, f64, f64) {
     if s.is_empty() {
         return (f64::NAN, f64::NAN, f64::NAN);
     }
-    let med = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
+    let med = if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    };
     (med, s[0], s[s.len() - 1])
 }
 
@@ -83,7 +87,10 @@ impl VariantResult {
             init_ms: f("init_ms")?,
             weight_bytes: u("weight_bytes")?,
             grad_bytes: u("grad_bytes")?,
-            first_grad_stype: v["first_layer_grad_stype"].as_str().unwrap_or("?").to_string(),
+            first_grad_stype: v["first_layer_grad_stype"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string(),
             first_grad_rows: u("first_layer_grad_rows")? as usize,
             max_grad_rows: u("max_first_layer_grad_rows")? as usize,
             state_bytes: u("state_bytes")?,
@@ -147,7 +154,16 @@ pub fn print_table(args: &Args, data: &Data, results: &[VariantResult], copy_gbs
     );
     println!(
         "{:<30} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
-        "variant", "epoch ms", "(min-max)", "init ms", "weight MB", "grad MB", "state MB", "peak RSS", "loss", "acc"
+        "variant",
+        "epoch ms",
+        "(min-max)",
+        "init ms",
+        "weight MB",
+        "grad MB",
+        "state MB",
+        "peak RSS",
+        "loss",
+        "acc"
     );
     for r in results {
         let (med, min, max) = stats(&r.epoch_ms);

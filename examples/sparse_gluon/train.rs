@@ -57,9 +57,24 @@ pub fn prepare_data(args: &Args, verbose: bool) -> Result<Data, BoxError> {
             dense_bytes as f64 / 1e6,
             csr_bytes as f64 / 1e6
         );
-        eprintln!("      written as LibSVM to {} ({} bytes) in {:.1} ms", path.display(), libsvm_bytes, write_ms);
+        eprintln!(
+            "      written as LibSVM to {} ({} bytes) in {:.1} ms",
+            path.display(),
+            libsvm_bytes,
+            write_ms
+        );
     }
-    Ok(Data { path, rows: args.samples, nnz, dense_bytes, csr_bytes, positives, libsvm_bytes, gen_ms, write_ms })
+    Ok(Data {
+        path,
+        rows: args.samples,
+        nnz,
+        dense_bytes,
+        csr_bytes,
+        positives,
+        libsvm_bytes,
+        gen_ms,
+        write_ms,
+    })
 }
 
 fn build_net(args: &Args, v: Variant) -> Sequential {
@@ -149,7 +164,10 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     let t0 = Instant::now();
     let net = build_net(args, v);
     net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
-    let mut trainer = Trainer::with_boxed(net.collect_params()?.iter().map(|(_, p)| p.clone()), optimizer(args))?;
+    let mut trainer = Trainer::with_boxed(
+        net.collect_params()?.iter().map(|(_, p)| p.clone()),
+        optimizer(args),
+    )?;
     let init_ms = t0.elapsed().as_secs_f64() * 1e3;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
     let densify = v == Variant::Naive;
@@ -190,7 +208,13 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
                 epoch_ms.push(ms);
             }
             if !args.json {
-                eprintln!("{} epoch {e}: {:.2} ms, loss {:.5}, accuracy {:.3}", v.describe(), ms, t.loss(), t.accuracy());
+                eprintln!(
+                    "{} epoch {e}: {:.2} ms, loss {:.5}, accuracy {:.3}",
+                    v.describe(),
+                    ms,
+                    t.loss(),
+                    t.accuracy()
+                );
             }
             tally = t;
         }
@@ -203,7 +227,10 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             batches.push(b?);
         }
         batches_per_epoch = batches.len();
-        let n = args.dense_batches.min(batches.len().saturating_sub(1)).max(1);
+        let n = args
+            .dense_batches
+            .min(batches.len().saturating_sub(1))
+            .max(1);
         let bar = sparrow::data::progress::bar(n as u64 + 1, v.describe());
         for (i, batch) in batches.iter().take(n + 1).enumerate() {
             let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
@@ -231,7 +258,11 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     let params = net.collect_params()?;
     let (_, w0) = params.iter().next().ok_or("model has no parameters")?;
     let weight_bytes: usize = params.iter().map(|(_, p)| p.nbytes()).sum();
-    let grad_bytes: usize = params.iter().filter_map(|(_, p)| p.grad()).map(|g| g.nbytes()).sum();
+    let grad_bytes: usize = params
+        .iter()
+        .filter_map(|(_, p)| p.grad())
+        .map(|g| g.nbytes())
+        .sum();
     let first_grad = w0.grad().ok_or("first layer has no gradient")?;
     let first_grad_rows = {
         let g = first_grad.read();

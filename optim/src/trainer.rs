@@ -115,7 +115,12 @@ impl Trainer {
 
     /// Bytes held by all optimizer states (momentum, moments, ...), for memory reports.
     pub fn state_bytes(&self) -> usize {
-        self.states.iter().flatten().flat_map(|s| s.handles()).map(|a| a.nbytes()).sum()
+        self.states
+            .iter()
+            .flatten()
+            .flat_map(|s| s.handles())
+            .map(|a| a.nbytes())
+            .sum()
     }
 
     /// One optimization step: `allreduce_grads()` then `update(batch_size)`.

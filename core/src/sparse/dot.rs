@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use num_traits::Zero;
-use rayon::prelude::*;
 
-use super::kernels::{axpy, entry_rows, prefetch_row, segment_sum_rows, PREFETCH_AHEAD};
+use super::kernels::{
+    axpy, entry_rows, for_each_row, prefetch_row, segment_sum_rows, PREFETCH_AHEAD,
+};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
@@ -62,7 +63,7 @@ pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
         let mut out = vec![T::zero(); m * n];
         let nnz = idx.len();
         if n > 0 {
-            out.par_chunks_mut(n).with_min_len(8).enumerate().for_each(|(r, orow)| {
+            for_each_row(&mut out, n, 8, nnz * n, |r, orow| {
                 for p in ptr[r] as usize..ptr[r + 1] as usize {
                     // Prefetch across row ends too: a task handles consecutive rows.
                     if p + PREFETCH_AHEAD < nnz {
@@ -124,7 +125,7 @@ pub(crate) fn csr_rsp_raw(c: &CsrData, w: &RowSparseData) -> Result<NDArray> {
         let wid = &w.indices;
         let mut out = vec![T::zero(); m * n];
         if n > 0 {
-            out.par_chunks_mut(n).with_min_len(8).enumerate().for_each(|(r, orow)| {
+            for_each_row(&mut out, n, 8, c.nnz() * n, |r, orow| {
                 for p in ptr[r] as usize..ptr[r + 1] as usize {
                     if let Ok(q) = wid.binary_search(&idx[p]) {
                         axpy(orow, vals[p], &ws[q * n..(q + 1) * n]);
@@ -157,7 +158,8 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
         let xs = a.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", a.buf.dtype(), c.data.dtype()))?;
         let mut out = vec![T::zero(); m * n];
         if n > 0 {
-            out.par_chunks_mut(n).with_min_len(4).enumerate().for_each(|(i, orow)| {
+            let work = c.nnz() * m;
+            for_each_row(&mut out, n, 4, work, |i, orow| {
                 let arow = &xs[i * k..(i + 1) * k];
                 for r in 0..cr {
                     let (s, e) = (ptr[r] as usize, ptr[r + 1] as usize);

@@ -34,6 +34,35 @@ pub(crate) fn prefetch_row<T>(row: &[T]) {
     let _ = row;
 }
 
+/// Work (non-zeros x row length) below which the sparse kernels stay on the calling thread: a
+/// rayon fork/join costs ~5-50 us (more when the pool is asleep), which would dominate the
+/// tiny products of a training step on a 10-row batch.
+pub(crate) const PAR_WORK: usize = 1 << 16;
+
+/// Run `f(row_index, row)` over the `row_len`-sized rows of `out`, in parallel (at least
+/// `min_len` rows per task) only when `work` reaches [`PAR_WORK`].
+pub(crate) fn for_each_row<T: Send>(
+    out: &mut [T],
+    row_len: usize,
+    min_len: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if row_len == 0 {
+        return;
+    }
+    if work >= PAR_WORK {
+        out.par_chunks_mut(row_len)
+            .with_min_len(min_len.max(1))
+            .enumerate()
+            .for_each(|(r, o)| f(r, o));
+    } else {
+        out.chunks_mut(row_len)
+            .enumerate()
+            .for_each(|(r, o)| f(r, o));
+    }
+}
+
 /// How many non-zeros ahead the gather kernels prefetch.
 pub(crate) const PREFETCH_AHEAD: usize = 4;
 
@@ -90,10 +119,12 @@ pub(crate) fn segment_sum_rows<T: Float>(
         return (uniq, out);
     }
     let min_len = (4096 / row_len).max(1);
-    out.par_chunks_mut(row_len)
-        .with_min_len(min_len)
-        .enumerate()
-        .for_each(|(g, orow)| {
+    for_each_row(
+        &mut out,
+        row_len,
+        min_len,
+        keys.len() * row_len,
+        |g, orow| {
             let group = &order[starts[g]..starts[g + 1]];
             for (q, &e) in group.iter().enumerate() {
                 if let Some(&ahead) = group.get(q + PREFETCH_AHEAD) {
@@ -104,7 +135,8 @@ pub(crate) fn segment_sum_rows<T: Float>(
                 let a = w.map_or(T::one(), |w| w[e]);
                 axpy(orow, a, &src[s..s + row_len]);
             }
-        });
+        },
+    );
     (uniq, out)
 }
 
