@@ -198,14 +198,13 @@ pub fn print_table(args: &Args, data: &Data, results: &[VariantResult], copy_gbs
                 );
             }
             None => println!(
-                "{}: {} timed epochs of {} batches after a warm-up epoch; loss {:.5} (warm-up epoch) -> {:.5}; first-layer gradient {} with {} rows (at most {} in any batch)",
+                "{}: {} timed epochs of {} batches after a warm-up epoch; loss {:.5} (warm-up epoch) -> {:.5}; first-layer gradient {}, at most {} rows in any batch (cleared by each step)",
                 r.variant.describe(),
                 r.epoch_ms.len(),
                 r.batches_per_epoch,
                 r.first_loss,
                 r.loss,
                 r.first_grad_stype,
-                r.first_grad_rows,
                 r.max_grad_rows
             ),
         }
