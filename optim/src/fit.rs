@@ -21,86 +21,8 @@ use sparrow_nn::Block;
 use crate::persist::write_atomic;
 use crate::Trainer;
 
-/// A metric accumulated over the batches of an epoch.
-pub trait Metric {
-    /// Name in the history (`accuracy`, ...); validation values get a `val_` prefix.
-    fn name(&self) -> String;
-    /// Forget everything accumulated.
-    fn reset(&mut self);
-    /// Add one batch of labels and predictions.
-    fn update(&mut self, label: &NDArray, pred: &NDArray) -> Result<()>;
-    /// The value over the batches since the last reset.
-    fn get(&self) -> f64;
-}
-
-/// Classification accuracy: the arg-max of the last axis of the prediction against integer
-/// labels (any numeric dtype), or `pred > 0.5` against 0/1 labels when the prediction has one
-/// column.
-#[derive(Debug, Default, Clone)]
-pub struct Accuracy {
-    correct: u64,
-    total: u64,
-}
-
-impl Accuracy {
-    /// A fresh accuracy metric.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl Metric for Accuracy {
-    fn name(&self) -> String {
-        "accuracy".into()
-    }
-    fn reset(&mut self) {
-        *self = Self::default();
-    }
-    fn update(&mut self, label: &NDArray, pred: &NDArray) -> Result<()> {
-        let shape = pred.shape();
-        let cols = if shape.len() >= 2 {
-            *shape.last().unwrap_or(&1)
-        } else {
-            1
-        };
-        let rows = pred.size().checked_div(cols).unwrap_or(0);
-        let p = pred.to_f64_vec();
-        let l = label.to_f64_vec();
-        if l.len() != rows {
-            return Err(Error::shape(
-                "Accuracy",
-                format!(
-                    "{} labels for {rows} predictions (pred shape {shape:?})",
-                    l.len()
-                ),
-            ));
-        }
-        for r in 0..rows {
-            let row = &p[r * cols..(r + 1) * cols];
-            let guess = if cols == 1 {
-                (row[0] > 0.5) as usize as f64
-            } else {
-                let mut best = 0;
-                for (j, v) in row.iter().enumerate() {
-                    if *v > row[best] {
-                        best = j;
-                    }
-                }
-                best as f64
-            };
-            self.correct += (guess == l[r]) as u64;
-            self.total += 1;
-        }
-        Ok(())
-    }
-    fn get(&self) -> f64 {
-        if self.total == 0 {
-            f64::NAN
-        } else {
-            self.correct as f64 / self.total as f64
-        }
-    }
-}
+// Metrics are nn's (`sparrow_nn::metric`): one trait for hand-written loops and for `fit`.
+pub use sparrow_nn::metric::{Accuracy, Metric};
 
 /// What one epoch produced: `(name, value)` pairs such as `loss`, `accuracy`, `val_loss`,
 /// `val_accuracy`, plus throughput.
