@@ -135,3 +135,28 @@ fn norm_layers_gradients_and_modes() {
     check_param_grads(&ln, &x, 1e-6, 1e-5);
     check_input_grad(&ln, &x);
 }
+
+#[test]
+fn parameter_free_layers_gradients() {
+    use sparrow_nn::{Activation, Dropout, Flatten, Identity, Lambda, LeakyReLU};
+    let x = test_array(&[3, 2, 2], -1.5, 1.5, 31);
+    for a in ["relu", "sigmoid", "tanh", "softrelu", "softsign"] {
+        check_input_grad(&Activation::new(a).unwrap(), &x);
+    }
+    check_input_grad(&LeakyReLU::new(0.1), &x);
+    check_input_grad(&Flatten, &x);
+    check_input_grad(&Identity, &x);
+    check_input_grad(&Lambda::new(|x| x.square()?.mul_scalar(0.5)), &x);
+    // Dropout in training: the gradient of sum(dropout(x)) is the mask the forward used.
+    let d = Dropout::new(0.3).unwrap();
+    let ones = NDArray::ones(&[200], DType::F64).unwrap();
+    ones.attach_grad();
+    let y = autograd::record(|| d.forward(&ones)).unwrap();
+    let yv = y.to_f64_vec();
+    autograd::record(|| y.sum_all())
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(ones.grad().unwrap().to_f64_vec(), yv);
+    assert!(yv.iter().any(|&v| v == 0.0) && yv.iter().any(|&v| (v - 1.0 / 0.7).abs() < 1e-12));
+}
