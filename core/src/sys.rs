@@ -11,6 +11,30 @@ pub fn current_rss_bytes() -> Option<u64> {
     status_kib("VmRSS:").map(|k| k * 1024)
 }
 
+/// Ask the kernel to back `[ptr, ptr + bytes)` with transparent huge pages
+/// (`madvise(MADV_HUGEPAGE)`) when the range covers at least one aligned 2 MiB page. A hint only:
+/// failures are ignored, and nothing happens off Linux or for small buffers.
+pub fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        if bytes < 2 * HUGE {
+            return;
+        }
+        let start = (ptr as usize).div_ceil(HUGE) * HUGE;
+        let end = (ptr as usize + bytes) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: [start, end) lies inside the caller's allocation; MADV_HUGEPAGE changes
+            // only how the kernel backs the pages, never their contents.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, bytes);
+}
+
 fn status_kib(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with(key))?;
