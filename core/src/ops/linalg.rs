@@ -63,6 +63,16 @@ pub(crate) fn gemm_into<T: Float>(
     }
 }
 
+/// (row stride, column stride) in elements of a row-major matrix with `cols` columns, read
+/// as its transpose when `transposed`: transposes cost nothing in `gemm_into`.
+pub(crate) fn strides(cols: usize, transposed: bool) -> (isize, isize) {
+    if transposed {
+        (1, cols as isize)
+    } else {
+        (cols as isize, 1)
+    }
+}
+
 /// Dense 2-D product with optional transposes, no autograd.
 pub(crate) fn dot_dense(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
     let (da, db) = (a.dense_data()?, b.dense_data()?);
@@ -91,16 +101,8 @@ pub(crate) fn dot_dense(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<
             ),
         ));
     }
-    let (a_rs, a_cs) = if ta {
-        (1, ac as isize)
-    } else {
-        (ac as isize, 1)
-    };
-    let (b_rs, b_cs) = if tb {
-        (1, bc as isize)
-    } else {
-        (bc as isize, 1)
-    };
+    let (a_rs, a_cs) = strides(ac, ta);
+    let (b_rs, b_cs) = strides(bc, tb);
     Ok(float_dispatch!(da.buf.dtype(), "dot", T => {
         let mut out = vec![<T as num_traits::Zero>::zero(); m * n];
         gemm_into(m, n, k, da.buf.as_slice::<T>().unwrap(), a_rs, a_cs, db.buf.as_slice::<T>().unwrap(), b_rs, b_cs, &mut out);

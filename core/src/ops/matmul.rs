@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::broadcast::{broadcast_shapes, broadcast_strides};
-use super::linalg::gemm_into;
+use super::linalg::{gemm_into, strides};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::{float_dispatch, NDArray};
@@ -55,16 +55,8 @@ fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
             (oa * ar * ac, ob * br * bc)
         })
         .collect();
-    let (a_rs, a_cs) = if ta {
-        (1, ac as isize)
-    } else {
-        (ac as isize, 1)
-    };
-    let (b_rs, b_cs) = if tb {
-        (1, bc as isize)
-    } else {
-        (bc as isize, 1)
-    };
+    let (a_rs, a_cs) = strides(ac, ta);
+    let (b_rs, b_cs) = strides(bc, tb);
     let mut shape = batch.clone();
     shape.extend([m, n]);
     Ok(float_dispatch!(da.buf.dtype(), op, T => {
