@@ -60,14 +60,20 @@ impl Buffer {
         self.len() * self.dtype().size_of()
     }
     /// A zero-filled buffer. Large buffers come from `vec![0; n]`, i.e. `calloc`, so untouched
-    /// pages cost nothing until written.
+    /// pages cost nothing until written; a large calloc is a fresh mapping that glibc does not
+    /// clear itself, so the huge-page advice still lands before the first touch.
     pub fn zeros(dtype: DType, n: usize) -> Buffer {
+        fn z<T: Clone + num_traits::Zero>(n: usize) -> Arc<Vec<T>> {
+            let mut v = vec![T::zero(); n];
+            crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+            Arc::new(v)
+        }
         match dtype {
-            DType::F32 => Buffer::F32(Arc::new(vec![0.0; n])),
-            DType::F64 => Buffer::F64(Arc::new(vec![0.0; n])),
-            DType::I64 => Buffer::I64(Arc::new(vec![0; n])),
-            DType::I32 => Buffer::I32(Arc::new(vec![0; n])),
-            DType::U8 => Buffer::U8(Arc::new(vec![0; n])),
+            DType::F32 => Buffer::F32(z(n)),
+            DType::F64 => Buffer::F64(z(n)),
+            DType::I64 => Buffer::I64(z(n)),
+            DType::I32 => Buffer::I32(z(n)),
+            DType::U8 => Buffer::U8(z(n)),
         }
     }
     /// Typed borrow.

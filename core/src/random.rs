@@ -90,19 +90,25 @@ impl Rng {
         F: Fn(&mut Core) -> T + Sync,
     {
         let key = self.next_u64();
-        let mut out = vec![T::default(); n];
-        let fill_chunk = |(c, dst): (usize, &mut [T])| {
+        // Uninitialised and huge-page advised: the draws are the first and only writes, so a
+        // large array is neither zero-filled first nor left on 4 KiB pages (which would make
+        // every later pass over it pay TLB misses).
+        let mut out: Vec<T> = crate::sys::uninit_vec(n);
+        let fill_chunk = |(c, dst): (usize, &mut [std::mem::MaybeUninit<T>])| {
             // splitmix inside seed_from_u64 decorrelates neighbouring chunk seeds.
             let mut r = Core::seed_from_u64(key ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             for x in dst.iter_mut() {
-                *x = draw(&mut r);
+                x.write(draw(&mut r));
             }
         };
+        let spare = &mut out.spare_capacity_mut()[..n];
         if n > CHUNK {
-            out.par_chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
+            spare.par_chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
         } else {
-            out.chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
+            spare.chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
         }
+        // SAFETY: the chunks cover all n slots and each slot was written above; capacity >= n.
+        unsafe { out.set_len(n) };
         out
     }
 

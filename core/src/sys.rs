@@ -17,7 +17,7 @@ pub fn current_rss_bytes() -> Option<u64> {
 pub fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
     #[cfg(target_os = "linux")]
     {
-        const HUGE: usize = 2 << 20;
+        const HUGE: usize = HUGE_PAGE;
         if bytes < 2 * HUGE {
             return;
         }
@@ -33,6 +33,21 @@ pub fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (ptr, bytes);
+}
+
+/// Size of an x86-64 / aarch64 transparent huge page: the unit in which large buffers are
+/// advised and in which parallel fills split them.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// An empty vector with capacity for exactly `n` elements, advised for huge pages *before*
+/// anything touches it. Callers write the elements through `spare_capacity_mut` and then
+/// `set_len`, so each byte of a large output is written once (no zero fill first). The advice
+/// has to come before the first write: a range already faulted in as 4 KiB pages stays that way
+/// (khugepaged only collapses it much later, if ever).
+pub(crate) fn uninit_vec<T>(n: usize) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    advise_huge_pages(v.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+    v
 }
 
 fn status_kib(key: &str) -> Option<u64> {

@@ -79,9 +79,35 @@ pub(crate) fn binary_raw(op: BinaryOp, a: &NDArray, b: &NDArray) -> Result<NDArr
     let out_shape = broadcast_shapes(op.name(), &da.shape, &db.shape)?;
     Ok(float_dispatch!(da.buf.dtype(), op.name(), T => {
         let (x, y) = (da.buf.as_slice::<T>().unwrap(), db.buf.as_slice::<T>().unwrap());
-        let v = broadcast_apply(x, &da.shape, y, &db.shape, &out_shape, |p, q| op.apply(p, q));
+        let v = binary_kernel(op, x, &da.shape, y, &db.shape, &out_shape);
         NDArray::from_vec(v, &out_shape)?
     }))
+}
+
+/// Run `op` over broadcast operands with the operator chosen once, outside the loop: each arm
+/// is its own monomorphized kernel, so the inner loop is a plain (vectorizable) slice loop
+/// instead of a `match` per element.
+fn binary_kernel<T: Float>(
+    op: BinaryOp,
+    x: &[T],
+    xs: &[usize],
+    y: &[T],
+    ys: &[usize],
+    out: &[usize],
+) -> Vec<T> {
+    match op {
+        BinaryOp::Add => broadcast_apply(x, xs, y, ys, out, |p, q| p + q),
+        BinaryOp::Sub => broadcast_apply(x, xs, y, ys, out, |p, q| p - q),
+        BinaryOp::Mul => broadcast_apply(x, xs, y, ys, out, |p, q| p * q),
+        BinaryOp::Div => broadcast_apply(x, xs, y, ys, out, |p, q| p / q),
+        BinaryOp::Pow => broadcast_apply(x, xs, y, ys, out, |p, q| BinaryOp::Pow.apply(p, q)),
+        BinaryOp::Maximum => {
+            broadcast_apply(x, xs, y, ys, out, |p, q| BinaryOp::Maximum.apply(p, q))
+        }
+        BinaryOp::Minimum => {
+            broadcast_apply(x, xs, y, ys, out, |p, q| BinaryOp::Minimum.apply(p, q))
+        }
+    }
 }
 
 /// A broadcasting binary op with its backward.
