@@ -110,7 +110,7 @@ fn fill_parallel<D: Send>(
     let mut chunk = n.div_ceil(tasks).max(MIN_CHUNK_BYTES / size).max(1);
     // Elements before the first huge-page boundary of the output (all of them if it has none).
     let mut head = 0;
-    if n * size >= 2 * HUGE_PAGE && HUGE_PAGE % size == 0 {
+    if n * size >= 2 * HUGE_PAGE && HUGE_PAGE.is_multiple_of(size) {
         let per_page = HUGE_PAGE / size;
         chunk = chunk.div_ceil(per_page) * per_page;
         let addr = out.as_ptr() as usize;
