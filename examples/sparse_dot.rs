@@ -10,8 +10,9 @@
 use std::time::Instant;
 
 use rayon::prelude::*;
+use sparrow::core::random::Rng;
 use sparrow::core::sparse::{self, rand_sparse_seeded, SparseDist};
-use sparrow::core::{NDArray, SType};
+use sparrow::core::{DType, NDArray, SType};
 
 const ROWS: usize = 1024;
 const COLS: usize = 1_000_000;
@@ -67,7 +68,14 @@ fn main() -> sparrow::core::Result<()> {
     let x = rand_sparse_seeded(&[ROWS, COLS], density, SType::Csr, SparseDist::Uniform, 0)?;
     assert_eq!(x.nnz(), ROWS * NNZ_PER_ROW);
     let w1 = NDArray::from_vec(uniform(COLS, 1), &[COLS, 1])?;
-    let w128 = NDArray::from_vec(uniform(COLS * 128, 2), &[COLS, 128])?;
+    // W as a model gets it: from sparrow's initialiser, whose big arrays are backed by huge
+    // pages (as numpy's, and so scipy's, are). `--plain-pages` builds it from a caller's Vec
+    // instead (4 KiB pages: every random row gather is then also a TLB miss).
+    let w128 = if args.iter().any(|a| a == "--plain-pages") {
+        NDArray::from_vec(uniform(COLS * 128, 2), &[COLS, 128])?
+    } else {
+        Rng::new(2).uniform(-1.0, 1.0, &[COLS, 128], DType::F32)?
+    };
     let g = NDArray::from_vec(uniform(ROWS * 128, 3), &[ROWS, 128])?;
 
     let mut results: Vec<(&str, (f64, f64, f64))> = Vec::new();

@@ -90,19 +90,26 @@ impl Rng {
         F: Fn(&mut Core) -> T + Sync,
     {
         let key = self.next_u64();
-        let mut out = vec![T::default(); n];
-        let fill_chunk = |(c, dst): (usize, &mut [T])| {
+        // Large arrays (weight initialisation of embedding tables) are asked for transparent
+        // huge pages before their first touch, as numpy does for its arrays: the random row
+        // gathers of sparse products then take no TLB miss per row (see bench-notes/sparse.md).
+        let mut out: Vec<T> = Vec::with_capacity(n);
+        crate::sys::advise_huge_pages(out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+        let fill_chunk = |(c, dst): (usize, &mut [std::mem::MaybeUninit<T>])| {
             // splitmix inside seed_from_u64 decorrelates neighbouring chunk seeds.
             let mut r = Core::seed_from_u64(key ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             for x in dst.iter_mut() {
-                *x = draw(&mut r);
+                x.write(draw(&mut r));
             }
         };
+        let slots = &mut out.spare_capacity_mut()[..n];
         if n > CHUNK {
-            out.par_chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
+            slots.par_chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
         } else {
-            out.chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
+            slots.chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
         }
+        // SAFETY: every one of the first n slots was written by fill_chunk; the capacity is n.
+        unsafe { out.set_len(n) };
         out
     }
 
