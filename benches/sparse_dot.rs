@@ -3,8 +3,9 @@
 //! G dense 1024 x 128 (f32).
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use sparrow::core::random::Rng;
 use sparrow::core::sparse::{rand_sparse_seeded, SparseDist};
-use sparrow::core::{NDArray, SType};
+use sparrow::core::{DType, NDArray, SType};
 
 fn bench(c: &mut Criterion) {
     let (rows, cols) = (1024usize, 1_000_000usize);
@@ -16,10 +17,10 @@ fn bench(c: &mut Criterion) {
         0,
     )
     .unwrap();
-    let w: Vec<f32> = (0..cols * 128)
-        .map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0)
-        .collect();
-    let w = NDArray::from_vec(w, &[cols, 128]).unwrap();
+    // Through sparrow's initialiser, as a model's weights are (huge-page backed).
+    let w = Rng::new(2)
+        .uniform(-1.0, 1.0, &[cols, 128], DType::F32)
+        .unwrap();
     let g: Vec<f32> = (0..rows * 128)
         .map(|i| ((i * 40503) % 1000) as f32 / 500.0 - 1.0)
         .collect();

@@ -3,13 +3,16 @@
 //! G dense 1024 x 128, all f32.
 //!
 //! `cargo run --release --example sparse_dot -- [--json]` prints the median (and min / max)
-//! milliseconds per op over repeated runs after a warm-up.
+//! milliseconds per op over repeated runs after a warm-up. `--only TEXT` runs just the ops whose
+//! name contains TEXT and `--reps N` times each op N times (for profiling one kernel with
+//! `perf record`).
 
 use std::time::Instant;
 
 use rayon::prelude::*;
+use sparrow::core::random::Rng;
 use sparrow::core::sparse::{self, rand_sparse_seeded, SparseDist};
-use sparrow::core::{NDArray, SType};
+use sparrow::core::{DType, NDArray, SType};
 
 const ROWS: usize = 1024;
 const COLS: usize = 1_000_000;
@@ -32,7 +35,7 @@ fn uniform(n: usize, seed: u64) -> Vec<f32> {
     v
 }
 
-fn time(reps: usize, warmup: usize, mut f: impl FnMut() -> NDArray) -> (f64, f64, f64) {
+fn time(reps: usize, warmup: usize, f: &dyn Fn() -> NDArray) -> (f64, f64, f64) {
     for _ in 0..warmup {
         std::hint::black_box(f());
     }
@@ -50,31 +53,46 @@ fn time(reps: usize, warmup: usize, mut f: impl FnMut() -> NDArray) -> (f64, f64
 }
 
 fn main() -> sparrow::core::Result<()> {
-    let json = std::env::args().any(|a| a == "--json");
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().any(|a| a == "--json");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let reps_override = args
+        .iter()
+        .position(|a| a == "--reps")
+        .and_then(|i| args.get(i + 1)?.parse::<usize>().ok());
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     let density = NNZ_PER_ROW as f64 / COLS as f64;
     let x = rand_sparse_seeded(&[ROWS, COLS], density, SType::Csr, SparseDist::Uniform, 0)?;
     assert_eq!(x.nnz(), ROWS * NNZ_PER_ROW);
     let w1 = NDArray::from_vec(uniform(COLS, 1), &[COLS, 1])?;
-    let w128 = NDArray::from_vec(uniform(COLS * 128, 2), &[COLS, 128])?;
+    // W as a model gets it: from sparrow's initialiser, whose big arrays are backed by huge
+    // pages (as numpy's, and so scipy's, are). `--plain-pages` builds it from a caller's Vec
+    // instead (4 KiB pages: every random row gather is then also a TLB miss).
+    let w128 = if args.iter().any(|a| a == "--plain-pages") {
+        NDArray::from_vec(uniform(COLS * 128, 2), &[COLS, 128])?
+    } else {
+        Rng::new(2).uniform(-1.0, 1.0, &[COLS, 128], DType::F32)?
+    };
     let g = NDArray::from_vec(uniform(ROWS * 128, 3), &[ROWS, 128])?;
 
     let mut results: Vec<(&str, (f64, f64, f64))> = Vec::new();
-    results.push(("dot(X, W1) -> dense", time(50, 5, || x.dot(&w1).unwrap())));
-    results.push((
-        "dot(X, W128) -> dense",
-        time(30, 3, || x.dot(&w128).unwrap()),
-    ));
+    let mut bench = |name: &'static str, reps: usize, warmup: usize, f: &dyn Fn() -> NDArray| {
+        if wanted(name) {
+            results.push((name, time(reps_override.unwrap_or(reps).max(1), warmup, f)));
+        }
+    };
+    bench("dot(X, W1) -> dense", 50, 5, &|| x.dot(&w1).unwrap());
+    bench("dot(X, W128) -> dense", 30, 3, &|| x.dot(&w128).unwrap());
     let rs = x.dot_t(&g, true, false)?;
-    results.push((
-        "dot(X^T, G) -> row_sparse",
-        time(30, 3, || x.dot_t(&g, true, false).unwrap()),
-    ));
-    results.push((
-        "dot(X^T, G) -> dense (512 MB)",
-        time(5, 1, || {
-            sparse::dot_csr_t_dense(&x, &g, SType::Dense).unwrap()
-        }),
-    ));
+    bench("dot(X^T, G) -> row_sparse", 30, 3, &|| {
+        x.dot_t(&g, true, false).unwrap()
+    });
+    bench("dot(X^T, G) -> dense (512 MB)", 5, 1, &|| {
+        sparse::dot_csr_t_dense(&x, &g, SType::Dense).unwrap()
+    });
     let out_rows = rs.read().as_row_sparse().map(|r| r.nnr()).unwrap_or(0);
     let threads = rayon::current_num_threads();
     if json {

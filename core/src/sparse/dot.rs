@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use num_traits::Zero;
 
-use super::kernels::{
-    axpy, entry_rows, for_each_row, prefetch_row, segment_sum_rows, PREFETCH_AHEAD,
-};
+use super::gather::{gather_sum_row, PREFETCH_AHEAD};
+use super::kernels::{axpy, entry_rows, fill_rows, for_each_row, segment_sum_rows};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
@@ -43,8 +42,8 @@ fn same_dtype(op: &'static str, a: &NDArray, b: &NDArray) -> Result<()> {
     Ok(())
 }
 
-/// `csr (m x k) . dense (k x n)` -> dense, no autograd. Parallel over output rows; each row
-/// accumulates the rows of `w` picked by its non-zeros.
+/// `csr (m x k) . dense (k x n)` -> dense, no autograd. Parallel over output rows; each row is
+/// the sum of the rows of `w` picked by its non-zeros, written once.
 pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
     let [m, k] = c.shape;
     if w.shape[0] != k {
@@ -60,21 +59,17 @@ pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
     Ok(float_dispatch!(c.data.dtype(), "dot", T => {
         let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
         let ws = w.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), w.buf.dtype()))?;
-        let mut out = vec![T::zero(); m * n];
-        let nnz = idx.len();
-        if n > 0 {
-            for_each_row(&mut out, n, 8, nnz * n, |r, orow| {
-                for p in ptr[r] as usize..ptr[r + 1] as usize {
-                    // Prefetch across row ends too: a task handles consecutive rows.
-                    if p + PREFETCH_AHEAD < nnz {
-                        let j = idx[p + PREFETCH_AHEAD] as usize * n;
-                        prefetch_row(&ws[j..j + n]);
-                    }
-                    let j = idx[p] as usize * n;
-                    axpy(orow, vals[p], &ws[j..j + n]);
-                }
-            });
-        }
+        let out = fill_rows(m, n, 8, idx.len() * n, |r, orow| {
+            let s = ptr[r] as usize;
+            gather_sum_row(
+                orow,
+                ws,
+                ptr[r + 1] as usize - s,
+                |q| (idx[s + q] as usize, vals[s + q]),
+                // Prefetch across row ends too: a task handles consecutive rows.
+                |q| idx.get(s + q + PREFETCH_AHEAD).map(|&j| j as usize),
+            );
+        });
         NDArray::from_vec(out, &[m, n])?
     }))
 }
