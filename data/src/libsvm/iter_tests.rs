@@ -256,17 +256,25 @@ fn matches_whole_file_loader() {
     let f = d.join("a.svm");
     write_rows(&f, 1000);
     let all = load_libsvm(&f, &LibSvmOptions::default()).unwrap();
-    let mut p = params(&f, 64, LastBatch::Keep);
-    p.block_bytes = 1000;
-    let mut idx = Vec::new();
-    let mut vals = Vec::new();
-    for b in LibSVMIter::new(p).unwrap() {
-        let b = b.unwrap();
-        let g = b.data.read();
-        let c = g.as_csr().unwrap();
-        idx.extend_from_slice(c.indices());
-        vals.extend_from_slice(c.values::<f32>().unwrap());
+    // Blocks smaller than a batch, several batches per block, one block for the whole file.
+    for (bs, block) in [(64, 1000), (4, 1000), (3, 1 << 20), (1000, 1 << 20), (7, 300)] {
+        let mut p = params(&f, bs, LastBatch::Keep);
+        p.block_bytes = block;
+        let mut idx = Vec::new();
+        let mut vals = Vec::new();
+        let mut sizes = Vec::new();
+        for b in LibSVMIter::new(p).unwrap() {
+            let b = b.unwrap();
+            let g = b.data.read();
+            let c = g.as_csr().unwrap();
+            idx.extend_from_slice(c.indices());
+            vals.extend_from_slice(c.values::<f32>().unwrap());
+            sizes.push(c.shape[0]);
+        }
+        assert_eq!(idx, all.rows.indices, "batch {bs}, block {block}");
+        assert_eq!(vals, all.rows.values, "batch {bs}, block {block}");
+        let n = sizes.len();
+        assert!(sizes[..n - 1].iter().all(|&s| s == bs), "batch {bs}, block {block}");
+        assert_eq!(sizes.iter().sum::<usize>(), 1000);
     }
-    assert_eq!(idx, all.rows.indices);
-    assert_eq!(vals, all.rows.values);
 }
