@@ -17,7 +17,7 @@ use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use rayon::prelude::*;
 
-use super::block_batches::{emit_block_direct, row_starts, BlockBuf};
+use super::block_batches::{emit_block_direct, map_span, row_starts, BlockBuf};
 use super::load::{list_files, positioned};
 use super::parse::ChunkOpts;
 use super::plan::{file_infos, pair_labels, plan_part, read_span, Block, FileInfo, Span};
@@ -518,9 +518,9 @@ fn produce_inner(
     // Batches are parsed straight from row ranges of the block unless rows are shuffled within
     // blocks or labels come from a second file (those take the general piece path).
     let direct = !sh.p.shuffle && sh.label_file.is_none();
-    // Reader thread: blocks are read while the previous one is parsed. Buffers come back
-    // through `ret` and are reused: a fresh 16 MB buffer per block cost more in page faults
-    // (the kernel zeroing new pages) than the copy out of the page cache itself.
+    // Reader thread: blocks are mapped (direct path) or read while the previous one is parsed.
+    // Buffers come back through `ret` and are reused: a fresh 16 MB buffer per block cost more
+    // in page faults (the kernel zeroing new pages) than the copy out of the page cache itself.
     let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(1);
     let (ret_tx, ret_rx) = channel::<BlockBuf>();
     let reader = {
@@ -528,13 +528,16 @@ fn produce_inner(
         let spans: Vec<Span> = order.iter().map(|&i| sh.blocks[i].data).collect();
         std::thread::spawn(move || {
             for (k, s) in spans.into_iter().enumerate() {
-                let mut b = ret_rx.try_recv().unwrap_or_default();
-                let r = read_span(&files, s, &mut b.bytes).map(|_| {
-                    if direct {
-                        row_starts(&b.bytes, &mut b.row_starts);
-                    }
-                    (k, b)
-                });
+                let mut b: BlockBuf = ret_rx.try_recv().unwrap_or_default();
+                let r = if direct {
+                    map_span(&files, s).map(|m| {
+                        row_starts(&m, &mut b.row_starts);
+                        b.map = Some(m);
+                        (k, b)
+                    })
+                } else {
+                    read_span(&files, s, &mut b.buf).map(|_| (k, b))
+                };
                 if btx.send(r).is_err() {
                     return;
                 }
@@ -546,13 +549,14 @@ fn produce_inner(
     let mut stopped = false;
     for _ in 0..order.len() {
         let Ok(r) = brx.recv() else { break };
-        let (k, block) = r?;
+        let (k, mut block) = r?;
         let bi = order[k];
         if let Some(bar) = &bar {
-            bar.inc(block.bytes.len() as u64);
+            bar.inc(block.bytes().len() as u64);
         }
         if direct {
             let sent = emit_block_direct(sh, bi, &block, &mut left, &mut skip, tx)?;
+            block.map = None; // unmap now: memory stays bounded by the blocks in flight
             let _ = ret_tx.send(block); // the reader may have finished: then it is just freed
             if !sent {
                 stopped = true;
@@ -560,7 +564,7 @@ fn produce_inner(
             }
             continue;
         }
-        let mut pieces = load_block(sh, bi, epoch, &block.bytes, &mut lbuf)?;
+        let mut pieces = load_block(sh, bi, epoch, &block.buf, &mut lbuf)?;
         let _ = ret_tx.send(block);
         // Rows the previous round batch borrowed.
         for p in pieces.iter_mut() {

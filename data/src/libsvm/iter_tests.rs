@@ -257,7 +257,13 @@ fn matches_whole_file_loader() {
     write_rows(&f, 1000);
     let all = load_libsvm(&f, &LibSvmOptions::default()).unwrap();
     // Blocks smaller than a batch, several batches per block, one block for the whole file.
-    for (bs, block) in [(64, 1000), (4, 1000), (3, 1 << 20), (1000, 1 << 20), (7, 300)] {
+    for (bs, block) in [
+        (64, 1000),
+        (4, 1000),
+        (3, 1 << 20),
+        (1000, 1 << 20),
+        (7, 300),
+    ] {
         let mut p = params(&f, bs, LastBatch::Keep);
         p.block_bytes = block;
         let mut idx = Vec::new();
@@ -274,7 +280,10 @@ fn matches_whole_file_loader() {
         assert_eq!(idx, all.rows.indices, "batch {bs}, block {block}");
         assert_eq!(vals, all.rows.values, "batch {bs}, block {block}");
         let n = sizes.len();
-        assert!(sizes[..n - 1].iter().all(|&s| s == bs), "batch {bs}, block {block}");
+        assert!(
+            sizes[..n - 1].iter().all(|&s| s == bs),
+            "batch {bs}, block {block}"
+        );
         assert_eq!(sizes.iter().sum::<usize>(), 1000);
     }
 }

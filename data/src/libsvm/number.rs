@@ -74,7 +74,15 @@ const P10_64: [f64; 16] = [
 
 /// Powers of ten as integers, for joining digit runs.
 const P10_U64: [u64; 9] = [
-    1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000,
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
 ];
 
 /// The line fast path's value parser: a plain decimal `[+-]digits[.digits]` starting at `i`
@@ -139,7 +147,15 @@ pub(crate) fn decimal_at(buf: &[u8], i: usize, end: usize) -> Option<(f32, usize
     if j != end && !matches!(buf.get(j), Some(b' ' | b'\t' | b'\r')) {
         return None;
     }
-    let y = m as f64 / P10_64[n_frac];
+    Some((decimal_to_f32(m, n_frac, neg)?, j))
+}
+
+/// `m / 10^k` (negated if `neg`) correctly rounded to `f32`, for `m < 10^15` and `k <= 15`, or
+/// `None` in the rare cases the shortcut cannot guarantee (see [`decimal_at`] for the proof).
+#[inline(always)]
+pub(crate) fn decimal_to_f32(m: u64, k: usize, neg: bool) -> Option<f32> {
+    // m < 2^53: the signed conversion is exact and a single instruction.
+    let y = (m as i64) as f64 / *P10_64.get(k)?;
     let v = if y == 0.0 {
         0.0
     } else {
@@ -152,7 +168,7 @@ pub(crate) fn decimal_at(buf: &[u8], i: usize, end: usize) -> Option<(f32, usize
         }
         y as f32
     };
-    Some((if neg { -v } else { v }, j))
+    Some(if neg { -v } else { v })
 }
 
 /// Why an index token was rejected.
@@ -265,16 +281,44 @@ mod tests {
     #[test]
     fn decimal_at_cases() {
         for s in [
-            "0", "-0", "+1", "1", "-1", "0.5", ".5", "5.", "-.5", "0.3477131", "0.01532944",
-            "0.0000000001", "1234567.8", "0.12345678901234", "1677721.0626", "3.4028235",
+            "0",
+            "-0",
+            "+1",
+            "1",
+            "-1",
+            "0.5",
+            ".5",
+            "5.",
+            "-.5",
+            "0.3477131",
+            "0.01532944",
+            "0.0000000001",
+            "1234567.8",
+            "0.12345678901234",
+            "1677721.0626",
+            "3.4028235",
         ] {
             assert!(check_decimal(s).is_some(), "{s} should take the fast path");
         }
         for s in [
-            "", "-", ".", "+.", "1e3", "inf", "nan", "12345678", "0.1234567890123456",
-            "1.2.3", "1,2", "0x1", "--1",
+            "",
+            "-",
+            ".",
+            "+.",
+            "1e3",
+            "inf",
+            "nan",
+            "12345678",
+            "0.1234567890123456",
+            "1.2.3",
+            "1,2",
+            "0x1",
+            "--1",
         ] {
-            assert!(check_decimal(s).is_none(), "{s} should be left to the general parser");
+            assert!(
+                check_decimal(s).is_none(),
+                "{s} should be left to the general parser"
+            );
         }
         // Blank and end-of-content terminators; anything else sends the line to the slow path.
         assert_eq!(decimal_at(b"1.5 7:1", 0, 7), Some((1.5, 3)));
@@ -284,7 +328,10 @@ mod tests {
         // Halfway between the f32s 1677721 and 1677721.125, exact in f64: the shortcut must
         // refuse it (rounding twice could go the wrong way) and leave it to the exact parser.
         assert_eq!(decimal_at(b"1677721.0625", 0, 12), None);
-        assert_eq!(decimal_at(b"1677721.7", 0, 9).map(|p| p.0), Some(1677721.75));
+        assert_eq!(
+            decimal_at(b"1677721.7", 0, 9).map(|p| p.0),
+            Some(1677721.75)
+        );
     }
 
     proptest! {

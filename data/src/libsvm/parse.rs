@@ -197,7 +197,12 @@ pub fn parse_into(buf: &[u8], opts: &ChunkOpts, out: &mut Rows) -> Result<(), Ra
 }
 
 /// Parse one line (comment already cut off). A blank line adds no row.
-pub(super) fn parse_line(line: &[u8], line_no: u64, opts: &ChunkOpts, out: &mut Rows) -> Result<(), RawError> {
+pub(super) fn parse_line(
+    line: &[u8],
+    line_no: u64,
+    opts: &ChunkOpts,
+    out: &mut Rows,
+) -> Result<(), RawError> {
     let len = line.len();
     let err = |col: usize, msg: String| RawError {
         line: line_no,

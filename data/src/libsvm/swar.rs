@@ -61,7 +61,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn scalar(bytes: &[u8]) -> (usize, u64) {
-        let n = bytes.iter().take(8).take_while(|b| b.is_ascii_digit()).count();
+        let n = bytes
+            .iter()
+            .take(8)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
         let v = bytes[..n]
             .iter()
             .fold(0u64, |v, b| v * 10 + (b - b'0') as u64);
@@ -91,7 +95,6 @@ mod tests {
     }
 
     proptest! {
-        /// Any bytes: run length and value agree with a plain loop.
         #[test]
         fn matches_scalar(bytes in proptest::collection::vec(any::<u8>(), 0..12),
                           digits in proptest::collection::vec(b'0'..=b'9', 0..9), at in 0usize..4) {
