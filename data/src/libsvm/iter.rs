@@ -17,7 +17,7 @@ use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use rayon::prelude::*;
 
-use super::block_batches::{emit_block_direct, map_span, row_starts, BlockBuf};
+use super::block_batches::{emit_block_direct, map_span, row_starts, ArrayPool, BlockBuf};
 use super::load::{list_files, positioned};
 use super::parse::ChunkOpts;
 use super::plan::{file_infos, pair_labels, plan_part, read_span, Block, FileInfo, Span};
@@ -546,6 +546,7 @@ fn produce_inner(
     };
     let mut left = carry.unwrap_or_default();
     let mut lbuf = Vec::new();
+    let mut pool = ArrayPool::default();
     let mut stopped = false;
     for _ in 0..order.len() {
         let Ok(r) = brx.recv() else { break };
@@ -555,7 +556,7 @@ fn produce_inner(
             bar.inc(block.bytes().len() as u64);
         }
         if direct {
-            let sent = emit_block_direct(sh, bi, &block, &mut left, &mut skip, tx)?;
+            let sent = emit_block_direct(sh, bi, &block, &mut left, &mut skip, &mut pool, tx)?;
             block.map = None; // unmap now: memory stays bounded by the blocks in flight
             let _ = ret_tx.send(block); // the reader may have finished: then it is just freed
             if !sent {

@@ -287,3 +287,42 @@ fn matches_whole_file_loader() {
         assert_eq!(sizes.iter().sum::<usize>(), 1000);
     }
 }
+
+#[test]
+fn recycled_arrays_never_change_batches_still_held() {
+    let d = tmpdir("hold");
+    let f = d.join("a.svm");
+    write_rows(&f, 3000);
+    let all = load_libsvm(&f, &LibSvmOptions::default()).unwrap();
+    let mut p = params(&f, 16, LastBatch::Keep);
+    p.block_bytes = 4000;
+    // Keep every other batch while dropping the rest, so the pool reuses arrays around them.
+    let mut held = Vec::new();
+    let mut it = LibSVMIter::new(p).unwrap();
+    for (k, b) in it.by_ref().enumerate() {
+        let b = b.unwrap();
+        if k % 2 == 0 {
+            held.push((k, b));
+        }
+    }
+    for (k, b) in held {
+        let g = b.data.read();
+        let c = g.as_csr().unwrap();
+        let (s, e) = (
+            all.rows.indptr[k * 16] as usize,
+            all.rows.indptr[k * 16 + c.shape[0]] as usize,
+        );
+        assert_eq!(c.indices(), &all.rows.indices[s..e], "batch {k}");
+        assert_eq!(
+            c.values::<f32>().unwrap(),
+            &all.rows.values[s..e],
+            "batch {k}"
+        );
+        let lab = b.label.unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(
+            lab,
+            all.rows.labels[k * 16..k * 16 + c.shape[0]],
+            "batch {k}"
+        );
+    }
+}
