@@ -96,12 +96,12 @@ pub(super) fn emit_block_direct(
     let mut ranges = Vec::with_capacity((nrows - r0) / bs + 2);
     let mut r = r0;
     if !left.is_empty() && r < nrows {
-        let z = (r + bs - left.len()).min(nrows);
+        let z = r.saturating_add(bs - left.len()).min(nrows);
         ranges.push((r, z));
         r = z;
     }
     while r < nrows {
-        let z = (r + bs).min(nrows);
+        let z = r.saturating_add(bs).min(nrows);
         ranges.push((r, z));
         r = z;
     }

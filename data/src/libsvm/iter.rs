@@ -7,6 +7,9 @@
 //! With shuffling or a separate label file, blocks are parsed into ~1 MB pieces instead and the
 //! rows copied into batches. Memory is a few blocks plus the batches of one block and
 //! `prefetch` batches, whatever the file size.
+//!
+//! Data blocks are memory-mapped while they are parsed: as with the whole-file loader,
+//! truncating a file while it is being read is not supported (the process may fault).
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
