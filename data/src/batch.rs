@@ -100,6 +100,11 @@ pub(crate) fn dense_labels_from_segs(segs: &[Seg<'_>], k: usize) -> NDArray {
     for &(p, a, b) in segs {
         v.extend_from_slice(&p.labels[p.label_ptr[a] as usize..p.label_ptr[b] as usize]);
     }
+    dense_labels(v, rows, k)
+}
+
+/// Dense labels from `rows * k` values: shape `[rows]` when `k == 1`, else `[rows, k]`.
+pub(crate) fn dense_labels(v: Vec<f32>, rows: usize, k: usize) -> NDArray {
     let shape: Vec<usize> = if k == 1 { vec![rows] } else { vec![rows, k] };
     NDArray::from_data(ArrayData::Dense(sparrow_core::DenseData {
         shape,

@@ -1,12 +1,18 @@
 //! `LibSVMIter`: streaming, parallel LibSVM reading into CSR batches.
 //!
-//! Pipeline per epoch: a reader thread reads blocks (see `plan`) into buffers; a producer
-//! thread parses each block with rayon over ~1 MB pieces, cuts the rows into batches, builds
-//! the batches in parallel and sends them through a bounded channel (the prefetch queue).
-//! Memory is a few blocks plus `prefetch` batches, whatever the file size.
+//! Pipeline per epoch: a reader thread reads blocks (see `plan`) into recycled buffers and
+//! finds their row starts; a producer thread cuts each block into byte ranges of exactly one
+//! batch of rows, parses them in parallel (rayon) straight into the batches' arrays (see
+//! `block_batches`) and sends the batches through a bounded channel (the prefetch queue).
+//! With shuffling or a separate label file, blocks are parsed into ~1 MB pieces instead and the
+//! rows copied into batches. Memory is a few blocks plus the batches of one block and
+//! `prefetch` batches, whatever the file size.
+//!
+//! Data blocks are memory-mapped while they are parsed: as with the whole-file loader,
+//! truncating a file while it is being read is not supported (the process may fault).
 
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -14,6 +20,7 @@ use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use rayon::prelude::*;
 
+use super::block_batches::{emit_block_direct, map_span, row_starts, ArrayPool, BlockBuf};
 use super::load::{list_files, positioned};
 use super::parse::ChunkOpts;
 use super::plan::{file_infos, pair_labels, plan_part, read_span, Block, FileInfo, Span};
@@ -84,17 +91,17 @@ impl LibSVMIterParams {
 }
 
 /// Everything the background threads share.
-struct Shared {
-    p: LibSVMIterParams,
-    files: Vec<FileInfo>,
+pub(super) struct Shared {
+    pub(super) p: LibSVMIterParams,
+    pub(super) files: Vec<FileInfo>,
     label_file: Option<FileInfo>,
-    blocks: Vec<Block>,
-    data_opts: ChunkOpts,
+    pub(super) blocks: Vec<Block>,
+    pub(super) data_opts: ChunkOpts,
     label_opts: ChunkOpts,
     part_bytes: u64,
 }
 
-enum Msg {
+pub(super) enum Msg {
     Batch(Batch),
     /// End of epoch: rows to roll over and rows the next epoch skips.
     End {
@@ -308,7 +315,7 @@ fn detect_base(files: &[FileInfo], block_bytes: u64, o: &LibSvmOptions) -> Resul
 }
 
 /// Position a parse error of a block in its file (counts the newlines before the block).
-fn locate(files: &[FileInfo], s: Span, buf: &[u8], e: super::BufError) -> DataError {
+pub(super) fn locate(files: &[FileInfo], s: Span, buf: &[u8], e: super::BufError) -> DataError {
     let path = &files[s.file].path;
     match count_newlines(path, s.start) {
         Ok(n) => positioned(path, buf, n, e),
@@ -390,26 +397,9 @@ fn load_block(
             }
         }
         _ => {
-            let k = sh.p.label_shape as i64;
             let mut g = 0;
             for piece in &pieces {
-                if let Some(r) =
-                    (0..piece.len()).find(|&r| piece.label_ptr[r + 1] - piece.label_ptr[r] != k)
-                {
-                    let got = piece.label_ptr[r + 1] - piece.label_ptr[r];
-                    let line_start = row_line_start(buf, g + r);
-                    let e = super::BufError {
-                        line_start,
-                        err: super::parse::RawError {
-                            line: 0,
-                            col: 1,
-                            msg: format!(
-                                "expected {k} label(s) per row (label_shape), found {got}"
-                            ),
-                        },
-                    };
-                    return Err(locate(&sh.files, b.data, buf, e));
-                }
+                check_label_counts(sh, bi, buf, piece, |r| row_line_start(buf, g + r))?;
                 g += piece.len();
             }
         }
@@ -421,6 +411,32 @@ fn load_block(
         pieces = vec![all.gather(&order)];
     }
     Ok(pieces)
+}
+
+/// Every row of `piece` must carry `label_shape` labels (dense labels); the error points at the
+/// row's line, whose byte offset in the block buffer `buf` is `line_start(r)` for row `r`.
+pub(super) fn check_label_counts(
+    sh: &Shared,
+    bi: usize,
+    buf: &[u8],
+    piece: &Rows,
+    line_start: impl Fn(usize) -> usize,
+) -> Result<()> {
+    let k = sh.p.label_shape as i64;
+    let Some(r) = (0..piece.len()).find(|&r| piece.label_ptr[r + 1] - piece.label_ptr[r] != k)
+    else {
+        return Ok(());
+    };
+    let got = piece.label_ptr[r + 1] - piece.label_ptr[r];
+    let e = super::BufError {
+        line_start: line_start(r),
+        err: super::parse::RawError {
+            line: 0,
+            col: 1,
+            msg: format!("expected {k} label(s) per row (label_shape), found {got}"),
+        },
+    };
+    Err(locate(&sh.files, sh.blocks[bi].data, buf, e))
 }
 
 /// Byte offset of the line holding the `r`-th row of a buffer.
@@ -470,7 +486,7 @@ fn emit(sh: &Shared, pieces: &[Rows], tx: &SyncSender<Msg>) -> std::result::Resu
     Ok(left)
 }
 
-fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
+pub(super) fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
     let data = csr_from_segs(segs, sh.p.data_shape);
     let label = if sh.label_file.is_some() {
         csr_labels_from_segs(segs, sh.p.label_shape)
@@ -502,15 +518,29 @@ fn produce_inner(
     let bar =
         sh.p.progress
             .then(|| crate::progress::bar(sh.part_bytes, &format!("epoch {epoch}")));
-    // Reader thread: blocks are read while the previous one is parsed.
-    let (btx, brx) = sync_channel::<Result<(usize, Vec<u8>)>>(1);
+    // Batches are parsed straight from row ranges of the block unless rows are shuffled within
+    // blocks or labels come from a second file (those take the general piece path).
+    let direct = !sh.p.shuffle && sh.label_file.is_none();
+    // Reader thread: blocks are mapped (direct path) or read while the previous one is parsed.
+    // Buffers come back through `ret` and are reused: a fresh 16 MB buffer per block cost more
+    // in page faults (the kernel zeroing new pages) than the copy out of the page cache itself.
+    let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(1);
+    let (ret_tx, ret_rx) = channel::<BlockBuf>();
     let reader = {
         let files = sh.files.clone();
         let spans: Vec<Span> = order.iter().map(|&i| sh.blocks[i].data).collect();
         std::thread::spawn(move || {
             for (k, s) in spans.into_iter().enumerate() {
-                let mut buf = Vec::new();
-                let r = read_span(&files, s, &mut buf).map(|_| (k, buf));
+                let mut b: BlockBuf = ret_rx.try_recv().unwrap_or_default();
+                let r = if direct {
+                    map_span(&files, s).map(|m| {
+                        row_starts(&m, &mut b.row_starts);
+                        b.map = Some(m);
+                        (k, b)
+                    })
+                } else {
+                    read_span(&files, s, &mut b.buf).map(|_| (k, b))
+                };
                 if btx.send(r).is_err() {
                     return;
                 }
@@ -519,15 +549,27 @@ fn produce_inner(
     };
     let mut left = carry.unwrap_or_default();
     let mut lbuf = Vec::new();
+    let mut pool = ArrayPool::default();
     let mut stopped = false;
     for _ in 0..order.len() {
         let Ok(r) = brx.recv() else { break };
-        let (k, buf) = r?;
+        let (k, mut block) = r?;
         let bi = order[k];
-        let mut pieces = load_block(sh, bi, epoch, &buf, &mut lbuf)?;
         if let Some(bar) = &bar {
-            bar.inc(buf.len() as u64);
+            bar.inc(block.bytes().len() as u64);
         }
+        if direct {
+            let sent = emit_block_direct(sh, bi, &block, &mut left, &mut skip, &mut pool, tx)?;
+            block.map = None; // unmap now: memory stays bounded by the blocks in flight
+            let _ = ret_tx.send(block); // the reader may have finished: then it is just freed
+            if !sent {
+                stopped = true;
+                break;
+            }
+            continue;
+        }
+        let mut pieces = load_block(sh, bi, epoch, &block.buf, &mut lbuf)?;
+        let _ = ret_tx.send(block);
         // Rows the previous round batch borrowed.
         for p in pieces.iter_mut() {
             if skip == 0 {

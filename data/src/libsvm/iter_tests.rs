@@ -256,17 +256,73 @@ fn matches_whole_file_loader() {
     let f = d.join("a.svm");
     write_rows(&f, 1000);
     let all = load_libsvm(&f, &LibSvmOptions::default()).unwrap();
-    let mut p = params(&f, 64, LastBatch::Keep);
-    p.block_bytes = 1000;
-    let mut idx = Vec::new();
-    let mut vals = Vec::new();
-    for b in LibSVMIter::new(p).unwrap() {
+    // Blocks smaller than a batch, several batches per block, one block for the whole file.
+    for (bs, block) in [
+        (64, 1000),
+        (4, 1000),
+        (3, 1 << 20),
+        (1000, 1 << 20),
+        (7, 300),
+    ] {
+        let mut p = params(&f, bs, LastBatch::Keep);
+        p.block_bytes = block;
+        let mut idx = Vec::new();
+        let mut vals = Vec::new();
+        let mut sizes = Vec::new();
+        for b in LibSVMIter::new(p).unwrap() {
+            let b = b.unwrap();
+            let g = b.data.read();
+            let c = g.as_csr().unwrap();
+            idx.extend_from_slice(c.indices());
+            vals.extend_from_slice(c.values::<f32>().unwrap());
+            sizes.push(c.shape[0]);
+        }
+        assert_eq!(idx, all.rows.indices, "batch {bs}, block {block}");
+        assert_eq!(vals, all.rows.values, "batch {bs}, block {block}");
+        let n = sizes.len();
+        assert!(
+            sizes[..n - 1].iter().all(|&s| s == bs),
+            "batch {bs}, block {block}"
+        );
+        assert_eq!(sizes.iter().sum::<usize>(), 1000);
+    }
+}
+
+#[test]
+fn recycled_arrays_never_change_batches_still_held() {
+    let d = tmpdir("hold");
+    let f = d.join("a.svm");
+    write_rows(&f, 3000);
+    let all = load_libsvm(&f, &LibSvmOptions::default()).unwrap();
+    let mut p = params(&f, 16, LastBatch::Keep);
+    p.block_bytes = 4000;
+    // Keep every other batch while dropping the rest, so the pool reuses arrays around them.
+    let mut held = Vec::new();
+    let mut it = LibSVMIter::new(p).unwrap();
+    for (k, b) in it.by_ref().enumerate() {
         let b = b.unwrap();
+        if k % 2 == 0 {
+            held.push((k, b));
+        }
+    }
+    for (k, b) in held {
         let g = b.data.read();
         let c = g.as_csr().unwrap();
-        idx.extend_from_slice(c.indices());
-        vals.extend_from_slice(c.values::<f32>().unwrap());
+        let (s, e) = (
+            all.rows.indptr[k * 16] as usize,
+            all.rows.indptr[k * 16 + c.shape[0]] as usize,
+        );
+        assert_eq!(c.indices(), &all.rows.indices[s..e], "batch {k}");
+        assert_eq!(
+            c.values::<f32>().unwrap(),
+            &all.rows.values[s..e],
+            "batch {k}"
+        );
+        let lab = b.label.unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(
+            lab,
+            all.rows.labels[k * 16..k * 16 + c.shape[0]],
+            "batch {k}"
+        );
     }
-    assert_eq!(idx, all.rows.indices);
-    assert_eq!(vals, all.rows.values);
 }

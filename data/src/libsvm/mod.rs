@@ -16,11 +16,14 @@
 //! indices `>=` the declared number of features, and unsorted or duplicate indices in a row
 //! (unless [`LibSvmOptions::sort_indices`] asks to sort them and sum duplicates).
 
+mod block_batches;
+mod fast_line;
 mod iter;
 mod load;
 pub(crate) mod number;
 pub(crate) mod parse;
 mod plan;
+mod swar;
 mod write;
 
 pub use iter::{LibSVMIter, LibSVMIterParams};

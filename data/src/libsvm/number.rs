@@ -67,6 +67,110 @@ fn slow_f32(tok: &[u8]) -> Option<f32> {
     s.parse::<f32>().ok()
 }
 
+/// Powers of ten that are exact in `f64` (5^15 < 2^53).
+const P10_64: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// Powers of ten as integers, for joining digit runs.
+const P10_U64: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// The line fast path's value parser: a plain decimal `[+-]digits[.digits]` starting at `i`
+/// and ending at a blank or at `end` (the end of the line's content). Returns the value and the
+/// position after it, or `None` for anything else (exponents, `inf`, junk, more than 15
+/// significant-or-not digits, a result whose correct rounding this shortcut cannot guarantee):
+/// the caller then hands the whole line to the general parser, which decides.
+///
+/// Correct rounding: the digits form an integer `m < 10^15 < 2^53` (exact in `f64`), divided by
+/// `10^k`, `k <= 15` (exact in `f64`): one IEEE division, so `y` is the correctly rounded `f64`
+/// of the decimal (Clinger's fast path). Rounding `y` again to `f32` gives the correctly
+/// rounded `f32` unless `y` is exactly halfway between two `f32`s: every `f32` halfway point is
+/// an `f64`, and rounding to `f64` is monotone, so the decimal and `y` lie on the same side of
+/// every other halfway point. That one case, and results outside the normal `f32` range (where
+/// the halfway test below would not hold), are left to `str::parse::<f32>`.
+#[inline(always)]
+pub(crate) fn decimal_at(buf: &[u8], i: usize, end: usize) -> Option<(f32, usize)> {
+    use super::swar::{digit_count, digits_value, load8};
+    let mut j = i;
+    let neg = match buf.get(j) {
+        Some(b'-') => {
+            j += 1;
+            true
+        }
+        Some(b'+') => {
+            j += 1;
+            false
+        }
+        _ => false,
+    };
+    let x = load8(buf, j);
+    let n_int = digit_count(x);
+    if n_int == 8 {
+        return None;
+    }
+    let mut m = if n_int > 0 { digits_value(x, n_int) } else { 0 };
+    j += n_int;
+    let mut n_frac = 0;
+    // `j <= end` here and the byte at `end` is a newline, `#` or past the buffer, so a `.` seen
+    // here is inside the line.
+    if buf.get(j) == Some(&b'.') {
+        j += 1;
+        loop {
+            let x = load8(buf, j);
+            let n = digit_count(x);
+            if n_int + n_frac + n > 15 {
+                return None;
+            }
+            if n > 0 {
+                m = m * P10_U64[n] + digits_value(x, n);
+            }
+            j += n;
+            n_frac += n;
+            if n < 8 {
+                break;
+            }
+        }
+    }
+    if n_int + n_frac == 0 {
+        return None;
+    }
+    if j != end && !matches!(buf.get(j), Some(b' ' | b'\t' | b'\r')) {
+        return None;
+    }
+    Some((decimal_to_f32(m, n_frac, neg)?, j))
+}
+
+/// `m / 10^k` (negated if `neg`) correctly rounded to `f32`, for `m < 10^15` and `k <= 15`, or
+/// `None` in the rare cases the shortcut cannot guarantee (see [`decimal_at`] for the proof).
+#[inline(always)]
+pub(crate) fn decimal_to_f32(m: u64, k: usize, neg: bool) -> Option<f32> {
+    // m < 2^53: the signed conversion is exact and a single instruction.
+    let y = (m as i64) as f64 / *P10_64.get(k)?;
+    let v = if y == 0.0 {
+        0.0
+    } else {
+        if !(f32::MIN_POSITIVE as f64..=f32::MAX as f64).contains(&y) {
+            return None;
+        }
+        // f64 keeps 29 more fraction bits than f32: a halfway point has exactly the top one set.
+        if y.to_bits() & 0x1FFF_FFFF == 0x1000_0000 {
+            return None;
+        }
+        y as f32
+    };
+    Some(if neg { -v } else { v })
+}
+
 /// Why an index token was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexErr {
@@ -161,6 +265,76 @@ mod tests {
         assert_eq!(parse_index(b""), Err(IndexErr::NotInteger));
     }
 
+    /// `decimal_at` on a whole token: `Some` must agree with `str::parse::<f32>` bit for bit.
+    fn check_decimal(s: &str) -> Option<f32> {
+        let got = decimal_at(s.as_bytes(), 0, s.len()).map(|(v, j)| {
+            assert_eq!(j, s.len(), "{s}");
+            v
+        });
+        if let Some(v) = got {
+            let want = s.parse::<f32>().unwrap();
+            assert_eq!(v.to_bits(), want.to_bits(), "{s}");
+        }
+        got
+    }
+
+    #[test]
+    fn decimal_at_cases() {
+        for s in [
+            "0",
+            "-0",
+            "+1",
+            "1",
+            "-1",
+            "0.5",
+            ".5",
+            "5.",
+            "-.5",
+            "0.3477131",
+            "0.01532944",
+            "0.0000000001",
+            "1234567.8",
+            "0.12345678901234",
+            "1677721.0626",
+            "3.4028235",
+        ] {
+            assert!(check_decimal(s).is_some(), "{s} should take the fast path");
+        }
+        for s in [
+            "",
+            "-",
+            ".",
+            "+.",
+            "1e3",
+            "inf",
+            "nan",
+            "12345678",
+            "0.1234567890123456",
+            "1.2.3",
+            "1,2",
+            "0x1",
+            "--1",
+        ] {
+            assert!(
+                check_decimal(s).is_none(),
+                "{s} should be left to the general parser"
+            );
+        }
+        // Blank and end-of-content terminators; anything else sends the line to the slow path.
+        assert_eq!(decimal_at(b"1.5 7:1", 0, 7), Some((1.5, 3)));
+        assert_eq!(decimal_at(b"2\t", 0, 2), Some((2.0, 1)));
+        assert_eq!(decimal_at(b"2#c", 0, 1), Some((2.0, 1)));
+        assert_eq!(decimal_at(b"2:", 0, 2), None);
+        // Halfway between the f32s 1677721 and 1677721.125, exact in f64: the shortcut must
+        // refuse it (rounding twice could go the wrong way) and leave it to the exact parser.
+        assert_eq!(decimal_at(b"1677721.0625", 0, 12), None);
+        // 1677721.7 rounds to the f32 1677721.75 (spacing 0.125 there).
+        assert_eq!(
+            decimal_at(b"1677721.7", 0, 9).map(|p| p.0.to_bits()),
+            Some((1677721.0f32 + 0.75).to_bits())
+        );
+    }
+
     proptest! {
         /// Decimal strings of every shape parse exactly as `str::parse::<f32>` does.
         #[test]
@@ -170,6 +344,22 @@ mod tests {
             let s = format!("{}{}{}.{}", if neg {"-"} else {""}, "0".repeat(lead), int, f);
             let want = s.parse::<f32>().unwrap();
             prop_assert_eq!(parse_f32(s.as_bytes()).unwrap().to_bits(), want.to_bits(), "{}", s);
+        }
+
+        /// Short decimals of every shape, and the halfway points between neighbouring f32s
+        /// printed in full: the fast path either declines or agrees with `str::parse::<f32>`.
+        #[test]
+        fn decimal_at_matches_std(int in 0u64..10_000_000, frac in 0u64..100_000_000,
+                                  fd in 0usize..9, neg in any::<bool>(), bits in 1u32..0x7f7f_ffff) {
+            let f = format!("{:0width$}", frac % 10u64.pow(fd as u32), width = fd);
+            let s = format!("{}{}.{}", if neg {"-"} else {""}, int, f);
+            check_decimal(&s);
+            let a = f32::from_bits(bits) as f64;
+            let b = f32::from_bits(bits + 1) as f64;
+            let mid = format!("{}", (a + b) / 2.0);
+            if mid.len() <= 17 && !mid.contains('e') {
+                check_decimal(&mid);
+            }
         }
 
         /// Any f32 printed with `{}` (shortest round trip) or `%.7g`-like reads back exactly.

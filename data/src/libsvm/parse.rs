@@ -5,6 +5,7 @@
 //! bytes: every index is checked, numbers go through checked parsers, and a malformed token
 //! yields a [`RawError`] with the chunk-relative line and the 1-based byte column.
 
+use super::fast_line::parse_line_fast;
 use super::number::{parse_f32, parse_index, IndexErr};
 
 /// How raw indices map to columns, and which checks apply. Built by the callers from
@@ -169,6 +170,9 @@ pub fn count_rows(buf: &[u8]) -> u64 {
 }
 
 /// Parse every line of `buf` into `out`. Stops at the first malformed token.
+///
+/// Each line first tries the fast path (`fast_line`); lines it declines go through the general
+/// `parse_line`, which is the reference for what is accepted and for every error.
 pub fn parse_into(buf: &[u8], opts: &ChunkOpts, out: &mut Rows) -> Result<(), RawError> {
     let n = buf.len();
     let mut pos = 0usize;
@@ -183,7 +187,9 @@ pub fn parse_into(buf: &[u8], opts: &ChunkOpts, out: &mut Rows) -> Result<(), Ra
             }
             None => (n, n),
         };
-        parse_line(&buf[pos..content_end], line_no, opts, out)?;
+        if !parse_line_fast(buf, pos, content_end, opts, out) {
+            parse_line(&buf[pos..content_end], line_no, opts, out)?;
+        }
         line_no += 1;
         pos = eol + 1;
     }
@@ -191,7 +197,12 @@ pub fn parse_into(buf: &[u8], opts: &ChunkOpts, out: &mut Rows) -> Result<(), Ra
 }
 
 /// Parse one line (comment already cut off). A blank line adds no row.
-fn parse_line(line: &[u8], line_no: u64, opts: &ChunkOpts, out: &mut Rows) -> Result<(), RawError> {
+pub(super) fn parse_line(
+    line: &[u8],
+    line_no: u64,
+    opts: &ChunkOpts,
+    out: &mut Rows,
+) -> Result<(), RawError> {
     let len = line.len();
     let err = |col: usize, msg: String| RawError {
         line: line_no,
