@@ -62,12 +62,18 @@ impl Buffer {
     /// A zero-filled buffer. Large buffers come from `vec![0; n]`, i.e. `calloc`, so untouched
     /// pages cost nothing until written.
     pub fn zeros(dtype: DType, n: usize) -> Buffer {
+        // `vec![0; n]` is calloc: large sizes arrive as untouched zero pages, so the huge-page
+        // hint lands before the first write (dense gradients of big layers are such buffers).
+        fn advised<T>(mut v: Vec<T>) -> Arc<Vec<T>> {
+            crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
+            Arc::new(v)
+        }
         match dtype {
-            DType::F32 => Buffer::F32(Arc::new(vec![0.0; n])),
-            DType::F64 => Buffer::F64(Arc::new(vec![0.0; n])),
-            DType::I64 => Buffer::I64(Arc::new(vec![0; n])),
-            DType::I32 => Buffer::I32(Arc::new(vec![0; n])),
-            DType::U8 => Buffer::U8(Arc::new(vec![0; n])),
+            DType::F32 => Buffer::F32(advised(vec![0.0; n])),
+            DType::F64 => Buffer::F64(advised(vec![0.0; n])),
+            DType::I64 => Buffer::I64(advised(vec![0; n])),
+            DType::I32 => Buffer::I32(advised(vec![0; n])),
+            DType::U8 => Buffer::U8(advised(vec![0; n])),
         }
     }
     /// Typed borrow.
