@@ -19,11 +19,13 @@ fn loss<T: Float>(x: T, z: T) -> T {
 
 #[inline]
 fn sigmoid<T: Float>(x: T) -> T {
+    // Stable for any |x|; see core's sigmoid for why the exp is taken outside the branch.
+    let e = (-x.abs()).exp();
+    let s = T::one() / (T::one() + e);
     if x >= T::zero() {
-        T::one() / (T::one() + (-x).exp())
+        s
     } else {
-        let e = x.exp();
-        e / (T::one() + e)
+        e * s
     }
 }
 
