@@ -181,6 +181,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     };
 
     let mut epoch_ms = Vec::new();
+    let mut epoch_cpu_ms = Vec::new();
     let mut batches_per_epoch = 0usize;
     let mut tally = Tally::default();
     let mut first_loss = None;
@@ -193,6 +194,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             let bar = sparrow::data::progress::bar(0, &format!("{} epoch {e}", v.describe()));
             let mut t = Tally::default();
             let start = Instant::now();
+            let cpu_start = sys::thread_cpu_time();
             let mut nb = 0;
             for batch in iter.by_ref() {
                 let batch = batch?;
@@ -205,6 +207,10 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
                 bar.inc(1);
             }
             let ms = start.elapsed().as_secs_f64() * 1e3;
+            let cpu_ms = match (cpu_start, sys::thread_cpu_time()) {
+                (Some(a), Some(b)) => (b - a).as_secs_f64() * 1e3,
+                _ => f64::NAN,
+            };
             bar.finish_and_clear();
             if first_loss.is_none() {
                 first_loss = Some(t.loss());
@@ -212,6 +218,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             batches_per_epoch = nb;
             if e > 0 {
                 epoch_ms.push(ms);
+                epoch_cpu_ms.push(cpu_ms);
             }
             if !args.json {
                 eprintln!(
@@ -277,6 +284,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     Ok(VariantResult {
         variant: v,
         epoch_ms,
+        epoch_cpu_ms,
         timed_batches,
         batches_per_epoch,
         init_ms,

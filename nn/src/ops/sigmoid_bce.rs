@@ -14,13 +14,13 @@ fn loss<T: Float>(x: T, z: T) -> T {
     // max(x, 0) - x z + log(1 + exp(-|x|)): finite for any |x|.
     let zero = T::zero();
     let relu = if x > zero { x } else { zero };
-    relu - x * z + (-x.abs()).exp().ln_1p()
+    relu - x * z + (-x.abs()).exp_fast().ln_1p()
 }
 
 #[inline]
 fn sigmoid<T: Float>(x: T) -> T {
     // Stable for any |x|; see core's sigmoid for why the exp is taken outside the branch.
-    let e = (-x.abs()).exp();
+    let e = (-x.abs()).exp_fast();
     let s = T::one() / (T::one() + e);
     if x >= T::zero() {
         s
