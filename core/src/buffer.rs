@@ -63,17 +63,18 @@ impl Buffer {
     /// pages cost nothing until written; a large calloc is a fresh mapping that glibc does not
     /// clear itself, so the huge-page advice still lands before the first touch.
     pub fn zeros(dtype: DType, n: usize) -> Buffer {
-        fn z<T: Clone + num_traits::Zero>(n: usize) -> Arc<Vec<T>> {
-            let mut v = vec![T::zero(); n];
-            crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+        // `vec![0; n]` is calloc: large sizes arrive as untouched zero pages, so the huge-page
+        // hint lands before the first write (dense gradients of big layers are such buffers).
+        fn advised<T>(mut v: Vec<T>) -> Arc<Vec<T>> {
+            crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
             Arc::new(v)
         }
         match dtype {
-            DType::F32 => Buffer::F32(z(n)),
-            DType::F64 => Buffer::F64(z(n)),
-            DType::I64 => Buffer::I64(z(n)),
-            DType::I32 => Buffer::I32(z(n)),
-            DType::U8 => Buffer::U8(z(n)),
+            DType::F32 => Buffer::F32(advised(vec![0.0; n])),
+            DType::F64 => Buffer::F64(advised(vec![0.0; n])),
+            DType::I64 => Buffer::I64(advised(vec![0; n])),
+            DType::I32 => Buffer::I32(advised(vec![0; n])),
+            DType::U8 => Buffer::U8(advised(vec![0; n])),
         }
     }
     /// Typed borrow.

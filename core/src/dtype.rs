@@ -79,9 +79,23 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug +
 }
 
 /// Float element types (f32, f64): the types math operators and autograd work on.
-pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum {}
-impl Float for f32 {}
-impl Float for f64 {}
+pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum {
+    /// `e^self` through an inlinable kernel where one exists (f32: within 2 ulp, see
+    /// `ops::expf`), so elementwise maps over it vectorize; f64 uses the libm `exp`.
+    fn exp_fast(self) -> Self;
+}
+impl Float for f32 {
+    #[inline(always)]
+    fn exp_fast(self) -> f32 {
+        crate::ops::expf::exp_f32(self)
+    }
+}
+impl Float for f64 {
+    #[inline(always)]
+    fn exp_fast(self) -> f64 {
+        self.exp()
+    }
+}
 
 macro_rules! impl_element {
     ($t:ty, $variant:ident) => {

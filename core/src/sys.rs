@@ -6,6 +6,24 @@ pub fn peak_rss_bytes() -> Option<u64> {
     status_kib("VmHWM:").map(|k| k * 1024)
 }
 
+/// CPU time consumed so far by the calling thread (`CLOCK_THREAD_CPUTIME_ID`), or `None` off
+/// Unix. Benchmarks report it beside wall time: on a shared machine it separates the work a
+/// loop does from the time it spent descheduled or waiting on another thread.
+pub fn thread_cpu_time() -> Option<std::time::Duration> {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec into the valid pointer it is given.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+    #[cfg(not(unix))]
+    None
+}
+
 /// Current resident set size of this process in bytes (`VmRSS`), or `None` without procfs.
 pub fn current_rss_bytes() -> Option<u64> {
     status_kib("VmRSS:").map(|k| k * 1024)

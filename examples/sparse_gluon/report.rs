@@ -12,6 +12,9 @@ pub struct VariantResult {
     pub variant: Variant,
     /// Per-epoch milliseconds (measured, or scaled from `timed_batches` for (a) and (b)).
     pub epoch_ms: Vec<f64>,
+    /// Per-epoch CPU milliseconds of the training thread (same epochs as `epoch_ms`): the work
+    /// itself, without time spent descheduled or waiting for the data iterator.
+    pub epoch_cpu_ms: Vec<f64>,
     pub timed_batches: usize,
     pub batches_per_epoch: usize,
     pub init_ms: f64,
@@ -48,6 +51,7 @@ impl VariantResult {
             "variant": self.variant.name(),
             "description": self.variant.describe(),
             "epoch_ms": {"median": med, "min": min, "max": max, "all": self.epoch_ms},
+            "epoch_cpu_ms": {"median": stats(&self.epoch_cpu_ms).0, "all": self.epoch_cpu_ms},
             "timed_batches": self.timed_batches,
             "batches_per_epoch": self.batches_per_epoch,
             "init_ms": self.init_ms,
@@ -79,9 +83,14 @@ impl VariantResult {
             .iter()
             .filter_map(|x| x.as_f64())
             .collect();
+        let epoch_cpu_ms = v["epoch_cpu_ms"]["all"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default();
         Ok(VariantResult {
             variant,
             epoch_ms,
+            epoch_cpu_ms,
             timed_batches: u("timed_batches")? as usize,
             batches_per_epoch: u("batches_per_epoch")? as usize,
             init_ms: f("init_ms")?,

@@ -7,7 +7,7 @@ use sparrow::core::{autograd, sys, Device, NDArray, SType};
 use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
 use sparrow::data::synthetic;
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
-use sparrow::nn::{Activation, Block, Dense, Initializer, Sequential};
+use sparrow::nn::{Activation, Block, Dense, Initializer, Parameter, Sequential};
 use sparrow::optim::{AdaGrad, Adam, Ftrl, Optimizer, Sgd, Trainer};
 
 use crate::args::{Args, Variant};
@@ -131,6 +131,7 @@ impl Tally {
 /// One training step on a batch; returns the predictions and per-row losses.
 fn step(
     net: &Sequential,
+    first: &Parameter,
     trainer: &mut Trainer,
     loss_fn: &SigmoidBinaryCrossEntropyLoss,
     x: &NDArray,
@@ -143,11 +144,8 @@ fn step(
     })?;
     loss.backward()?;
     // Rows held by the first layer's gradient, read before the step clears it.
-    let rows = net
-        .collect_params()?
-        .iter()
-        .next()
-        .and_then(|(_, p)| p.grad())
+    let rows = first
+        .grad()
         .map(|g| g.read().as_row_sparse().map(|r| r.nnr()).unwrap_or(0))
         .unwrap_or(0);
     trainer.step(x.shape()[0])?;
@@ -169,6 +167,13 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
         optimizer(args),
     )?;
     let init_ms = t0.elapsed().as_secs_f64() * 1e3;
+    // The first layer's weight, whose gradient rows each step reports.
+    let first = net
+        .collect_params()?
+        .iter()
+        .next()
+        .map(|(_, p)| p.clone())
+        .ok_or("model has no parameters")?;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
     let densify = v == Variant::Naive;
     let prep = |x: NDArray| -> Result<NDArray, BoxError> {
@@ -176,6 +181,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     };
 
     let mut epoch_ms = Vec::new();
+    let mut epoch_cpu_ms = Vec::new();
     let mut batches_per_epoch = 0usize;
     let mut tally = Tally::default();
     let mut first_loss = None;
@@ -188,17 +194,23 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             let bar = sparrow::data::progress::bar(0, &format!("{} epoch {e}", v.describe()));
             let mut t = Tally::default();
             let start = Instant::now();
+            let cpu_start = sys::thread_cpu_time();
             let mut nb = 0;
             for batch in iter.by_ref() {
                 let batch = batch?;
                 let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
-                let (pred, loss, rows) = step(&net, &mut trainer, &loss_fn, &batch.data, &label)?;
+                let (pred, loss, rows) =
+                    step(&net, &first, &mut trainer, &loss_fn, &batch.data, &label)?;
                 t.add(&pred, &label, &loss, batch.pad);
                 max_grad_rows = max_grad_rows.max(rows);
                 nb += 1;
                 bar.inc(1);
             }
             let ms = start.elapsed().as_secs_f64() * 1e3;
+            let cpu_ms = match (cpu_start, sys::thread_cpu_time()) {
+                (Some(a), Some(b)) => (b - a).as_secs_f64() * 1e3,
+                _ => f64::NAN,
+            };
             bar.finish_and_clear();
             if first_loss.is_none() {
                 first_loss = Some(t.loss());
@@ -206,6 +218,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             batches_per_epoch = nb;
             if e > 0 {
                 epoch_ms.push(ms);
+                epoch_cpu_ms.push(cpu_ms);
             }
             if !args.json {
                 eprintln!(
@@ -236,7 +249,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
             let x = batch.data.clone();
             let start = Instant::now();
-            let (pred, loss, _) = step(&net, &mut trainer, &loss_fn, &prep(x)?, &label)?;
+            let (pred, loss, _) = step(&net, &first, &mut trainer, &loss_fn, &prep(x)?, &label)?;
             let ms = start.elapsed().as_secs_f64() * 1e3;
             if i == 0 {
                 let mut t = Tally::default();
@@ -271,6 +284,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     Ok(VariantResult {
         variant: v,
         epoch_ms,
+        epoch_cpu_ms,
         timed_batches,
         batches_per_epoch,
         init_ms,

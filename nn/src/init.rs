@@ -168,11 +168,13 @@ impl Initializer {
         let out = match dtype {
             DType::F32 => {
                 let mut v = vec![0.0f32; n];
+                advise_huge(&mut v);
                 self.fill(desc, &mut v, seed)?;
                 NDArray::from_vec(v, &desc.shape)?
             }
             DType::F64 => {
                 let mut v = vec![0.0f64; n];
+                advise_huge(&mut v);
                 self.fill(desc, &mut v, seed)?;
                 NDArray::from_vec(v, &desc.shape)?
             }
@@ -219,6 +221,15 @@ impl Initializer {
         }
         Ok(())
     }
+}
+
+/// Large weights (the tutorial's 1,000,000 x 128 embedding-like layer) are read and updated a
+/// few random rows at a time; with 4 KiB pages every such row costs a TLB miss and a page walk.
+/// `vec![0; n]` of this size comes from fresh untouched pages (calloc/mmap), so the hint given
+/// here, before the fill touches them, lets the kernel back the weight with 2 MiB pages. It also
+/// makes the fill itself cheaper (512x fewer page faults).
+fn advise_huge<T>(v: &mut [T]) {
+    sparrow_core::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v));
 }
 
 fn xavier_scale(desc: &InitDesc, factor_type: FactorType, magnitude: f64) -> Result<f64> {

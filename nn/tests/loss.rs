@@ -179,3 +179,18 @@ fn sigmoid_bce_is_stable_at_extreme_logits() {
         .unwrap();
     assert!(lg.iter().all(|v| v.is_finite()));
 }
+
+#[test]
+fn sigmoid_bce_gradient_reaches_soft_labels_too() {
+    // The fused logits path returns a label gradient (-x) when the labels are in the graph.
+    let pred = test_array(&[3, 2], -2.0, 2.0, 5);
+    let soft = test_array(&[3, 2], 0.1, 0.9, 6);
+    check_grad(
+        |xs| SigmoidBinaryCrossEntropyLoss::new().forward(&xs[0], &xs[1]),
+        &[pred, soft],
+        1e-6,
+        1e-4,
+        1e-7,
+    )
+    .unwrap();
+}

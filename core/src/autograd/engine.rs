@@ -2,11 +2,33 @@
 //! storage types, and delivery into leaves according to `grad_req` and `grad_stype`.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::{GradReq, Node};
 use crate::error::{Error, Result};
 use crate::{NDArray, SType};
+
+/// Array ids are unique sequential integers, so they are their own hash: SipHash (std's
+/// default) cost more than the rest of the bookkeeping in a small training step's backward.
+#[derive(Default)]
+struct IdHasher(u64);
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        // Spread sequential ids over hashbrown's control bits (it uses the top 7 bits).
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// Sum two gradients, keeping sparsity where both are sparse: rs + rs -> coalesced rs,
 /// rs + dense -> dense, dense + dense -> dense. Never recorded.
@@ -47,7 +69,7 @@ pub fn backward_with(
 
     // Post-order DFS (iterative, graphs can be deep) gives a topological order.
     let mut order: Vec<NDArray> = Vec::new();
-    let mut seen: HashSet<u64> = HashSet::new();
+    let mut seen = IdSet::default();
     let mut stack: Vec<(NDArray, bool)> = vec![(head.clone(), false)];
     while let Some((a, expanded)) = stack.pop() {
         if expanded {
@@ -69,7 +91,7 @@ pub fn backward_with(
     }
 
     let _pause = super::PauseGuard::pause(super::is_training());
-    let mut grads: HashMap<u64, NDArray> = HashMap::new();
+    let mut grads: IdMap<NDArray> = IdMap::default();
     grads.insert(head.id(), head_grad);
     let mut visited_nodes: Vec<(NDArray, Arc<Node>)> = Vec::new();
     for a in order.iter().rev() {

@@ -4,6 +4,7 @@
 mod arith;
 pub(crate) mod axis;
 pub(crate) mod broadcast;
+pub mod expf;
 mod index;
 mod linalg;
 mod matmul;

@@ -19,6 +19,31 @@ macro_rules! float_map {
     }};
 }
 
+/// Backward of an elementwise op as one fused pass `dx[i] = f(g[i], s[i])` over the incoming
+/// gradient `g` and one saved array `s` of the same shape (the op's input or output), instead of
+/// a chain of 2-3 allocating ops. Evaluates to `None` when `g` is not a dense array of exactly
+/// `s`'s shape and dtype (a sparse head gradient), where the caller keeps the composite form.
+/// These are the activations of every MLP step, so their backward runs once per layer per batch.
+macro_rules! fused_grad {
+    ($g:expr, $s:expr, $op:expr, |$gv:ident, $sv:ident : $T:ident| $e:expr) => {{
+        let (g, s) = (&$g, &$s);
+        if g.stype() != crate::SType::Dense || s.stype() != crate::SType::Dense {
+            None
+        } else {
+            let (gd, sd) = (g.dense_data()?, s.dense_data()?);
+            if gd.shape != sd.shape || gd.buf.dtype() != sd.buf.dtype() {
+                None
+            } else {
+                Some(float_dispatch!(sd.buf.dtype(), $op, $T => {
+                    let gs = gd.buf.as_slice::<$T>().unwrap();
+                    let ss = sd.buf.as_slice::<$T>().unwrap();
+                    NDArray::from_vec(super::zip_slices(gs, ss, |$gv: $T, $sv: $T| $e), &sd.shape)?
+                }))
+            }
+        }
+    }};
+}
+
 #[inline]
 fn c<T: Float>(v: f64) -> T {
     <T as Element>::from_f64(v)
@@ -37,11 +62,15 @@ pub(crate) fn softplus<T: Float>(x: T) -> T {
 /// Numerically stable logistic function.
 #[inline]
 pub(crate) fn sigmoid<T: Float>(x: T) -> T {
+    // exp of -|x| never overflows; the sign only selects between s and e*s. Written without a
+    // data-dependent branch around the exp: activations have random signs, and a mispredicted
+    // branch per element cost more than the exp itself.
+    let e = (-x.abs()).exp_fast();
+    let s = T::one() / (T::one() + e);
     if x >= T::zero() {
-        T::one() / (T::one() + (-x).exp())
+        s
     } else {
-        let e = x.exp();
-        e / (T::one() + e)
+        e * s
     }
 }
 
@@ -132,7 +161,14 @@ impl NDArray {
         let y = out.detach();
         Ok(record_op("sigmoid", out, &[self], move |g| {
             // dy/dx = y (1 - y)
-            Ok(vec![Some(g.mul(&y.mul(&y.rsub_scalar(1.0)?)?)?)])
+            let dx = match fused_grad!(g, y, "sigmoid backward", |gv, yv: T| gv
+                * yv
+                * (T::one() - yv))
+            {
+                Some(dx) => dx,
+                None => g.mul(&y.mul(&y.rsub_scalar(1.0)?)?)?,
+            };
+            Ok(vec![Some(dx)])
         }))
     }
 
@@ -148,7 +184,15 @@ impl NDArray {
         });
         let x = self.clone();
         Ok(record_op("relu", out, &[self], move |g| {
-            Ok(vec![Some(g.mul(&x.greater_scalar(0.0)?)?)])
+            let dx = match fused_grad!(g, x, "relu backward", |gv, xv: T| if xv > T::zero() {
+                gv
+            } else {
+                T::zero()
+            }) {
+                Some(dx) => dx,
+                None => g.mul(&x.greater_scalar(0.0)?)?,
+            };
+            Ok(vec![Some(dx)])
         }))
     }
 
@@ -157,7 +201,12 @@ impl NDArray {
         let out = float_map!(self, "tanh", |x: T| x.tanh());
         let y = out.detach();
         Ok(record_op("tanh", out, &[self], move |g| {
-            Ok(vec![Some(g.mul(&y.square()?.rsub_scalar(1.0)?)?)])
+            let dx = match fused_grad!(g, y, "tanh backward", |gv, yv: T| gv * (T::one() - yv * yv))
+            {
+                Some(dx) => dx,
+                None => g.mul(&y.square()?.rsub_scalar(1.0)?)?,
+            };
+            Ok(vec![Some(dx)])
         }))
     }
 
@@ -166,7 +215,11 @@ impl NDArray {
         let out = float_map!(self, "softrelu", |x: T| softplus(x));
         let x = self.clone();
         Ok(record_op("softrelu", out, &[self], move |g| {
-            Ok(vec![Some(g.mul(&x.sigmoid()?)?)])
+            let dx = match fused_grad!(g, x, "softrelu backward", |gv, xv: T| gv * sigmoid(xv)) {
+                Some(dx) => dx,
+                None => g.mul(&x.sigmoid()?)?,
+            };
+            Ok(vec![Some(dx)])
         }))
     }
 

@@ -42,6 +42,8 @@ impl Loss for SigmoidBinaryCrossEntropyLoss {
                 .log()?
                 .mul(&z.rsub_scalar(1.0)?)?;
             a.add(&b)?.neg()?
+        } else if let Some(l) = crate::ops::sigmoid_bce_logits(pred, &z)? {
+            l
         } else {
             pred.relu()?
                 .sub(&pred.mul(&z)?)?

@@ -2,5 +2,7 @@
 //! (`record_op`, storage types). Candidates to move into core.
 
 mod csr_dot;
+mod sigmoid_bce;
 
 pub use csr_dot::csr_dot_t;
+pub use sigmoid_bce::sigmoid_bce_logits;
