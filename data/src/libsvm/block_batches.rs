@@ -7,13 +7,12 @@
 //! instead cuts batches across pieces, and every row had to be copied into its batch.)
 
 use std::collections::VecDeque;
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use rayon::prelude::*;
 use sparrow_core::{ArrayData, Buffer, CsrData, DenseData, NDArray};
 
-use super::iter::{check_label_counts, locate, make_batch, Msg, Shared};
+use super::iter::{check_label_counts, locate, make_batch, BatchTx, Shared};
 use super::parse::{is_row_line, parse_into, Rows};
 use super::plan::{FileInfo, Span};
 use super::{nth_line_start, BufError};
@@ -84,7 +83,7 @@ pub(super) fn emit_block_direct(
     left: &mut Rows,
     skip: &mut usize,
     pool: &mut ArrayPool,
-    tx: &SyncSender<Msg>,
+    tx: &mut BatchTx,
 ) -> Result<bool> {
     let (buf, starts) = (block.bytes(), &block.row_starts[..]);
     let bs = sh.p.batch_size;
@@ -150,7 +149,7 @@ pub(super) fn emit_block_direct(
             }
             continue;
         };
-        if tx.send(Msg::Batch(batch)).is_err() {
+        if !tx.send(batch) {
             return Ok(false);
         }
     }
@@ -159,14 +158,14 @@ pub(super) fn emit_block_direct(
 
 /// Send full batches off the front of `left` until it holds fewer than `batch_size` rows.
 /// Returns `false` when the consumer has gone.
-fn flush_full(sh: &Shared, left: &mut Rows, tx: &SyncSender<Msg>) -> bool {
+fn flush_full(sh: &Shared, left: &mut Rows, tx: &mut BatchTx) -> bool {
     let bs = sh.p.batch_size;
     while left.len() >= bs {
         let batch = make_batch(sh, &[(left, 0, bs)], 0);
         let mut rest = Rows::new();
         rest.extend_from(left, bs, left.len());
         *left = rest;
-        if tx.send(Msg::Batch(batch)).is_err() {
+        if !tx.send(batch) {
             return false;
         }
     }

@@ -3,14 +3,16 @@
 //! Pipeline per epoch: a reader thread reads blocks (see `plan`) into recycled buffers and
 //! finds their row starts; a producer thread cuts each block into byte ranges of exactly one
 //! batch of rows, parses them in parallel (rayon) straight into the batches' arrays (see
-//! `block_batches`) and sends the batches through a bounded channel (the prefetch queue).
+//! `block_batches`) and sends the batches through a bounded channel (the prefetch queue) in
+//! groups of up to `prefetch` batches (one thread hand-off per group, see `BatchTx`).
 //! With shuffling or a separate label file, blocks are parsed into ~1 MB pieces instead and the
 //! rows copied into batches. Memory is a few blocks plus the batches of one block and
-//! `prefetch` batches, whatever the file size.
+//! `2 * prefetch` batches, whatever the file size.
 //!
 //! Data blocks are memory-mapped while they are parsed: as with the whole-file loader,
 //! truncating a file while it is being read is not supported (the process may fault).
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -55,7 +57,8 @@ pub struct LibSVMIterParams {
     pub shuffle: bool,
     /// Seed of the shuffle (epoch `e` uses a stream derived from `seed` and `e`).
     pub seed: u64,
-    /// Batches parsed ahead in the background (the bounded channel's capacity).
+    /// Batches parsed ahead in the background, handed to the consumer in groups of this many
+    /// (at most `2 * prefetch` batches are ahead).
     pub prefetch: usize,
     /// Bytes per streaming block (also the shuffle granularity). Default 16 MB.
     pub block_bytes: usize,
@@ -81,7 +84,7 @@ impl LibSVMIterParams {
             part_index: 0,
             shuffle: false,
             seed: 0,
-            prefetch: 4,
+            prefetch: 16,
             block_bytes: 16 << 20,
             index_base: IndexBase::Zero,
             sort_indices: false,
@@ -102,13 +105,54 @@ pub(super) struct Shared {
 }
 
 pub(super) enum Msg {
-    Batch(Batch),
+    /// Consecutive batches, in order (see [`BatchTx`]).
+    Batches(Vec<Batch>),
     /// End of epoch: rows to roll over and rows the next epoch skips.
     End {
         carry: Option<Rows>,
         skip: usize,
     },
     Err(DataError),
+}
+
+/// The producer's end of the prefetch queue. Batches travel in groups of up to `prefetch`:
+/// one channel hand-off, so at most one thread wake-up, per group instead of per batch. With
+/// small batches (the sparse Gluon tutorial's 10 rows) a futex wake-up and context switch per
+/// batch cost more than parsing the batch. The channel holds one group, so at most
+/// `2 * prefetch` batches are ahead of the consumer.
+pub(super) struct BatchTx {
+    tx: SyncSender<Msg>,
+    pending: Vec<Batch>,
+    group: usize,
+}
+
+impl BatchTx {
+    fn new(tx: SyncSender<Msg>, group: usize) -> BatchTx {
+        BatchTx {
+            tx,
+            pending: Vec::new(),
+            group: group.max(1),
+        }
+    }
+    /// Queue a batch; `false` when the consumer has gone (reset or dropped the iterator).
+    pub(super) fn send(&mut self, b: Batch) -> bool {
+        self.pending.push(b);
+        self.pending.len() < self.group || self.flush()
+    }
+    /// Hand the queued batches over; `false` when the consumer has gone.
+    fn flush(&mut self) -> bool {
+        if self.pending.is_empty() {
+            return true;
+        }
+        let group = std::mem::replace(&mut self.pending, Vec::with_capacity(self.group));
+        self.tx.send(Msg::Batches(group)).is_ok()
+    }
+    /// Flush, then send a final message (end of epoch or an error) after the batches before it.
+    fn finish(&mut self, msg: Msg) {
+        if self.flush() {
+            let _ = self.tx.send(msg);
+        }
+    }
 }
 
 /// Streaming LibSVM iterator yielding CSR batches (`Iterator<Item = Result<Batch>>`).
@@ -127,6 +171,8 @@ pub struct LibSVMIter {
     shared: Arc<Shared>,
     epoch: u64,
     rx: Option<Receiver<Msg>>,
+    /// Batches received in a group and not yet returned.
+    queue: VecDeque<Batch>,
     threads: Vec<JoinHandle<()>>,
     carry: Option<Rows>,
     skip: usize,
@@ -214,6 +260,7 @@ impl LibSVMIter {
             shared,
             epoch: 0,
             rx: None,
+            queue: VecDeque::new(),
             threads: Vec::new(),
             carry: None,
             skip: 0,
@@ -234,11 +281,12 @@ impl LibSVMIter {
     }
 
     fn start(&mut self) {
-        let (tx, rx) = sync_channel(self.shared.p.prefetch.max(1));
+        let (tx, rx) = sync_channel(1);
         let shared = self.shared.clone();
         let (epoch, carry, skip) = (self.epoch, self.carry.take(), self.skip);
         self.threads.push(std::thread::spawn(move || {
-            produce(&shared, epoch, carry, skip, &tx)
+            let mut tx = BatchTx::new(tx, shared.p.prefetch);
+            produce(&shared, epoch, carry, skip, &mut tx)
         }));
         self.rx = Some(rx);
         self.done = false;
@@ -246,6 +294,7 @@ impl LibSVMIter {
 
     fn stop(&mut self) {
         self.rx = None; // the producer's next send fails and it exits
+        self.queue.clear();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -269,12 +318,18 @@ impl Drop for LibSVMIter {
 impl Iterator for LibSVMIter {
     type Item = Result<Batch>;
     fn next(&mut self) -> Option<Result<Batch>> {
+        if let Some(b) = self.queue.pop_front() {
+            return Some(Ok(b));
+        }
         if self.done {
             return None;
         }
         let msg = self.rx.as_ref()?.recv();
         match msg {
-            Ok(Msg::Batch(b)) => Some(Ok(b)),
+            Ok(Msg::Batches(group)) => {
+                self.queue.extend(group);
+                self.queue.pop_front().map(Ok).or_else(|| self.next())
+            }
             Ok(Msg::End { carry, skip }) => {
                 self.carry = carry;
                 self.skip = skip;
@@ -457,7 +512,7 @@ fn row_line_start(buf: &[u8], r: usize) -> usize {
 
 /// Build the batches of `batch` rows from `pieces` (after `carry`), send them, and return the
 /// leftover rows.
-fn emit(sh: &Shared, pieces: &[Rows], tx: &SyncSender<Msg>) -> std::result::Result<Rows, ()> {
+fn emit(sh: &Shared, pieces: &[Rows], tx: &mut BatchTx) -> std::result::Result<Rows, ()> {
     let bs = sh.p.batch_size;
     let mut specs: Vec<Vec<Seg<'_>>> = Vec::new();
     let mut cur: Vec<Seg<'_>> = Vec::new();
@@ -477,7 +532,9 @@ fn emit(sh: &Shared, pieces: &[Rows], tx: &SyncSender<Msg>) -> std::result::Resu
     }
     let batches: Vec<Batch> = specs.par_iter().map(|s| make_batch(sh, s, 0)).collect();
     for b in batches {
-        tx.send(Msg::Batch(b)).map_err(|_| ())?;
+        if !tx.send(b) {
+            return Err(());
+        }
     }
     let mut left = Rows::new();
     for &(p, a, z) in &cur {
@@ -501,9 +558,9 @@ pub(super) fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
 }
 
 /// The producer of one epoch.
-fn produce(sh: &Shared, epoch: u64, carry: Option<Rows>, skip: usize, tx: &SyncSender<Msg>) {
+fn produce(sh: &Shared, epoch: u64, carry: Option<Rows>, skip: usize, tx: &mut BatchTx) {
     if let Err(e) = produce_inner(sh, epoch, carry, skip, tx) {
-        let _ = tx.send(Msg::Err(e));
+        tx.finish(Msg::Err(e));
     }
 }
 
@@ -512,7 +569,7 @@ fn produce_inner(
     epoch: u64,
     carry: Option<Rows>,
     mut skip: usize,
-    tx: &SyncSender<Msg>,
+    tx: &mut BatchTx,
 ) -> Result<()> {
     let order = epoch_order(sh, epoch);
     let bar =
@@ -623,16 +680,16 @@ fn produce_inner(
             }
         }
     }
-    let _ = tx.send(Msg::End {
+    tx.finish(Msg::End {
         carry: end_carry,
         skip: end_skip,
     });
     Ok(())
 }
 
-fn send(tx: &SyncSender<Msg>, b: Batch) -> Result<()> {
+fn send(tx: &mut BatchTx, b: Batch) -> Result<()> {
     // A closed channel means the consumer reset or dropped the iterator: nothing to report.
-    let _ = tx.send(Msg::Batch(b));
+    let _ = tx.send(b);
     Ok(())
 }
 
