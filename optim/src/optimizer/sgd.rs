@@ -2,7 +2,7 @@
 
 use sparrow_core::{Float, NDArray, Result};
 
-use super::driver::apply_elementwise;
+use super::driver::{apply_chunks, apply_elementwise};
 use super::{cast, clip, dispatch_float, sign, Optimizer, OptimizerOptions, State, StepCtx};
 
 /// Stochastic gradient descent with optional momentum (MXNet `sgd_update` / `sgd_mom_update`).
@@ -50,14 +50,28 @@ impl Sgd {
                     move |w, g, []| *w = decay * *w - lr * clip(rg * g, c),
                 ),
                 None => {
+                    // Span-level loop (a plain zip over two slices) rather than the per-element
+                    // callback: this is the whole update of the common case, and the zip
+                    // compiles to SIMD multiply-adds.
                     let step = lr * rg;
-                    apply_elementwise::<T, 0, _>(
+                    apply_chunks::<T, 0, _>(
                         "sgd_update",
                         w,
                         g,
                         &[],
                         ctx.lazy_update,
-                        move |w, g, []| *w = decay * *w - step * g,
+                        move |w, g, []| match g {
+                            Some(g) => {
+                                for (w, &g) in w.iter_mut().zip(g) {
+                                    *w = decay * *w - step * g;
+                                }
+                            }
+                            None => {
+                                if decay != one {
+                                    w.iter_mut().for_each(|w| *w = decay * *w);
+                                }
+                            }
+                        },
                     )
                 }
             }
