@@ -28,7 +28,7 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     // 2^n through the exponent field; n in [-126, 128]. n = 128 (only when x is at HI) is split
     // as 2 * 2^127 so the bits stay a finite power of two.

@@ -227,12 +227,13 @@ mod tests {
             }
         }
         let s01 = fold_axes(&src, &shape, &[0, 1], 0.0, |a, b| a + b);
-        for c in 0..5 {
+        assert_eq!(s01.len(), 5);
+        for (c, &got) in s01.iter().enumerate() {
             let want: f64 = (0..3)
                 .flat_map(|a| (0..4).map(move |b| (a, b)))
                 .map(|(a, b)| at(a, b, c))
                 .sum();
-            assert_eq!(s01[c], want);
+            assert_eq!(got, want);
         }
         assert!(fold_axes::<f64>(&[], &[2, 0], &[0], 0.0, |a, b| a + b).is_empty());
     }
