@@ -71,7 +71,8 @@ pub struct LibSVMIterParams {
 }
 
 impl LibSVMIterParams {
-    /// Parameters with MXNet's defaults for everything but the data path, shape and batch size.
+    /// Parameters with MXNet's defaults for everything but the data path, shape and batch size,
+    /// except `prefetch`: 16 here (MXNet 4), since batches are handed over in groups of it.
     pub fn new(data_libsvm: impl Into<PathBuf>, data_shape: usize, batch_size: usize) -> Self {
         LibSVMIterParams {
             data_libsvm: data_libsvm.into(),
