@@ -19,6 +19,7 @@ mod unary;
 pub use arith::BinaryOp;
 pub use broadcast::broadcast_shapes;
 pub use reduce::sum_to_shape;
+pub use unary::sigmoid;
 
 /// Arrays with at least this many elements are processed in parallel with rayon; smaller ones
 /// stay on the calling thread so they do not pay the fork/join overhead (~5-20 us).

@@ -61,7 +61,7 @@ pub(crate) fn softplus<T: Float>(x: T) -> T {
 
 /// Numerically stable logistic function.
 #[inline]
-pub(crate) fn sigmoid<T: Float>(x: T) -> T {
+pub fn sigmoid<T: Float>(x: T) -> T {
     // exp of -|x| never overflows; the sign only selects between s and e*s. Written without a
     // data-dependent branch around the exp: activations have random signs, and a mispredicted
     // branch per element cost more than the exp itself.

@@ -6,7 +6,7 @@
 //! forward is one pass and the backward is the textbook `sigmoid(x) - z`.
 
 use sparrow_core::autograd::record_op;
-use sparrow_core::ops::zip_slices;
+use sparrow_core::ops::{sigmoid, zip_slices};
 use sparrow_core::{float_dispatch, ArrayData, Float, NDArray, Result, SType};
 
 #[inline]
@@ -15,18 +15,6 @@ fn loss<T: Float>(x: T, z: T) -> T {
     let zero = T::zero();
     let relu = if x > zero { x } else { zero };
     relu - x * z + (-x.abs()).exp_fast().ln_1p()
-}
-
-#[inline]
-fn sigmoid<T: Float>(x: T) -> T {
-    // Stable for any |x|; see core's sigmoid for why the exp is taken outside the branch.
-    let e = (-x.abs()).exp_fast();
-    let s = T::one() / (T::one() + e);
-    if x >= T::zero() {
-        s
-    } else {
-        e * s
-    }
 }
 
 /// Elementwise `max(x, 0) - x z + log(1 + exp(-|x|))` for logits `x` and labels `z` of the same
