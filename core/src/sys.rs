@@ -91,3 +91,29 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, unix))]
+mod cpu_time_tests {
+    use super::thread_cpu_time;
+
+    #[test]
+    fn thread_cpu_time_grows_with_work_and_not_with_sleep() {
+        let t0 = thread_cpu_time().expect("CLOCK_THREAD_CPUTIME_ID on unix");
+        // Busy work on this thread: CPU time must advance.
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let t1 = thread_cpu_time().unwrap();
+        assert!(t1 > t0, "no CPU time recorded for busy work");
+        // Sleeping costs wall time but (almost) no CPU time of this thread.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let t2 = thread_cpu_time().unwrap();
+        assert!(
+            t2 - t1 < std::time::Duration::from_millis(25),
+            "{:?}",
+            t2 - t1
+        );
+    }
+}
