@@ -21,7 +21,8 @@ const HI: f32 = 88.722_83;
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     let xc = x.clamp(LO, HI);
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    let kn = xc * LOG2E + ROUND;
+    let n = kn - ROUND;
     let r = xc - n * LN2_HI - n * LN2_LO;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_199_9e-3;
@@ -32,7 +33,10 @@ pub fn exp_f32(x: f32) -> f32 {
     let y = p * r * r + r + 1.0;
     // 2^n through the exponent field; n in [-126, 128]. n = 128 (only when x is at HI) is split
     // as 2 * 2^127 so the bits stay a finite power of two.
-    let ni = n as i32;
+    // The integer n sits in the low mantissa bits of `kn` (|n| < 2^22 after ROUND), so it is
+    // read with integer arithmetic: `n as i32` is a saturating, NaN-checking conversion that
+    // LLVM keeps scalar, and it made the whole map scalar (measured: sigmoid maps ~3x slower).
+    let ni = (kn.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
     let (ni, twice) = if ni > 127 { (127, 2.0) } else { (ni, 1.0) };
     let scale = f32::from_bits(((ni + 127) as u32) << 23);
     let v = y * scale * twice;

@@ -15,6 +15,33 @@ const CHUNK: usize = 16 * 1024;
 /// Below this many elements the update runs on the calling thread.
 const PAR_MIN: usize = 128 * 1024;
 
+/// How many row updates ahead the lazy row_sparse path prefetches weight and state rows.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Hint the cache to load `len` elements at `base + start` (no effect off x86_64). Prefetching
+/// never faults, so the only requirement is that the address arithmetic stays in bounds, which
+/// the caller guarantees by passing a row id checked against the weight's rows.
+#[inline(always)]
+fn prefetch_span<T>(base: *mut T, start: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = len * std::mem::size_of::<T>();
+        // SAFETY: `start + len` lies within the allocation (checked row id); a prefetch of a
+        // valid address has no side effects.
+        unsafe {
+            let p = base.add(start) as *const i8;
+            let mut off = 0;
+            while off < bytes {
+                _mm_prefetch(p.add(off), _MM_HINT_T0);
+                off += 64;
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (base, start, len);
+}
+
 /// A raw pointer that may cross threads. Safety rests on the driver handing every task a
 /// disjoint range of rows/elements (row_sparse indices are checked to be sorted and unique).
 #[derive(Clone, Copy)]
@@ -27,6 +54,12 @@ impl<T> Ptr<T> {
     #[allow(clippy::mut_from_ref)]
     unsafe fn span<'a>(&self, start: usize, len: usize) -> &'a mut [T] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+    /// Prefetch `len` elements from `start` (a method, so closures capture the `Sync` wrapper
+    /// rather than the raw pointer field).
+    #[inline(always)]
+    fn prefetch(&self, start: usize, len: usize) {
+        prefetch_span(self.0, start, len);
     }
 }
 
@@ -142,6 +175,15 @@ where
             }
             if lazy {
                 for_each(k, k * rl, CHUNK / rl, |i| {
+                    // The touched rows are scattered over the whole weight, so each one is a
+                    // cache miss; ask for the rows a few updates ahead while this one computes.
+                    if let Some(&ahead) = idx.get(i + PREFETCH_AHEAD) {
+                        let at = ahead as usize * rl;
+                        wp.prefetch(at, rl);
+                        for p in &sp {
+                            p.prefetch(at, rl);
+                        }
+                    }
                     let row = idx[i] as usize;
                     let (w, st) = spans(row * rl, rl);
                     f(w, Some(&gd[i * rl..(i + 1) * rl]), st);
