@@ -4,10 +4,10 @@
 //! finds their row starts; a producer thread cuts each block into byte ranges of exactly one
 //! batch of rows, parses them in parallel (rayon) straight into the batches' arrays (see
 //! `block_batches`) and sends the batches through a bounded channel (the prefetch queue) in
-//! groups of up to `prefetch` batches (one thread hand-off per group, see `BatchTx`).
+//! groups of `prefetch` batches or more (one thread hand-off per group, see `BatchTx`).
 //! With shuffling or a separate label file, blocks are parsed into ~1 MB pieces instead and the
-//! rows copied into batches. Memory is a few blocks plus the batches of one block and
-//! `2 * prefetch` batches, whatever the file size.
+//! rows copied into batches. Memory is a few blocks plus the batches of one block and two
+//! groups of batches (each `prefetch` batches, or 256 KB of small ones), whatever the file size.
 //!
 //! Data blocks are memory-mapped while they are parsed: as with the whole-file loader,
 //! truncating a file while it is being read is not supported (the process may fault).
@@ -57,8 +57,8 @@ pub struct LibSVMIterParams {
     pub shuffle: bool,
     /// Seed of the shuffle (epoch `e` uses a stream derived from `seed` and `e`).
     pub seed: u64,
-    /// Batches parsed ahead in the background, handed to the consumer in groups of this many
-    /// (at most `2 * prefetch` batches are ahead).
+    /// Batches parsed ahead in the background, handed to the consumer in groups of at least this
+    /// many (small batches are grouped up to 256 KB; at most two groups are ahead).
     pub prefetch: usize,
     /// Bytes per streaming block (also the shuffle granularity). Default 16 MB.
     pub block_bytes: usize,
@@ -116,29 +116,44 @@ pub(super) enum Msg {
     Err(DataError),
 }
 
-/// The producer's end of the prefetch queue. Batches travel in groups of up to `prefetch`:
-/// one channel hand-off, so at most one thread wake-up, per group instead of per batch. With
-/// small batches (the sparse Gluon tutorial's 10 rows) a futex wake-up and context switch per
-/// batch cost more than parsing the batch. The channel holds one group, so at most
-/// `2 * prefetch` batches are ahead of the consumer.
+/// The producer's end of the prefetch queue. Batches travel in groups: one channel hand-off,
+/// so at most one thread wake-up, per group instead of per batch. With small batches (the
+/// sparse Gluon tutorial's 10 rows of ~1 KB) a futex wake-up and context switch cost more than
+/// parsing the batch, so after the first group of an epoch (exactly `prefetch` batches, to
+/// start the consumer early) a group also keeps growing until it holds [`GROUP_BYTES`] of
+/// arrays: a 100-batch tutorial epoch then takes two hand-offs instead of seven, while large
+/// batches (1024 rows of a few hundred KB) still travel `prefetch` at a time. The channel holds
+/// one group, so what is ahead of the consumer is bounded by two groups, whatever the file size.
 pub(super) struct BatchTx {
     tx: SyncSender<Msg>,
     pending: Vec<Batch>,
+    pending_bytes: usize,
     group: usize,
+    /// Whether a group was handed over since the last `finish` (the first group of an epoch is
+    /// cut at `group` batches regardless of bytes).
+    started: bool,
 }
 
+/// Bytes of batch arrays a group (after an epoch's first) grows to before it is handed over.
+pub(super) const GROUP_BYTES: usize = 256 * 1024;
+
 impl BatchTx {
-    fn new(tx: SyncSender<Msg>, group: usize) -> BatchTx {
+    pub(super) fn new(tx: SyncSender<Msg>, group: usize) -> BatchTx {
         BatchTx {
             tx,
             pending: Vec::new(),
+            pending_bytes: 0,
             group: group.max(1),
+            started: false,
         }
     }
     /// Queue a batch; `false` when the consumer has gone (reset or dropped the iterator).
     pub(super) fn send(&mut self, b: Batch) -> bool {
+        self.pending_bytes += b.data.nbytes() + b.label.as_ref().map_or(0, |l| l.nbytes());
         self.pending.push(b);
-        self.pending.len() < self.group || self.flush()
+        let full = self.pending.len() >= self.group
+            && (!self.started || self.pending_bytes >= GROUP_BYTES);
+        !full || self.flush()
     }
     /// Hand the queued batches over; `false` when the consumer has gone.
     fn flush(&mut self) -> bool {
@@ -146,13 +161,16 @@ impl BatchTx {
             return true;
         }
         let group = std::mem::replace(&mut self.pending, Vec::with_capacity(self.group));
+        self.pending_bytes = 0;
+        self.started = true;
         self.tx.send(Msg::Batches(group)).is_ok()
     }
     /// Flush, then send a final message (end of epoch or an error) after the batches before it.
-    fn finish(&mut self, msg: Msg) {
+    pub(super) fn finish(&mut self, msg: Msg) {
         if self.flush() {
             let _ = self.tx.send(msg);
         }
+        self.started = false;
     }
 }
 

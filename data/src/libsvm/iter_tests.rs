@@ -326,3 +326,46 @@ fn recycled_arrays_never_change_batches_still_held() {
         );
     }
 }
+
+use super::iter::{BatchTx, Msg, GROUP_BYTES};
+use std::sync::mpsc::sync_channel;
+
+/// Group sizes a `BatchTx` hands over for `n` dense `rows_each x 4` f32 batches; 0 marks the
+/// end-of-epoch message.
+fn group_sizes(n: usize, prefetch: usize, rows_each: usize) -> Vec<usize> {
+    let (tx, rx) = sync_channel(n + 2);
+    let mut btx = BatchTx::new(tx, prefetch);
+    for _ in 0..n {
+        let data = sparrow_core::NDArray::zeros(&[rows_each, 4], sparrow_core::DType::F32).unwrap();
+        assert!(btx.send(crate::Batch {
+            data,
+            label: None,
+            pad: 0
+        }));
+    }
+    btx.finish(Msg::End {
+        carry: None,
+        skip: 0,
+    });
+    let mut sizes = Vec::new();
+    while let Ok(m) = rx.try_recv() {
+        match m {
+            Msg::Batches(g) => sizes.push(g.len()),
+            Msg::End { .. } => sizes.push(0),
+            Msg::Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    sizes
+}
+
+#[test]
+fn small_batches_travel_in_large_groups_after_the_first() {
+    // 64-byte batches: the first group is cut at `prefetch`, the rest of the epoch fits in
+    // one group under GROUP_BYTES; then the end marker.
+    assert_eq!(group_sizes(100, 16, 4), vec![16, 84, 0]);
+    // Batches of GROUP_BYTES or more travel exactly `prefetch` at a time.
+    let rows = GROUP_BYTES / 16;
+    assert_eq!(group_sizes(10, 4, rows), vec![4, 4, 2, 0]);
+    // prefetch 1, small batches: one, then the rest together.
+    assert_eq!(group_sizes(5, 1, 1), vec![1, 4, 0]);
+}
