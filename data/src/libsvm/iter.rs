@@ -196,6 +196,10 @@ pub struct LibSVMIter {
     carry: Option<Rows>,
     skip: usize,
     done: bool,
+    /// The next epoch's producer, started as soon as this epoch's end arrived (its carry and
+    /// skip are known then), so that `reset` finds its first batches parsed instead of waiting
+    /// for a thread start and a parse. Dropped unused if the iterator is dropped.
+    ahead: Option<(Receiver<Msg>, JoinHandle<()>)>,
 }
 
 impl LibSVMIter {
@@ -284,6 +288,7 @@ impl LibSVMIter {
             carry: None,
             skip: 0,
             done: false,
+            ahead: None,
         };
         it.start();
         Ok(it)
@@ -300,21 +305,34 @@ impl LibSVMIter {
     }
 
     fn start(&mut self) {
-        let (tx, rx) = sync_channel(1);
-        let shared = self.shared.clone();
-        let (epoch, carry, skip) = (self.epoch, self.carry.take(), self.skip);
-        self.threads.push(std::thread::spawn(move || {
-            let mut tx = BatchTx::new(tx, shared.p.prefetch);
-            produce(&shared, epoch, carry, skip, &mut tx)
-        }));
+        let carry = self.carry.take();
+        let (rx, handle) = self.spawn_epoch(self.epoch, carry, self.skip);
+        self.threads.push(handle);
         self.rx = Some(rx);
         self.done = false;
+    }
+
+    /// Start a producer for `epoch` beginning with `carry` and skipping `skip` rows.
+    fn spawn_epoch(
+        &self,
+        epoch: u64,
+        carry: Option<Rows>,
+        skip: usize,
+    ) -> (Receiver<Msg>, JoinHandle<()>) {
+        let (tx, rx) = sync_channel(1);
+        let shared = self.shared.clone();
+        let handle = std::thread::spawn(move || {
+            let mut tx = BatchTx::new(tx, shared.p.prefetch);
+            produce(&shared, epoch, carry, skip, &mut tx)
+        });
+        (rx, handle)
     }
 
     fn stop(&mut self) {
         self.rx = None; // the producer's next send fails and it exits
         self.queue.clear();
-        for t in self.threads.drain(..) {
+        let ahead = self.ahead.take().map(|(_, h)| h); // its receiver is dropped here too
+        for t in self.threads.drain(..).chain(ahead) {
             let _ = t.join();
         }
     }
@@ -322,6 +340,17 @@ impl LibSVMIter {
     /// Start the next epoch (like MXNet's `reset`): with `RoundBatch` it begins after the rows
     /// the last batch borrowed, with `RollOver` it begins with the rows left over.
     pub fn reset(&mut self) {
+        if self.done && self.queue.is_empty() {
+            if let Some((rx, handle)) = self.ahead.take() {
+                // The epoch ran to its end and the next one is already under way.
+                self.stop();
+                self.epoch += 1;
+                self.threads.push(handle);
+                self.rx = Some(rx);
+                self.done = false;
+                return;
+            }
+        }
         self.stop();
         self.epoch += 1;
         self.start();
@@ -350,9 +379,9 @@ impl Iterator for LibSVMIter {
                 self.queue.pop_front().map(Ok).or_else(|| self.next())
             }
             Ok(Msg::End { carry, skip }) => {
-                self.carry = carry;
-                self.skip = skip;
                 self.done = true;
+                self.ahead = Some(self.spawn_epoch(self.epoch + 1, carry, skip));
+                self.skip = skip;
                 None
             }
             Ok(Msg::Err(e)) => {

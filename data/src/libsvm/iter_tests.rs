@@ -369,3 +369,23 @@ fn small_batches_travel_in_large_groups_after_the_first() {
     // prefetch 1, small batches: one, then the rest together.
     assert_eq!(group_sizes(5, 1, 1), vec![1, 4, 0]);
 }
+
+#[test]
+fn reset_mid_epoch_after_a_read_ahead_epoch() {
+    // After a full pass the next epoch is already being produced; a reset in the middle of
+    // that epoch must discard it and start a complete one, and dropping the iterator while an
+    // epoch is read ahead must not hang.
+    let d = tmpdir("ahead");
+    let f = d.join("a.svm");
+    write_rows(&f, 10);
+    let mut it = LibSVMIter::new(params(&f, 4, LastBatch::Keep)).unwrap();
+    let full = pass(&mut it);
+    it.reset();
+    let first = it.next().unwrap().unwrap();
+    assert_eq!(first.data.shape(), vec![4, 8]);
+    it.reset();
+    assert_eq!(pass(&mut it), full);
+    let mut dropped_while_ahead = LibSVMIter::new(params(&f, 4, LastBatch::Keep)).unwrap();
+    assert_eq!(pass(&mut dropped_while_ahead), full);
+    drop(dropped_while_ahead);
+}
