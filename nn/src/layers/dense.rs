@@ -184,7 +184,11 @@ impl Block for Dense {
         let y = match &self.bias {
             Some(b) => {
                 b.infer_shape(&[self.units])?;
-                y.add(&b.data()?)?
+                let bias = b.data()?;
+                match crate::ops::bias_add(&y, &bias)? {
+                    Some(out) => out,
+                    None => y.add(&bias)?,
+                }
             }
             None => y,
         };

@@ -1,8 +1,10 @@
 //! Operators nn needs that core does not provide yet, written against core's public API
 //! (`record_op`, storage types). Candidates to move into core.
 
+mod bias_add;
 mod csr_dot;
 mod sigmoid_bce;
 
+pub use bias_add::bias_add;
 pub use csr_dot::csr_dot_t;
 pub use sigmoid_bce::sigmoid_bce_logits;
