@@ -10,6 +10,7 @@ mod error;
 mod ndarray;
 pub mod ops;
 pub mod random;
+pub mod recycle;
 pub mod sparse;
 pub mod sys;
 pub mod testing;

@@ -16,10 +16,14 @@ use crate::persist;
 /// `step(batch_size)` = `allreduce_grads()` + `update(batch_size)`: the gradient is rescaled by
 /// `scale / batch_size` (`scale` is the optimizer's `rescale_grad` when the trainer was made,
 /// 1 by default), each parameter is updated according to its gradient's storage type (dense,
-/// or row_sparse lazily / standard per the optimizer's `lazy_update`), and the gradient is
-/// cleared when `grad_req` is `Write` (it has been consumed; a step without a new backward then
-/// applies a zero gradient) and kept when it is `Add` (the caller accumulates and clears).
-/// Parameters with `grad_req = Null` are not touched.
+/// or row_sparse lazily / standard per the optimizer's `lazy_update`). With `grad_req = Write`
+/// the gradient is consumed: a later step without a new backward applies a zero gradient. A
+/// row_sparse gradient is cleared right away (it is small); a dense one keeps its values
+/// readable until the next backward replaces them, as in Gluon, and is only zeroed if a step
+/// finds it unchanged: writing zeros over a 512 MB gradient after every step cost a full pass
+/// over it (and its replacement by the next backward would overwrite them anyway). With `Add`
+/// the gradient is kept (the caller accumulates and clears). Parameters with
+/// `grad_req = Null` are not touched.
 ///
 /// ```
 /// use sparrow_core::{autograd, Device, NDArray};
@@ -38,6 +42,9 @@ pub struct Trainer {
     optimizer: Box<dyn Optimizer>,
     states: Vec<Option<State>>,
     scale: f64,
+    /// Per parameter, the id of the dense `Write` gradient the last update consumed: a step
+    /// that finds the same array again (no backward since) zeroes it first.
+    consumed: Vec<Option<u64>>,
 }
 
 impl Trainer {
@@ -77,6 +84,7 @@ impl Trainer {
         let scale = optimizer.options().rescale_grad;
         Ok(Trainer {
             states: vec![None; params.len()],
+            consumed: vec![None; params.len()],
             params,
             optimizer,
             scale,
@@ -176,12 +184,19 @@ impl Trainer {
                 continue;
             }
             let weight = p.data()?;
-            let grad = p.grad().ok_or_else(|| {
+            let no_grad = || {
                 Error::arg(
                     "Trainer::update",
                     format!("parameter '{}' has no gradient", p.name()),
                 )
-            })?;
+            };
+            let mut grad = p.grad().ok_or_else(no_grad)?;
+            let write = p.grad_req() == GradReq::Write;
+            if write && self.consumed[i] == Some(grad.id()) {
+                // Already applied and no backward since: the consumed gradient counts as zero.
+                p.zero_grad();
+                grad = p.grad().ok_or_else(no_grad)?;
+            }
             let opts = self.optimizer.options_mut();
             opts.lr_mult.insert(i, p.lr_mult());
             opts.wd_mult.insert(i, p.wd_mult());
@@ -194,8 +209,12 @@ impl Trainer {
                 .map_err(|e| {
                     Error::arg("Trainer::update", format!("parameter '{}': {e}", p.name()))
                 })?;
-            if p.grad_req() == GradReq::Write {
-                p.zero_grad();
+            if write {
+                if grad.stype() == sparrow_core::SType::Dense {
+                    self.consumed[i] = Some(grad.id());
+                } else {
+                    p.zero_grad();
+                }
             }
         }
         Ok(())

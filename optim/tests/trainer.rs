@@ -39,9 +39,28 @@ fn step_rescales_by_batch_and_handles_grad_req() {
     // w - lr * g / batch
     assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
     assert_eq!(b.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
-    // Write: consumed; Add: kept for the caller to accumulate.
-    assert_eq!(a.grad().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    // Write: consumed (still readable, as in Gluon); Add: kept for the caller to accumulate.
+    assert_eq!(a.grad().unwrap().to_vec::<f32>().unwrap(), vec![4.0, -8.0]);
     assert_eq!(b.grad().unwrap().to_vec::<f32>().unwrap(), vec![4.0, -8.0]);
+    // A second step without a new gradient: the consumed Write gradient counts as zero (and
+    // now reads as zeros); the Add gradient is applied again.
+    t.step(4).unwrap();
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
+    assert_eq!(a.grad().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    assert_eq!(b.data().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 4.0]);
+    // A new gradient (a new array, as every backward makes) is applied normally.
+    a.data()
+        .unwrap()
+        .set_grad(Some(NDArray::from_vec(vec![4.0f32, -8.0], &[2]).unwrap()));
+    t.step(4).unwrap();
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 4.0]);
+    b.set_data(&NDArray::from_vec(vec![0.5f32, 3.0], &[2]).unwrap())
+        .unwrap();
+    b.data()
+        .unwrap()
+        .set_grad(Some(NDArray::from_vec(vec![4.0f32, -8.0], &[2]).unwrap()));
+    a.set_data(&NDArray::from_vec(vec![0.5f32, 3.0], &[2]).unwrap())
+        .unwrap();
     assert_eq!(t.learning_rate(), 0.5);
     t.set_learning_rate(0.1).unwrap();
     assert_eq!(t.learning_rate(), 0.1);

@@ -155,9 +155,14 @@ fn deliver_leaf(a: &NDArray, g: &NDArray) -> Result<()> {
             crate::sparse::cast_storage(g, stype)
         }
     };
+    let mut replaced = None;
     let new = match (req, prev) {
         (GradReq::Null, _) => return Ok(()),
-        (GradReq::Write, _) | (GradReq::Add, None) => converted(g)?,
+        (GradReq::Write, old) => {
+            replaced = old;
+            converted(g)?
+        }
+        (GradReq::Add, None) => converted(g)?,
         (GradReq::Add, Some(p)) => {
             let sum = accumulate(&p, g)?;
             if sum.stype() == stype {
@@ -170,5 +175,9 @@ fn deliver_leaf(a: &NDArray, g: &NDArray) -> Result<()> {
     // A dense gradient requested from a row_sparse flow is densified here, once.
     debug_assert!(stype != SType::Csr);
     a.set_grad(Some(new));
+    // A replaced gradient nobody else holds: its (large) buffer serves the next step's.
+    if let Some(old) = replaced {
+        old.recycle_buffer();
+    }
     Ok(())
 }

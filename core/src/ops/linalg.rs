@@ -104,7 +104,9 @@ pub(crate) fn dot_dense(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<
     let (a_rs, a_cs) = strides(ac, ta);
     let (b_rs, b_cs) = strides(bc, tb);
     Ok(float_dispatch!(da.buf.dtype(), "dot", T => {
-        let mut out = vec![<T as num_traits::Zero>::zero(); m * n];
+        // gemm overwrites every element (it never reads dst), so a recycled buffer serves:
+        // large weight gradients (X^T G) then reuse the previous step's memory.
+        let mut out = crate::recycle::overwritable_vec::<T>(m * n);
         gemm_into(m, n, k, da.buf.as_slice::<T>().unwrap(), a_rs, a_cs, db.buf.as_slice::<T>().unwrap(), b_rs, b_cs, &mut out);
         NDArray::from_vec(out, &[m, n])?
     }))
