@@ -12,8 +12,8 @@
 //!    RSS, loss and accuracy.
 //!
 //! Each variant runs in its own child process so its peak RSS is its own. (a) and (b) move a
-//! dense 512 MB gradient per batch, so they are timed on `--dense-batches` batches after one
-//! warm-up batch and scaled to a full epoch (their per-batch cost does not depend on the data);
+//! dense 512 MB gradient per batch, so they are timed on `--dense-batches` batches after two
+//! warm-up batches and scaled to a full epoch (their per-batch cost does not depend on the data);
 //! (c) is timed over `--epochs` full epochs after a warm-up epoch.
 //!
 //! ```text

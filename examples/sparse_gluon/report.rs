@@ -198,9 +198,10 @@ pub fn print_table(args: &Args, data: &Data, results: &[VariantResult], copy_gbs
                 let per_batch_s = med / 1e3 / r.batches_per_epoch as f64;
                 let gbs = p * r.weight_bytes as f64 / per_batch_s / 1e9;
                 println!(
-                    "{}: timed on {} batches after 1 warm-up batch, scaled to {} per epoch; ~{:.1} GB/s of weight-sized traffic ({p} passes per batch) vs {:.1} GB/s measured copy bandwidth",
+                    "{}: timed on {} batches after {} warm-up batches, scaled to {} per epoch; ~{:.1} GB/s of weight-sized traffic ({p} passes per batch) vs {:.1} GB/s measured copy bandwidth",
                     r.variant.describe(),
                     r.timed_batches,
+                    crate::train::DENSE_WARMUP,
                     r.batches_per_epoch,
                     gbs,
                     copy_gbs

@@ -46,7 +46,7 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
             let buf = with_buffer!(&c.data, v => {
                 let vals = &v[c.offset..c.offset + c.nnz()];
                 let idx = c.indices();
-                let mut out = vec![Default::default(); rows * cols];
+                let mut out = crate::recycle::zeroed_vec(rows * cols);
                 if cols > 0 {
                     out.par_chunks_mut(cols).with_min_len((PAR_ROWS / cols).max(1)).enumerate().for_each(|(r, o)| {
                         for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
@@ -65,7 +65,8 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
             let row_len = r.row_len();
             let n: usize = r.shape.iter().product();
             let buf = with_buffer!(&r.data, v => {
-                let mut out = vec![Default::default(); n];
+                // A dense gradient densified every step reuses the previous step's buffer.
+                let mut out = crate::recycle::zeroed_vec(n);
                 for (k, &row) in r.indices.iter().enumerate() {
                     let dst = row as usize * row_len;
                     out[dst..dst + row_len].copy_from_slice(&v[k * row_len..(k + 1) * row_len]);
