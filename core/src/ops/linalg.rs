@@ -30,6 +30,11 @@ pub(crate) fn gemm_into<T: Float>(
             .for_each(|x| *x = <T as num_traits::Zero>::zero());
         return;
     }
+    if let (Some(a32), Some(b32), Some(d32)) = (as_f32(a), as_f32(b), as_f32_mut(dst)) {
+        if super::skinny::try_skinny_f32(m, n, k, a32, a_rs, a_cs, b32, b_rs, b_cs, d32) {
+            return;
+        }
+    }
     let threads = if m * n * k >= 64 * 64 * 64 {
         gemm::Parallelism::Rayon(0)
     } else {
@@ -60,6 +65,23 @@ pub(crate) fn gemm_into<T: Float>(
             false,
             threads,
         );
+    }
+}
+
+/// `s` as `&[f32]` when `T` is `f32` (the skinny kernels are f32-only).
+fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        // SAFETY: T is f32 (checked just above), so the layout is identical.
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
+}
+
+/// Mutable counterpart of [`as_f32`].
+fn as_f32_mut<T: Float>(s: &mut [T]) -> Option<&mut [f32]> {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        // SAFETY: T is f32 (checked just above), so the layout is identical.
+        Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) })
+    } else {
+        None
     }
 }
 
@@ -126,19 +148,27 @@ impl NDArray {
         }
         let out = dot_dense(self, other, transpose_a, transpose_b)?;
         let (a, b) = (self.clone(), other.clone());
+        // Decided when the graph is built: a data batch (no gradient attached, not computed
+        // by a recorded op) gets no gradient, which in a Dense layer on a large input skips a
+        // whole product as big as the forward one.
+        let (need_a, need_b) = (self.requires_grad(), other.requires_grad());
         Ok(record_op("dot", out, &[self, other], move |g| {
             // C = op(A) op(B).  dA = g op(B)^T (transposed back if A was), dB likewise.
-            let ga = if transpose_a {
-                dot_dense(&b, g, transpose_b, true)?
+            let ga = if !need_a {
+                None
+            } else if transpose_a {
+                Some(dot_dense(&b, g, transpose_b, true)?)
             } else {
-                dot_dense(g, &b, false, !transpose_b)?
+                Some(dot_dense(g, &b, false, !transpose_b)?)
             };
-            let gb = if transpose_b {
-                dot_dense(g, &a, true, transpose_a)?
+            let gb = if !need_b {
+                None
+            } else if transpose_b {
+                Some(dot_dense(g, &a, true, transpose_a)?)
             } else {
-                dot_dense(&a, g, !transpose_a, false)?
+                Some(dot_dense(&a, g, !transpose_a, false)?)
             };
-            Ok(vec![Some(ga), Some(gb)])
+            Ok(vec![ga, gb])
         }))
     }
 }

@@ -11,6 +11,7 @@ mod matmul;
 pub(crate) mod reduce;
 mod reduce_more;
 mod shape;
+mod skinny;
 mod softmax;
 mod sort;
 mod transform;
