@@ -30,6 +30,7 @@ pub(crate) fn gemm_into<T: Float>(
             .for_each(|x| *x = <T as num_traits::Zero>::zero());
         return;
     }
+    #[cfg(target_arch = "x86_64")]
     if let (Some(a32), Some(b32), Some(d32)) = (as_f32(a), as_f32(b), as_f32_mut(dst)) {
         if super::skinny::try_skinny_f32(m, n, k, a32, a_rs, a_cs, b32, b_rs, b_cs, d32) {
             return;
@@ -69,6 +70,7 @@ pub(crate) fn gemm_into<T: Float>(
 }
 
 /// `s` as `&[f32]` when `T` is `f32` (the skinny kernels are f32-only).
+#[cfg(target_arch = "x86_64")]
 fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
     (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
         // SAFETY: T is f32 (checked just above), so the layout is identical.
@@ -76,6 +78,7 @@ fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
 }
 
 /// Mutable counterpart of [`as_f32`].
+#[cfg(target_arch = "x86_64")]
 fn as_f32_mut<T: Float>(s: &mut [T]) -> Option<&mut [f32]> {
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         // SAFETY: T is f32 (checked just above), so the layout is identical.

@@ -11,6 +11,7 @@ mod matmul;
 pub(crate) mod reduce;
 mod reduce_more;
 mod shape;
+#[cfg(target_arch = "x86_64")]
 mod skinny;
 mod softmax;
 mod sort;

@@ -11,8 +11,8 @@
 //! overwritten), so it moves 2-3x the bytes these products need. The kernels here stream the
 //! large operand once, and [`outer`] writes a large output with non-temporal stores. They are
 //! memory-bound by construction (arithmetic intensity ~k or ~m FLOP per 4 bytes), so plain
-//! broadcast-FMA loops reach the bandwidth; they only run on f32 with AVX2+FMA and fall back to
-//! `gemm` otherwise (see [`try_skinny_f32`]).
+//! broadcast-FMA loops reach the bandwidth. The module exists on x86_64 only and runs on f32 with
+//! AVX2+FMA; every other case falls back to `gemm` (see [`try_skinny_f32`]).
 
 use rayon::prelude::*;
 
@@ -48,14 +48,7 @@ impl SendPtr {
 }
 
 fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 /// `dst(m x n, row-major) = a(m x k) * b(k x n)` (element strides as in `gemm_into`) when one
@@ -155,7 +148,6 @@ fn rowdot(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
@@ -352,41 +344,6 @@ mod x86 {
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
         _mm_cvtss_f32(s)
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-mod x86 {
-    // `has_avx2_fma` is false off x86_64, so these are never called; they exist so the
-    // dispatch above compiles everywhere.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn outer_block(
-        _m: usize,
-        _n: usize,
-        _k: usize,
-        _a: &[f32],
-        _b: &[f32],
-        _b_rs: usize,
-        _c0: usize,
-        _c1: usize,
-        _out: *mut f32,
-        _stream: bool,
-    ) {
-        unreachable!("skinny kernels need x86_64 AVX2")
-    }
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn rowdot_block(
-        _m: usize,
-        _n: usize,
-        _a: &[f32],
-        _a_rs: usize,
-        _b: &[f32],
-        _b_cs: usize,
-        _p0: usize,
-        _p1: usize,
-        _acc: &mut [f32],
-    ) {
-        unreachable!("skinny kernels need x86_64 AVX2")
     }
 }
 
