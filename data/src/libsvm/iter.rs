@@ -1,13 +1,15 @@
 //! `LibSVMIter`: streaming, parallel LibSVM reading into CSR batches.
 //!
-//! Pipeline per epoch: a reader thread reads blocks (see `plan`) into recycled buffers and
-//! finds their row starts; a producer thread cuts each block into byte ranges of exactly one
-//! batch of rows, parses them in parallel (rayon) straight into the batches' arrays (see
-//! `block_batches`) and sends the batches through a bounded channel (the prefetch queue) in
-//! groups of `prefetch` batches or more (one thread hand-off per group, see `BatchTx`).
-//! With shuffling or a separate label file, blocks are parsed into ~1 MB pieces instead and the
-//! rows copied into batches. Memory is a few blocks plus the batches of one block and two
-//! groups of batches (each `prefetch` batches, or 256 KB of small ones), whatever the file size.
+//! Pipeline per epoch: a reader thread maps blocks (see `plan`) and finds their row starts; a
+//! producer thread cuts each block into byte ranges of exactly one batch of rows, has rayon
+//! tasks parse them straight into the batches' arrays, a bounded window of tasks running
+//! across block boundaries (see `block_batches`), and sends the batches in order through a
+//! bounded channel (the prefetch queue) in groups of `prefetch` batches or more (one thread
+//! hand-off per group, see `BatchTx`). With shuffling or a separate label file, blocks are read
+//! into recycled buffers and parsed into ~1 MB pieces instead, and the rows copied into
+//! batches. Memory is a few blocks plus the batches of the task window (or of one block on the
+//! piece path) and two groups of batches (each `prefetch` batches, or 256 KB of small ones),
+//! whatever the file size.
 //!
 //! Data blocks are memory-mapped while they are parsed: as with the whole-file loader,
 //! truncating a file while it is being read is not supported (the process may fault).
@@ -22,7 +24,7 @@ use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use rayon::prelude::*;
 
-use super::block_batches::{emit_block_direct, map_span, row_starts, ArrayPool, BlockBuf};
+use super::block_batches::{map_span, produce_direct, row_starts, BlockBuf};
 use super::load::{list_files, positioned};
 use super::parse::ChunkOpts;
 use super::plan::{file_infos, pair_labels, plan_part, read_span, Block, FileInfo, Span};
@@ -606,14 +608,14 @@ pub(super) fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
 }
 
 /// The producer of one epoch.
-fn produce(sh: &Shared, epoch: u64, carry: Option<Rows>, skip: usize, tx: &mut BatchTx) {
+fn produce(sh: &Arc<Shared>, epoch: u64, carry: Option<Rows>, skip: usize, tx: &mut BatchTx) {
     if let Err(e) = produce_inner(sh, epoch, carry, skip, tx) {
         tx.finish(Msg::Err(e));
     }
 }
 
 fn produce_inner(
-    sh: &Shared,
+    sh: &Arc<Shared>,
     epoch: u64,
     carry: Option<Rows>,
     mut skip: usize,
@@ -629,7 +631,10 @@ fn produce_inner(
     // Reader thread: blocks are mapped (direct path) or read while the previous one is parsed.
     // Buffers come back through `ret` and are reused: a fresh 16 MB buffer per block cost more
     // in page faults (the kernel zeroing new pages) than the copy out of the page cache itself.
-    let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(1);
+    // The direct path takes the next block while the current one's last ranges are still being
+    // parsed, so one block ready in the reader's hand is enough there (each mapped block counts
+    // in the resident set); the piece path keeps one more queued.
+    let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(if direct { 0 } else { 1 });
     let (ret_tx, ret_rx) = channel::<BlockBuf>();
     let reader = {
         let files = sh.files.clone();
@@ -654,24 +659,26 @@ fn produce_inner(
     };
     let mut left = carry.unwrap_or_default();
     let mut lbuf = Vec::new();
-    let mut pool = ArrayPool::default();
     let mut stopped = false;
-    for _ in 0..order.len() {
+    if direct {
+        let sent = produce_direct(
+            sh,
+            &order,
+            &brx,
+            &ret_tx,
+            &mut left,
+            &mut skip,
+            tx,
+            bar.as_ref(),
+        )?;
+        stopped = !sent;
+    }
+    for _ in 0..if direct { 0 } else { order.len() } {
         let Ok(r) = brx.recv() else { break };
-        let (k, mut block) = r?;
+        let (k, block) = r?;
         let bi = order[k];
         if let Some(bar) = &bar {
             bar.inc(block.bytes().len() as u64);
-        }
-        if direct {
-            let sent = emit_block_direct(sh, bi, &block, &mut left, &mut skip, &mut pool, tx)?;
-            block.map = None; // unmap now: memory stays bounded by the blocks in flight
-            let _ = ret_tx.send(block); // the reader may have finished: then it is just freed
-            if !sent {
-                stopped = true;
-                break;
-            }
-            continue;
         }
         let mut pieces = load_block(sh, bi, epoch, &block.buf, &mut lbuf)?;
         let _ = ret_tx.send(block);
