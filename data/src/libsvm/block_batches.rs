@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use sparrow_core::{ArrayData, Buffer, CsrData, DenseData, NDArray};
 
-use super::iter::{check_label_counts, locate, make_batch, BatchTx, Shared};
+use super::iter::{check_label_counts, locate, make_batch, BatchTx, EpochState, Shared};
 use super::parse::{is_row_line, parse_into, parse_rows_into, Rows};
 use super::plan::{FileInfo, Span};
 use super::{nth_line_start, BufError};
@@ -96,11 +96,12 @@ type JobResult = std::result::Result<Vec<Rows>, BufError>;
 /// microseconds of hand-offs), batches of this size or more one per task.
 const JOB_BYTES: usize = 256 << 10;
 
-/// Parse the blocks the reader sends (`blocks`, `n_blocks` of them, mapped and with their row
-/// starts) into batches and send the full ones; rows that do not fill a batch end in `left`
-/// (which holds fewer than `batch_size` rows on entry and exit). The first `skip` rows are
-/// dropped (rows the previous epoch's round batch already used). Block buffers go back to the
-/// reader through `ret` once parsed. Returns `Ok(false)` when the consumer has gone.
+/// Parse the blocks the reader sends (`blocks`, one per entry of `order`, mapped and with their
+/// row starts) into batches and send the full ones to `st.tx`; rows that do not fill a batch
+/// end in `st.left` (which holds fewer than `batch_size` rows on entry and exit). The first
+/// `st.skip` rows are dropped (rows the previous epoch's round batch already used). Block
+/// buffers go back to the reader through `ret` once parsed. Returns `Ok(false)` when the
+/// consumer has gone.
 ///
 /// Every block is cut into row ranges of exactly one batch (from the row starts alone, before
 /// any parsing), grouped into jobs of about [`JOB_BYTES`], and the jobs run as rayon tasks
@@ -114,17 +115,15 @@ const JOB_BYTES: usize = 256 << 10;
 /// An error ends the pass: it is the first one in file order, except that within a block a
 /// parse error anywhere in the block is reported before a row with the wrong number of labels
 /// (the order the whole-block path reports them). Batches before the failing one are sent.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn produce_direct(
     sh: &Arc<Shared>,
     order: &[usize],
     blocks: &Receiver<Result<(usize, BlockBuf)>>,
     ret: &Sender<BlockBuf>,
-    left: &mut Rows,
-    skip: &mut usize,
-    tx: &mut BatchTx,
+    st: &mut EpochState<'_>,
     bar: Option<&indicatif::ProgressBar>,
 ) -> Result<bool> {
+    let (left, skip, tx) = (&mut *st.left, &mut *st.skip, &mut *st.tx);
     let threads = rayon::current_num_threads().max(1);
     let (min_jobs, max_jobs) = (threads + 1, 4 * threads);
     let window_bytes = sh.p.block_bytes.max(1);

@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -658,52 +658,18 @@ fn produce_inner(
         })
     };
     let mut left = carry.unwrap_or_default();
-    let mut lbuf = Vec::new();
-    let mut stopped = false;
-    if direct {
-        let sent = produce_direct(
-            sh,
-            &order,
-            &brx,
-            &ret_tx,
-            &mut left,
-            &mut skip,
-            tx,
-            bar.as_ref(),
-        )?;
-        stopped = !sent;
-    }
-    for _ in 0..if direct { 0 } else { order.len() } {
-        let Ok(r) = brx.recv() else { break };
-        let (k, block) = r?;
-        let bi = order[k];
-        if let Some(bar) = &bar {
-            bar.inc(block.bytes().len() as u64);
-        }
-        let mut pieces = load_block(sh, bi, epoch, &block.buf, &mut lbuf)?;
-        let _ = ret_tx.send(block);
-        // Rows the previous round batch borrowed.
-        for p in pieces.iter_mut() {
-            if skip == 0 {
-                break;
-            }
-            let n = skip.min(p.len());
-            let mut rest = Rows::new();
-            rest.extend_from(p, n, p.len());
-            *p = rest;
-            skip -= n;
-        }
-        let mut all = Vec::with_capacity(pieces.len() + 1);
-        all.push(std::mem::take(&mut left));
-        all.extend(pieces);
-        match emit(sh, &all, tx) {
-            Ok(l) => left = l,
-            Err(()) => {
-                stopped = true;
-                break;
-            }
-        }
-    }
+    let (blocks, bar_ref) = (&brx, bar.as_ref());
+    let mut st = EpochState {
+        left: &mut left,
+        skip: &mut skip,
+        tx,
+    };
+    let sent = if direct {
+        produce_direct(sh, &order, blocks, &ret_tx, &mut st, bar_ref)?
+    } else {
+        produce_pieces(sh, epoch, &order, blocks, &ret_tx, &mut st, bar_ref)?
+    };
+    let stopped = !sent;
     drop(brx);
     let _ = reader.join();
     if stopped {
@@ -740,6 +706,62 @@ fn produce_inner(
         skip: end_skip,
     });
     Ok(())
+}
+
+/// What the block loop of an epoch updates: rows carried into the next batch, rows still to
+/// skip, and the batch queue.
+pub(super) struct EpochState<'a> {
+    /// Rows that do not fill a batch yet (fewer than `batch_size`).
+    pub(super) left: &'a mut Rows,
+    /// Rows at the start still to drop (those the previous epoch's round batch used).
+    pub(super) skip: &'a mut usize,
+    /// The prefetch queue.
+    pub(super) tx: &'a mut BatchTx,
+}
+
+/// The piece path of one epoch (rows shuffled within blocks, or labels from a second file):
+/// each block is read, parsed into ~1 MB pieces (`load_block`) and its rows copied into
+/// batches. `Ok(false)` when the consumer has gone; rows that do not fill a batch stay in
+/// `st.left`.
+fn produce_pieces(
+    sh: &Shared,
+    epoch: u64,
+    order: &[usize],
+    blocks: &Receiver<Result<(usize, BlockBuf)>>,
+    ret: &Sender<BlockBuf>,
+    st: &mut EpochState<'_>,
+    bar: Option<&indicatif::ProgressBar>,
+) -> Result<bool> {
+    let mut lbuf = Vec::new();
+    for _ in 0..order.len() {
+        let Ok(r) = blocks.recv() else { break };
+        let (k, block) = r?;
+        let bi = order[k];
+        if let Some(bar) = bar {
+            bar.inc(block.bytes().len() as u64);
+        }
+        let mut pieces = load_block(sh, bi, epoch, &block.buf, &mut lbuf)?;
+        let _ = ret.send(block);
+        // Rows the previous round batch borrowed.
+        for p in pieces.iter_mut() {
+            if *st.skip == 0 {
+                break;
+            }
+            let n = (*st.skip).min(p.len());
+            let mut rest = Rows::new();
+            rest.extend_from(p, n, p.len());
+            *p = rest;
+            *st.skip -= n;
+        }
+        let mut all = Vec::with_capacity(pieces.len() + 1);
+        all.push(std::mem::take(st.left));
+        all.extend(pieces);
+        match emit(sh, &all, st.tx) {
+            Ok(l) => *st.left = l,
+            Err(()) => return Ok(false),
+        }
+    }
+    Ok(true)
 }
 
 fn send(tx: &mut BatchTx, b: Batch) -> Result<()> {
