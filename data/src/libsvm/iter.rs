@@ -178,6 +178,10 @@ impl BatchTx {
 
 /// Streaming LibSVM iterator yielding CSR batches (`Iterator<Item = Result<Batch>>`).
 ///
+/// Malformed input yields one `Err` (file, line, column) and ends the epoch; the batches
+/// before it may already have been yielded (without shuffling or a label file, those of the
+/// rows before the failing batch's task; otherwise those of the blocks before it).
+///
 /// ```no_run
 /// use sparrow_data::libsvm::{LibSVMIter, LibSVMIterParams};
 /// let mut it = LibSVMIter::new(LibSVMIterParams::new("train.libsvm", 10_000_000, 1024))?;
