@@ -1,19 +1,21 @@
 //! Parsing a block straight into its batches.
 //!
 //! The reader thread records where each row's line starts. The producer then knows, before
-//! parsing, which byte range holds each batch's rows, parses those ranges in parallel, and the
-//! parsed CSR arrays become the batches by move: no row is copied except in the one batch per
-//! block that joins the rows left over from the previous block. (Parsing fixed-size byte pieces
-//! instead cuts batches across pieces, and every row had to be copied into its batch.)
+//! parsing, which byte range holds each batch's rows, parses those ranges as rayon tasks (the
+//! next block's while the current block's last ones finish), and the parsed CSR arrays become
+//! the batches by move: no row is copied except in the one batch per block that joins the rows
+//! left over from the previous block. (Parsing fixed-size byte pieces instead cuts batches
+//! across pieces, and every row had to be copied into its batch.) The parser starts each row
+//! from the recorded line starts rather than searching for every newline again.
 
 use std::collections::VecDeque;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use sparrow_core::{ArrayData, Buffer, CsrData, DenseData, NDArray};
 
-use super::iter::{check_label_counts, locate, make_batch, BatchTx, Shared};
-use super::parse::{is_row_line, parse_into, Rows};
+use super::iter::{check_label_counts, locate, make_batch, BatchTx, EpochState, Shared};
+use super::parse::{is_row_line, parse_into, parse_rows_into, Rows};
 use super::plan::{FileInfo, Span};
 use super::{nth_line_start, BufError};
 use crate::batch::Batch;
@@ -72,30 +74,166 @@ pub(super) fn row_starts(buf: &[u8], out: &mut Vec<usize>) {
     }
 }
 
-/// Parse block `bi` (in `block`) into batches and send the full ones; rows that do not fill a
-/// batch are appended to `left` (which holds fewer than `batch_size` rows on entry and exit).
-/// The first `skip` rows are dropped (rows the previous epoch's round batch already used).
-/// Returns `Ok(false)` when the consumer has gone.
-pub(super) fn emit_block_direct(
+/// Row ranges parsed by one rayon task: consecutive ranges of one block, each becoming one
+/// batch (or part of one), and what emitting them needs.
+struct Job {
+    /// The block, kept mapped by every job of it (the last one to go unmaps it).
+    block: Arc<BlockBuf>,
+    /// Index of the block in `Shared::blocks` (to place errors in the file).
+    bi: usize,
+    /// Row ranges `(first, end)` of the block, in order.
+    ranges: Vec<(usize, usize)>,
+    /// Bytes of text the ranges span (for the window bound).
+    bytes: usize,
+    /// The block's last job: after emitting it, its buffers go back to the reader.
+    last: bool,
+}
+
+/// A job's parsed ranges, or the first error in them.
+type JobResult = std::result::Result<Vec<Rows>, BufError>;
+
+/// Text bytes one job aims at: small batches are parsed many to a task (a task costs a few
+/// microseconds of hand-offs), batches of this size or more one per task.
+const JOB_BYTES: usize = 256 << 10;
+
+/// Parse the blocks the reader sends (`blocks`, one per entry of `order`, mapped and with their
+/// row starts) into batches and send the full ones to `st.tx`; rows that do not fill a batch
+/// end in `st.left` (which holds fewer than `batch_size` rows on entry and exit). The first
+/// `st.skip` rows are dropped (rows the previous epoch's round batch already used). Block
+/// buffers go back to the reader through `ret` once parsed. Returns `Ok(false)` when the
+/// consumer has gone.
+///
+/// Every block is cut into row ranges of exactly one batch (from the row starts alone, before
+/// any parsing), grouped into jobs of about [`JOB_BYTES`], and the jobs run as rayon tasks
+/// while this thread emits finished ones in order. Jobs of the next block are queued while the
+/// current block's last ones still run, so neither core waits at block ends (parsing a block
+/// with one parallel call, the next block could only start once the slowest range was done:
+/// ~1.6 of 2 cores were busy). The jobs in flight are bounded (at least one per thread plus
+/// one, more only while they hold less than a block of text), so memory stays a few blocks
+/// and batches whatever the file size.
+///
+/// An error ends the pass: it is the first one in file order, except that within a block a
+/// parse error anywhere in the block is reported before a row with the wrong number of labels
+/// (the order the whole-block path reports them). Batches before the failing one are sent.
+pub(super) fn produce_direct(
+    sh: &Arc<Shared>,
+    order: &[usize],
+    blocks: &Receiver<Result<(usize, BlockBuf)>>,
+    ret: &Sender<BlockBuf>,
+    st: &mut EpochState<'_>,
+    bar: Option<&indicatif::ProgressBar>,
+) -> Result<bool> {
+    let (left, skip, tx) = (&mut *st.left, &mut *st.skip, &mut *st.tx);
+    let threads = rayon::current_num_threads().max(1);
+    let (min_jobs, max_jobs) = (threads + 1, 4 * threads);
+    let window_bytes = sh.p.block_bytes.max(1);
+    let mut pool = ArrayPool::default();
+    // Rows the planned ranges leave over at the end (what `left` will hold once every job
+    // planned so far has been emitted).
+    let mut plan_left = left.len();
+    let (rtx, rrx) = channel::<(u64, JobResult)>();
+    // Jobs planned and not yet started (all of one block), jobs started and not yet emitted,
+    // and the results received for the latter (in order; `None` until it arrives).
+    let mut planned: VecDeque<Job> = VecDeque::new();
+    let mut running: VecDeque<Job> = VecDeque::new();
+    let mut results: VecDeque<Option<JobResult>> = VecDeque::new();
+    let (mut next_seq, mut emit_seq) = (0u64, 0u64);
+    let mut running_bytes = 0usize;
+    let mut received = 0;
+    loop {
+        // Start jobs while the window allows, planning the next block when one is needed.
+        loop {
+            let n = running.len();
+            if !(n < min_jobs || (n < max_jobs && running_bytes < window_bytes)) {
+                break;
+            }
+            if planned.is_empty() {
+                if received == order.len() {
+                    break;
+                }
+                let Ok(r) = blocks.recv() else {
+                    break;
+                };
+                let (k, block) = r?;
+                received += 1;
+                if let Some(bar) = bar {
+                    bar.inc(block.bytes().len() as u64);
+                }
+                plan_block(sh, order[k], block, &mut plan_left, skip, &mut planned, ret);
+                continue;
+            }
+            let Some(job) = planned.pop_front() else {
+                break;
+            };
+            pool.reclaim();
+            let outs: Vec<Rows> = job.ranges.iter().map(|_| pool.rows()).collect();
+            let (task_sh, block, ranges) = (sh.clone(), job.block.clone(), job.ranges.clone());
+            let (rtx, seq) = (rtx.clone(), next_seq);
+            rayon::spawn(move || {
+                let res = parse_ranges(&task_sh, &block, &ranges, outs);
+                // The block is released before the result is sent, so once the emitter has
+                // every result of a block it holds the block's only reference.
+                drop(block);
+                let _ = rtx.send((seq, res)); // the emitter may have stopped on an error
+            });
+            next_seq += 1;
+            running_bytes += job.bytes;
+            running.push_back(job);
+            results.push_back(None);
+        }
+        if results.is_empty() {
+            break; // nothing running and nothing left to start
+        }
+        while results.front().is_some_and(Option::is_none) {
+            let Ok((seq, res)) = rrx.recv() else {
+                return Err(DataError::arg(
+                    "LibSVMIter",
+                    "a parsing task stopped unexpectedly",
+                ));
+            };
+            // Results come back nearly in order; `seq - emit_seq` indexes the window.
+            if let Some(s) = results.get_mut((seq - emit_seq) as usize) {
+                *s = Some(res);
+            }
+        }
+        let (Some(job), Some(Some(res))) = (running.pop_front(), results.pop_front()) else {
+            break;
+        };
+        emit_seq += 1;
+        running_bytes -= job.bytes;
+        if !emit_job(sh, &job, res, left, &mut pool, tx)? {
+            return Ok(false);
+        }
+        if job.last {
+            if let Ok(mut b) = Arc::try_unwrap(job.block) {
+                b.map = None; // unmap now: memory stays bounded by the blocks in flight
+                let _ = ret.send(b); // the reader may have finished: then it is just freed
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Cut block `bi` into batch-sized row ranges (the first one completing the `plan_left` rows
+/// the previous blocks leave over, the first `skip` rows dropped) and group them into jobs.
+/// A block with no rows to parse goes straight back to the reader.
+fn plan_block(
     sh: &Shared,
     bi: usize,
-    block: &BlockBuf,
-    left: &mut Rows,
+    block: BlockBuf,
+    plan_left: &mut usize,
     skip: &mut usize,
-    pool: &mut ArrayPool,
-    tx: &mut BatchTx,
-) -> Result<bool> {
-    let (buf, starts) = (block.bytes(), &block.row_starts[..]);
+    planned: &mut VecDeque<Job>,
+    ret: &Sender<BlockBuf>,
+) {
     let bs = sh.p.batch_size;
-    let nrows = starts.len();
+    let nrows = block.row_starts.len();
     let r0 = (*skip).min(nrows);
     *skip -= r0;
-    // Row ranges: first the rows that complete `left` into a batch, then whole batches, then
-    // the tail.
     let mut ranges = Vec::with_capacity((nrows - r0) / bs + 2);
     let mut r = r0;
-    if !left.is_empty() && r < nrows {
-        let z = r.saturating_add(bs - left.len()).min(nrows);
+    if *plan_left > 0 && r < nrows {
+        let z = r.saturating_add(bs - *plan_left).min(nrows);
         ranges.push((r, z));
         r = z;
     }
@@ -104,35 +242,106 @@ pub(super) fn emit_block_direct(
         ranges.push((r, z));
         r = z;
     }
-    let byte = |row: usize| starts.get(row).copied().unwrap_or(buf.len());
-    pool.reclaim();
-    let outs: Vec<Rows> = ranges.iter().map(|_| pool.rows()).collect();
-    let parsed: Vec<std::result::Result<Rows, BufError>> = ranges
-        .par_iter()
-        .zip(outs)
-        .map(|(&(a, z), mut rows)| {
-            let (s, e) = (byte(a), byte(z));
-            let text = &buf[s..e];
-            // ~16 bytes per feature is typical of real data; a shortfall only costs a regrow.
-            rows.indices.reserve(text.len() / 16);
-            rows.values.reserve(text.len() / 16);
-            rows.labels.reserve(z - a);
-            parse_into(text, &sh.data_opts, &mut rows).map_err(|err| BufError {
-                line_start: s + nth_line_start(text, err.line),
-                err,
-            })?;
-            Ok(rows)
-        })
-        .collect();
-    // Parse errors first, in file order, then label counts: the order the piece path reports.
-    let mut pieces = Vec::with_capacity(parsed.len());
-    for p in parsed {
-        pieces.push(p.map_err(|e| locate(&sh.files, sh.blocks[bi].data, buf, e))?);
+    // Each range either completes a batch or adds to the rows left over.
+    *plan_left = (*plan_left + (nrows - r0)) % bs;
+    if ranges.is_empty() {
+        let mut block = block;
+        block.map = None;
+        let _ = ret.send(block);
+        return;
     }
-    for (p, &(a, _)) in pieces.iter().zip(&ranges) {
-        check_label_counts(sh, bi, buf, p, |r| byte(a + r))?;
+    let block = Arc::new(block);
+    let byte = |row: usize| block_byte(&block, row);
+    let first = planned.len();
+    let mut cur: Vec<(usize, usize)> = Vec::new();
+    let mut cur_bytes = 0;
+    for (a, z) in ranges {
+        cur.push((a, z));
+        cur_bytes += byte(z) - byte(a);
+        if cur_bytes >= JOB_BYTES {
+            planned.push_back(Job {
+                block: block.clone(),
+                bi,
+                ranges: std::mem::take(&mut cur),
+                bytes: std::mem::take(&mut cur_bytes),
+                last: false,
+            });
+        }
     }
-    for p in pieces {
+    if !cur.is_empty() {
+        planned.push_back(Job {
+            block: block.clone(),
+            bi,
+            ranges: cur,
+            bytes: cur_bytes,
+            last: false,
+        });
+    }
+    if planned.len() > first {
+        if let Some(j) = planned.back_mut() {
+            j.last = true;
+        }
+    }
+}
+
+/// Byte offset in the block where row `row` starts (the block's length past its last row).
+fn block_byte(block: &BlockBuf, row: usize) -> usize {
+    let buf = block.bytes();
+    block.row_starts.get(row).map_or(buf.len(), |&s| s)
+}
+
+/// Parse a job's ranges, each into the matching `outs` rows (taken from the pool).
+fn parse_ranges(
+    sh: &Shared,
+    block: &BlockBuf,
+    ranges: &[(usize, usize)],
+    outs: Vec<Rows>,
+) -> JobResult {
+    let (buf, starts) = (block.bytes(), &block.row_starts[..]);
+    let mut parsed = Vec::with_capacity(ranges.len());
+    for (&(a, z), mut rows) in ranges.iter().zip(outs) {
+        let (s, e) = (block_byte(block, a), block_byte(block, z));
+        // ~16 bytes per feature is typical of real data; a shortfall only costs a regrow.
+        rows.indices.reserve((e - s) / 16);
+        rows.values.reserve((e - s) / 16);
+        rows.labels.reserve(z - a);
+        let row_starts = starts.get(a..z).unwrap_or(&[]);
+        parse_rows_into(buf, row_starts, e, &sh.data_opts, &mut rows)?;
+        parsed.push(rows);
+    }
+    Ok(parsed)
+}
+
+/// Emit a finished job's rows as batches (see [`produce_direct`]). `Ok(false)` when the
+/// consumer has gone.
+fn emit_job(
+    sh: &Shared,
+    job: &Job,
+    res: JobResult,
+    left: &mut Rows,
+    pool: &mut ArrayPool,
+    tx: &mut BatchTx,
+) -> Result<bool> {
+    let bs = sh.p.batch_size;
+    let buf = job.block.bytes();
+    let span = sh.blocks[job.bi].data;
+    let pieces = res.map_err(|e| locate(&sh.files, span, buf, e))?;
+    for (p, &(a, z)) in pieces.into_iter().zip(&job.ranges) {
+        if let Err(label_err) =
+            check_label_counts(sh, job.bi, buf, &p, |r| block_byte(&job.block, a + r))
+        {
+            // A parse error later in the block comes first (see `produce_direct`).
+            let rest_start = block_byte(&job.block, z);
+            let rest = &buf[rest_start..];
+            let mut scratch = Rows::new();
+            return Err(match parse_into(rest, &sh.data_opts, &mut scratch) {
+                Err(err) => {
+                    let line_start = rest_start + nth_line_start(rest, err.line);
+                    locate(&sh.files, span, buf, BufError { line_start, err })
+                }
+                Ok(()) => label_err,
+            });
+        }
         let batch = if left.is_empty() && p.len() == bs {
             pool.batch_from_rows(sh, p)
         } else if left.len() + p.len() == bs {

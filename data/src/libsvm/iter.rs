@@ -1,20 +1,22 @@
 //! `LibSVMIter`: streaming, parallel LibSVM reading into CSR batches.
 //!
-//! Pipeline per epoch: a reader thread reads blocks (see `plan`) into recycled buffers and
-//! finds their row starts; a producer thread cuts each block into byte ranges of exactly one
-//! batch of rows, parses them in parallel (rayon) straight into the batches' arrays (see
-//! `block_batches`) and sends the batches through a bounded channel (the prefetch queue) in
-//! groups of `prefetch` batches or more (one thread hand-off per group, see `BatchTx`).
-//! With shuffling or a separate label file, blocks are parsed into ~1 MB pieces instead and the
-//! rows copied into batches. Memory is a few blocks plus the batches of one block and two
-//! groups of batches (each `prefetch` batches, or 256 KB of small ones), whatever the file size.
+//! Pipeline per epoch: a reader thread maps blocks (see `plan`) and finds their row starts; a
+//! producer thread cuts each block into byte ranges of exactly one batch of rows, has rayon
+//! tasks parse them straight into the batches' arrays, a bounded window of tasks running
+//! across block boundaries (see `block_batches`), and sends the batches in order through a
+//! bounded channel (the prefetch queue) in groups of `prefetch` batches or more (one thread
+//! hand-off per group, see `BatchTx`). With shuffling or a separate label file, blocks are read
+//! into recycled buffers and parsed into ~1 MB pieces instead, and the rows copied into
+//! batches. Memory is a few blocks plus the batches of the task window (or of one block on the
+//! piece path) and two groups of batches (each `prefetch` batches, or 256 KB of small ones),
+//! whatever the file size.
 //!
 //! Data blocks are memory-mapped while they are parsed: as with the whole-file loader,
 //! truncating a file while it is being read is not supported (the process may fault).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -22,7 +24,7 @@ use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use rayon::prelude::*;
 
-use super::block_batches::{emit_block_direct, map_span, row_starts, ArrayPool, BlockBuf};
+use super::block_batches::{map_span, produce_direct, row_starts, BlockBuf};
 use super::load::{list_files, positioned};
 use super::parse::ChunkOpts;
 use super::plan::{file_infos, pair_labels, plan_part, read_span, Block, FileInfo, Span};
@@ -175,6 +177,10 @@ impl BatchTx {
 }
 
 /// Streaming LibSVM iterator yielding CSR batches (`Iterator<Item = Result<Batch>>`).
+///
+/// Malformed input yields one `Err` (file, line, column) and ends the epoch; the batches
+/// before it may already have been yielded (without shuffling or a label file, those of the
+/// rows before the failing batch's task; otherwise those of the blocks before it).
 ///
 /// ```no_run
 /// use sparrow_data::libsvm::{LibSVMIter, LibSVMIterParams};
@@ -606,14 +612,14 @@ pub(super) fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
 }
 
 /// The producer of one epoch.
-fn produce(sh: &Shared, epoch: u64, carry: Option<Rows>, skip: usize, tx: &mut BatchTx) {
+fn produce(sh: &Arc<Shared>, epoch: u64, carry: Option<Rows>, skip: usize, tx: &mut BatchTx) {
     if let Err(e) = produce_inner(sh, epoch, carry, skip, tx) {
         tx.finish(Msg::Err(e));
     }
 }
 
 fn produce_inner(
-    sh: &Shared,
+    sh: &Arc<Shared>,
     epoch: u64,
     carry: Option<Rows>,
     mut skip: usize,
@@ -629,7 +635,10 @@ fn produce_inner(
     // Reader thread: blocks are mapped (direct path) or read while the previous one is parsed.
     // Buffers come back through `ret` and are reused: a fresh 16 MB buffer per block cost more
     // in page faults (the kernel zeroing new pages) than the copy out of the page cache itself.
-    let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(1);
+    // The direct path takes the next block while the current one's last ranges are still being
+    // parsed, so one block ready in the reader's hand is enough there (each mapped block counts
+    // in the resident set); the piece path keeps one more queued.
+    let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(if direct { 0 } else { 1 });
     let (ret_tx, ret_rx) = channel::<BlockBuf>();
     let reader = {
         let files = sh.files.clone();
@@ -653,50 +662,18 @@ fn produce_inner(
         })
     };
     let mut left = carry.unwrap_or_default();
-    let mut lbuf = Vec::new();
-    let mut pool = ArrayPool::default();
-    let mut stopped = false;
-    for _ in 0..order.len() {
-        let Ok(r) = brx.recv() else { break };
-        let (k, mut block) = r?;
-        let bi = order[k];
-        if let Some(bar) = &bar {
-            bar.inc(block.bytes().len() as u64);
-        }
-        if direct {
-            let sent = emit_block_direct(sh, bi, &block, &mut left, &mut skip, &mut pool, tx)?;
-            block.map = None; // unmap now: memory stays bounded by the blocks in flight
-            let _ = ret_tx.send(block); // the reader may have finished: then it is just freed
-            if !sent {
-                stopped = true;
-                break;
-            }
-            continue;
-        }
-        let mut pieces = load_block(sh, bi, epoch, &block.buf, &mut lbuf)?;
-        let _ = ret_tx.send(block);
-        // Rows the previous round batch borrowed.
-        for p in pieces.iter_mut() {
-            if skip == 0 {
-                break;
-            }
-            let n = skip.min(p.len());
-            let mut rest = Rows::new();
-            rest.extend_from(p, n, p.len());
-            *p = rest;
-            skip -= n;
-        }
-        let mut all = Vec::with_capacity(pieces.len() + 1);
-        all.push(std::mem::take(&mut left));
-        all.extend(pieces);
-        match emit(sh, &all, tx) {
-            Ok(l) => left = l,
-            Err(()) => {
-                stopped = true;
-                break;
-            }
-        }
-    }
+    let (blocks, bar_ref) = (&brx, bar.as_ref());
+    let mut st = EpochState {
+        left: &mut left,
+        skip: &mut skip,
+        tx,
+    };
+    let sent = if direct {
+        produce_direct(sh, &order, blocks, &ret_tx, &mut st, bar_ref)?
+    } else {
+        produce_pieces(sh, epoch, &order, blocks, &ret_tx, &mut st, bar_ref)?
+    };
+    let stopped = !sent;
     drop(brx);
     let _ = reader.join();
     if stopped {
@@ -733,6 +710,62 @@ fn produce_inner(
         skip: end_skip,
     });
     Ok(())
+}
+
+/// What the block loop of an epoch updates: rows carried into the next batch, rows still to
+/// skip, and the batch queue.
+pub(super) struct EpochState<'a> {
+    /// Rows that do not fill a batch yet (fewer than `batch_size`).
+    pub(super) left: &'a mut Rows,
+    /// Rows at the start still to drop (those the previous epoch's round batch used).
+    pub(super) skip: &'a mut usize,
+    /// The prefetch queue.
+    pub(super) tx: &'a mut BatchTx,
+}
+
+/// The piece path of one epoch (rows shuffled within blocks, or labels from a second file):
+/// each block is read, parsed into ~1 MB pieces (`load_block`) and its rows copied into
+/// batches. `Ok(false)` when the consumer has gone; rows that do not fill a batch stay in
+/// `st.left`.
+fn produce_pieces(
+    sh: &Shared,
+    epoch: u64,
+    order: &[usize],
+    blocks: &Receiver<Result<(usize, BlockBuf)>>,
+    ret: &Sender<BlockBuf>,
+    st: &mut EpochState<'_>,
+    bar: Option<&indicatif::ProgressBar>,
+) -> Result<bool> {
+    let mut lbuf = Vec::new();
+    for _ in 0..order.len() {
+        let Ok(r) = blocks.recv() else { break };
+        let (k, block) = r?;
+        let bi = order[k];
+        if let Some(bar) = bar {
+            bar.inc(block.bytes().len() as u64);
+        }
+        let mut pieces = load_block(sh, bi, epoch, &block.buf, &mut lbuf)?;
+        let _ = ret.send(block);
+        // Rows the previous round batch borrowed.
+        for p in pieces.iter_mut() {
+            if *st.skip == 0 {
+                break;
+            }
+            let n = (*st.skip).min(p.len());
+            let mut rest = Rows::new();
+            rest.extend_from(p, n, p.len());
+            *p = rest;
+            *st.skip -= n;
+        }
+        let mut all = Vec::with_capacity(pieces.len() + 1);
+        all.push(std::mem::take(st.left));
+        all.extend(pieces);
+        match emit(sh, &all, st.tx) {
+            Ok(l) => *st.left = l,
+            Err(()) => return Ok(false),
+        }
+    }
+    Ok(true)
 }
 
 fn send(tx: &mut BatchTx, b: Batch) -> Result<()> {

@@ -196,6 +196,45 @@ pub fn parse_into(buf: &[u8], opts: &ChunkOpts, out: &mut Rows) -> Result<(), Ra
     Ok(())
 }
 
+/// Parse the rows whose lines start at `starts` (offsets into `buf`, increasing, each the start
+/// of a line that holds a row as [`is_row_line`] decides; the last row's line ends at or before
+/// `end`, a line start or `buf.len()`) into `out`. Stops at the first malformed row; the error
+/// carries that row's line start in `buf`.
+///
+/// Same rows and errors as [`parse_into`] on `buf[starts[0]..end]`, without searching every
+/// line for its end: the caller already found the line starts (the streaming reader does, to cut
+/// batches), and the byte before the next row's start is normally this row's newline. When
+/// blank or comment lines come between, or the row has an inline comment, the fast path meets
+/// a newline or `#` inside the content it was given and declines (neither is ever part of a
+/// token it accepts), and the line is cut properly and parsed by the general parser.
+pub(crate) fn parse_rows_into(
+    buf: &[u8],
+    starts: &[usize],
+    end: usize,
+    opts: &ChunkOpts,
+    out: &mut Rows,
+) -> Result<(), super::BufError> {
+    let end = end.min(buf.len());
+    for (i, &s) in starts.iter().enumerate() {
+        // Clamped so that offsets that break the contract cannot index out of bounds.
+        let ub = starts.get(i + 1).map_or(end, |&n| n.min(end));
+        let s = s.min(ub);
+        let content_end = if ub > s && buf[ub - 1] == b'\n' {
+            ub - 1
+        } else {
+            ub
+        };
+        if parse_line_fast(buf, s, content_end, opts, out) {
+            continue;
+        }
+        let line = &buf[s..ub];
+        let ce = memchr::memchr2(b'\n', b'#', line).unwrap_or(line.len());
+        parse_line(&line[..ce], 0, opts, out)
+            .map_err(|err| super::BufError { line_start: s, err })?;
+    }
+    Ok(())
+}
+
 /// Parse one line (comment already cut off). A blank line adds no row.
 pub(super) fn parse_line(
     line: &[u8],

@@ -309,3 +309,73 @@ fn writer_multilabel_and_atomic() {
     assert!(!dir.join("bad.svm").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A line of LibSVM text for `rows_parser_matches_line_scanner`: plain rows (the fast path),
+/// rows the general parser takes, comment and blank lines, inline comments, malformed rows.
+fn any_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => (0u32..3, prop::collection::vec((0u32..4, 0u32..1000), 0..5)).prop_map(|(l, fs)| {
+            let mut col = 0;
+            let mut s = format!("{l}");
+            for (gap, v) in fs {
+                col += gap + 1;
+                s.push_str(&format!(" {col}:{}", v as f32 / 8.0));
+            }
+            s
+        }),
+        1 => Just("1 qid:2 3:1e-2".to_string()),
+        1 => Just("1,2 4:0.5".to_string()),
+        1 => Just("1 2:0.5 # inline 7:7".to_string()),
+        1 => Just("1 2:0.5#tight".to_string()),
+        1 => Just("0\t1:2\t3:4\r".to_string()),
+        1 => Just("# a comment".to_string()),
+        1 => Just("".to_string()),
+        1 => Just(" \t ".to_string()),
+        1 => Just("  # indented comment".to_string()),
+        1 => Just("1 5:0.5 2:1".to_string()),
+        1 => Just("1 2:x".to_string()),
+        1 => Just("abc 1:1".to_string()),
+        1 => Just("1 9:".to_string()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Parsing from the reader's row starts gives exactly what scanning every line does: the
+    /// same rows bit for bit, or the same first error at the same line and column, from any row
+    /// start on (a batch's range) and with or without a final newline.
+    #[test]
+    fn rows_parser_matches_line_scanner(lines in prop::collection::vec(any_line(), 0..24),
+                                       final_nl in any::<bool>(), from in 0usize..24,
+                                       shift in 0i64..2, sort in any::<bool>()) {
+        use super::parse::{parse_into, parse_rows_into, ChunkOpts};
+        let mut text = lines.join("\n");
+        if final_nl {
+            text.push('\n');
+        }
+        let buf = text.as_bytes();
+        let mut starts = Vec::new();
+        super::block_batches::row_starts(buf, &mut starts);
+        let k = from.min(starts.len());
+        let s0 = starts.get(k).copied().unwrap_or(buf.len());
+        let opts = ChunkOpts { shift, zero_is_error: false, bound: Some(9), sort };
+        let (mut a, mut b) = (Rows::new(), Rows::new());
+        let ra = parse_into(&buf[s0..], &opts, &mut a)
+            .map_err(|e| (s0 + nth_line_start(&buf[s0..], e.line), e.col, e.msg));
+        let rb = parse_rows_into(buf, &starts[k..], buf.len(), &opts, &mut b)
+            .map_err(|e| (e.line_start, e.err.col, e.err.msg));
+        prop_assert_eq!(&ra, &rb, "{:?}", text);
+        if ra.is_ok() {
+            prop_assert_eq!(b.len(), starts.len() - k);
+            prop_assert_eq!(&a.indptr, &b.indptr);
+            prop_assert_eq!(&a.indices, &b.indices);
+            let bits = |r: &Rows| r.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&a), bits(&b));
+            prop_assert_eq!(&a.labels, &b.labels);
+            prop_assert_eq!(&a.label_ptr, &b.label_ptr);
+            prop_assert_eq!(&a.qids, &b.qids);
+            prop_assert_eq!((a.min_raw, a.max_raw), (b.min_raw, b.max_raw));
+        }
+    }
+}
