@@ -12,12 +12,12 @@ use crate::NDArray;
 /// Products with `m * n * k` below this go to the `gemm` crate, single-threaded: for
 /// 10x128 by 128x8 it takes ~0.6-0.9 us against ~1.3-1.5 us for matrixmultiply (packing and
 /// setup dominate); at 64^3 the two tie and above it matrixmultiply is faster (128^3: 60 vs
-/// 85 us). Measurements: bench-notes/dense.md, "Fourth session".
+/// 85 us). Measurements: bench-notes/dense.md, "Matmul, fourth session".
 const SMALL_MNK: usize = 64 * 64 * 64;
 
 /// Products with `m * n * k` at or above this (about 8 MFLOP) are split over rayon's threads.
 /// Below it, waking the second thread costs more than it saves on this 2-core VM: 64x128x64
-/// went from 18 to 53 us and 128^3 from 62 to 90 us when split; 64x784x128 (6.4M) gained 17%.
+/// went from 18 to 53 us and 128^3 from 61 to 91 us when split; 64x784x128 (6.4M): 206 -> 167 us.
 pub(crate) const PARALLEL_MNK: usize = 1 << 22;
 
 /// Blocks of a split product are multiples of this many rows (or columns), the register-tile
