@@ -1,10 +1,10 @@
 //! `matmul`: NumPy-style matrix product, 2-D and batched with broadcast batch dimensions,
-//! every matrix through the `gemm` crate (`gemm_into`).
+//! every matrix through `linalg::gemm_into` (the `gemm` and `matrixmultiply` crates).
 
 use rayon::prelude::*;
 
 use super::broadcast::{broadcast_shapes, broadcast_strides};
-use super::linalg::{gemm_into, strides};
+use super::linalg::{gemm_into, strides, PARALLEL_MNK};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::{float_dispatch, NDArray};
@@ -67,8 +67,9 @@ fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
             gemm_into(m, n, k, &x[oa..oa + ar * ac], a_rs, a_cs, &y[ob..ob + br * bc], b_rs, b_cs, dst);
         };
         if m * n > 0 {
-            // Big matrices parallelise inside gemm; many small ones parallelise over the batch.
-            if nb > 1 && m * n * k < 64 * 64 * 64 {
+            // Big matrices parallelise inside gemm_into; smaller ones (which gemm_into runs on
+            // one thread) parallelise over the batch.
+            if nb > 1 && m.saturating_mul(n).saturating_mul(k) < PARALLEL_MNK {
                 out.par_chunks_mut(m * n).enumerate().for_each(one);
             } else {
                 out.chunks_mut(m * n).enumerate().for_each(one);
