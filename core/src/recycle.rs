@@ -80,11 +80,15 @@ pub fn recycled_bytes() -> usize {
 /// when the pool has one of that length, else a zeroed one (`calloc`: large sizes arrive as
 /// untouched pages, advised for huge pages before the first write).
 pub fn overwritable_vec<T: Send + Copy + num_traits::Zero + 'static>(n: usize) -> Vec<T> {
-    take(n).unwrap_or_else(|| {
-        let mut v = vec![T::zero(); n];
-        crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
-        v
-    })
+    take(n).unwrap_or_else(|| fresh_zeroed(n, T::zero()))
+}
+
+/// A new vector of `n` copies of `zero` (a zeroed allocation: `calloc` for large sizes, whose
+/// untouched pages are advised for huge pages before the first write).
+fn fresh_zeroed<T: Copy>(n: usize, zero: T) -> Vec<T> {
+    let mut v = vec![zero; n];
+    crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
+    v
 }
 
 /// `n` zeros of `T`: a recycled buffer cleared in parallel when the pool has one of that length
@@ -98,11 +102,7 @@ pub fn zeroed_vec<T: Send + Sync + Copy + Default + 'static>(n: usize) -> Vec<T>
             v.par_chunks_mut(1 << 20).for_each(|c| c.fill(T::default()));
             v
         }
-        None => {
-            let mut v = vec![T::default(); n];
-            crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
-            v
-        }
+        None => fresh_zeroed(n, T::default()),
     }
 }
 

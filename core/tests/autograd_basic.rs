@@ -58,3 +58,23 @@ fn dot_grads() {
     .unwrap();
     let _ = DType::F32;
 }
+
+#[test]
+fn dot_backward_computes_only_the_gradients_inputs_need() {
+    // A data batch without attach_grad gets no gradient product (in a Dense layer on a wide
+    // input that product is as large as the forward one); an attached one does.
+    let w = test_array(&[3, 5], -1.0, 1.0, 11);
+    w.attach_grad();
+    let g = test_array(&[2, 3], -1.0, 1.0, 12);
+    for x_needs in [false, true] {
+        let x = test_array(&[2, 5], -1.0, 1.0, 13);
+        if x_needs {
+            x.attach_grad();
+        }
+        let y = autograd::record(|| x.dot_t(&w, false, true)).unwrap();
+        let node = y.node().expect("recorded");
+        let grads = (node.backward)(&g).unwrap();
+        assert_eq!(grads[0].is_some(), x_needs, "gradient of the batch");
+        assert!(grads[1].is_some(), "gradient of the weight");
+    }
+}

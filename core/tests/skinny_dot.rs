@@ -18,6 +18,22 @@ fn values(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// `rows x cols` row-major matrix whose element (r, c) is `sum_{p < inner} term(r, c, p)`, in f64.
+fn reference(
+    rows: usize,
+    cols: usize,
+    inner: usize,
+    term: impl Fn(usize, usize, usize) -> f64,
+) -> Vec<f64> {
+    let mut out = vec![0f64; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[r * cols + c] = (0..inner).map(|p| term(r, c, p)).sum();
+        }
+    }
+    out
+}
+
 fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
@@ -41,40 +57,25 @@ fn wide_dense_layer_forward_and_weight_gradient() {
             x.attach_grad();
         }
         let y = autograd::record(|| x.dot_t(&w, false, true)).unwrap();
-        let mut want_y = vec![0f64; m * units];
-        for i in 0..m {
-            for j in 0..units {
-                want_y[i * units + j] = (0..k)
-                    .map(|p| xv[i * k + p] as f64 * wv[j * k + p] as f64)
-                    .sum();
-            }
-        }
+        let want_y = reference(m, units, k, |i, j, p| {
+            xv[i * k + p] as f64 * wv[j * k + p] as f64
+        });
         // |sum| of 20,003 products in [-1, 1]: f32 rounding of partial sums, a few 1e-3.
         assert_close(&y.to_vec::<f32>().unwrap(), &want_y, 2e-2, "X W^T");
 
         let g = NDArray::from_vec(gv.clone(), &[m, units]).unwrap();
         y.backward_with_grad(&g).unwrap();
-        let mut want_dw = vec![0f64; units * k];
-        for j in 0..units {
-            for p in 0..k {
-                want_dw[j * k + p] = (0..m)
-                    .map(|i| gv[i * units + j] as f64 * xv[i * k + p] as f64)
-                    .sum();
-            }
-        }
+        let want_dw = reference(units, k, m, |j, p, i| {
+            gv[i * units + j] as f64 * xv[i * k + p] as f64
+        });
         let dw = w.grad().expect("weight gradient");
         assert_close(&dw.to_vec::<f32>().unwrap(), &want_dw, 1e-5, "dW = g^T X");
 
         // The batch gets a gradient only when it asked for one.
         if batch_grad {
-            let mut want_dx = vec![0f64; m * k];
-            for i in 0..m {
-                for p in 0..k {
-                    want_dx[i * k + p] = (0..units)
-                        .map(|j| gv[i * units + j] as f64 * wv[j * k + p] as f64)
-                        .sum();
-                }
-            }
+            let want_dx = reference(m, k, units, |i, p, j| {
+                gv[i * units + j] as f64 * wv[j * k + p] as f64
+            });
             let dx = x.grad().expect("batch gradient");
             assert_close(&dx.to_vec::<f32>().unwrap(), &want_dx, 1e-3, "dX = g W");
         } else {

@@ -48,56 +48,48 @@ pub(crate) trait GemmScalar: Float {
     );
 }
 
-impl GemmScalar for f32 {
-    unsafe fn mm_gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f32,
-        a_rs: isize,
-        a_cs: isize,
-        b: *const f32,
-        b_rs: isize,
-        b_cs: isize,
-        c: *mut f32,
-        c_rs: isize,
-    ) {
-        // SAFETY: forwarded from the caller's contract; beta = 0 means c is only written.
-        unsafe {
-            matrixmultiply::sgemm(m, k, n, 1.0, a, a_rs, a_cs, b, b_rs, b_cs, 0.0, c, c_rs, 1)
+/// `GemmScalar` for a dtype through the matrixmultiply entry point of that dtype.
+macro_rules! gemm_scalar {
+    ($t:ty, $mm:path) => {
+        impl GemmScalar for $t {
+            unsafe fn mm_gemm(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: *const $t,
+                a_rs: isize,
+                a_cs: isize,
+                b: *const $t,
+                b_rs: isize,
+                b_cs: isize,
+                c: *mut $t,
+                c_rs: isize,
+            ) {
+                // SAFETY: forwarded from the caller's contract; beta = 0 means c is only written.
+                unsafe { $mm(m, k, n, 1.0, a, a_rs, a_cs, b, b_rs, b_cs, 0.0, c, c_rs, 1) }
+            }
         }
-    }
+    };
 }
+gemm_scalar!(f32, matrixmultiply::sgemm);
+gemm_scalar!(f64, matrixmultiply::dgemm);
 
-impl GemmScalar for f64 {
-    unsafe fn mm_gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f64,
-        a_rs: isize,
-        a_cs: isize,
-        b: *const f64,
-        b_rs: isize,
-        b_cs: isize,
-        c: *mut f64,
-        c_rs: isize,
-    ) {
-        // SAFETY: forwarded from the caller's contract; beta = 0 means c is only written.
-        unsafe {
-            matrixmultiply::dgemm(m, k, n, 1.0, a, a_rs, a_cs, b, b_rs, b_cs, 0.0, c, c_rs, 1)
-        }
-    }
-}
-
-/// A raw pointer that rayon tasks may carry; each task writes a disjoint block through it.
+/// A raw output pointer that rayon tasks may carry; each task writes a disjoint set of
+/// elements through it (here and in the skinny kernels).
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-// SAFETY: only used in `gemm_into`, where every task writes a disjoint set of dst elements and
-// the scope ends before dst's borrow does.
+pub(super) struct SendPtr<T>(pub(super) *mut T);
+// SAFETY: every user has its tasks write disjoint elements, and its parallel loop or scope ends
+// before the borrow of the buffer the pointer came from does.
 unsafe impl<T: Send> Send for SendPtr<T> {}
 // SAFETY: as above; tasks only copy the pointer out.
 unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper, not its field).
+    pub(super) fn get(self) -> *mut T {
+        self.0
+    }
+}
 
 /// `c = a(m x k, strides) * b(k x n, strides)` into a row-major `m x n` buffer, overwriting
 /// every element (dst is never read). Strides are (row stride, column stride) in elements, so
@@ -192,7 +184,7 @@ pub(crate) fn gemm_into<T: GemmScalar>(
         for start in (0..len).step_by(block) {
             let size = block.min(len - start);
             s.spawn(move |_| {
-                let (c, ap, bp) = (c, a.as_ptr(), b.as_ptr());
+                let (ap, bp) = (a.as_ptr(), b.as_ptr());
                 // SAFETY: block `start..start + size` of rows (or columns) lies inside the
                 // m x n output and inside a's rows (or b's columns), so every offset pointer
                 // stays in its slice; blocks are disjoint, so no two tasks write the same
@@ -200,13 +192,13 @@ pub(crate) fn gemm_into<T: GemmScalar>(
                 unsafe {
                     if split_rows {
                         let a_blk = ap.offset(start as isize * a_rs);
-                        let c_blk = c.0.add(start * n);
+                        let c_blk = c.get().add(start * n);
                         T::mm_gemm(
                             size, k, n, a_blk, a_rs, a_cs, bp, b_rs, b_cs, c_blk, n as isize,
                         );
                     } else {
                         let b_blk = bp.offset(start as isize * b_cs);
-                        let c_blk = c.0.add(start);
+                        let c_blk = c.get().add(start);
                         T::mm_gemm(
                             m, k, size, ap, a_rs, a_cs, b_blk, b_rs, b_cs, c_blk, n as isize,
                         );

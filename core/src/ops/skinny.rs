@@ -16,6 +16,8 @@
 
 use rayon::prelude::*;
 
+use super::linalg::SendPtr;
+
 /// Largest tiny dimension handled here. Above it the product has enough arithmetic per byte
 /// for a GEMM kernel to be the right tool.
 pub(crate) const MAX_TINY: usize = 16;
@@ -28,24 +30,13 @@ const STREAM_MIN_ELEMS: usize = 1 << 21;
 /// L1 while every output row of the block is produced.
 const COL_BLOCK: usize = 512;
 
+/// Largest output [`rowdot`] takes: each of its k-parts sums into a private `m x n` partial,
+/// which should stay small (256 KB) next to the operand it streams.
+const ROWDOT_MAX_OUT: usize = 1 << 16;
+
 /// Inner-dimension block in [`rowdot`]: the `m x K_BLOCK` slice of A (at most 16 x 8 KB)
 /// stays in L2 while every row of B passes over it.
 const K_BLOCK: usize = 2048;
-
-/// Raw output pointer shared by tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: every task writes a disjoint set of elements (its own column block); the pointer
-// outlives the parallel loop, which joins before the caller's borrow of `dst` ends.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper, not its field).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
 
 fn has_avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
@@ -81,7 +72,14 @@ pub(crate) fn try_skinny_f32(
         outer(m, n, k, &ap, b, b_rs as usize, dst);
         return true;
     }
-    if m <= MAX_TINY && a_cs == 1 && b_rs == 1 && a_rs >= 0 && b_cs >= 0 && k >= 1 << 14 {
+    if m <= MAX_TINY
+        && m * n <= ROWDOT_MAX_OUT
+        && a_cs == 1
+        && b_rs == 1
+        && a_rs >= 0
+        && b_cs >= 0
+        && k >= 1 << 14
+    {
         rowdot(m, n, k, a, a_rs as usize, b, b_cs as usize, dst);
         return true;
     }
