@@ -133,11 +133,11 @@ pub(super) fn produce_direct(
     let mut plan_left = left.len();
     let (rtx, rrx) = channel::<(u64, JobResult)>();
     // Jobs planned and not yet started (all of one block), jobs started and not yet emitted,
-    // and the results received for the latter (in order; `None` until it arrives).
+    // each with its result once received (in order; `None` until it arrives).
     let mut planned: VecDeque<Job> = VecDeque::new();
-    let mut running: VecDeque<Job> = VecDeque::new();
-    let mut results: VecDeque<Option<JobResult>> = VecDeque::new();
-    let (mut next_seq, mut emit_seq) = (0u64, 0u64);
+    let mut running: VecDeque<(Job, Option<JobResult>)> = VecDeque::new();
+    // Sequence number of the job at the front of `running` (the next to emit).
+    let mut emit_seq = 0u64;
     let mut running_bytes = 0usize;
     let mut received = 0;
     loop {
@@ -168,7 +168,7 @@ pub(super) fn produce_direct(
             pool.reclaim();
             let outs: Vec<Rows> = job.ranges.iter().map(|_| pool.rows()).collect();
             let (task_sh, block, ranges) = (sh.clone(), job.block.clone(), job.ranges.clone());
-            let (rtx, seq) = (rtx.clone(), next_seq);
+            let (rtx, seq) = (rtx.clone(), emit_seq + running.len() as u64);
             rayon::spawn(move || {
                 let res = parse_ranges(&task_sh, &block, &ranges, outs);
                 // The block is released before the result is sent, so once the emitter has
@@ -176,15 +176,13 @@ pub(super) fn produce_direct(
                 drop(block);
                 let _ = rtx.send((seq, res)); // the emitter may have stopped on an error
             });
-            next_seq += 1;
             running_bytes += job.bytes;
-            running.push_back(job);
-            results.push_back(None);
+            running.push_back((job, None));
         }
-        if results.is_empty() {
+        if running.is_empty() {
             break; // nothing running and nothing left to start
         }
-        while results.front().is_some_and(Option::is_none) {
+        while running.front().is_some_and(|(_, r)| r.is_none()) {
             let Ok((seq, res)) = rrx.recv() else {
                 return Err(DataError::arg(
                     "LibSVMIter",
@@ -192,11 +190,11 @@ pub(super) fn produce_direct(
                 ));
             };
             // Results come back nearly in order; `seq - emit_seq` indexes the window.
-            if let Some(s) = results.get_mut((seq - emit_seq) as usize) {
-                *s = Some(res);
+            if let Some((_, r)) = running.get_mut((seq - emit_seq) as usize) {
+                *r = Some(res);
             }
         }
-        let (Some(job), Some(Some(res))) = (running.pop_front(), results.pop_front()) else {
+        let Some((job, Some(res))) = running.pop_front() else {
             break;
         };
         emit_seq += 1;
@@ -252,34 +250,21 @@ fn plan_block(
     }
     let block = Arc::new(block);
     let byte = |row: usize| block_byte(&block, row);
-    let first = planned.len();
+    let count = ranges.len();
     let mut cur: Vec<(usize, usize)> = Vec::new();
     let mut cur_bytes = 0;
-    for (a, z) in ranges {
+    for (i, (a, z)) in ranges.into_iter().enumerate() {
         cur.push((a, z));
         cur_bytes += byte(z) - byte(a);
-        if cur_bytes >= JOB_BYTES {
+        let last = i + 1 == count;
+        if cur_bytes >= JOB_BYTES || last {
             planned.push_back(Job {
                 block: block.clone(),
                 bi,
                 ranges: std::mem::take(&mut cur),
                 bytes: std::mem::take(&mut cur_bytes),
-                last: false,
+                last,
             });
-        }
-    }
-    if !cur.is_empty() {
-        planned.push_back(Job {
-            block: block.clone(),
-            bi,
-            ranges: cur,
-            bytes: cur_bytes,
-            last: false,
-        });
-    }
-    if planned.len() > first {
-        if let Some(j) = planned.back_mut() {
-            j.last = true;
         }
     }
 }
