@@ -1,5 +1,6 @@
 //! SGD (with momentum), Nesterov momentum (NAG) and Signum / signSGD.
 
+use sparrow_core::ops::{map_assign, zip_assign};
 use sparrow_core::{Float, NDArray, Result};
 
 use super::driver::{apply_chunks, apply_elementwise};
@@ -50,9 +51,10 @@ impl Sgd {
                     move |w, g, []| *w = decay * *w - lr * clip(rg * g, c),
                 ),
                 None => {
-                    // Span-level loop (a plain zip over two slices) rather than the per-element
-                    // callback: this is the whole update of the common case, and the zip
-                    // compiles to SIMD multiply-adds.
+                    // Span-level loop rather than the per-element callback: this is the whole
+                    // update of the common case. `zip_assign` runs it 8 lanes wide on AVX2
+                    // (bit-identical to the plain loop); a lazy row_sparse step calls it once
+                    // per touched row.
                     let step = lr * rg;
                     apply_chunks::<T, 0, _>(
                         "sgd_update",
@@ -61,14 +63,10 @@ impl Sgd {
                         &[],
                         ctx.lazy_update,
                         move |w, g, []| match g {
-                            Some(g) => {
-                                for (w, &g) in w.iter_mut().zip(g) {
-                                    *w = decay * *w - step * g;
-                                }
-                            }
+                            Some(g) => zip_assign(w, g, |w, g| decay * w - step * g),
                             None => {
                                 if decay != one {
-                                    w.iter_mut().for_each(|w| *w = decay * *w);
+                                    map_assign(w, |w| decay * w);
                                 }
                             }
                         },
