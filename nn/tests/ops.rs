@@ -76,3 +76,108 @@ fn bias_add_declines_other_layouts() {
     let b32 = NDArray::from_vec(vec![1.0f32; 4], &[4]).unwrap();
     assert!(bias_add(&y, &b32).unwrap().is_none());
 }
+
+#[test]
+fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
+    use sparrow_nn::ops::{bias_act, FusedAct};
+    let acts = [
+        (FusedAct::Sigmoid, "sigmoid"),
+        (FusedAct::Tanh, "tanh"),
+        (FusedAct::Relu, "relu"),
+    ];
+    for (act, name) in acts {
+        for (rows, units, seed) in [(4, 3, 11), (1, 7, 12), (9, 1, 13), (0, 5, 14), (10, 16, 15)] {
+            let y = test_array(&[rows, units], -2.0, 2.0, seed);
+            let b = test_array(&[units], -1.0, 1.0, seed + 100);
+            let fused = bias_act(&y, &b, Some(act)).unwrap().expect("fused case");
+            let composed = sparrow_nn::layers::apply_activation(name, &y.add(&b).unwrap()).unwrap();
+            assert_eq!(fused.shape(), vec![rows, units]);
+            // Same scalar functions on the same sums: identical values.
+            assert_eq!(fused.to_f64_vec(), composed.to_f64_vec(), "{name}");
+            if rows > 0 {
+                check_grad(
+                    |xs| Ok(bias_act(&xs[0], &xs[1], Some(act))?.unwrap()),
+                    &[y.clone(), b.clone()],
+                    1e-6,
+                    1e-6,
+                    1e-9,
+                )
+                .unwrap_or_else(|e| panic!("{name} {rows}x{units}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn bias_act_gradients_equal_the_composed_ops() {
+    use sparrow_nn::ops::{bias_act, FusedAct};
+    let y = test_array(&[6, 4], -2.0, 2.0, 17);
+    let b = test_array(&[4], -1.0, 1.0, 18);
+    let grads = |fused: bool| {
+        let (y, b) = (y.copy(), b.copy());
+        y.attach_grad();
+        b.attach_grad();
+        let out = autograd::record(|| {
+            let s = if fused {
+                bias_act(&y, &b, Some(FusedAct::Sigmoid))?.unwrap()
+            } else {
+                y.add(&b)?.sigmoid()?
+            };
+            s.mul(&s)
+        })
+        .unwrap();
+        out.backward().unwrap();
+        (
+            y.grad().unwrap().to_f64_vec(),
+            b.grad().unwrap().to_f64_vec(),
+        )
+    };
+    let ((fy, fb), (cy, cb)) = (grads(true), grads(false));
+    // g * (y (1 - y)) here against (g y)(1 - y) in the composed backward: equal to rounding.
+    for (f, c) in fy.iter().chain(&fb).zip(cy.iter().chain(&cb)) {
+        assert!((f - c).abs() <= 1e-14 * (1.0 + c.abs()), "{f} vs {c}");
+    }
+}
+
+#[test]
+fn dense_with_activation_equals_dense_then_activation() {
+    use sparrow_nn::layers::{Activation, Dense};
+    use sparrow_nn::{Block, Initializer, Sequential};
+    for act in ["sigmoid", "tanh", "relu", "softrelu"] {
+        let fused = Dense::new(5).in_units(6).activation(act);
+        fused
+            .initialize(
+                &Initializer::Uniform { scale: 0.5 },
+                sparrow_core::Device::Cpu,
+            )
+            .unwrap();
+        let plain = Dense::new(5).in_units(6);
+        plain
+            .initialize(
+                &Initializer::Uniform { scale: 0.5 },
+                sparrow_core::Device::Cpu,
+            )
+            .unwrap();
+        // Same weights and a non-zero bias in both.
+        plain
+            .weight()
+            .set_data(&fused.weight().data().unwrap())
+            .unwrap();
+        let bias = test_array(&[5], -0.5, 0.5, 21)
+            .astype(sparrow_core::DType::F32)
+            .unwrap();
+        fused.bias().unwrap().set_data(&bias).unwrap();
+        plain.bias().unwrap().set_data(&bias).unwrap();
+        let mut seq = Sequential::new();
+        seq.add(plain);
+        seq.add(Activation::new(act).unwrap());
+        let x = test_array(&[3, 6], -1.0, 1.0, 22)
+            .astype(sparrow_core::DType::F32)
+            .unwrap();
+        let a = fused.forward(&x).unwrap().to_f64_vec();
+        let c = seq.forward(&x).unwrap().to_f64_vec();
+        for (p, q) in a.iter().zip(&c) {
+            assert!((p - q).abs() <= 1e-6, "{act}: {p} vs {q}");
+        }
+    }
+}

@@ -181,12 +181,24 @@ impl Block for Dense {
             };
             (y, lead)
         };
+        // Bias and activation in one recorded op where the activation allows it (sigmoid, tanh,
+        // relu); `pending` is the activation still to apply afterwards.
+        let fused = self
+            .activation
+            .as_deref()
+            .and_then(crate::ops::FusedAct::from_name);
+        let mut pending = self.activation.as_deref();
         let y = match &self.bias {
             Some(b) => {
                 b.infer_shape(&[self.units])?;
                 let bias = b.data()?;
-                match crate::ops::bias_add(&y, &bias)? {
-                    Some(out) => out,
+                match crate::ops::bias_act(&y, &bias, fused)? {
+                    Some(out) => {
+                        if fused.is_some() {
+                            pending = None;
+                        }
+                        out
+                    }
                     None => y.add(&bias)?,
                 }
             }
@@ -199,7 +211,7 @@ impl Block for Dense {
         } else {
             y.reshape(&oshape)?
         };
-        match &self.activation {
+        match pending {
             Some(a) => apply_activation(a, &y),
             None => Ok(y),
         }
