@@ -340,3 +340,21 @@ fn errors_are_err_not_panic() {
     let msg = a.matmul(&f32s(&[1., 2.], &[2, 1])).unwrap_err().to_string();
     assert!(msg.contains("matmul") && msg.contains("[2, 3]"), "{msg}");
 }
+
+#[test]
+fn same_shape_and_has_shape_compare_without_surprises() {
+    let a = NDArray::zeros(&[2, 3], DType::F32).unwrap();
+    let b = NDArray::ones(&[2, 3], DType::F64).unwrap();
+    let c = NDArray::zeros(&[3, 2], DType::F32).unwrap();
+    assert!(a.same_shape(&b) && b.same_shape(&a));
+    assert!(a.same_shape(&a));
+    assert!(!a.same_shape(&c));
+    assert!(a.has_shape(&[2, 3]) && !a.has_shape(&[6]));
+    // Rank > 8 takes the allocating path; ranks that differ never match.
+    let nine = vec![1usize; 9];
+    let d = NDArray::zeros(&nine, DType::F32).unwrap();
+    let e = NDArray::ones(&nine, DType::F32).unwrap();
+    assert!(d.same_shape(&e) && !d.same_shape(&a));
+    let scalar = NDArray::zeros(&[], DType::F32).unwrap();
+    assert!(scalar.same_shape(&NDArray::ones(&[], DType::F32).unwrap()) && !scalar.same_shape(&a));
+}

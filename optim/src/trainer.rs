@@ -153,7 +153,7 @@ impl Trainer {
                     ),
                 )
             })?;
-            if grad.shape() != data.shape() {
+            if !grad.same_shape(&data) {
                 return Err(Error::shape(
                     "Trainer::allreduce_grads",
                     format!(

@@ -45,7 +45,7 @@ pub fn backward_with(
 ) -> Result<()> {
     let head_grad = match head_grad {
         Some(g) => {
-            if g.shape() != head.shape() {
+            if !g.same_shape(head) {
                 return Err(Error::shape(
                     "backward",
                     format!(
@@ -114,7 +114,7 @@ pub fn backward_with(
             if !x.requires_grad() {
                 continue;
             }
-            if gx.shape() != x.shape() {
+            if !gx.same_shape(x) {
                 return Err(Error::Autograd(format!(
                     "{}: gradient of shape {:?} for an input of shape {:?}",
                     node.op,

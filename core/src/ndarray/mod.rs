@@ -77,6 +77,29 @@ impl NDArray {
     pub fn shape(&self) -> Vec<usize> {
         self.read().shape().to_vec()
     }
+    /// True when this array's shape is `shape`. Allocates nothing, unlike `shape() == ...`.
+    pub fn has_shape(&self, shape: &[usize]) -> bool {
+        self.read().shape() == shape
+    }
+    /// True when both arrays have the same shape. Allocates nothing for up to 8 dimensions:
+    /// the autograd engine and the optimizers compare shapes once per gradient, and two
+    /// `shape()` vectors per comparison were a quarter of a small training step's allocations.
+    /// Holds one array's lock at a time (no lock-order dependence between arrays).
+    pub fn same_shape(&self, other: &NDArray) -> bool {
+        let (buf, n) = {
+            let a = self.read();
+            let s = a.shape();
+            if s.len() > 8 {
+                let v = s.to_vec();
+                drop(a);
+                return other.has_shape(&v);
+            }
+            let mut buf = [0usize; 8];
+            buf[..s.len()].copy_from_slice(s);
+            (buf, s.len())
+        };
+        other.has_shape(&buf[..n])
+    }
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {
         self.read().shape().len()

@@ -290,7 +290,7 @@ pub(crate) fn check_inputs(
     if grad.dtype() != weight.dtype() {
         return Err(Error::dtype_mismatch(op, weight.dtype(), grad.dtype()));
     }
-    if grad.shape() != weight.shape() {
+    if !grad.same_shape(weight) {
         return Err(Error::shape(
             op,
             format!("weight {:?} vs gradient {:?}", weight.shape(), grad.shape()),
@@ -315,7 +315,7 @@ pub(crate) fn check_inputs(
                 format!("state {name} aliases the weight or gradient"),
             ));
         }
-        if a.shape() != weight.shape() || a.dtype() != weight.dtype() || a.stype() != SType::Dense {
+        if !a.same_shape(weight) || a.dtype() != weight.dtype() || a.stype() != SType::Dense {
             return Err(Error::shape(
                 op,
                 format!(
