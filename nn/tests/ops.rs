@@ -181,3 +181,15 @@ fn dense_with_activation_equals_dense_then_activation() {
         }
     }
 }
+
+#[test]
+fn bias_act_on_a_large_batch_matches_the_composed_ops() {
+    use sparrow_nn::ops::{bias_act, FusedAct};
+    // 300 x 256 = 76,800 elements: above core's parallel threshold, so the activation runs
+    // in parallel chunks.
+    let y = test_array(&[300, 256], -3.0, 3.0, 31);
+    let b = test_array(&[256], -1.0, 1.0, 32);
+    let fused = bias_act(&y, &b, Some(FusedAct::Sigmoid)).unwrap().unwrap();
+    let composed = y.add(&b).unwrap().sigmoid().unwrap();
+    assert_eq!(fused.to_f64_vec(), composed.to_f64_vec());
+}
