@@ -26,30 +26,41 @@ fn bias_add_matches_broadcast_add_and_its_gradient_checks() {
     }
 }
 
+/// Gradients of fresh copies of `y` and `b` after `out = f(y, b)` and a backward with head
+/// gradient `head` (ones when `None`).
+fn grads_of(
+    y: &NDArray,
+    b: &NDArray,
+    head: Option<&NDArray>,
+    f: impl Fn(&NDArray, &NDArray) -> sparrow_core::Result<NDArray>,
+) -> (Vec<f64>, Vec<f64>) {
+    let (y, b) = (y.copy(), b.copy());
+    y.attach_grad();
+    b.attach_grad();
+    let out = autograd::record(|| f(&y, &b)).unwrap();
+    match head {
+        Some(h) => out.backward_with_grad(h).unwrap(),
+        None => out.backward().unwrap(),
+    }
+    (
+        y.grad().unwrap().to_f64_vec(),
+        b.grad().unwrap().to_f64_vec(),
+    )
+}
+
 #[test]
 fn bias_add_gradients_equal_the_broadcast_adds() {
     let y = test_array(&[6, 4], -2.0, 2.0, 7);
     let b = test_array(&[4], -1.0, 1.0, 8);
-    let grads = |fused: bool| {
-        let (y, b) = (y.copy(), b.copy());
-        y.attach_grad();
-        b.attach_grad();
-        let out = autograd::record(|| {
-            let s = if fused {
-                bias_add(&y, &b)?.unwrap()
-            } else {
-                y.add(&b)?
-            };
-            s.mul(&s)
-        })
-        .unwrap();
-        out.backward().unwrap();
-        (
-            y.grad().unwrap().to_f64_vec(),
-            b.grad().unwrap().to_f64_vec(),
-        )
-    };
-    assert_eq!(grads(true), grads(false));
+    let fused = grads_of(&y, &b, None, |y, b| {
+        let s = bias_add(y, b)?.unwrap();
+        s.mul(&s)
+    });
+    let composed = grads_of(&y, &b, None, |y, b| {
+        let s = y.add(b)?;
+        s.mul(&s)
+    });
+    assert_eq!(fused, composed);
 }
 
 #[test]
@@ -108,34 +119,58 @@ fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
     }
 }
 
+/// `g * (y (1 - y))` in the fused backward against `(g y)(1 - y)` in the composed one: equal
+/// to rounding.
+fn assert_close_grads(f: (Vec<f64>, Vec<f64>), c: (Vec<f64>, Vec<f64>)) {
+    for (f, c) in f.0.iter().chain(&f.1).zip(c.0.iter().chain(&c.1)) {
+        assert!((f - c).abs() <= 1e-14 * (1.0 + c.abs()), "{f} vs {c}");
+    }
+}
+
 #[test]
 fn bias_act_gradients_equal_the_composed_ops() {
     use sparrow_nn::ops::{bias_act, FusedAct};
     let y = test_array(&[6, 4], -2.0, 2.0, 17);
     let b = test_array(&[4], -1.0, 1.0, 18);
-    let grads = |fused: bool| {
-        let (y, b) = (y.copy(), b.copy());
-        y.attach_grad();
-        b.attach_grad();
-        let out = autograd::record(|| {
-            let s = if fused {
-                bias_act(&y, &b, Some(FusedAct::Sigmoid))?.unwrap()
-            } else {
-                y.add(&b)?.sigmoid()?
-            };
-            s.mul(&s)
-        })
+    let fused = grads_of(&y, &b, None, |y, b| {
+        let s = bias_act(y, b, Some(FusedAct::Sigmoid))?.unwrap();
+        s.mul(&s)
+    });
+    let composed = grads_of(&y, &b, None, |y, b| {
+        let s = y.add(b)?.sigmoid()?;
+        s.mul(&s)
+    });
+    assert_close_grads(fused, composed);
+}
+
+#[test]
+fn bias_act_takes_a_row_sparse_head_gradient() {
+    use sparrow_nn::ops::{bias_act, FusedAct};
+    let y = test_array(&[6, 4], -2.0, 2.0, 19);
+    let b = test_array(&[4], -1.0, 1.0, 20);
+    // Rows 1 and 4 only: the backward takes the general multiply, not the fused pass.
+    let mut h = vec![0.0f64; 24];
+    for (i, v) in h.iter_mut().enumerate() {
+        if i / 4 == 1 || i / 4 == 4 {
+            *v = 0.25 * i as f64 - 2.0;
+        }
+    }
+    let head = NDArray::from_vec(h, &[6, 4])
+        .unwrap()
+        .tostype(SType::RowSparse)
         .unwrap();
-        out.backward().unwrap();
-        (
-            y.grad().unwrap().to_f64_vec(),
-            b.grad().unwrap().to_f64_vec(),
-        )
-    };
-    let ((fy, fb), (cy, cb)) = (grads(true), grads(false));
-    // g * (y (1 - y)) here against (g y)(1 - y) in the composed backward: equal to rounding.
-    for (f, c) in fy.iter().chain(&fb).zip(cy.iter().chain(&cb)) {
-        assert!((f - c).abs() <= 1e-14 * (1.0 + c.abs()), "{f} vs {c}");
+    for (act, name) in [
+        (FusedAct::Sigmoid, "sigmoid"),
+        (FusedAct::Tanh, "tanh"),
+        (FusedAct::Relu, "relu"),
+    ] {
+        let fused = grads_of(&y, &b, Some(&head), |y, b| {
+            Ok(bias_act(y, b, Some(act))?.unwrap())
+        });
+        let composed = grads_of(&y, &b, Some(&head), |y, b| {
+            sparrow_nn::layers::apply_activation(name, &y.add(b)?)
+        });
+        assert_close_grads(fused, composed);
     }
 }
 

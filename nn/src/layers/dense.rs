@@ -182,27 +182,21 @@ impl Block for Dense {
             (y, lead)
         };
         // Bias and activation in one recorded op where the activation allows it (sigmoid, tanh,
-        // relu); `pending` is the activation still to apply afterwards.
+        // relu); `act_done` says whether the activation still has to be applied below.
         let fused = self
             .activation
             .as_deref()
             .and_then(crate::ops::FusedAct::from_name);
-        let mut pending = self.activation.as_deref();
-        let y = match &self.bias {
+        let (y, act_done) = match &self.bias {
             Some(b) => {
                 b.infer_shape(&[self.units])?;
                 let bias = b.data()?;
                 match crate::ops::bias_act(&y, &bias, fused)? {
-                    Some(out) => {
-                        if fused.is_some() {
-                            pending = None;
-                        }
-                        out
-                    }
-                    None => y.add(&bias)?,
+                    Some(out) => (out, fused.is_some()),
+                    None => (y.add(&bias)?, false),
                 }
             }
-            None => y,
+            None => (y, false),
         };
         let mut oshape = lead;
         oshape.push(self.units);
@@ -211,7 +205,7 @@ impl Block for Dense {
         } else {
             y.reshape(&oshape)?
         };
-        match pending {
+        match self.activation.as_deref().filter(|_| !act_done) {
             Some(a) => apply_activation(a, &y),
             None => Ok(y),
         }

@@ -10,7 +10,7 @@
 //! With no activation the incoming gradient is handed through unchanged (no copy).
 
 use sparrow_core::autograd::record_op;
-use sparrow_core::ops::{map_assign, map_slice, sum_to_shape, zip_slices, PAR_THRESHOLD};
+use sparrow_core::ops::{map_assign, sum_to_shape, zip_slices, PAR_THRESHOLD};
 use sparrow_core::{float_dispatch, Float, NDArray, Result, SType};
 
 /// An activation [`bias_act`] applies in the same op: one whose derivative is a function of
@@ -71,17 +71,6 @@ impl FusedAct {
             ),
         }
     }
-
-    /// `act'(x_i)` from the outputs `y[i] = act(x_i)`.
-    fn deriv_from_output<T: Float + Send + Sync>(self, y: &[T]) -> Vec<T> {
-        match self {
-            FusedAct::Sigmoid => map_slice(y, |yv: T| yv * (T::one() - yv)),
-            FusedAct::Tanh => map_slice(y, |yv: T| T::one() - yv * yv),
-            FusedAct::Relu => {
-                map_slice(y, |yv: T| if yv > T::zero() { T::one() } else { T::zero() })
-            }
-        }
-    }
 }
 
 /// `out[r, j] = y[r, j] + b[j]`, recorded: `dy = g`, `db = sum over rows of g`. Returns
@@ -134,7 +123,7 @@ pub fn bias_act(y: &NDArray, b: &NDArray, act: Option<FusedAct>) -> Result<Optio
             (Some(a), Some(s)) => pre_activation_grad(g, s, a)?,
             _ => g.clone(),
         };
-        if gp.stype() != SType::Dense || gp.shape() != yshape {
+        if gp.stype() != SType::Dense || !gp.has_shape(&yshape) {
             // A sparse or differently shaped head gradient: general reduction.
             let db = sum_to_shape(&gp, &[units])?;
             return Ok(vec![Some(gp), Some(db)]);
@@ -148,21 +137,21 @@ pub fn bias_act(y: &NDArray, b: &NDArray, act: Option<FusedAct>) -> Result<Optio
 }
 
 /// `g * act'(y)` for the saved output `y`: one fused pass when `g` is dense and shaped like
-/// `y`, else through the general (broadcasting, sparse-aware) multiply.
+/// `y`, else `act'(y)` (the fused pass over a gradient of ones) through the general
+/// (broadcasting, sparse-aware) multiply.
 fn pre_activation_grad(g: &NDArray, y: &NDArray, act: FusedAct) -> Result<NDArray> {
     let yd = y.dense_data()?;
-    if g.stype() == SType::Dense && g.shape() == yd.shape && g.dtype() == yd.buf.dtype() {
-        let gd = g.dense_data()?;
-        return Ok(float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
-            let (gs, ys) = (gd.buf.as_slice::<T>().unwrap(), yd.buf.as_slice::<T>().unwrap());
-            NDArray::from_vec(act.grad_from_output(gs, ys), &yd.shape)?
-        }));
-    }
-    let deriv = float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
+    let dense_like_y =
+        g.stype() == SType::Dense && g.has_shape(&yd.shape) && g.dtype() == yd.buf.dtype();
+    float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
         let ys = yd.buf.as_slice::<T>().unwrap();
-        NDArray::from_vec(act.deriv_from_output(ys), &yd.shape)?
-    });
-    g.mul(&deriv)
+        if dense_like_y {
+            let gd = g.dense_data()?;
+            return NDArray::from_vec(act.grad_from_output(gd.buf.as_slice::<T>().unwrap(), ys), &yd.shape);
+        }
+        let deriv = NDArray::from_vec(act.grad_from_output(&vec![1.0 as T; ys.len()], ys), &yd.shape)?;
+        g.mul(&deriv)
+    })
 }
 
 /// Sums of the rows of a row-major `(len / units, units)` matrix.
