@@ -368,7 +368,7 @@ use super::iter::{BatchTx, Msg, GROUP_BYTES};
 use std::sync::mpsc::sync_channel;
 
 /// Group sizes a `BatchTx` hands over for `n` dense `rows_each x 4` f32 batches; 0 marks the
-/// end-of-epoch message.
+/// end-of-epoch message, whose own batches (the last group) are listed just before it.
 fn group_sizes(n: usize, prefetch: usize, rows_each: usize) -> Vec<usize> {
     let (tx, rx) = sync_channel(n + 2);
     let mut btx = BatchTx::new(tx, prefetch);
@@ -380,15 +380,17 @@ fn group_sizes(n: usize, prefetch: usize, rows_each: usize) -> Vec<usize> {
             pad: 0
         }));
     }
-    btx.finish(Msg::End {
-        carry: None,
-        skip: 0,
-    });
+    btx.finish(None, 0);
     let mut sizes = Vec::new();
     while let Ok(m) = rx.try_recv() {
         match m {
             Msg::Batches(g) => sizes.push(g.len()),
-            Msg::End { .. } => sizes.push(0),
+            Msg::End { batches, .. } => {
+                if !batches.is_empty() {
+                    sizes.push(batches.len());
+                }
+                sizes.push(0)
+            }
             Msg::Err(e) => panic!("unexpected error {e}"),
         }
     }
@@ -425,4 +427,26 @@ fn reset_mid_epoch_after_a_read_ahead_epoch() {
     let mut dropped_while_ahead = LibSVMIter::new(params(&f, 4, LastBatch::Keep)).unwrap();
     assert_eq!(pass(&mut dropped_while_ahead), full);
     drop(dropped_while_ahead);
+}
+
+#[test]
+fn reset_or_drop_while_the_next_epoch_waits_in_the_queue() {
+    // The last group of an epoch arrives with its end, and the consumer starts the next
+    // epoch's producer on receiving it; a reset (or a drop) while batches of that group are
+    // still queued must stop the successor and start over cleanly.
+    let d = tmpdir("queued_ahead");
+    let f = d.join("a.svm");
+    write_rows(&f, 10);
+    let mut it = LibSVMIter::new(params(&f, 4, LastBatch::Keep)).unwrap();
+    let full = pass(&mut it);
+    it.reset();
+    assert!(it.next().is_some());
+    // Give the successor time to parse and queue its first batches.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    it.reset();
+    assert_eq!(pass(&mut it), full);
+    it.reset();
+    assert!(it.next().is_some());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(it);
 }
