@@ -269,10 +269,17 @@ pub(crate) fn dot_dense(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<
     let (a_rs, a_cs) = strides(ac, ta);
     let (b_rs, b_cs) = strides(bc, tb);
     Ok(float_dispatch!(da.buf.dtype(), "dot", T => {
-        // gemm overwrites every element (it never reads dst), so a recycled buffer serves:
-        // large weight gradients (X^T G) then reuse the previous step's memory.
-        let mut out = crate::recycle::overwritable_vec::<T>(m * n);
-        gemm_into(m, n, k, da.buf.as_slice::<T>().unwrap(), a_rs, a_cs, db.buf.as_slice::<T>().unwrap(), b_rs, b_cs, &mut out);
+        let (av, bv) = (da.buf.as_slice::<T>().unwrap(), db.buf.as_slice::<T>().unwrap());
+        let out = match super::tiny::product(m, n, k, av, a_rs, a_cs, bv, b_rs, b_cs) {
+            Some(out) => out,
+            None => {
+                // gemm overwrites every element (it never reads dst), so a recycled buffer
+                // serves: large weight gradients (X^T G) then reuse the previous step's memory.
+                let mut out = crate::recycle::overwritable_vec::<T>(m * n);
+                gemm_into(m, n, k, av, a_rs, a_cs, bv, b_rs, b_cs, &mut out);
+                out
+            }
+        };
         NDArray::from_vec(out, &[m, n])?
     }))
 }

@@ -15,6 +15,7 @@ mod shape;
 mod skinny;
 mod softmax;
 mod sort;
+mod tiny;
 mod transform;
 mod unary;
 
