@@ -68,8 +68,11 @@ pub fn backward_with(
     }
 
     // Post-order DFS (iterative, graphs can be deep) gives a topological order.
-    let mut order: Vec<NDArray> = Vec::new();
-    let mut seen = IdSet::default();
+    // Sized for a typical training step's graph (tens of nodes), so the maps do not grow and
+    // rehash several times per backward; larger graphs grow them as usual.
+    const TYPICAL_NODES: usize = 64;
+    let mut order: Vec<NDArray> = Vec::with_capacity(TYPICAL_NODES);
+    let mut seen = IdSet::with_capacity_and_hasher(TYPICAL_NODES, Default::default());
     let mut stack: Vec<(NDArray, bool)> = vec![(head.clone(), false)];
     while let Some((a, expanded)) = stack.pop() {
         if expanded {
@@ -91,9 +94,10 @@ pub fn backward_with(
     }
 
     let _pause = super::PauseGuard::pause(super::is_training());
-    let mut grads: IdMap<NDArray> = IdMap::default();
+    let mut grads: IdMap<NDArray> =
+        IdMap::with_capacity_and_hasher(order.len(), Default::default());
     grads.insert(head.id(), head_grad);
-    let mut visited_nodes: Vec<(NDArray, Arc<Node>)> = Vec::new();
+    let mut visited_nodes: Vec<(NDArray, Arc<Node>)> = Vec::with_capacity(order.len());
     for a in order.iter().rev() {
         let Some(g) = grads.remove(&a.id()) else {
             continue;

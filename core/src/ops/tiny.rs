@@ -153,8 +153,10 @@ mod tests {
             let (b_rs, b_cs) = strides(if tb { k } else { n }, tb);
             let at = |i: usize, p: usize| a[(i as isize * a_rs + p as isize * a_cs) as usize];
             let bt = |p: usize, j: usize| b[(p as isize * b_rs + j as isize * b_cs) as usize];
-            let (a32, b32): (Vec<T>, Vec<T>) =
-                (a.iter().map(|&x| to(x)).collect(), b.iter().map(|&x| to(x)).collect());
+            let (a32, b32): (Vec<T>, Vec<T>) = (
+                a.iter().map(|&x| to(x)).collect(),
+                b.iter().map(|&x| to(x)).collect(),
+            );
             let Some(got) = product(m, n, k, &a32, a_rs, a_cs, &b32, b_rs, b_cs) else {
                 // The one layout left to gemm: a transposed and b column-major.
                 assert!(ta && tb, "{m}x{n}x{k} ta={ta} tb={tb} not taken");

@@ -123,8 +123,8 @@ pub(crate) fn group_by_key(keys: &[i64]) -> (Vec<i64>, Vec<usize>, Vec<usize>) {
         o.par_sort_unstable_by_key(|&e| (keys[e], e));
         o
     };
-    let mut uniq = Vec::new();
-    let mut starts = Vec::new();
+    let mut uniq = Vec::with_capacity(n);
+    let mut starts = Vec::with_capacity(n + 1);
     for (pos, &e) in order.iter().enumerate() {
         if uniq.last() != Some(&keys[e]) {
             uniq.push(keys[e]);
@@ -134,6 +134,9 @@ pub(crate) fn group_by_key(keys: &[i64]) -> (Vec<i64>, Vec<usize>, Vec<usize>) {
     starts.push(n);
     (uniq, starts, order)
 }
+
+/// Sources smaller than this are not prefetched by the segment sum (about an L2 cache).
+const PREFETCH_MIN_BYTES: usize = 512 * 1024;
 
 /// Row_sparse segment sum: entry `e` adds `w[e] * src[srow[e]]` (a row of `row_len`) to output
 /// row `keys[e]`. Returns the sorted unique keys and their rows. Each output row is written
@@ -148,26 +151,32 @@ pub(crate) fn segment_sum_rows<T: Float>(
 ) -> (Vec<i64>, Vec<T>) {
     let (uniq, starts, order) = group_by_key(keys);
     let min_len = (4096 / row_len.max(1)).max(1);
-    let out = fill_rows(
-        uniq.len(),
-        row_len,
-        min_len,
-        keys.len() * row_len,
-        |g, orow| {
-            let start = starts[g];
-            gather_sum_row(
-                orow,
-                src,
-                starts[g + 1] - start,
-                |q| {
-                    let e = order[start + q];
-                    (srow[e], w.map_or(T::one(), |w| w[e]))
-                },
-                // `order` is contiguous across groups, so this also prefetches the next group's.
-                |q| order.get(start + q + PREFETCH_AHEAD).map(|&e| srow[e]),
-            );
-        },
-    );
+    let fill = |g: usize, orow: &mut [MaybeUninit<T>], far: bool| {
+        let start = starts[g];
+        gather_sum_row(
+            orow,
+            src,
+            starts[g + 1] - start,
+            |q| {
+                let e = order[start + q];
+                (srow[e], w.map_or(T::one(), |w| w[e]))
+            },
+            // `order` is contiguous across groups, so this also prefetches the next group's.
+            |q| {
+                far.then(|| order.get(start + q + PREFETCH_AHEAD).map(|&e| srow[e]))
+                    .flatten()
+            },
+        );
+    };
+    // A source that fits in L2 (the head gradient of a small batch) is read from cache anyway:
+    // the per-entry prefetch instructions would only cost time there.
+    let far = std::mem::size_of_val(src) > PREFETCH_MIN_BYTES;
+    let work = keys.len() * row_len;
+    let out = if far {
+        fill_rows(uniq.len(), row_len, min_len, work, |g, o| fill(g, o, true))
+    } else {
+        fill_rows(uniq.len(), row_len, min_len, work, |g, o| fill(g, o, false))
+    };
     (uniq, out)
 }
 
