@@ -9,9 +9,9 @@
 //! into recycled buffers and parsed into ~1 MB pieces instead, and the rows copied into
 //! batches. Memory is a few blocks plus the batches of the task window (or of one block on the
 //! piece path) and two groups of batches (each `prefetch` batches, or 256 KB of small ones),
-//! whatever the file size. The epoch's last group travels with its end, and on receiving it
-//! the consumer starts the next epoch's producer, so the next epoch's first batches are ready
-//! when `reset` comes (one epoch ahead at most).
+//! whatever the file size. The producer thread runs epoch after epoch on the same queue (the
+//! epoch's last group travels with its end), so the next epoch's first batches are ready when
+//! `reset` comes; only a reset in the middle of an epoch stops it and starts a new one.
 //!
 //! Data blocks are memory-mapped while they are parsed: as with the whole-file loader,
 //! truncating a file while it is being read is not supported (the process may fault).
@@ -112,12 +112,11 @@ pub(super) struct Shared {
 pub(super) enum Msg {
     /// Consecutive batches, in order (see [`BatchTx`]).
     Batches(Vec<Batch>),
-    /// The epoch's last group of batches (possibly empty), the rows to roll over and the rows
-    /// the next epoch skips. Arriving with the last batches, not after them, it lets the
-    /// consumer start the next epoch's producer while it still works through this group.
+    /// The epoch's last group of batches (possibly empty) and the rows the next epoch skips
+    /// (kept by the consumer for a restart). The producer goes on with the next epoch's
+    /// messages on the same queue.
     End {
         batches: Vec<Batch>,
-        carry: Option<Rows>,
         skip: usize,
     },
     Err(DataError),
@@ -179,16 +178,12 @@ impl BatchTx {
         }
         self.started = false;
     }
-    /// Send the queued batches as the end of the epoch, with its carry and skip.
-    pub(super) fn finish(&mut self, carry: Option<Rows>, skip: usize) {
+    /// Send the queued batches as the end of the epoch; `false` when the consumer has gone.
+    pub(super) fn finish(&mut self, skip: usize) -> bool {
         let batches = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
         self.started = false;
-        let _ = self.tx.send(Msg::End {
-            batches,
-            carry,
-            skip,
-        });
+        self.tx.send(Msg::End { batches, skip }).is_ok()
     }
 }
 
@@ -217,14 +212,8 @@ pub struct LibSVMIter {
     threads: Vec<JoinHandle<()>>,
     carry: Option<Rows>,
     skip: usize,
+    /// This epoch's end has arrived (its batches may still be queued).
     done: bool,
-    /// The next epoch's producer, started as soon as this epoch's last group of batches arrived
-    /// (the carry and skip come with it), so that while the consumer works through that group
-    /// the next epoch's first batches are parsed, and `reset` finds them ready instead of
-    /// waiting for two thread starts and a parse (~0.6 ms, 15% of a sparse Gluon tutorial
-    /// epoch, before it arrived with the last group). Stopped unused if the iterator is reset
-    /// early or dropped. Only the consumer starts producers, so at most one epoch is ahead.
-    ahead: Option<(Receiver<Msg>, JoinHandle<()>)>,
 }
 
 impl LibSVMIter {
@@ -313,7 +302,6 @@ impl LibSVMIter {
             carry: None,
             skip: 0,
             done: false,
-            ahead: None,
         };
         it.start();
         Ok(it)
@@ -337,7 +325,8 @@ impl LibSVMIter {
         self.done = false;
     }
 
-    /// Start a producer for `epoch` beginning with `carry` and skipping `skip` rows.
+    /// Start a producer at `epoch`, beginning with `carry` and skipping `skip` rows. It goes on
+    /// through the following epochs on the same queue (see [`produce`]).
     fn spawn_epoch(
         &self,
         epoch: u64,
@@ -356,8 +345,7 @@ impl LibSVMIter {
     fn stop(&mut self) {
         self.rx = None; // the producer's next send fails and it exits
         self.queue.clear();
-        let ahead = self.ahead.take().map(|(_, h)| h); // its receiver is dropped here too
-        for t in self.threads.drain(..).chain(ahead) {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -365,16 +353,11 @@ impl LibSVMIter {
     /// Start the next epoch (like MXNet's `reset`): with `RoundBatch` it begins after the rows
     /// the last batch borrowed, with `RollOver` it begins with the rows left over.
     pub fn reset(&mut self) {
-        if self.done && self.queue.is_empty() {
-            if let Some((rx, handle)) = self.ahead.take() {
-                // The epoch ran to its end and the next one is already under way.
-                self.stop();
-                self.epoch += 1;
-                self.threads.push(handle);
-                self.rx = Some(rx);
-                self.done = false;
-                return;
-            }
+        if self.done && self.queue.is_empty() && self.rx.is_some() {
+            // The epoch ran to its end: the producer is already on the next one, same queue.
+            self.epoch += 1;
+            self.done = false;
+            return;
         }
         self.stop();
         self.epoch += 1;
@@ -403,19 +386,16 @@ impl Iterator for LibSVMIter {
                 self.queue.extend(group);
                 self.queue.pop_front().map(Ok).or_else(|| self.next())
             }
-            Ok(Msg::End {
-                batches,
-                carry,
-                skip,
-            }) => {
+            Ok(Msg::End { batches, skip }) => {
                 self.done = true;
-                self.ahead = Some(self.spawn_epoch(self.epoch + 1, carry, skip));
                 self.skip = skip;
                 self.queue.extend(batches);
                 self.queue.pop_front().map(Ok)
             }
             Ok(Msg::Err(e)) => {
+                // The producer stops at an error; a reset starts a new one.
                 self.done = true;
+                self.rx = None;
                 Some(Err(e))
             }
             Err(_) => {
@@ -635,20 +615,44 @@ pub(super) fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
     }
 }
 
-/// The producer of one epoch.
-fn produce(sh: &Arc<Shared>, epoch: u64, carry: Option<Rows>, skip: usize, tx: &mut BatchTx) {
-    if let Err(e) = produce_inner(sh, epoch, carry, skip, tx) {
-        tx.fail(e);
+/// The producer: epoch after epoch on one queue, until the consumer goes (a reset in the middle
+/// of an epoch, or a drop) or an error. Going straight on to the next epoch means its first
+/// batches are parsed while the consumer still works through this epoch's last ones, and no
+/// thread is started per epoch: a new thread waited up to ~3 ms for a core in the project's
+/// 2-core VM (CFS placed it behind the training thread), about a whole sparse Gluon tutorial
+/// epoch. The queue bounds how far ahead it runs: at most one group in the channel and one
+/// being filled.
+fn produce(
+    sh: &Arc<Shared>,
+    mut epoch: u64,
+    mut carry: Option<Rows>,
+    mut skip: usize,
+    tx: &mut BatchTx,
+) {
+    loop {
+        match produce_inner(sh, epoch, carry, skip, tx) {
+            Ok(Some((end_carry, end_skip))) => {
+                (carry, skip) = (end_carry, end_skip);
+                epoch += 1;
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tx.fail(e);
+                return;
+            }
+        }
     }
 }
 
+/// One epoch; `Ok(Some((carry, skip)))` for the next when it was delivered whole, `Ok(None)`
+/// when the consumer has gone.
 fn produce_inner(
     sh: &Arc<Shared>,
     epoch: u64,
     carry: Option<Rows>,
     mut skip: usize,
     tx: &mut BatchTx,
-) -> Result<()> {
+) -> Result<Option<(Option<Rows>, usize)>> {
     let order = epoch_order(sh, epoch);
     let bar =
         sh.p.progress
@@ -701,7 +705,7 @@ fn produce_inner(
     drop(brx);
     let _ = reader.join();
     if stopped {
-        return Ok(());
+        return Ok(None);
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -729,8 +733,7 @@ fn produce_inner(
             }
         }
     }
-    tx.finish(end_carry, end_skip);
-    Ok(())
+    Ok(tx.finish(end_skip).then_some((end_carry, end_skip)))
 }
 
 /// What the block loop of an epoch updates: rows carried into the next batch, rows still to

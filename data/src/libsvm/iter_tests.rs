@@ -380,7 +380,7 @@ fn group_sizes(n: usize, prefetch: usize, rows_each: usize) -> Vec<usize> {
             pad: 0
         }));
     }
-    btx.finish(None, 0);
+    assert!(btx.finish(0));
     let mut sizes = Vec::new();
     while let Ok(m) = rx.try_recv() {
         match m {
@@ -431,9 +431,9 @@ fn reset_mid_epoch_after_a_read_ahead_epoch() {
 
 #[test]
 fn reset_or_drop_while_the_next_epoch_waits_in_the_queue() {
-    // The last group of an epoch arrives with its end, and the consumer starts the next
-    // epoch's producer on receiving it; a reset (or a drop) while batches of that group are
-    // still queued must stop the successor and start over cleanly.
+    // The producer goes on with the next epoch as soon as it has sent this one's end (with the
+    // last group); a reset (or a drop) while batches of that group are still queued must stop
+    // it and start over cleanly.
     let d = tmpdir("queued_ahead");
     let f = d.join("a.svm");
     write_rows(&f, 10);
@@ -441,7 +441,7 @@ fn reset_or_drop_while_the_next_epoch_waits_in_the_queue() {
     let full = pass(&mut it);
     it.reset();
     assert!(it.next().is_some());
-    // Give the successor time to parse and queue its first batches.
+    // Give the producer time to parse and queue the next epoch's first batches.
     std::thread::sleep(std::time::Duration::from_millis(50));
     it.reset();
     assert_eq!(pass(&mut it), full);
