@@ -112,6 +112,33 @@ fn reduction_grads() {
 }
 
 #[test]
+fn reductions_over_size_one_axes() {
+    // Nothing is summed: sum/mean take a reshape instead of a fold (and mean no scaling);
+    // values, shapes and gradients must be those of the general path.
+    let x = test_array(&[4, 1, 3], -1.0, 1.0, 33);
+    let v = x.to_f64_vec();
+    for keep in [false, true] {
+        let s = x.sum(Some(&[1]), keep).unwrap();
+        let m = x.mean(Some(&[1]), keep).unwrap();
+        let want: Vec<usize> = if keep { vec![4, 1, 3] } else { vec![4, 3] };
+        assert_eq!(s.shape(), want);
+        assert_eq!(m.shape(), want);
+        assert_eq!(s.to_f64_vec(), v);
+        assert_eq!(m.to_f64_vec(), v);
+    }
+    let cases: &[(&str, F)] = &[
+        ("sum size-1 axis", |x| x[0].sum(Some(&[1]), false)),
+        ("mean size-1 axis keep", |x| x[0].mean(Some(&[1]), true)),
+        ("mean size-1 then all", |x| {
+            x[0].mean(Some(&[1]), false)?.sum(None, false)
+        }),
+    ];
+    for (n, f) in cases {
+        gc(n, *f, std::slice::from_ref(&x));
+    }
+}
+
+#[test]
 fn prod_grad_with_zeros() {
     // One zero in a group: only the zero gets a gradient (the product of the others).
     let x = NDArray::from_vec(vec![2.0f64, 0.0, 3.0, 1.5, 0.5, 4.0], &[2, 3]).unwrap();

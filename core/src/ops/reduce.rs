@@ -141,6 +141,11 @@ impl NDArray {
         let d = self.dense_data()?;
         let ax = norm_axes("sum", axes, d.shape.len())?;
         let out_shape = reduced_shape(&d.shape, &ax, keepdims);
+        if ax.iter().all(|&a| d.shape[a] == 1) {
+            // Nothing is summed (the reduced axes have size 1, e.g. a per-sample loss mean over
+            // a (batch, 1) output): a reshape gives the same values with one cheap node.
+            return self.reshape(&out_shape);
+        }
         let out = float_dispatch!(d.buf.dtype(), "sum", T => {
             let s = d.buf.as_slice::<T>().unwrap();
             NDArray::from_vec(fold_axes(s, &d.shape, &ax, <T as num_traits::Zero>::zero(), |a, b| a + b), &out_shape)?
@@ -162,8 +167,11 @@ impl NDArray {
         let shape = self.shape();
         let ax = norm_axes("mean", axes, shape.len())?;
         let count: usize = ax.iter().map(|&a| shape[a]).product();
-        self.sum(axes, keepdims)?
-            .mul_scalar(1.0 / count.max(1) as f64)
+        let total = self.sum(axes, keepdims)?;
+        if count == 1 {
+            return Ok(total); // dividing by one changes nothing: no scaling node
+        }
+        total.mul_scalar(1.0 / count.max(1) as f64)
     }
 
     /// Broadcast to a larger shape (NumPy rules); differentiable.
