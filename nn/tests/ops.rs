@@ -228,3 +228,34 @@ fn bias_act_on_a_large_batch_matches_the_composed_ops() {
     let composed = y.add(&b).unwrap().sigmoid().unwrap();
     assert_eq!(fused.to_f64_vec(), composed.to_f64_vec());
 }
+
+#[test]
+fn dense_records_one_node_per_layer() {
+    use sparrow_nn::layers::Dense;
+    use sparrow_nn::{Block, Initializer};
+    // The bias/activation op takes over the product's node: the layer's output node has the
+    // product's inputs (x, weight) and the bias, and nothing else is recorded in between.
+    let layer = Dense::new(4).in_units(3).activation("sigmoid");
+    layer
+        .initialize(
+            &Initializer::Uniform { scale: 0.5 },
+            sparrow_core::Device::Cpu,
+        )
+        .unwrap();
+    let x = test_array(&[2, 3], -1.0, 1.0, 41)
+        .astype(sparrow_core::DType::F32)
+        .unwrap();
+    let y = autograd::record(|| layer.forward(&x)).unwrap();
+    let node = y.node().expect("recorded");
+    assert_eq!(node.op, "dense_bias_act");
+    assert_eq!(node.inputs.len(), 3);
+    assert!(node.inputs[1].same_array(&layer.weight().data().unwrap()));
+    assert!(node.inputs[2].same_array(&layer.bias().unwrap().data().unwrap()));
+    assert!(
+        node.inputs.iter().all(|i| i.node().is_none()),
+        "no inner node left"
+    );
+    // Without recording nothing is attached.
+    let z = autograd::pause(|| layer.forward(&x)).unwrap();
+    assert!(z.node().is_none());
+}

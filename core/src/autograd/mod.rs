@@ -147,6 +147,19 @@ impl NDArray {
         m.attached || m.node.is_some()
     }
 
+    /// Detach the recorded operator that produced this array and hand it over (`None` if there
+    /// is none). For an op that folds its input's operator into its own node: the caller must
+    /// own the only use of this array in the graph (a fresh intermediate it just computed),
+    /// since the array no longer carries a gradient path afterwards.
+    pub fn take_node(&self) -> Option<Arc<Node>> {
+        self.inner
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .node
+            .take()
+    }
+
     /// The recorded operator that produced this array, if any.
     pub fn node(&self) -> Option<Arc<Node>> {
         self.inner

@@ -182,7 +182,8 @@ impl Block for Dense {
             (y, lead)
         };
         // Bias and activation in one recorded op where the activation allows it (sigmoid, tanh,
-        // relu); `act_done` says whether the activation still has to be applied below.
+        // relu), which also takes over the product's node (`y` is ours alone): one node per
+        // layer. `act_done` says whether the activation still has to be applied below.
         let fused = self
             .activation
             .as_deref()
@@ -191,7 +192,7 @@ impl Block for Dense {
             Some(b) => {
                 b.infer_shape(&[self.units])?;
                 let bias = b.data()?;
-                match crate::ops::bias_act(&y, &bias, fused)? {
+                match crate::ops::bias_act_absorbing(&y, &bias, fused)? {
                     Some(out) => (out, fused.is_some()),
                     None => (y.add(&bias)?, false),
                 }

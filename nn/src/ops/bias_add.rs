@@ -84,6 +84,28 @@ pub fn bias_add(y: &NDArray, b: &NDArray) -> Result<Option<NDArray>> {
 /// `gp = g * act'(out)`, `dy = gp`, `db = sum over rows of gp`. Returns `Ok(None)` under the
 /// same conditions as [`bias_add`]; the caller then composes the general ops.
 pub fn bias_act(y: &NDArray, b: &NDArray, act: Option<FusedAct>) -> Result<Option<NDArray>> {
+    bias_act_impl(y, b, act, false)
+}
+
+/// [`bias_act`] that also folds the operator which produced `y` (a layer's product) into its
+/// own recorded node: one node per Dense layer instead of two, so the backward engine visits,
+/// checks and stores one gradient fewer per layer. `y` must be a fresh intermediate that
+/// nothing else reads (its own gradient path is taken over); the backward hands `g * act'` to
+/// the product's backward and returns its input gradients followed by the bias gradient.
+pub fn bias_act_absorbing(
+    y: &NDArray,
+    b: &NDArray,
+    act: Option<FusedAct>,
+) -> Result<Option<NDArray>> {
+    bias_act_impl(y, b, act, true)
+}
+
+fn bias_act_impl(
+    y: &NDArray,
+    b: &NDArray,
+    act: Option<FusedAct>,
+    absorb: bool,
+) -> Result<Option<NDArray>> {
     if y.stype() != SType::Dense || b.stype() != SType::Dense {
         return Ok(None);
     }
@@ -118,7 +140,9 @@ pub fn bias_act(y: &NDArray, b: &NDArray, act: Option<FusedAct>) -> Result<Optio
     } else {
         "bias_add"
     };
-    Ok(Some(record_op(name, out, &[y, b], move |g| {
+    // The product's operator, when it is folded into this node (recorded, and absorbing).
+    let inner = if absorb { y.take_node() } else { None };
+    let backward = move |g: &NDArray| -> Result<(NDArray, NDArray)> {
         let gp = match (act, &saved) {
             (Some(a), Some(s)) => pre_activation_grad(g, s, a)?,
             _ => g.clone(),
@@ -126,14 +150,36 @@ pub fn bias_act(y: &NDArray, b: &NDArray, act: Option<FusedAct>) -> Result<Optio
         if gp.stype() != SType::Dense || !gp.has_shape(&yshape) {
             // A sparse or differently shaped head gradient: general reduction.
             let db = sum_to_shape(&gp, &[units])?;
-            return Ok(vec![Some(gp), Some(db)]);
+            return Ok((gp, db));
         }
         let gd = gp.dense_data()?;
         let db = float_dispatch!(gd.buf.dtype(), "bias_act backward", T => {
             NDArray::from_vec(column_sums(gd.buf.as_slice::<T>().unwrap(), units), &[units])?
         });
-        Ok(vec![Some(gp), Some(db)])
-    })))
+        Ok((gp, db))
+    };
+    Ok(Some(match inner {
+        None => record_op(name, out, &[y, b], move |g| {
+            let (gp, db) = backward(g)?;
+            Ok(vec![Some(gp), Some(db)])
+        }),
+        Some(node) => {
+            let mut inputs: Vec<&NDArray> = node.inputs.iter().collect();
+            inputs.push(b);
+            let name = if act.is_some() {
+                "dense_bias_act"
+            } else {
+                "dense_bias_add"
+            };
+            let inner = node.clone();
+            record_op(name, out, &inputs, move |g| {
+                let (gp, db) = backward(g)?;
+                let mut grads = (inner.backward)(&gp)?;
+                grads.push(Some(db));
+                Ok(grads)
+            })
+        }
+    }))
 }
 
 /// `g * act'(y)` for the saved output `y`: one fused pass when `g` is dense and shaped like

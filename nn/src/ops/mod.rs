@@ -5,6 +5,6 @@ mod bias_add;
 mod csr_dot;
 mod sigmoid_bce;
 
-pub use bias_add::{bias_act, bias_add, FusedAct};
+pub use bias_add::{bias_act, bias_act_absorbing, bias_add, FusedAct};
 pub use csr_dot::csr_dot_t;
 pub use sigmoid_bce::sigmoid_bce_logits;
