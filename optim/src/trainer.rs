@@ -197,9 +197,16 @@ impl Trainer {
                 p.zero_grad();
                 grad = p.grad().ok_or_else(no_grad)?;
             }
+            // The parameter's multipliers, written only when they changed (two hash inserts per
+            // parameter per step otherwise).
             let opts = self.optimizer.options_mut();
-            opts.lr_mult.insert(i, p.lr_mult());
-            opts.wd_mult.insert(i, p.wd_mult());
+            let (lm, wm) = (p.lr_mult(), p.wd_mult());
+            if opts.lr_mult.get(&i) != Some(&lm) {
+                opts.lr_mult.insert(i, lm);
+            }
+            if opts.wd_mult.get(&i) != Some(&wm) {
+                opts.wd_mult.insert(i, wm);
+            }
             if self.states[i].is_none() {
                 self.states[i] = Some(self.optimizer.create_state(i, &weight)?);
             }
