@@ -400,6 +400,7 @@ impl Iterator for LibSVMIter {
             }
             Err(_) => {
                 self.done = true;
+                self.rx = None; // a reset starts a new producer
                 Some(Err(DataError::arg(
                     "LibSVMIter",
                     "the background reader stopped unexpectedly",
