@@ -107,7 +107,7 @@ pub(crate) fn dense_labels_from_segs(segs: &[Seg<'_>], k: usize) -> NDArray {
 pub(crate) fn dense_labels(v: Vec<f32>, rows: usize, k: usize) -> NDArray {
     let shape: Vec<usize> = if k == 1 { vec![rows] } else { vec![rows, k] };
     NDArray::from_data(ArrayData::Dense(sparrow_core::DenseData {
-        shape,
+        shape: shape.into(),
         buf: Buffer::F32(Arc::new(v)),
     }))
 }

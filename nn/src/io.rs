@@ -178,7 +178,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
                 rows.iter()
                     .flat_map(|&r| r as usize * row_len..(r as usize + 1) * row_len),
             );
-            let mut dshape = dense.shape.clone();
+            let mut dshape = dense.shape.to_vec();
             dshape[0] = rows.len();
             let idx_bytes = buffer_bytes(&Buffer::I64(std::sync::Arc::new(rows.clone())));
             tensors.push((
@@ -203,7 +203,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
                 name.to_string(),
                 Tensor {
                     dtype: st_dtype(dense.buf.dtype()),
-                    shape: dense.shape.clone(),
+                    shape: dense.shape.to_vec(),
                     bytes: buffer_bytes(&dense.buf),
                 },
             ));

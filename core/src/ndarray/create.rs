@@ -1,6 +1,6 @@
 //! Array creation: zeros, ones, full, arange, linspace, eye, from vectors.
 
-use super::{ArrayData, DenseData, NDArray};
+use super::{ArrayData, DenseData, NDArray, Shape};
 use crate::buffer::Buffer;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -31,7 +31,7 @@ impl NDArray {
             ));
         }
         Ok(NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: shape.to_vec(),
+            shape: shape.into(),
             buf,
         })))
     }
@@ -51,7 +51,7 @@ impl NDArray {
     pub fn from_slice<T: Element>(v: &[T]) -> NDArray {
         let n = v.len();
         NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: vec![n],
+            shape: smallvec::smallvec![n],
             buf: T::into_buffer(v.to_vec()),
         }))
     }
@@ -59,7 +59,7 @@ impl NDArray {
     /// A 0-D (scalar) array.
     pub fn scalar<T: Element>(v: T) -> NDArray {
         NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: vec![],
+            shape: Shape::new(),
             buf: T::into_buffer(vec![v]),
         }))
     }
@@ -92,7 +92,7 @@ impl NDArray {
     pub fn zeros_like(&self) -> NDArray {
         let d = self.read();
         NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: d.shape().to_vec(),
+            shape: d.shape().into(),
             buf: Buffer::zeros(d.dtype(), d.shape().iter().product()),
         }))
     }

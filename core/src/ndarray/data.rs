@@ -5,11 +5,15 @@ use std::sync::Arc;
 use crate::buffer::Buffer;
 use crate::dtype::{DType, Element, SType};
 
+/// A dense array's dimensions, stored inline up to 4 (no allocation for the common ranks).
+pub type Shape = smallvec::SmallVec<[usize; 4]>;
+
 /// Dense storage: a contiguous row-major buffer and its shape.
 #[derive(Debug, Clone)]
 pub struct DenseData {
-    /// Logical shape.
-    pub shape: Vec<usize>,
+    /// Logical shape (inline up to 4 dimensions: cloning a dense array's metadata, which every
+    /// operator does, then allocates nothing).
+    pub shape: Shape,
     /// `shape.iter().product()` elements, row-major.
     pub buf: Buffer,
 }

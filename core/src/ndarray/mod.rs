@@ -8,7 +8,7 @@ mod access;
 mod create;
 mod data;
 
-pub use data::{ArrayData, CsrData, DenseData, RowSparseData};
+pub use data::{ArrayData, CsrData, DenseData, RowSparseData, Shape};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};

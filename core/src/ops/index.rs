@@ -141,7 +141,7 @@ impl NDArray {
         let idx = resolve_indices(op, &index_values(index)?, d.shape[0])?;
         let mut want = vec![idx.len()];
         want.extend_from_slice(&d.shape[1..]);
-        if nd.shape != want {
+        if nd.shape[..] != want[..] {
             return Err(Error::shape(
                 op,
                 format!(

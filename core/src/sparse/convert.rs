@@ -15,7 +15,7 @@ use crate::SType;
 pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
     let data = match stype {
         SType::Dense => ArrayData::Dense(DenseData {
-            shape: shape.to_vec(),
+            shape: shape.into(),
             buf: Buffer::zeros(dtype, shape.iter().product()),
         }),
         SType::Csr => ArrayData::Csr(CsrData {
@@ -57,7 +57,7 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
                 Element::into_buffer(out)
             });
             Ok(DenseData {
-                shape: vec![rows, cols],
+                shape: smallvec::smallvec![rows, cols],
                 buf,
             })
         }
@@ -74,7 +74,7 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
                 Element::into_buffer(out)
             });
             Ok(DenseData {
-                shape: r.shape.clone(),
+                shape: r.shape.as_slice().into(),
                 buf,
             })
         }
@@ -106,7 +106,7 @@ fn dense_to_rsp(d: &DenseData) -> Result<RowSparseData> {
         (keep, data)
     });
     Ok(RowSparseData {
-        shape: d.shape.clone(),
+        shape: d.shape.as_slice().into(),
         indices: Arc::new(indices),
         data,
     })

@@ -472,7 +472,7 @@ impl ArrayPool {
         let k = sh.p.label_shape;
         let shape = if k == 1 { vec![n] } else { vec![n, k] };
         let label = NDArray::from_data(ArrayData::Dense(DenseData {
-            shape,
+            shape: shape.into(),
             buf: Buffer::F32(self.labels.watch(rows.labels)),
         }));
         Batch {
