@@ -31,7 +31,7 @@ impl NDArray {
             ));
         }
         Ok(NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: shape.into(),
+            shape: Shape::from_slice(shape),
             buf,
         })))
     }
@@ -92,7 +92,7 @@ impl NDArray {
     pub fn zeros_like(&self) -> NDArray {
         let d = self.read();
         NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: d.shape().into(),
+            shape: Shape::from_slice(d.shape()),
             buf: Buffer::zeros(d.dtype(), d.shape().iter().product()),
         }))
     }

@@ -50,7 +50,7 @@ impl NDArray {
         }
         let old = d.shape.clone();
         let out = NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: shape.into(),
+            shape: crate::Shape::from_slice(shape),
             buf: d.buf,
         }));
         Ok(record_op("reshape", out, &[self], move |g| {

@@ -15,7 +15,7 @@ use crate::SType;
 pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
     let data = match stype {
         SType::Dense => ArrayData::Dense(DenseData {
-            shape: shape.into(),
+            shape: crate::Shape::from_slice(shape),
             buf: Buffer::zeros(dtype, shape.iter().product()),
         }),
         SType::Csr => ArrayData::Csr(CsrData {
@@ -74,7 +74,7 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
                 Element::into_buffer(out)
             });
             Ok(DenseData {
-                shape: r.shape.as_slice().into(),
+                shape: crate::Shape::from_slice(&r.shape),
                 buf,
             })
         }
@@ -106,7 +106,7 @@ fn dense_to_rsp(d: &DenseData) -> Result<RowSparseData> {
         (keep, data)
     });
     Ok(RowSparseData {
-        shape: d.shape.as_slice().into(),
+        shape: d.shape.to_vec(),
         indices: Arc::new(indices),
         data,
     })
