@@ -164,7 +164,11 @@ impl Block for Dense {
             if xshape.is_empty() {
                 return Err(Error::shape("Dense", "input must have at least 1 dim"));
             }
-            let (x2, lead) = if self.flatten {
+            let (x2, lead) = if xshape.len() == 2 {
+                // Already (batch, features): flattening or not, the input is used as it is
+                // (no reshape node in the graph).
+                (x.clone(), vec![xshape[0]])
+            } else if self.flatten {
                 let b = xshape[0];
                 let rest: usize = xshape[1..].iter().product();
                 (x.reshape(&[b, rest])?, vec![b])
@@ -201,7 +205,7 @@ impl Block for Dense {
         };
         let mut oshape = lead;
         oshape.push(self.units);
-        let y = if y.shape() == oshape {
+        let y = if y.has_shape(&oshape) {
             y
         } else {
             y.reshape(&oshape)?
