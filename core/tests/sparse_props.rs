@@ -229,3 +229,43 @@ fn single_nonzero_and_empty() {
     assert_eq!(zt.shape(), vec![6, 2]);
     assert_eq!(z.sum(None, false).unwrap().item().unwrap(), 0.0);
 }
+
+#[test]
+fn f32_csr_transposed_products_match_dense_at_simd_widths() {
+    // csr^T G -> row_sparse in f32 at row lengths where the AVX2 segment loop runs (multiples of
+    // 8: single-entry groups, multi-entry groups, 64-column blocks and their tail) and at one
+    // where it does not (5), against the dense product in f64.
+    let rows = 12;
+    let cols = 40;
+    for (n, seed) in [(8usize, 1u64), (16, 2), (64, 3), (72, 4), (128, 5), (5, 6)] {
+        let dense_x = sparrow_core::testing::test_array(&[rows, cols], -1.0, 1.0, seed);
+        // About a quarter of the cells kept: several rows share columns (multi-entry groups),
+        // others stay alone (single-entry groups), some columns are absent.
+        let v: Vec<f64> = dense_x
+            .to_f64_vec()
+            .iter()
+            .enumerate()
+            .map(|(k, &x)| {
+                if (k * 7 + seed as usize) % 4 == 0 {
+                    x
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let xd = NDArray::from_vec(v, &[rows, cols]).unwrap();
+        let g = sparrow_core::testing::test_array(&[rows, n], -1.0, 1.0, seed + 10);
+        let want = xd.dot_t(&g, true, false).unwrap().to_f64_vec();
+        let x32 = xd.astype(DType::F32).unwrap().tostype(SType::Csr).unwrap();
+        let g32 = g.astype(DType::F32).unwrap();
+        let got = sparse::dot_csr_t_dense(&x32, &g32, SType::RowSparse).unwrap();
+        assert_eq!(got.stype(), SType::RowSparse);
+        let got = got.tostype(SType::Dense).unwrap().to_f64_vec();
+        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "n={n} element {k}: {a} vs {b}"
+            );
+        }
+    }
+}

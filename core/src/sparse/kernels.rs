@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use super::gather::{gather_sum_row, PREFETCH_AHEAD};
+use super::gather::{gather_sum_row, segment_rows_f32, PREFETCH_AHEAD};
 use super::radix::sort_by_high_half;
 use crate::dtype::Float;
 
@@ -150,6 +150,27 @@ pub(crate) fn segment_sum_rows<T: Float>(
     row_len: usize,
 ) -> (Vec<i64>, Vec<T>) {
     let (uniq, starts, order) = group_by_key(keys);
+    let work = keys.len() * row_len;
+    if work < PAR_WORK && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
+        // A small sum on this thread: the f32 AVX2 loop over all groups, if the CPU has it.
+        let n = uniq.len() * row_len;
+        let mut out: Vec<T> = Vec::with_capacity(n);
+        // SAFETY: T is f32 (checked above), so these casts only rename the element type.
+        let done = unsafe {
+            let o = std::slice::from_raw_parts_mut(
+                out.spare_capacity_mut().as_mut_ptr() as *mut MaybeUninit<f32>,
+                n,
+            );
+            let s = std::slice::from_raw_parts(src.as_ptr() as *const f32, src.len());
+            let w = w.map(|w| std::slice::from_raw_parts(w.as_ptr() as *const f32, w.len()));
+            segment_rows_f32(o, s, row_len, &starts, &order, srow, w)
+        };
+        if done {
+            // SAFETY: `segment_rows_f32` wrote every one of the n elements.
+            unsafe { out.set_len(n) };
+            return (uniq, out);
+        }
+    }
     let min_len = (4096 / row_len.max(1)).max(1);
     let fill = |g: usize, orow: &mut [MaybeUninit<T>], far: bool| {
         let start = starts[g];
@@ -171,7 +192,6 @@ pub(crate) fn segment_sum_rows<T: Float>(
     // A source that fits in L2 (the head gradient of a small batch) is read from cache anyway:
     // the per-entry prefetch instructions would only cost time there.
     let far = std::mem::size_of_val(src) > PREFETCH_MIN_BYTES;
-    let work = keys.len() * row_len;
     let out = if far {
         fill_rows(uniq.len(), row_len, min_len, work, |g, o| fill(g, o, true))
     } else {
