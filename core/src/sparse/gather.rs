@@ -175,7 +175,7 @@ pub(crate) fn segment_rows_f32(
     #[cfg(target_arch = "x86_64")]
     {
         let groups = starts.len().saturating_sub(1);
-        if row_len % 8 == 0
+        if row_len.is_multiple_of(8)
             && out.len() == groups * row_len
             && std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
