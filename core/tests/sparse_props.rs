@@ -246,7 +246,7 @@ fn f32_csr_transposed_products_match_dense_at_simd_widths() {
             .iter()
             .enumerate()
             .map(|(k, &x)| {
-                if (k * 7 + seed as usize) % 4 == 0 {
+                if (k * 7 + seed as usize).is_multiple_of(4) {
                     x
                 } else {
                     0.0
