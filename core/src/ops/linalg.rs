@@ -211,7 +211,7 @@ pub(crate) fn gemm_into<T: GemmScalar>(
 
 /// `s` as `&[f32]` when `T` is `f32` (the skinny kernels are f32-only).
 #[cfg(target_arch = "x86_64")]
-fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
+pub(super) fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
     (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
         // SAFETY: T is f32 (checked just above), so the layout is identical.
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
@@ -219,7 +219,7 @@ fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
 
 /// Mutable counterpart of [`as_f32`].
 #[cfg(target_arch = "x86_64")]
-fn as_f32_mut<T: Float>(s: &mut [T]) -> Option<&mut [f32]> {
+pub(super) fn as_f32_mut<T: Float>(s: &mut [T]) -> Option<&mut [f32]> {
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         // SAFETY: T is f32 (checked just above), so the layout is identical.
         Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) })

@@ -103,6 +103,29 @@ fn outer(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], b_rs: usize, dst: &
     });
 }
 
+/// `dst[i, j] += sum_p a[i * a_rs + p] * b[j * b_cs + p]` on the calling thread, for products
+/// too small to split (the x W^T of a small layer): [`rowdot`]'s register-tiled block over the
+/// whole of `k`. False, touching nothing, without AVX2/FMA.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rowdot_serial(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    b: &[f32],
+    b_cs: usize,
+    dst: &mut [f32],
+) -> bool {
+    if !has_avx2_fma() || m == 0 || n == 0 {
+        return false;
+    }
+    assert!(dst.len() == m * n && a.len() >= (m - 1) * a_rs + k && b.len() >= (n - 1) * b_cs + k);
+    // SAFETY: AVX2 and FMA were detected above; the bounds were asserted just above.
+    unsafe { x86::rowdot_block(m, n, a, a_rs, b, b_cs, 0, k, dst) };
+    true
+}
+
 /// `dst[i, j] = sum_p a[i * a_rs + p] * b[j * b_cs + p]` for `m <= MAX_TINY`: both operands
 /// are read along `k` with unit stride (`X W^T` with W row-major).
 #[allow(clippy::too_many_arguments)]

@@ -1,7 +1,9 @@
 //! Products so small that a GEMM library's per-call setup (blocking parameters, a thread-local
 //! pack buffer, microkernel dispatch) costs more than the arithmetic: the 10 x 128 x 8 layers of
-//! a small-batch training step. Outputs are written once, with no zero fill first.
+//! a small-batch training step.
 
+#[cfg(target_arch = "x86_64")]
+use super::linalg::{as_f32, as_f32_mut};
 use crate::dtype::Float;
 use crate::sparse::gather::gather_sum_row;
 
@@ -17,7 +19,7 @@ pub(crate) const TINY_MNK: usize = 1 << 15;
 ///   one gather-sum of the `k` rows of `b` (`g W`, `g^T h` of a layer's backward);
 /// - `a` row-major and `b` column-major (`a_cs == 1`, `b_rs == 1`, i.e. `x W^T` with `W`
 ///   row-major, a Dense layer's forward): each output element is one dot product of two
-///   contiguous rows.
+///   contiguous rows (for f32 with AVX2, skinny.rs's register-tiled block).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn product<T: Float>(
     m: usize,
@@ -34,43 +36,70 @@ pub(crate) fn product<T: Float>(
         return None;
     }
     let (ars, acs) = (a_rs as usize, a_cs as usize);
-    let mut out: Vec<T> = Vec::with_capacity(m * n);
-    let rows = out.spare_capacity_mut()[..m * n].chunks_mut(n.max(1));
     if b_cs == 1 && b_rs == n as isize {
-        let b = &b[..k * n];
-        for (i, orow) in rows.enumerate() {
-            let arow = i * ars;
-            gather_sum_row(orow, b, k, |p| (p, a[arow + p * acs]), |_| None);
-        }
+        Some(gather_rows(m, n, k, a, ars, acs, &b[..k * n]))
     } else if a_cs == 1 && b_rs == 1 && b_cs >= 0 {
-        let bcs = b_cs as usize;
-        for (i, orow) in rows.enumerate() {
-            let arow = &a[i * ars..i * ars + k];
-            for (j, o) in orow.iter_mut().enumerate() {
-                o.write(dot(arow, &b[j * bcs..j * bcs + k]));
-            }
-        }
+        Some(row_dots(m, n, k, a, ars, b, b_cs as usize))
     } else {
-        return None;
+        None
     }
-    // SAFETY: both branches wrote every element of the m rows of n (`gather_sum_row` writes its
-    // whole output row); the capacity is m * n.
-    unsafe { out.set_len(m * n) };
-    Some(out)
 }
 
-/// `sum_p x[p] * y[p]` over two slices of equal length.
-fn dot<T: Float>(x: &[T], y: &[T]) -> T {
+/// Row `i` of the output is the gather-sum `sum_p a[i, p] * b[p, :]` over the `k` rows of `b`
+/// (`k x n`, row-major), written once without a zero fill.
+fn gather_rows<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    ars: usize,
+    acs: usize,
+    b: &[T],
+) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(m * n);
+    for (i, orow) in out.spare_capacity_mut()[..m * n]
+        .chunks_mut(n.max(1))
+        .enumerate()
+    {
+        let arow = i * ars;
+        gather_sum_row(orow, b, k, |p| (p, a[arow + p * acs]), |_| None);
+    }
+    // SAFETY: `gather_sum_row` wrote each of the m rows of n whole; the capacity is m * n.
+    unsafe { out.set_len(m * n) };
+    out
+}
+
+/// `out[i, j] = dot(a[i, :], b[j, :])` for row-major `a` (row stride `ars`) and `b` stored as
+/// `n` rows of `k` (row stride `bcs`).
+fn row_dots<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    ars: usize,
+    b: &[T],
+    bcs: usize,
+) -> Vec<T> {
+    let mut out = vec![T::zero(); m * n];
     #[cfg(target_arch = "x86_64")]
-    if let (Some(x), Some(y)) = (as_f32(x), as_f32(y)) {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: AVX2 and FMA were detected just above.
-            let d = unsafe { dot_f32_avx2(x, y) };
-            return T::from(d).unwrap_or_else(T::zero);
+    if let (Some(a), Some(b), Some(o)) = (as_f32(a), as_f32(b), as_f32_mut(&mut out)) {
+        // f32 with AVX2: skinny.rs's register-tiled row dots, adding into the zeros.
+        if super::skinny::rowdot_serial(m, n, k, a, ars, b, bcs, o) {
+            return out;
         }
     }
-    // Four partial sums, as the vector path keeps several: shorter dependency chains.
+    for (i, orow) in out.chunks_mut(n.max(1)).enumerate() {
+        let arow = &a[i * ars..i * ars + k];
+        for (j, o) in orow.iter_mut().enumerate() {
+            *o = dot(arow, &b[j * bcs..j * bcs + k]);
+        }
+    }
+    out
+}
+
+/// `sum_p x[p] * y[p]` over two slices of equal length (the portable path: f64, or no AVX2).
+fn dot<T: Float>(x: &[T], y: &[T]) -> T {
+    // Four partial sums: shorter dependency chains.
     let mut acc = [T::zero(); 4];
     let (xc, yc) = (x.chunks_exact(4), y.chunks_exact(4));
     let (xr, yr) = (xc.remainder(), yc.remainder());
@@ -82,48 +111,6 @@ fn dot<T: Float>(x: &[T], y: &[T]) -> T {
     let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     for (&a, &b) in xr.iter().zip(yr) {
         s = s + a * b;
-    }
-    s
-}
-
-#[cfg(target_arch = "x86_64")]
-fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
-    // SAFETY: the slice is reinterpreted only when T is f32.
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
-        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
-}
-
-/// AVX2 + FMA dot product: two 8-lane accumulators, then a scalar tail.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_f32_avx2(x: &[f32], y: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let k = x.len().min(y.len());
-    let (px, py) = (x.as_ptr(), y.as_ptr());
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut p = 0;
-    // SAFETY (all loads): p + 16 <= k, resp. p + 8 <= k, stays inside both slices.
-    while p + 16 <= k {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(p)), _mm256_loadu_ps(py.add(p)), a0);
-        a1 = _mm256_fmadd_ps(
-            _mm256_loadu_ps(px.add(p + 8)),
-            _mm256_loadu_ps(py.add(p + 8)),
-            a1,
-        );
-        p += 16;
-    }
-    if p + 8 <= k {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(p)), _mm256_loadu_ps(py.add(p)), a0);
-        p += 8;
-    }
-    let v = _mm256_add_ps(a0, a1);
-    let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-    let mut s = _mm_cvtss_f32(h);
-    while p < k {
-        s = x[p].mul_add(y[p], s);
-        p += 1;
     }
     s
 }
