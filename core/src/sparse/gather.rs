@@ -89,8 +89,12 @@ fn gather_sum_row_generic<T: Float>(
 /// added, then are stored once. Compared with an SSE axpy per entry (32 loads, adds and stores
 /// of the output row for a 128-wide row) this is ~3x fewer instructions per entry, which keeps
 /// more of the random source-row loads inside the out-of-order window.
+///
+/// Inlined into [`segment_rows_f32`]'s loop (same target features), where it runs without
+/// prefetching (`ahead` always `None` there).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[inline]
 unsafe fn gather_sum_row_f32_avx2(
     out: &mut [MaybeUninit<f32>],
     src: &[f32],
@@ -159,7 +163,8 @@ unsafe fn gather_sum_row_f32_avx2(
 /// gradient of a small batch (csr^T G, ~100 groups of mostly one entry each over a head
 /// gradient in L1) spent more in the per-group call of [`gather_sum_row`] (closures, bounds,
 /// register saves, zeroed accumulators) than in its 16 multiply-adds; here a single-entry
-/// group is a scaled copy and no call is made per group. Returns false, writing nothing, when
+/// group is a scaled copy and the others run [`gather_sum_row_f32_avx2`] inlined into this
+/// loop, with no prefetching. Returns false, writing nothing, when
 /// the CPU lacks AVX2/FMA or `row_len` is not a multiple of 8.
 ///
 /// Panics only if an entry's row lies outside `src` (callers pass validated indices).
@@ -203,51 +208,26 @@ unsafe fn segment_rows_f32_avx2(
     use std::arch::x86_64::*;
     let n = row_len;
     let coef = |e: usize| w.map_or(1.0, |w| w[e]);
-    let row = |e: usize| {
-        let r = srow[e];
-        &src[r * n..(r + 1) * n]
-    };
     for (g, dst) in out
         .chunks_exact_mut(n.max(8))
         .enumerate()
         .take(starts.len() - 1)
     {
-        let dst = dst.as_mut_ptr() as *mut f32;
-        let (s, t) = (starts[g], starts[g + 1]);
-        // SAFETY (all loads and stores below): `dst` holds n floats, each source row n floats
-        // (slices checked above), and every offset is c + 8 <= n with n a multiple of 8.
-        if t - s == 1 {
-            let e = order[s];
-            let (a, x) = (_mm256_set1_ps(coef(e)), row(e).as_ptr());
+        let group = &order[starts[g]..starts[g + 1]];
+        if let [e] = *group {
+            // One entry: a scaled copy.
+            let r = srow[e];
+            let (a, x) = (_mm256_set1_ps(coef(e)), src[r * n..(r + 1) * n].as_ptr());
+            let d = dst.as_mut_ptr() as *mut f32;
             let mut c = 0;
+            // SAFETY: `dst` and the source row hold n floats and c + 8 <= n (n a multiple of 8).
             while c < n {
-                _mm256_storeu_ps(dst.add(c), _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c))));
+                _mm256_storeu_ps(d.add(c), _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c))));
                 c += 8;
             }
-            continue;
-        }
-        let mut c0 = 0;
-        while c0 + 64 <= n {
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for &e in &order[s..t] {
-                let (a, x) = (_mm256_set1_ps(coef(e)), row(e).as_ptr().add(c0));
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(a, _mm256_loadu_ps(x.add(8 * i)), *acc);
-                }
-            }
-            for (i, acc) in acc.iter().enumerate() {
-                _mm256_storeu_ps(dst.add(c0 + 8 * i), *acc);
-            }
-            c0 += 64;
-        }
-        while c0 < n {
-            let mut acc = _mm256_setzero_ps();
-            for &e in &order[s..t] {
-                let x = row(e).as_ptr().add(c0);
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(coef(e)), _mm256_loadu_ps(x), acc);
-            }
-            _mm256_storeu_ps(dst.add(c0), acc);
-            c0 += 8;
+        } else {
+            let entry = |q: usize| (srow[group[q]], coef(group[q]));
+            gather_sum_row_f32_avx2(dst, src, group.len(), &entry, &|_| None);
         }
     }
 }
