@@ -86,19 +86,8 @@ impl NDArray {
     /// `shape()` vectors per comparison were a quarter of a small training step's allocations.
     /// Holds one array's lock at a time (no lock-order dependence between arrays).
     pub fn same_shape(&self, other: &NDArray) -> bool {
-        let (buf, n) = {
-            let a = self.read();
-            let s = a.shape();
-            if s.len() > 8 {
-                let v = s.to_vec();
-                drop(a);
-                return other.has_shape(&v);
-            }
-            let mut buf = [0usize; 8];
-            buf[..s.len()].copy_from_slice(s);
-            (buf, s.len())
-        };
-        other.has_shape(&buf[..n])
+        let own = smallvec::SmallVec::<[usize; 8]>::from_slice(self.read().shape());
+        other.has_shape(&own)
     }
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {

@@ -171,8 +171,11 @@ pub(crate) fn segment_sum_rows<T: Float>(
             return (uniq, out);
         }
     }
+    // A source that fits in L2 (the head gradient of a small batch) is read from cache anyway:
+    // per-entry prefetch instructions would only cost time there.
+    let far = std::mem::size_of_val(src) > PREFETCH_MIN_BYTES;
     let min_len = (4096 / row_len.max(1)).max(1);
-    let fill = |g: usize, orow: &mut [MaybeUninit<T>], far: bool| {
+    let out = fill_rows(uniq.len(), row_len, min_len, work, |g, orow| {
         let start = starts[g];
         gather_sum_row(
             orow,
@@ -184,19 +187,11 @@ pub(crate) fn segment_sum_rows<T: Float>(
             },
             // `order` is contiguous across groups, so this also prefetches the next group's.
             |q| {
-                far.then(|| order.get(start + q + PREFETCH_AHEAD).map(|&e| srow[e]))
-                    .flatten()
+                let e = *order.get(start + q + PREFETCH_AHEAD).filter(|_| far)?;
+                Some(srow[e])
             },
         );
-    };
-    // A source that fits in L2 (the head gradient of a small batch) is read from cache anyway:
-    // the per-entry prefetch instructions would only cost time there.
-    let far = std::mem::size_of_val(src) > PREFETCH_MIN_BYTES;
-    let out = if far {
-        fill_rows(uniq.len(), row_len, min_len, work, |g, o| fill(g, o, true))
-    } else {
-        fill_rows(uniq.len(), row_len, min_len, work, |g, o| fill(g, o, false))
-    };
+    });
     (uniq, out)
 }
 
