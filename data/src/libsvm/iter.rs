@@ -107,6 +107,9 @@ pub(super) struct Shared {
     pub(super) data_opts: ChunkOpts,
     label_opts: ChunkOpts,
     part_bytes: u64,
+    /// Producer threads started so far (tests check that full epochs reuse one).
+    #[cfg(test)]
+    pub(super) producers: std::sync::atomic::AtomicUsize,
 }
 
 pub(super) enum Msg {
@@ -210,7 +213,8 @@ pub struct LibSVMIter {
     /// Batches received in a group and not yet returned.
     queue: VecDeque<Batch>,
     threads: Vec<JoinHandle<()>>,
-    carry: Option<Rows>,
+    /// Rows the next epoch skips (those the last round batch borrowed), for a producer started
+    /// by a reset in the middle of an epoch.
     skip: usize,
     /// This epoch's end has arrived (its batches may still be queued).
     done: bool,
@@ -292,6 +296,8 @@ impl LibSVMIter {
             data_opts,
             label_opts,
             part_bytes,
+            #[cfg(test)]
+            producers: Default::default(),
         });
         let mut it = LibSVMIter {
             shared,
@@ -299,7 +305,6 @@ impl LibSVMIter {
             rx: None,
             queue: VecDeque::new(),
             threads: Vec::new(),
-            carry: None,
             skip: 0,
             done: false,
         };
@@ -312,14 +317,22 @@ impl LibSVMIter {
         &self.shared.p
     }
 
+    /// Producer threads started so far.
+    #[cfg(test)]
+    pub(super) fn producers_started(&self) -> usize {
+        self.shared
+            .producers
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Bytes of data this part reads per epoch.
     pub fn part_bytes(&self) -> u64 {
         self.shared.part_bytes
     }
 
     fn start(&mut self) {
-        let carry = self.carry.take();
-        let (rx, handle) = self.spawn_epoch(self.epoch, carry, self.skip);
+        // A restart has no leftover rows to roll over: those belong to the epoch cut short.
+        let (rx, handle) = self.spawn_epoch(self.epoch, None, self.skip);
         self.threads.push(handle);
         self.rx = Some(rx);
         self.done = false;
@@ -335,6 +348,10 @@ impl LibSVMIter {
     ) -> (Receiver<Msg>, JoinHandle<()>) {
         let (tx, rx) = sync_channel(1);
         let shared = self.shared.clone();
+        #[cfg(test)]
+        shared
+            .producers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let handle = std::thread::spawn(move || {
             let mut tx = BatchTx::new(tx, shared.p.prefetch);
             produce(&shared, epoch, carry, skip, &mut tx)

@@ -450,3 +450,24 @@ fn reset_or_drop_while_the_next_epoch_waits_in_the_queue() {
     std::thread::sleep(std::time::Duration::from_millis(50));
     drop(it);
 }
+
+#[test]
+fn full_epochs_reuse_one_producer_thread() {
+    // Epochs read to their end continue on the producer already running (no thread start per
+    // epoch, whose scheduling delay the tutorial's epochs used to wait for); only a reset in
+    // the middle of an epoch starts another.
+    let d = tmpdir("one_producer");
+    let f = d.join("a.svm");
+    write_rows(&f, 10);
+    for mode in [LastBatch::Keep, LastBatch::RollOver, LastBatch::RoundBatch] {
+        let mut it = LibSVMIter::new(params(&f, 4, mode)).unwrap();
+        for _ in 0..4 {
+            assert!(!pass(&mut it).0.is_empty());
+            it.reset();
+        }
+        assert_eq!(it.producers_started(), 1, "{mode:?}");
+        assert!(it.next().is_some());
+        it.reset();
+        assert_eq!(it.producers_started(), 2, "{mode:?}");
+    }
+}
