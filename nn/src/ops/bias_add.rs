@@ -135,13 +135,14 @@ fn bias_act_impl(
     let yshape = yd.shape.clone();
     // The output's values without its graph (no reference cycle through the node).
     let saved = act.map(|_| out.detach());
-    let name = if act.is_some() {
-        "bias_act"
-    } else {
-        "bias_add"
-    };
     // The product's operator, when it is folded into this node (recorded, and absorbing).
     let inner = if absorb { y.take_node() } else { None };
+    let name = match (inner.is_some(), act.is_some()) {
+        (false, false) => "bias_add",
+        (false, true) => "bias_act",
+        (true, false) => "dense_bias_add",
+        (true, true) => "dense_bias_act",
+    };
     let backward = move |g: &NDArray| -> Result<(NDArray, NDArray)> {
         let gp = match (act, &saved) {
             (Some(a), Some(s)) => pre_activation_grad(g, s, a)?,
@@ -166,11 +167,6 @@ fn bias_act_impl(
         Some(node) => {
             let mut inputs: Vec<&NDArray> = node.inputs.iter().collect();
             inputs.push(b);
-            let name = if act.is_some() {
-                "dense_bias_act"
-            } else {
-                "dense_bias_add"
-            };
             let inner = node.clone();
             record_op(name, out, &inputs, move |g| {
                 let (gp, db) = backward(g)?;
