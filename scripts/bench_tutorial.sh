@@ -6,24 +6,31 @@
 # Reference scripts: ../shared/anchors/{mxnet,torch}. Dense-gradient variants (a), (b) are timed
 # on fewer batches (MXNet: 1 epoch after a warm-up epoch; PyTorch and sparrow: a window of
 # batches scaled to 100), (c) over 7 epochs after a warm-up epoch.
+# C_RUNS=N (reduced window, a few minutes): the references run (c) only (MXNet dot_rsp, PyTorch
+# EmbeddingBag), then sparrow runs (c) N more times at 1 thread (sparrow_c_t1_run*.json), since
+# (c) timings move with the machine's state. The MXNet data file goes to a temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?OUT_DIR}
 MX=${2:-/work/venvs/mx/bin/python}
 TORCH=${3:-/work/venvs/torch/bin/python}
 ANCH=../shared/anchors
+C_RUNS=${C_RUNS:-}
+MXDATA=$OUT
+[ -n "$C_RUNS" ] && MXDATA=$(mktemp -d)
 mkdir -p "$OUT"
 cargo build --release --example sparse_gluon
 for t in 1 2; do
   target/release/examples/sparse_gluon --threads "$t" --json > "$OUT/sparrow_t$t.json"
 done
 if [ -x "$MX" ]; then
-  [ -f "$OUT/tutorial.libsvm" ] || "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py make-data "$OUT"
+  [ -f "$MXDATA/tutorial.libsvm" ] || "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py make-data "$MXDATA" > /dev/null
   for omp in 1 2; do
-    OMP_NUM_THREADS=$omp "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run dot_rsp "$OUT/tutorial.libsvm" 7 \
-      > "$OUT/mx_dot_rsp_omp$omp.json"
+    OMP_NUM_THREADS=$omp "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run dot_rsp "$MXDATA/tutorial.libsvm" 7 \
+      > "$OUT/mx_dot_rsp_omp$omp.json" 2> "$OUT/mx_omp$omp.err"
+    [ -n "$C_RUNS" ] && continue
     for v in dot dense; do
-      OMP_NUM_THREADS=$omp "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run $v "$OUT/tutorial.libsvm" 1 \
+      OMP_NUM_THREADS=$omp "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run $v "$MXDATA/tutorial.libsvm" 1 \
         > "$OUT/mx_${v}_omp$omp.json"
     done
   done
@@ -31,8 +38,12 @@ fi
 if [ -x "$TORCH" ]; then
   for t in 1 2; do
     "$TORCH" $ANCH/torch/bench_sparse_mlp.py --variant embbag --threads $t --epochs 7 --json "$OUT/torch.jsonl"
+    [ -n "$C_RUNS" ] && continue
     "$TORCH" $ANCH/torch/bench_sparse_mlp.py --variant spmm --threads $t --window 5 --json "$OUT/torch.jsonl"
     "$TORCH" $ANCH/torch/bench_sparse_mlp.py --variant dense --threads $t --window 5 --json "$OUT/torch.jsonl"
   done
 fi
+for i in $(seq 1 "${C_RUNS:-0}"); do
+  target/release/examples/sparse_gluon --threads 1 --variants c --json > "$OUT/sparrow_c_t1_run$i.json"
+done
 echo "results in $OUT"
