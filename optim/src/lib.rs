@@ -18,7 +18,7 @@ pub use fit::{Accuracy, EarlyStopping, EpochStats, Estimator, EventHandler, FitO
 pub use trainer::Trainer;
 
 pub use optimizer::{
-    AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, Nadam, Nag, Optimizer,
+    AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag, Optimizer,
     OptimizerOptions, RMSProp, Sgd, Signum, State, StepCtx,
 };
 pub use schedule::{
