@@ -163,6 +163,8 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     let path = args.data_file.clone().ok_or("--child needs --data-file")?;
     let mut params = LibSVMIterParams::new(&path, args.features, args.batch_size);
     params.progress = false;
+    // The loader thread groups each batch's columns for (c)'s row_sparse weight gradient.
+    params.prepare_transpose = v == Variant::RowSparse;
     let mut iter = LibSVMIter::new(params)?;
 
     let t0 = Instant::now();

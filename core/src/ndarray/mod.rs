@@ -22,6 +22,8 @@ pub(crate) struct Inner {
     pub(crate) id: u64,
     pub(crate) data: RwLock<ArrayData>,
     pub(crate) meta: Mutex<AutogradMeta>,
+    /// A csr array's column grouping, when prepared ahead (`sparse::groups`).
+    pub(crate) column_groups: Mutex<Option<Arc<crate::sparse::ColumnGroups>>>,
 }
 
 /// An n-dimensional array with a storage type (dense, csr, row_sparse), a dtype and a device.
@@ -38,6 +40,7 @@ impl NDArray {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 data: RwLock::new(data),
                 meta: Mutex::new(AutogradMeta::default()),
+                column_groups: Mutex::new(None),
             }),
         }
     }

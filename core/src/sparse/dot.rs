@@ -8,7 +8,8 @@ use std::sync::Arc;
 use num_traits::Zero;
 
 use super::gather::{gather_sum_row, PREFETCH_AHEAD};
-use super::kernels::{axpy, entry_rows, fill_rows, for_each_row, segment_sum_rows};
+use super::groups::ColumnGroups;
+use super::kernels::{axpy, fill_rows, for_each_row, segment_sum_grouped};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
@@ -75,8 +76,13 @@ pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
 }
 
 /// `csr^T (k x m) . dense (m x n)` -> row_sparse `k x n` over exactly the columns present in
-/// the csr, no autograd and no dense intermediate.
-pub(crate) fn csr_t_dense_rsp(c: &CsrData, g: &DenseData) -> Result<NDArray> {
+/// the csr, no autograd and no dense intermediate. `groups`: the csr's column grouping when it
+/// was prepared ahead (computed here otherwise).
+pub(crate) fn csr_t_dense_rsp(
+    c: &CsrData,
+    g: &DenseData,
+    groups: Option<Arc<ColumnGroups>>,
+) -> Result<NDArray> {
     let [m, k] = c.shape;
     if g.shape[0] != m {
         return Err(Error::shape(
@@ -88,13 +94,15 @@ pub(crate) fn csr_t_dense_rsp(c: &CsrData, g: &DenseData) -> Result<NDArray> {
         ));
     }
     let n = g.shape[1];
-    let rows = entry_rows(&c.indptr);
+    let groups = groups.unwrap_or_else(|| Arc::new(ColumnGroups::compute(c)));
+    let gr = &*groups;
     Ok(float_dispatch!(c.data.dtype(), "dot", T => {
         let gs = g.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), g.buf.dtype()))?;
-        let (uniq, data) = segment_sum_rows(c.indices(), &rows, Some(c.values::<T>().unwrap()), gs, n);
+        let vals = Some(c.values::<T>().unwrap());
+        let data = segment_sum_grouped(&gr.starts, &gr.order, &gr.rows, vals, gs, n);
         NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: vec![k, n],
-            indices: Arc::new(uniq),
+            indices: gr.uniq.clone(),
             data: <T as crate::Element>::into_buffer(data),
         }))
     }))
@@ -191,7 +199,7 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     let (xc, wc) = (x.clone(), w.clone());
     Ok(record_op("dot_csr_dense", out, &[x, w], move |g| {
         let gd = dense2(g, "dot backward")?;
-        let gw = csr_t_dense_rsp(&c, &gd)?;
+        let gw = csr_t_dense_rsp(&c, &gd, xc.cached_groups_for(&c))?;
         let gx = if xc.requires_grad() {
             Some(
                 g.dense_data()
@@ -211,7 +219,7 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
 pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDArray> {
     same_dtype("dot", x, g)?;
     let c = csr_of(x, "dot")?;
-    let rsp = csr_t_dense_rsp(&c, &dense2(g, "dot")?)?;
+    let rsp = csr_t_dense_rsp(&c, &dense2(g, "dot")?, x.cached_groups_for(&c))?;
     let out = match out_stype {
         SType::RowSparse => rsp,
         SType::Dense => super::cast_storage(&rsp, SType::Dense)?,
@@ -245,10 +253,12 @@ pub fn dot_csr_rsp(x: &NDArray, w: &NDArray) -> Result<NDArray> {
         }
     };
     let out = csr_rsp_raw(&c, &r)?;
+    let xc = x.clone();
     Ok(record_op("dot_csr_rsp", out, &[x, w], move |g| {
+        let groups = xc.cached_groups_for(&c);
         Ok(vec![
             None,
-            Some(csr_t_dense_rsp(&c, &dense2(g, "dot backward")?)?),
+            Some(csr_t_dense_rsp(&c, &dense2(g, "dot backward")?, groups)?),
         ])
     }))
 }

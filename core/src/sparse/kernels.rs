@@ -150,10 +150,26 @@ pub(crate) fn segment_sum_rows<T: Float>(
     row_len: usize,
 ) -> (Vec<i64>, Vec<T>) {
     let (uniq, starts, order) = group_by_key(keys);
-    let work = keys.len() * row_len;
+    let out = segment_sum_grouped(&starts, &order, srow, w, src, row_len);
+    (uniq, out)
+}
+
+/// The summing half of [`segment_sum_rows`], for a grouping computed earlier ([`group_by_key`]
+/// over the same keys, possibly on another thread and cached: see `sparse::groups`): output
+/// row `g` is the sum over the entries `order[starts[g]..starts[g + 1]]`.
+pub(crate) fn segment_sum_grouped<T: Float>(
+    starts: &[usize],
+    order: &[usize],
+    srow: &[usize],
+    w: Option<&[T]>,
+    src: &[T],
+    row_len: usize,
+) -> Vec<T> {
+    let groups = starts.len().saturating_sub(1);
+    let work = order.len() * row_len;
     if work < PAR_WORK && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         // A small sum on this thread: the f32 AVX2 loop over all groups, if the CPU has it.
-        let n = uniq.len() * row_len;
+        let n = groups * row_len;
         let mut out: Vec<T> = Vec::with_capacity(n);
         // SAFETY: T is f32 (checked above), so these casts only rename the element type.
         let done = unsafe {
@@ -163,19 +179,19 @@ pub(crate) fn segment_sum_rows<T: Float>(
             );
             let s = std::slice::from_raw_parts(src.as_ptr() as *const f32, src.len());
             let w = w.map(|w| std::slice::from_raw_parts(w.as_ptr() as *const f32, w.len()));
-            segment_rows_f32(o, s, row_len, &starts, &order, srow, w)
+            segment_rows_f32(o, s, row_len, starts, order, srow, w)
         };
         if done {
             // SAFETY: `segment_rows_f32` wrote every one of the n elements.
             unsafe { out.set_len(n) };
-            return (uniq, out);
+            return out;
         }
     }
     // A source that fits in L2 (the head gradient of a small batch) is read from cache anyway:
     // per-entry prefetch instructions would only cost time there.
     let far = std::mem::size_of_val(src) > PREFETCH_MIN_BYTES;
     let min_len = (4096 / row_len.max(1)).max(1);
-    let out = fill_rows(uniq.len(), row_len, min_len, work, |g, orow| {
+    fill_rows(groups, row_len, min_len, work, |g, orow| {
         let start = starts[g];
         gather_sum_row(
             orow,
@@ -191,8 +207,7 @@ pub(crate) fn segment_sum_rows<T: Float>(
                 Some(srow[e])
             },
         );
-    });
-    (uniq, out)
+    })
 }
 
 /// The row of every stored entry of a csr array, from its indptr.

@@ -10,6 +10,7 @@ mod dispatch;
 mod dot;
 mod embedding;
 pub(crate) mod gather;
+mod groups;
 pub(crate) mod kernels;
 mod radix;
 mod random;
@@ -24,6 +25,7 @@ pub(crate) use dispatch::{
 pub use dispatch::{fallback, set_strict_stype, strict_stype};
 pub use dot::{dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
 pub use embedding::{embedding, take_rows};
+pub use groups::ColumnGroups;
 pub use random::{rand_sparse, rand_sparse_seeded, SparseDist};
 pub(crate) use reduce::dispatch_sum;
 pub use reduce::{norm, square_sum};

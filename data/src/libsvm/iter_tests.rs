@@ -371,7 +371,7 @@ use std::sync::mpsc::sync_channel;
 /// end-of-epoch message, whose own batches (the last group) are listed just before it.
 fn group_sizes(n: usize, prefetch: usize, rows_each: usize) -> Vec<usize> {
     let (tx, rx) = sync_channel(n + 2);
-    let mut btx = BatchTx::new(tx, prefetch);
+    let mut btx = BatchTx::new(tx, prefetch, false);
     for _ in 0..n {
         let data = sparrow_core::NDArray::zeros(&[rows_each, 4], sparrow_core::DType::F32).unwrap();
         assert!(btx.send(crate::Batch {
@@ -469,5 +469,34 @@ fn full_epochs_reuse_one_producer_thread() {
         assert!(it.next().is_some());
         it.reset();
         assert_eq!(it.producers_started(), 2, "{mode:?}");
+    }
+}
+
+#[test]
+fn prepare_transpose_groups_every_batch_on_the_producer() {
+    let d = tmpdir("prep");
+    let f = d.join("a.svm");
+    write_rows(&f, 100);
+    for prepare in [false, true] {
+        let mut p = params(&f, 7, LastBatch::Keep);
+        p.prepare_transpose = prepare;
+        let mut it = LibSVMIter::new(p).unwrap();
+        for _epoch in 0..2 {
+            it.reset();
+            let mut n = 0;
+            for b in it.by_ref() {
+                let b = b.unwrap();
+                let g = b.data.csr_column_groups();
+                assert_eq!(g.is_some(), prepare);
+                if let Some(g) = g {
+                    let mut cols = b.data.read().as_csr().unwrap().indices().to_vec();
+                    cols.sort_unstable();
+                    cols.dedup();
+                    assert_eq!(g.columns(), &cols[..]);
+                }
+                n += 1;
+            }
+            assert_eq!(n, 15);
+        }
     }
 }

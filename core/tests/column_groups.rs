@@ -1,0 +1,119 @@
+//! A csr array's column grouping prepared ahead (`NDArray::prepare_csr_transpose`, done by
+//! LibSVMIter's producer thread) must give exactly the gradients computed without it, and must
+//! never be used once the array's structure changed.
+
+use sparrow_core::autograd::{self, GradReq};
+use sparrow_core::sparse::{rand_sparse_seeded, SparseDist};
+use sparrow_core::testing::test_array;
+use sparrow_core::{DType, NDArray, SType};
+
+fn csr(rows: usize, cols: usize, density: f64, seed: u64, dtype: DType) -> NDArray {
+    rand_sparse_seeded(
+        &[rows, cols],
+        density,
+        SType::Csr,
+        SparseDist::Uniform,
+        seed,
+    )
+    .unwrap()
+    .astype(dtype)
+    .unwrap()
+}
+
+/// Row ids and values of the row_sparse gradient of `w` in `sum(dot(x, w) * head)`.
+fn weight_grad(x: &NDArray, w0: &NDArray, head: &NDArray) -> (Vec<i64>, Vec<f64>) {
+    let w = w0.copy();
+    w.attach_grad_with(GradReq::Write, SType::RowSparse);
+    let y = autograd::record(|| x.dot(&w)?.mul(head)?.sum_all()).unwrap();
+    y.backward().unwrap();
+    let g = w.grad().unwrap();
+    let r = g.read().as_row_sparse().unwrap().clone();
+    (r.indices.to_vec(), g.to_f64_vec())
+}
+
+#[test]
+fn prepared_groups_give_the_same_gradient_bit_for_bit() {
+    for (seed, dtype) in [(1, DType::F32), (2, DType::F64), (3, DType::F32)] {
+        // 10-row batches over many columns (the tutorial's shape, scaled) and a denser one
+        // whose columns repeat across rows.
+        for (rows, cols, density) in [(10, 5000, 0.002), (16, 40, 0.3)] {
+            let x = csr(rows, cols, density, seed, dtype);
+            let w = test_array(&[cols, 16], -1.0, 1.0, seed + 10)
+                .astype(dtype)
+                .unwrap();
+            let head = test_array(&[rows, 16], -1.0, 1.0, seed + 20)
+                .astype(dtype)
+                .unwrap();
+            let plain = weight_grad(&x, &w, &head);
+            assert!(x.csr_column_groups().is_none());
+            assert!(x.prepare_csr_transpose());
+            let g = x.csr_column_groups().expect("prepared");
+            // The grouping itself: sorted unique columns with their non-zero counts.
+            let idx = x.read().as_csr().unwrap().indices().to_vec();
+            let mut cols_want = idx.clone();
+            cols_want.sort_unstable();
+            cols_want.dedup();
+            assert_eq!(g.columns(), &cols_want[..]);
+            let counts: Vec<usize> = g.counts().collect();
+            let want: Vec<usize> = cols_want
+                .iter()
+                .map(|c| idx.iter().filter(|&&i| i == *c).count())
+                .collect();
+            assert_eq!(counts, want);
+            let prepared = weight_grad(&x, &w, &head);
+            assert_eq!(plain.0, prepared.0);
+            assert_eq!(plain.1, prepared.1, "seed {seed} {dtype:?} {rows}x{cols}");
+        }
+    }
+}
+
+#[test]
+fn a_row_slice_does_not_use_its_parents_grouping() {
+    let x = csr(12, 300, 0.05, 4, DType::F64);
+    assert!(x.prepare_csr_transpose());
+    // A slice shares the index arrays at an offset: its own grouping differs.
+    let part = x.slice_rows(3, 9).unwrap();
+    assert!(part.csr_column_groups().is_none());
+    let w = test_array(&[300, 4], -1.0, 1.0, 5);
+    let head = test_array(&[6, 4], -1.0, 1.0, 6);
+    let (rows, vals) = weight_grad(&part, &w, &head);
+    // Reference: the dense x^T . head over the slice.
+    let want = part
+        .tostype(SType::Dense)
+        .unwrap()
+        .dot_t(&head, true, false)
+        .unwrap()
+        .to_f64_vec();
+    for (a, b) in vals.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-12);
+    }
+    let mut cols = part.read().as_csr().unwrap().indices().to_vec();
+    cols.sort_unstable();
+    cols.dedup();
+    assert_eq!(rows, cols);
+}
+
+#[test]
+fn replaced_data_invalidates_the_grouping() {
+    let x = csr(8, 100, 0.1, 7, DType::F64);
+    let other = csr(8, 100, 0.1, 8, DType::F64);
+    assert!(x.prepare_csr_transpose());
+    let fresh = other.read().clone();
+    *x.write() = fresh;
+    assert!(
+        x.csr_column_groups().is_none(),
+        "stale grouping still offered"
+    );
+    let w = test_array(&[100, 3], -1.0, 1.0, 9);
+    let head = test_array(&[8, 3], -1.0, 1.0, 10);
+    assert_eq!(weight_grad(&x, &w, &head), weight_grad(&other, &w, &head));
+}
+
+#[test]
+fn dense_and_row_sparse_arrays_have_no_grouping() {
+    let d = test_array(&[3, 4], -1.0, 1.0, 11);
+    assert!(!d.prepare_csr_transpose());
+    assert!(d.csr_column_groups().is_none());
+    let r = d.tostype(SType::RowSparse).unwrap();
+    assert!(!r.prepare_csr_transpose());
+}
