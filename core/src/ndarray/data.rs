@@ -9,13 +9,24 @@ use crate::dtype::{DType, Element, SType};
 pub type Shape = smallvec::SmallVec<[usize; 4]>;
 
 /// Dense storage: a contiguous row-major buffer and its shape.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DenseData {
     /// Logical shape (inline up to 4 dimensions: cloning a dense array's metadata, which every
     /// operator does, then allocates nothing).
     pub shape: Shape,
     /// `shape.iter().product()` elements, row-major.
     pub buf: Buffer,
+}
+
+/// Written out because `SmallVec`'s derived `Clone` collects element by element; a shape is
+/// `Copy` data, and `from_slice` copies it in one go (`dense_data()` clones one per operator).
+impl Clone for DenseData {
+    fn clone(&self) -> Self {
+        DenseData {
+            shape: Shape::from_slice(&self.shape),
+            buf: self.buf.clone(),
+        }
+    }
 }
 
 /// CSR storage (2-D). `indptr` has `rows + 1` entries starting at 0; the non-zeros of row `r`
