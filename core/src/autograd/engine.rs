@@ -73,7 +73,8 @@ pub fn backward_with(
     const TYPICAL_NODES: usize = 64;
     let mut order: Vec<NDArray> = Vec::with_capacity(TYPICAL_NODES);
     let mut seen = IdSet::with_capacity_and_hasher(TYPICAL_NODES, Default::default());
-    let mut stack: Vec<(NDArray, bool)> = vec![(head.clone(), false)];
+    let mut stack: Vec<(NDArray, bool)> = Vec::with_capacity(TYPICAL_NODES);
+    stack.push((head.clone(), false));
     while let Some((a, expanded)) = stack.pop() {
         if expanded {
             order.push(a);

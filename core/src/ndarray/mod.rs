@@ -80,6 +80,11 @@ impl NDArray {
     pub fn shape(&self) -> Vec<usize> {
         self.read().shape().to_vec()
     }
+    /// The logical shape as an inline [`Shape`]: no allocation for up to 4 dimensions, for
+    /// per-step code (a `shape()` vector costs an allocation and a free, ~120 instructions).
+    pub fn dims(&self) -> Shape {
+        Shape::from_slice(self.read().shape())
+    }
     /// True when this array's shape is `shape`. Allocates nothing, unlike `shape() == ...`.
     pub fn has_shape(&self, shape: &[usize]) -> bool {
         self.read().shape() == shape

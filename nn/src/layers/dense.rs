@@ -10,7 +10,7 @@
 //!   `(in_units, units)` (see [`Dense::weight_transposed`]); transpose it to compare with a
 //!   Gluon/PyTorch `(out, in)` weight.
 
-use sparrow_core::{DType, Error, NDArray, Result, SType};
+use sparrow_core::{DType, Error, NDArray, Result, SType, Shape};
 
 use super::activation::apply_activation;
 use crate::block::Block;
@@ -149,7 +149,7 @@ impl Dense {
 impl Block for Dense {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
         let transposed = self.weight_transposed();
-        let xshape = x.shape();
+        let xshape = x.dims();
         let (y, lead) = if x.stype() == SType::Csr {
             let w = self.infer(xshape[1])?;
             // (in, out) layout: core's csr x dense kernel, whose weight gradient is row_sparse
@@ -159,7 +159,7 @@ impl Block for Dense {
             } else {
                 csr_dot_t(x, &w)?
             };
-            (y, vec![xshape[0]])
+            (y, Shape::from_slice(&xshape[..1]))
         } else {
             if xshape.is_empty() {
                 return Err(Error::shape("Dense", "input must have at least 1 dim"));
@@ -167,17 +167,17 @@ impl Block for Dense {
             let (x2, lead) = if xshape.len() == 2 {
                 // Already (batch, features): flattening or not, the input is used as it is
                 // (no reshape node in the graph).
-                (x.clone(), vec![xshape[0]])
+                (x.clone(), Shape::from_slice(&xshape[..1]))
             } else if self.flatten {
                 let b = xshape[0];
                 let rest: usize = xshape[1..].iter().product();
-                (x.reshape(&[b, rest])?, vec![b])
+                (x.reshape(&[b, rest])?, Shape::from_slice(&[b]))
             } else {
                 let last = *xshape.last().unwrap_or(&1);
-                let lead = xshape[..xshape.len() - 1].to_vec();
+                let lead = Shape::from_slice(&xshape[..xshape.len() - 1]);
                 (x.reshape(&[lead.iter().product(), last])?, lead)
             };
-            let w = self.infer(x2.shape()[1])?;
+            let w = self.infer(x2.dims()[1])?;
             let y = if transposed {
                 x2.dot(&w)?
             } else {

@@ -64,10 +64,10 @@ pub(crate) fn label_like(label: &NDArray, like: &NDArray, op: &'static str) -> R
     } else {
         label.clone()
     };
-    let (ls, ps) = (l.shape(), like.shape());
-    if ls == ps {
+    if l.same_shape(like) {
         return Ok(l);
     }
+    let (ls, ps) = (l.dims(), like.dims());
     if l.size() != like.size() {
         return Err(Error::shape(
             op,

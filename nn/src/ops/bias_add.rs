@@ -165,7 +165,8 @@ fn bias_act_impl(
             Ok(vec![Some(gp), Some(db)])
         }),
         Some(node) => {
-            let mut inputs: Vec<&NDArray> = node.inputs.iter().collect();
+            let mut inputs: Vec<&NDArray> = Vec::with_capacity(node.inputs.len() + 1);
+            inputs.extend(node.inputs.iter());
             inputs.push(b);
             let inner = node.clone();
             record_op(name, out, &inputs, move |g| {

@@ -116,9 +116,9 @@ where
             format!("expected {N} state arrays, got {}", states.len()),
         ));
     }
-    let shape = weight.shape();
     let dtype_err = || Error::dtype(op, "weight, gradient and states must share one float dtype");
     let mut wguard = weight.write();
+    let rows = wguard.shape().first().copied().unwrap_or(0);
     let w: &mut [T] = wguard
         .as_dense_mut()
         .ok_or_else(|| Error::stype(op, "weight must be dense"))?
@@ -162,7 +162,6 @@ where
             });
         }
         ArrayData::RowSparse(r) => {
-            let rows = shape.first().copied().unwrap_or(0);
             let rl = r.row_len();
             let idx: &[i64] = &r.indices;
             let k = idx.len();
