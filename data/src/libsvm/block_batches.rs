@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use sparrow_core::{ArrayData, Buffer, CsrData, DenseData, NDArray};
 
-use super::iter::{check_label_counts, locate, make_batch, BatchTx, EpochState, Shared};
+use super::iter::{
+    check_label_counts, locate, make_batch, BatchTx, EpochState, Shared, SMALL_BLOCK_BYTES,
+};
 use super::parse::{is_row_line, parse_into, parse_rows_into, Rows};
 use super::plan::{FileInfo, Span};
 use super::{nth_line_start, BufError};
@@ -169,13 +171,20 @@ pub(super) fn produce_direct(
             let outs: Vec<Rows> = job.ranges.iter().map(|_| pool.rows()).collect();
             let (task_sh, block, ranges) = (sh.clone(), job.block.clone(), job.ranges.clone());
             let (rtx, seq) = (rtx.clone(), emit_seq + running.len() as u64);
-            rayon::spawn(move || {
+            let task = move || {
                 let res = parse_ranges(&task_sh, &block, &ranges, outs);
                 // The block is released before the result is sent, so once the emitter has
                 // every result of a block it holds the block's only reference.
                 drop(block);
                 let _ = rtx.send((seq, res)); // the emitter may have stopped on an error
-            });
+            };
+            if order.len() == 1 && job.block.bytes().len() <= SMALL_BLOCK_BYTES {
+                // A part of one small block: waking a pool thread for it each epoch cost
+                // more than parsing it here.
+                task();
+            } else {
+                rayon::spawn(task);
+            }
             running_bytes += job.bytes;
             running.push_back((job, None));
         }

@@ -116,6 +116,9 @@ pub(super) struct Shared {
     /// Producer threads started so far (tests check that full epochs reuse one).
     #[cfg(test)]
     pub(super) producers: std::sync::atomic::AtomicUsize,
+    /// Block reader threads started so far (tests check that a one-block part starts none).
+    #[cfg(test)]
+    pub(super) readers: std::sync::atomic::AtomicUsize,
 }
 
 pub(super) enum Msg {
@@ -310,6 +313,8 @@ impl LibSVMIter {
             part_bytes,
             #[cfg(test)]
             producers: Default::default(),
+            #[cfg(test)]
+            readers: Default::default(),
         });
         let mut it = LibSVMIter {
             shared,
@@ -334,6 +339,14 @@ impl LibSVMIter {
     pub(super) fn producers_started(&self) -> usize {
         self.shared
             .producers
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Block reader threads started so far.
+    #[cfg(test)]
+    pub(super) fn readers_started(&self) -> usize {
+        self.shared
+            .readers
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -696,28 +709,37 @@ fn produce_inner(
     // The direct path takes the next block while the current one's last ranges are still being
     // parsed, so one block ready in the reader's hand is enough there (each mapped block counts
     // in the resident set); the piece path keeps one more queued.
-    let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(if direct { 0 } else { 1 });
+    //
+    // A part of one small block (the sparse tutorial's 177 KB file) is read on this thread
+    // instead: a new thread per epoch sometimes first ran milliseconds after `spawn` on the
+    // project's 2-vCPU VM, and the training loop waited for it at the start of the epoch.
+    let spans: Vec<Span> = order.iter().map(|&i| sh.blocks[i].data).collect();
+    let inline = match spans[..] {
+        [] => true,
+        [s] => s.end - s.start <= SMALL_BLOCK_BYTES as u64,
+        _ => false,
+    };
+    let cap = if inline {
+        spans.len()
+    } else if direct {
+        0
+    } else {
+        1
+    };
+    let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(cap);
     let (ret_tx, ret_rx) = channel::<BlockBuf>();
-    let reader = {
+    let reader = if inline {
+        read_blocks(&sh.files, spans, direct, &btx, &ret_rx);
+        drop(btx);
+        None
+    } else {
         let files = sh.files.clone();
-        let spans: Vec<Span> = order.iter().map(|&i| sh.blocks[i].data).collect();
-        std::thread::spawn(move || {
-            for (k, s) in spans.into_iter().enumerate() {
-                let mut b: BlockBuf = ret_rx.try_recv().unwrap_or_default();
-                let r = if direct {
-                    map_span(&files, s).map(|m| {
-                        row_starts(&m, &mut b.row_starts);
-                        b.map = Some(m);
-                        (k, b)
-                    })
-                } else {
-                    read_span(&files, s, &mut b.buf).map(|_| (k, b))
-                };
-                if btx.send(r).is_err() {
-                    return;
-                }
-            }
-        })
+        #[cfg(test)]
+        sh.readers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(std::thread::spawn(move || {
+            read_blocks(&files, spans, direct, &btx, &ret_rx)
+        }))
     };
     let mut left = carry.unwrap_or_default();
     let (blocks, bar_ref) = (&brx, bar.as_ref());
@@ -733,7 +755,9 @@ fn produce_inner(
     };
     let stopped = !sent;
     drop(brx);
-    let _ = reader.join();
+    if let Some(reader) = reader {
+        let _ = reader.join();
+    }
     if stopped {
         return Ok(None);
     }
@@ -820,6 +844,45 @@ fn produce_pieces(
         }
     }
     Ok(true)
+}
+
+/// Blocks at most this large are read rather than mapped, and a part of one such block is
+/// read on the producer thread (no reader thread) and parsed there (no rayon task): for small
+/// files the thread hand-offs, and the TLB shootdowns of unmapping a block each epoch, cost
+/// more than the work.
+pub(super) const SMALL_BLOCK_BYTES: usize = 1 << 20;
+
+/// The reader: send blocks `spans` in order (mapped on the direct path, or read), reusing the
+/// buffers that come back through `ret`. Stops when the receiver has gone.
+fn read_blocks(
+    files: &[FileInfo],
+    spans: Vec<Span>,
+    direct: bool,
+    btx: &SyncSender<Result<(usize, BlockBuf)>>,
+    ret: &Receiver<BlockBuf>,
+) {
+    for (k, s) in spans.into_iter().enumerate() {
+        let mut b: BlockBuf = ret.try_recv().unwrap_or_default();
+        let small = s.end - s.start <= SMALL_BLOCK_BYTES as u64;
+        let r = if direct && !small {
+            map_span(files, s).map(|m| {
+                row_starts(&m, &mut b.row_starts);
+                b.map = Some(m);
+                (k, b)
+            })
+        } else {
+            b.map = None;
+            read_span(files, s, &mut b.buf).map(|_| {
+                if direct {
+                    row_starts(&b.buf, &mut b.row_starts);
+                }
+                (k, b)
+            })
+        };
+        if btx.send(r).is_err() {
+            return;
+        }
+    }
 }
 
 fn send(tx: &mut BatchTx, b: Batch) -> Result<()> {

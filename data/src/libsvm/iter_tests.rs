@@ -500,3 +500,29 @@ fn prepare_transpose_groups_every_batch_on_the_producer() {
         }
     }
 }
+
+#[test]
+fn a_one_block_part_is_read_and_parsed_on_the_producer() {
+    // The sparse tutorial's file is one small block: reading it on a reader thread started per
+    // epoch (and parsing it as a pool task) made the training loop wait at epoch starts. Such a
+    // part now starts no reader thread, and its epochs still match the whole-file loader.
+    let d = tmpdir("one_block");
+    let f = d.join("a.svm");
+    write_rows(&f, 300);
+    let all = load_libsvm(&f, &LibSvmOptions::default()).unwrap();
+    for (block, inline) in [(1 << 20, true), (500, false)] {
+        let mut p = params(&f, 8, LastBatch::Keep);
+        p.block_bytes = block;
+        let mut it = LibSVMIter::new(p).unwrap();
+        for epoch in 0..3 {
+            it.reset();
+            let mut idx = Vec::new();
+            for b in it.by_ref() {
+                let b = b.unwrap();
+                idx.extend_from_slice(b.data.read().as_csr().unwrap().indices());
+            }
+            assert_eq!(idx, all.rows.indices, "block {block}, epoch {epoch}");
+        }
+        assert_eq!(it.readers_started() == 0, inline, "block {block}");
+    }
+}
