@@ -83,11 +83,20 @@ pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::ite
     /// `e^self` through an inlinable kernel where one exists (f32: within 2 ulp, see
     /// `ops::expf`), so elementwise maps over it vectorize; f64 uses the libm `exp`.
     fn exp_fast(self) -> Self;
+    /// [`Float::exp_fast`] for `self <= 0` (or NaN), where f32 skips its overflow handling
+    /// (same bits). Other inputs give unspecified results.
+    fn exp_fast_nonpos(self) -> Self {
+        self.exp_fast()
+    }
 }
 impl Float for f32 {
     #[inline(always)]
     fn exp_fast(self) -> f32 {
         crate::ops::expf::exp_f32(self)
+    }
+    #[inline(always)]
+    fn exp_fast_nonpos(self) -> f32 {
+        crate::ops::expf::exp_nonpos_f32(self)
     }
 }
 impl Float for f64 {

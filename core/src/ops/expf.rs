@@ -52,6 +52,34 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
+/// [`exp_f32`] for `x <= 0` (and NaN), bit for bit: with no positive input the upper clamp,
+/// the `2^128` split and the overflow test drop out, ~a fifth of the vector loop. For the
+/// logistic function, which only ever needs `e^-|x|`.
+#[inline(always)]
+pub fn exp_nonpos_f32(x: f32) -> f32 {
+    let xc = x.max(LO);
+    let kn = xc * LOG2E + ROUND;
+    let n = kn - ROUND;
+    let r = xc - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    // n in [-126, 0] here (see exp_f32 for reading it from the bits of `kn`).
+    let ni = (kn.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let v = y * f32::from_bits(((ni + 127) as u32) << 23);
+    if x < LO {
+        0.0
+    } else if x.is_nan() {
+        x
+    } else {
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +104,28 @@ mod tests {
             }
         }
         assert!(worst.0 <= 2, "worst {} ulp at x = {}", worst.0, worst.1);
+    }
+
+    #[test]
+    fn nonpositive_variant_is_bit_identical() {
+        let n = 1_000_000;
+        for i in 0..=n {
+            let x = LO * 1.01 * i as f32 / n as f32;
+            assert_eq!(exp_nonpos_f32(x).to_bits(), exp_f32(x).to_bits(), "x = {x}");
+        }
+        for x in [
+            0.0,
+            -0.0,
+            -1e-30,
+            LO,
+            -87.0,
+            -88.0,
+            -1000.0,
+            f32::NEG_INFINITY,
+        ] {
+            assert_eq!(exp_nonpos_f32(x).to_bits(), exp_f32(x).to_bits(), "x = {x}");
+        }
+        assert!(exp_nonpos_f32(f32::NAN).is_nan());
     }
 
     #[test]

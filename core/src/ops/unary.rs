@@ -65,7 +65,7 @@ pub fn sigmoid<T: Float>(x: T) -> T {
     // exp of -|x| never overflows; the sign only selects between s and e*s. Written without a
     // data-dependent branch around the exp: activations have random signs, and a mispredicted
     // branch per element cost more than the exp itself.
-    let e = (-x.abs()).exp_fast();
+    let e = (-x.abs()).exp_fast_nonpos();
     let s = T::one() / (T::one() + e);
     if x >= T::zero() {
         s

@@ -14,7 +14,7 @@ fn loss<T: Float>(x: T, z: T) -> T {
     // max(x, 0) - x z + log(1 + exp(-|x|)): finite for any |x|.
     let zero = T::zero();
     let relu = if x > zero { x } else { zero };
-    relu - x * z + (-x.abs()).exp_fast().ln_1p()
+    relu - x * z + (-x.abs()).exp_fast_nonpos().ln_1p()
 }
 
 /// Elementwise `max(x, 0) - x z + log(1 + exp(-|x|))` for logits `x` and labels `z` of the same
