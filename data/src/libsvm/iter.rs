@@ -847,9 +847,8 @@ fn produce_pieces(
 }
 
 /// Blocks at most this large are read rather than mapped, and a part of one such block is
-/// read on the producer thread (no reader thread) and parsed there (no rayon task): for small
-/// files the thread hand-offs, and the TLB shootdowns of unmapping a block each epoch, cost
-/// more than the work.
+/// read on the producer thread (no reader thread): for small files a thread start per epoch,
+/// and the TLB shootdowns of unmapping a block each epoch, cost more than the reading.
 pub(super) const SMALL_BLOCK_BYTES: usize = 1 << 20;
 
 /// The reader: send blocks `spans` in order (mapped on the direct path, or read), reusing the
