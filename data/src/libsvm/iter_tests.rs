@@ -502,10 +502,10 @@ fn prepare_transpose_groups_every_batch_on_the_producer() {
 }
 
 #[test]
-fn a_one_block_part_is_read_and_parsed_on_the_producer() {
+fn a_one_block_part_is_read_on_the_producer() {
     // The sparse tutorial's file is one small block: reading it on a reader thread started per
-    // epoch (and parsing it as a pool task) made the training loop wait at epoch starts. Such a
-    // part now starts no reader thread, and its epochs still match the whole-file loader.
+    // epoch made the training loop wait at epoch starts. Such a part now starts no reader
+    // thread, and its epochs still match the whole-file loader.
     let d = tmpdir("one_block");
     let f = d.join("a.svm");
     write_rows(&f, 300);
