@@ -170,9 +170,6 @@ impl BatchTx {
     }
     /// Queue a batch; `false` when the consumer has gone (reset or dropped the iterator).
     pub(super) fn send(&mut self, b: Batch) -> bool {
-        if self.prepare_transpose {
-            b.data.prepare_csr_transpose();
-        }
         self.pending_bytes += b.data.nbytes() + b.label.as_ref().map_or(0, |l| l.nbytes());
         self.pending.push(b);
         let full = self.pending.len() >= self.group
@@ -187,7 +184,18 @@ impl BatchTx {
         let group = std::mem::replace(&mut self.pending, Vec::with_capacity(self.group));
         self.pending_bytes = 0;
         self.started = true;
+        self.prepare(&group);
         self.tx.send(Msg::Batches(group)).is_ok()
+    }
+    /// With `prepare_transpose`, group the columns of a group's batches, as pool tasks: this
+    /// thread often shares the training thread's core (see `produce_direct`), the pool's
+    /// threads less so.
+    fn prepare(&self, batches: &[Batch]) {
+        if self.prepare_transpose {
+            batches.par_iter().for_each(|b| {
+                b.data.prepare_csr_transpose();
+            });
+        }
     }
     /// Flush, then send an error after the batches before it.
     pub(super) fn fail(&mut self, e: DataError) {
@@ -201,6 +209,7 @@ impl BatchTx {
         let batches = std::mem::take(&mut self.pending);
         self.pending_bytes = 0;
         self.started = false;
+        self.prepare(&batches);
         self.tx.send(Msg::End { batches, skip }).is_ok()
     }
 }
