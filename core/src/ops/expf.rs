@@ -20,26 +20,11 @@ const HI: f32 = 88.722_83;
 /// `e^x` for f32, vectorizable; `x` above ~88.72 gives +inf, below ~-87.34 gives 0, NaN stays NaN.
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
-    let xc = x.clamp(LO, HI);
-    let kn = xc * LOG2E + ROUND;
-    let n = kn - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    // 2^n through the exponent field; n in [-126, 128]. n = 128 (only when x is at HI) is split
-    // as 2 * 2^127 so the bits stay a finite power of two.
-    // The integer n sits in the low mantissa bits of `kn` (|n| < 2^22 after ROUND), so it is
-    // read with integer arithmetic: `n as i32` is a saturating, NaN-checking conversion that
-    // LLVM keeps scalar, and it made the whole map scalar (measured: sigmoid maps ~3x slower).
-    let ni = (kn.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let (y, ni) = reduced(x.clamp(LO, HI));
+    // n in [-126, 128]. n = 128 (only when x is at HI) is split as 2 * 2^127 so the bits stay a
+    // finite power of two.
     let (ni, twice) = if ni > 127 { (127, 2.0) } else { (ni, 1.0) };
-    let scale = f32::from_bits(((ni + 127) as u32) << 23);
-    let v = y * scale * twice;
+    let v = y * pow2(ni) * twice;
     // Out of range and NaN inputs: exact IEEE results instead of clamped values.
     if x > HI {
         f32::INFINITY
@@ -57,7 +42,22 @@ pub fn exp_f32(x: f32) -> f32 {
 /// logistic function, which only ever needs `e^-|x|`.
 #[inline(always)]
 pub fn exp_nonpos_f32(x: f32) -> f32 {
-    let xc = x.max(LO);
+    let (y, ni) = reduced(x.max(LO));
+    // n in [-126, 0] here: no split needed.
+    let v = y * pow2(ni);
+    if x < LO {
+        0.0
+    } else if x.is_nan() {
+        x
+    } else {
+        v
+    }
+}
+
+/// The shared core for a clamped `xc`: `e^xc = y * 2^n` with `y = e^r` from the polynomial
+/// and the integer `n`.
+#[inline(always)]
+fn reduced(xc: f32) -> (f32, i32) {
     let kn = xc * LOG2E + ROUND;
     let n = kn - ROUND;
     let r = xc - n * LN2_HI - n * LN2_LO;
@@ -68,16 +68,17 @@ pub fn exp_nonpos_f32(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    // n in [-126, 0] here (see exp_f32 for reading it from the bits of `kn`).
+    // The integer n sits in the low mantissa bits of `kn` (|n| < 2^22 after ROUND), so it is
+    // read with integer arithmetic: `n as i32` is a saturating, NaN-checking conversion that
+    // LLVM keeps scalar, and it made the whole map scalar (measured: sigmoid maps ~3x slower).
     let ni = (kn.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
-    let v = y * f32::from_bits(((ni + 127) as u32) << 23);
-    if x < LO {
-        0.0
-    } else if x.is_nan() {
-        x
-    } else {
-        v
-    }
+    (y, ni)
+}
+
+/// `2^n` through the exponent field, for `n` in [-126, 127].
+#[inline(always)]
+fn pow2(n: i32) -> f32 {
+    f32::from_bits(((n + 127) as u32) << 23)
 }
 
 #[cfg(test)]

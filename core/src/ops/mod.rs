@@ -113,7 +113,18 @@ pub fn map_assign<T: Copy>(dst: &mut [T], f: impl Fn(T) -> T) {
 /// chosen at run time. The closures are inlined into each copy, so maps over branch-free
 /// kernels such as [`expf::exp_f32`] (sigmoid, tanh, their fused gradients) run 8 lanes wide
 /// on the machines that have it, without building the whole crate for a newer CPU.
+/// Whether the CPU has AVX2 and FMA, the features of the crate's hand-written x86 kernels.
+/// `std` caches the detection (two atomic loads); inlined because hot loops ask once per row
+/// (the row_sparse SGD step, the small segment sums).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn has_avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
 mod simd {
+    #[cfg(target_arch = "x86_64")]
+    use super::has_avx2_fma;
     use std::mem::MaybeUninit;
 
     #[inline(always)]
@@ -133,13 +144,6 @@ mod simd {
         for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
             o.write(f(x, y));
         }
-    }
-
-    // Inlined: the row_sparse SGD step asks once per updated row (two cached atomic loads).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    fn has_avx2_fma() -> bool {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
 
     #[cfg(target_arch = "x86_64")]

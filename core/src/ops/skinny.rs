@@ -16,6 +16,7 @@
 
 use rayon::prelude::*;
 
+use super::has_avx2_fma;
 use super::linalg::SendPtr;
 
 /// Largest tiny dimension handled here. Above it the product has enough arithmetic per byte
@@ -37,10 +38,6 @@ const ROWDOT_MAX_OUT: usize = 1 << 16;
 /// Inner-dimension block in [`rowdot`]: the `m x K_BLOCK` slice of A (at most 16 x 8 KB)
 /// stays in L2 while every row of B passes over it.
 const K_BLOCK: usize = 2048;
-
-fn has_avx2_fma() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-}
 
 /// `dst(m x n, row-major) = a(m x k) * b(k x n)` (element strides as in `gemm_into`) when one
 /// of the skinny kernels fits the shapes and layouts; returns false, touching nothing,

@@ -30,10 +30,7 @@ pub(crate) fn gather_sum_row<T: Float>(
     #[cfg(target_arch = "x86_64")]
     {
         use std::any::TypeId;
-        if TypeId::of::<T>() == TypeId::of::<f32>()
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
+        if TypeId::of::<T>() == TypeId::of::<f32>() && crate::ops::has_avx2_fma() {
             // SAFETY: T is f32 (checked above), so the casts only rename the element type; the
             // CPU supports AVX2 and FMA (checked above).
             unsafe {
@@ -122,13 +119,8 @@ unsafe fn gather_sum_row_f32_avx2(
     // same entries find them in L1/L2.
     let prefetch = |q| {
         if let Some(r) = ahead(q) {
-            let p = row_at(r) as *const i8;
-            let mut off = 0;
-            while off < n * 4 {
-                // SAFETY: a hint that never faults; the address lies inside the checked row.
-                _mm_prefetch(p.add(off), _MM_HINT_T0);
-                off += 64;
-            }
+            // SAFETY: `row_at` checked the row; its n floats lie inside `src`.
+            prefetch_row(unsafe { std::slice::from_raw_parts(row_at(r), n) });
         }
     };
     let mut c0 = 0;
@@ -200,10 +192,7 @@ pub(crate) fn segment_rows_f32(
     #[cfg(target_arch = "x86_64")]
     {
         let groups = starts.len().saturating_sub(1);
-        if row_len.is_multiple_of(8)
-            && out.len() == groups * row_len
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
+        if row_len.is_multiple_of(8) && out.len() == groups * row_len && crate::ops::has_avx2_fma()
         {
             // SAFETY: AVX2 and FMA were detected just above; the output has `groups` rows.
             unsafe { segment_rows_f32_avx2(out, src, row_len, starts, order, srow, w) };
