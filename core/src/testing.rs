@@ -93,3 +93,17 @@ pub fn test_array(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
         .astype(DType::F64)
         .expect("f64")
 }
+
+/// A seeded random csr test array of shape `[rows, cols]` with about `density * rows * cols`
+/// uniform non-zeros, cast to `dtype`.
+pub fn test_csr(rows: usize, cols: usize, density: f64, seed: u64, dtype: DType) -> NDArray {
+    crate::sparse::rand_sparse_seeded(
+        &[rows, cols],
+        density,
+        crate::SType::Csr,
+        crate::sparse::SparseDist::Uniform,
+        seed,
+    )
+    .and_then(|x| x.astype(dtype))
+    .expect("a valid random csr array")
+}

@@ -3,22 +3,8 @@
 //! never be used once the array's structure changed.
 
 use sparrow_core::autograd::{self, GradReq};
-use sparrow_core::sparse::{rand_sparse_seeded, SparseDist};
-use sparrow_core::testing::test_array;
+use sparrow_core::testing::{test_array, test_csr as csr};
 use sparrow_core::{DType, NDArray, SType};
-
-fn csr(rows: usize, cols: usize, density: f64, seed: u64, dtype: DType) -> NDArray {
-    rand_sparse_seeded(
-        &[rows, cols],
-        density,
-        SType::Csr,
-        SparseDist::Uniform,
-        seed,
-    )
-    .unwrap()
-    .astype(dtype)
-    .unwrap()
-}
 
 /// Row ids and values of the row_sparse gradient of `w` in `sum(dot(x, w) * head)`.
 fn weight_grad(x: &NDArray, w0: &NDArray, head: &NDArray) -> (Vec<i64>, Vec<f64>) {

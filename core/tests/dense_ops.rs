@@ -358,3 +358,22 @@ fn same_shape_and_has_shape_compare_without_surprises() {
     let scalar = NDArray::zeros(&[], DType::F32).unwrap();
     assert!(scalar.same_shape(&NDArray::ones(&[], DType::F32).unwrap()) && !scalar.same_shape(&a));
 }
+
+#[test]
+fn dims_is_the_shape_without_allocating_for_small_ranks() {
+    for shape in [
+        vec![],
+        vec![3],
+        vec![2, 3],
+        vec![2, 1, 3, 1],
+        vec![1, 2, 1, 2, 1],
+    ] {
+        let x = NDArray::zeros(&shape, DType::F32).unwrap();
+        let d = x.dims();
+        assert_eq!(&d[..], &x.shape()[..]);
+        // Inline up to 4 dimensions (sparrow_core::Shape), on the heap beyond.
+        assert_eq!(d.spilled(), shape.len() > 4, "{shape:?}");
+    }
+    let csr = sparrow_core::testing::test_csr(4, 7, 0.3, 1, DType::F32);
+    assert_eq!(&csr.dims()[..], &[4, 7]);
+}

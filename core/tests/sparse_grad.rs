@@ -2,21 +2,12 @@
 //! against finite differences on the densified equivalents.
 
 use sparrow_core::autograd::{self, GradReq};
-use sparrow_core::sparse::{self, rand_sparse_seeded, SparseDist};
-use sparrow_core::testing::{check_grad, test_array};
+use sparrow_core::sparse;
+use sparrow_core::testing::{check_grad, test_array, test_csr};
 use sparrow_core::{DType, NDArray, SType};
 
 fn csr_f64(rows: usize, cols: usize, density: f64, seed: u64) -> NDArray {
-    rand_sparse_seeded(
-        &[rows, cols],
-        density,
-        SType::Csr,
-        SparseDist::Uniform,
-        seed,
-    )
-    .unwrap()
-    .astype(DType::F64)
-    .unwrap()
+    test_csr(rows, cols, density, seed, DType::F64)
 }
 
 #[test]

@@ -94,8 +94,14 @@ pub(crate) fn csr_t_dense_rsp(
         ));
     }
     let n = g.shape[1];
-    let groups = groups.unwrap_or_else(|| Arc::new(ColumnGroups::compute(c)));
-    let gr = &*groups;
+    let computed;
+    let gr = match &groups {
+        Some(g) => &**g,
+        None => {
+            computed = ColumnGroups::compute(c);
+            &computed
+        }
+    };
     Ok(float_dispatch!(c.data.dtype(), "dot", T => {
         let gs = g.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), g.buf.dtype()))?;
         let vals = Some(c.values::<T>().unwrap());

@@ -725,7 +725,7 @@ fn produce_inner(
     let spans: Vec<Span> = order.iter().map(|&i| sh.blocks[i].data).collect();
     let inline = match spans[..] {
         [] => true,
-        [s] => s.end - s.start <= SMALL_BLOCK_BYTES as u64,
+        [s] => is_small(s),
         _ => false,
     };
     let cap = if inline {
@@ -858,7 +858,11 @@ fn produce_pieces(
 /// Blocks at most this large are read rather than mapped, and a part of one such block is
 /// read on the producer thread (no reader thread): for small files a thread start per epoch,
 /// and the TLB shootdowns of unmapping a block each epoch, cost more than the reading.
-pub(super) const SMALL_BLOCK_BYTES: usize = 1 << 20;
+const SMALL_BLOCK_BYTES: u64 = 1 << 20;
+
+fn is_small(s: Span) -> bool {
+    s.end - s.start <= SMALL_BLOCK_BYTES
+}
 
 /// The reader: send blocks `spans` in order (mapped on the direct path, or read), reusing the
 /// buffers that come back through `ret`. Stops when the receiver has gone.
@@ -871,8 +875,7 @@ fn read_blocks(
 ) {
     for (k, s) in spans.into_iter().enumerate() {
         let mut b: BlockBuf = ret.try_recv().unwrap_or_default();
-        let small = s.end - s.start <= SMALL_BLOCK_BYTES as u64;
-        let r = if direct && !small {
+        let r = if direct && !is_small(s) {
             map_span(files, s).map(|m| {
                 row_starts(&m, &mut b.row_starts);
                 b.map = Some(m);

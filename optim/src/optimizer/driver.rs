@@ -174,7 +174,7 @@ where
             }
             if lazy {
                 // The forward pass of the same step read these weight rows, but they are prefetched
-                // again anyway: skipping that when they should still be in L2 saved ~1.5K
+                // again anyway: skipping that when they should still be in L2 saved ~3.8K
                 // instructions per tutorial step in the VM's fast state, and cost ~15% of the step
                 // in its slow state (interleaved A/B, 6 pairs: 4.76 vs 4.11 ms per epoch), where
                 // the rows no longer are in cache by the time the optimizer runs.
