@@ -20,7 +20,12 @@
 //! cargo run --release --example sparse_gluon -- [--json] [--variants a,b,c] [--epochs 7]
 //!     [--dense-batches 5] [--samples 1000] [--features 1000000] [--density 1e-5]
 //!     [--batch-size 10] [--lr 0.1] [--optimizer sgd|adam|adagrad|ftrl] [--threads N] [--seed 42]
+//!     [--data-dir DIR] [--loader-priority idle|normal]
 //! ```
+//!
+//! (c)'s LibSVMIter groups each batch's columns ahead (`prepare_transpose`) and runs its
+//! producer at idle scheduling priority (`idle_priority`; `--loader-priority normal` turns
+//! that off for comparison).
 
 // A 10-row training step allocates and frees a few dozen small arrays; mimalloc's thread-local
 // free lists make that churn cheap (glibc's malloc/free and its consolidation were ~14% of an

@@ -24,6 +24,39 @@ pub fn thread_cpu_time() -> Option<std::time::Duration> {
     None
 }
 
+/// Move the calling thread to idle scheduling priority (Linux `SCHED_IDLE`): it then runs only
+/// on CPU time no normal thread wants and never preempts one when it wakes up. Threads it
+/// spawns afterwards inherit the policy. For background helpers whose only job is to stay
+/// ahead of a busy thread, such as a data loader's producer, on a machine with few cores:
+/// there a woken helper is often placed on the busy thread's core and preempts it even though
+/// another core is about to go idle.
+///
+/// The cost is starvation under oversubscription: with more runnable normal threads than
+/// cores, an idle-priority thread gets ~0.3% of a core. An unprivileged thread cannot switch
+/// back. Returns whether the policy was applied (`false` off Linux or when refused).
+pub fn set_idle_priority() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 names the calling thread; `param` is a valid sched_param.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// Whether the calling thread runs at idle scheduling priority (see [`set_idle_priority`]);
+/// always `false` off Linux.
+pub fn has_idle_priority() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: pid 0 names the calling thread.
+        unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
 /// Current resident set size of this process in bytes (`VmRSS`), or `None` without procfs.
 pub fn current_rss_bytes() -> Option<u64> {
     status_kib("VmRSS:").map(|k| k * 1024)

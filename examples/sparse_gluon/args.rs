@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 pub const USAGE: &str =
     "usage: sparse_gluon [--json] [--variants a,b,c] [--epochs N] [--dense-batches N]
     [--samples N] [--features N] [--density F] [--batch-size N] [--lr F]
-    [--optimizer sgd|adam|adagrad|ftrl] [--threads N] [--seed N] [--data-dir DIR]";
+    [--optimizer sgd|adam|adagrad|ftrl] [--threads N] [--seed N] [--data-dir DIR]
+    [--loader-priority idle|normal]";
 
 /// The three ways to train the first layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,9 @@ pub struct Args {
     pub threads: Option<usize>,
     pub seed: u64,
     pub data_dir: Option<PathBuf>,
+    /// (c)'s loader producer at idle scheduling priority (`--loader-priority idle`, the
+    /// default) or at normal priority (`normal`, for comparison).
+    pub idle_loader: bool,
     /// Internal: run one variant on an existing LibSVM file and print JSON.
     pub child: Option<Variant>,
     pub data_file: Option<PathBuf>,
@@ -80,6 +84,7 @@ impl Args {
             threads: None,
             seed: 42,
             data_dir: None,
+            idle_loader: true,
             child: None,
             data_file: None,
         };
@@ -109,6 +114,17 @@ impl Args {
                 "--threads" => a.threads = Some(num(&flag, val(&flag)?)?),
                 "--seed" => a.seed = num(&flag, val(&flag)?)?,
                 "--data-dir" => a.data_dir = Some(PathBuf::from(val(&flag)?)),
+                "--loader-priority" => {
+                    a.idle_loader = match val(&flag)?.as_str() {
+                        "idle" => true,
+                        "normal" => false,
+                        other => {
+                            return Err(format!(
+                                "--loader-priority: '{other}' is not idle or normal"
+                            ))
+                        }
+                    }
+                }
                 "--child" => a.child = Some(Variant::parse(&val(&flag)?)?),
                 "--data-file" => a.data_file = Some(PathBuf::from(val(&flag)?)),
                 "-h" | "--help" => return Err("help".into()),
@@ -160,6 +176,10 @@ impl Args {
         if let Some(t) = self.threads {
             out.push("--threads".into());
             out.push(t.to_string());
+        }
+        if !self.idle_loader {
+            out.push("--loader-priority".into());
+            out.push("normal".into());
         }
         if self.json {
             out.push("--json".into());

@@ -165,6 +165,9 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     params.progress = false;
     // The loader thread groups each batch's columns for (c)'s row_sparse weight gradient.
     params.prepare_transpose = v == Variant::RowSparse;
+    // (c)'s 20-us steps: a woken producer must not preempt the training thread (see
+    // LibSVMIterParams::idle_priority; ~0.15 ms per epoch on the 2-vCPU VM).
+    params.idle_priority = v == Variant::RowSparse && args.idle_loader;
     let mut iter = LibSVMIter::new(params)?;
 
     let t0 = Instant::now();

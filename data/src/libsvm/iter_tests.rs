@@ -526,3 +526,37 @@ fn a_one_block_part_is_read_on_the_producer() {
         assert_eq!(it.readers_started() == 0, inline, "block {block}");
     }
 }
+
+#[test]
+fn idle_priority_runs_the_producer_at_idle_priority_with_the_same_batches() {
+    // The producer (and so the block reader it spawns) drops to SCHED_IDLE only when asked;
+    // the batches do not change either way, across epochs and with several blocks.
+    let d = tmpdir("idle_prio");
+    let f = d.join("a.svm");
+    write_rows(&f, 300);
+    let mut seen = Vec::new();
+    for idle in [false, true] {
+        let mut p = params(&f, 8, LastBatch::Keep);
+        p.block_bytes = 500;
+        p.idle_priority = idle;
+        let mut it = LibSVMIter::new(p).unwrap();
+        let mut idx = Vec::new();
+        for _epoch in 0..2 {
+            it.reset();
+            for b in it.by_ref() {
+                idx.extend_from_slice(b.unwrap().data.read().as_csr().unwrap().indices());
+            }
+        }
+        let expected = if idle && cfg!(target_os = "linux") {
+            it.producers_started()
+        } else {
+            0
+        };
+        assert!(it.producers_started() >= 1);
+        assert_eq!(it.idle_producers(), expected, "idle_priority {idle}");
+        seen.push(idx);
+    }
+    assert_eq!(seen[0], seen[1]);
+    // The calling thread keeps its priority.
+    assert!(!sparrow_core::sys::has_idle_priority());
+}
