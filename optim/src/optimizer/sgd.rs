@@ -1,9 +1,9 @@
 //! SGD (with momentum), Nesterov momentum (NAG) and Signum / signSGD.
 
-use sparrow_core::ops::{map_assign, zip_assign};
+use sparrow_core::ops::map_assign;
 use sparrow_core::{Float, NDArray, Result};
 
-use super::driver::{apply_chunks, apply_elementwise};
+use super::driver::{apply_elementwise, apply_zip};
 use super::{cast, clip, dispatch_float, sign, Optimizer, OptimizerOptions, State, StepCtx};
 
 /// Stochastic gradient descent with optional momentum (MXNet `sgd_update` / `sgd_mom_update`).
@@ -51,23 +51,19 @@ impl Sgd {
                     move |w, g, []| *w = decay * *w - lr * clip(rg * g, c),
                 ),
                 None => {
-                    // Span-level loop rather than the per-element callback: this is the whole
-                    // update of the common case. `zip_assign` runs it 8 lanes wide on AVX2
-                    // (bit-identical to the plain loop); a lazy row_sparse step calls it once
-                    // per touched row.
+                    // Span-level loops rather than the per-element callback: this is the whole
+                    // update of the common case, run 8 lanes wide on AVX2 (bit-identical to the
+                    // plain loop); a small lazy row_sparse step is one loop over its rows.
                     let step = lr * rg;
-                    apply_chunks::<T, 0, _>(
+                    apply_zip(
                         "sgd_update",
                         w,
                         g,
-                        &[],
                         ctx.lazy_update,
-                        move |w, g, []| match g {
-                            Some(g) => zip_assign(w, g, |w, g| decay * w - step * g),
-                            None => {
-                                if decay != one {
-                                    map_assign(w, |w| decay * w);
-                                }
+                        move |w: T, g: T| decay * w - step * g,
+                        move |w: &mut [T]| {
+                            if decay != one {
+                                map_assign(w, |w| decay * w);
                             }
                         },
                     )
