@@ -31,8 +31,10 @@
 // free lists make that churn cheap (glibc's malloc/free and its consolidation were ~14% of an
 // epoch of (c)). The library itself does not pick an allocator: binaries choose.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::MiMalloc = alloc::MiMalloc;
 
+#[path = "sparse_gluon/alloc.rs"]
+mod alloc;
 #[path = "sparse_gluon/args.rs"]
 mod args;
 #[path = "sparse_gluon/report.rs"]
