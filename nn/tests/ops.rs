@@ -1,6 +1,6 @@
 //! nn's fused operators against core's general ones, and their gradients.
 
-use sparrow_core::{autograd, testing::check_grad, testing::test_array, NDArray, SType};
+use sparrow_core::{autograd, testing::check_grad, testing::test_array, DType, NDArray, SType};
 use sparrow_nn::ops::bias_add;
 
 #[test]
@@ -97,7 +97,17 @@ fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
         (FusedAct::Relu, "relu"),
     ];
     for (act, name) in acts {
-        for (rows, units, seed) in [(4, 3, 11), (1, 7, 12), (9, 1, 13), (0, 5, 14), (10, 16, 15)] {
+        // Rows of >= 32 units take the one-pass bias + activation path, narrower ones add the
+        // bias first; both must equal the composed ops exactly, in f64 and in f32.
+        for (rows, units, seed) in [
+            (4, 3, 11),
+            (1, 7, 12),
+            (9, 1, 13),
+            (0, 5, 14),
+            (10, 16, 15),
+            (3, 40, 16),
+            (2, 128, 17),
+        ] {
             let y = test_array(&[rows, units], -2.0, 2.0, seed);
             let b = test_array(&[units], -1.0, 1.0, seed + 100);
             let fused = bias_act(&y, &b, Some(act)).unwrap().expect("fused case");
@@ -105,6 +115,17 @@ fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
             assert_eq!(fused.shape(), vec![rows, units]);
             // Same scalar functions on the same sums: identical values.
             assert_eq!(fused.to_f64_vec(), composed.to_f64_vec(), "{name}");
+            let (y32, b32) = (y.astype(DType::F32).unwrap(), b.astype(DType::F32).unwrap());
+            let fused32 = bias_act(&y32, &b32, Some(act))
+                .unwrap()
+                .expect("fused case");
+            let composed32 =
+                sparrow_nn::layers::apply_activation(name, &y32.add(&b32).unwrap()).unwrap();
+            assert_eq!(
+                fused32.to_f64_vec(),
+                composed32.to_f64_vec(),
+                "{name} f32 {units}"
+            );
             if rows > 0 {
                 check_grad(
                     |xs| Ok(bias_act(&xs[0], &xs[1], Some(act))?.unwrap()),
