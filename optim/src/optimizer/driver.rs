@@ -244,64 +244,57 @@ where
     Z: Fn(&mut [T]) + Sync + Send,
 {
     let dtype_err = || Error::dtype(op, "weight and gradient must share one float dtype");
-    let gguard = grad.read();
-    match &*gguard {
-        ArrayData::Dense(d) if d.buf.len() < PAR_MIN => {
-            let g = d.buf.as_slice::<T>().ok_or_else(dtype_err)?;
-            return with_weight(op, weight, |w: &mut [T], _| {
-                if g.len() != w.len() {
-                    return Err(Error::shape(op, "gradient size differs from the weight's"));
+    {
+        // Locks in apply_chunks' order: the weight for writing, then the gradient.
+        let mut wguard = weight.write();
+        let gguard = grad.read();
+        let small = match &*gguard {
+            ArrayData::Dense(d) => d.buf.len() < PAR_MIN,
+            ArrayData::RowSparse(r) => lazy && r.indices.len() * r.row_len() < PAR_MIN,
+            ArrayData::Csr(_) => false,
+        };
+        if small {
+            let rows = wguard.shape().first().copied().unwrap_or(0);
+            let w: &mut [T] = wguard
+                .as_dense_mut()
+                .ok_or_else(|| Error::stype(op, "weight must be dense"))?
+                .buf
+                .as_mut_slice::<T>()
+                .ok_or_else(dtype_err)?;
+            if let ArrayData::RowSparse(r) = &*gguard {
+                let (rl, idx) = (r.row_len(), &r.indices[..]);
+                let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
+                if gd.len() != idx.len() * rl {
+                    return Err(Error::format(
+                        sparrow_core::SType::RowSparse,
+                        format!(
+                            "{} rows of {rl} need {} values, got {}",
+                            idx.len(),
+                            idx.len() * rl,
+                            gd.len()
+                        ),
+                    ));
                 }
-                sparrow_core::ops::zip_assign(w, g, f);
-                Ok(())
-            });
-        }
-        ArrayData::RowSparse(r) if lazy && r.indices.len() * r.row_len() < PAR_MIN => {
-            let (rl, idx) = (r.row_len(), &r.indices[..]);
-            let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
-            if gd.len() != idx.len() * rl {
-                return Err(Error::format(
-                    sparrow_core::SType::RowSparse,
-                    format!(
-                        "{} rows of {rl} need {} values, got {}",
-                        idx.len(),
-                        idx.len() * rl,
-                        gd.len()
-                    ),
-                ));
-            }
-            return with_weight(op, weight, |w: &mut [T], rows| {
                 if w.len() != rows * rl {
                     return Err(Error::shape(op, "gradient rows differ from the weight's"));
                 }
                 check_row_ids(op, idx, rows)?;
-                sparrow_core::ops::zip_assign_rows(w, rl, idx, gd, f)
-            });
+                return sparrow_core::ops::zip_assign_rows(w, rl, idx, gd, f);
+            }
+            if let ArrayData::Dense(d) = &*gguard {
+                let g = d.buf.as_slice::<T>().ok_or_else(dtype_err)?;
+                if g.len() != w.len() {
+                    return Err(Error::shape(op, "gradient size differs from the weight's"));
+                }
+                sparrow_core::ops::zip_assign(w, g, f);
+                return Ok(());
+            }
         }
-        _ => {}
     }
-    drop(gguard);
     apply_chunks::<T, 0, _>(op, weight, grad, &[], lazy, |w, g, []| match g {
         Some(g) => sparrow_core::ops::zip_assign(w, g, f),
         None => absent(w),
     })
-}
-
-/// Run `body(weight values, weight rows)` with the dense float weight locked for writing.
-fn with_weight<T: Float, R>(
-    op: &'static str,
-    weight: &NDArray,
-    body: impl FnOnce(&mut [T], usize) -> Result<R>,
-) -> Result<R> {
-    let mut wguard = weight.write();
-    let rows = wguard.shape().first().copied().unwrap_or(0);
-    let w = wguard
-        .as_dense_mut()
-        .ok_or_else(|| Error::stype(op, "weight must be dense"))?
-        .buf
-        .as_mut_slice::<T>()
-        .ok_or_else(|| Error::dtype(op, "weight and gradient must share one float dtype"))?;
-    body(w, rows)
 }
 
 /// Elementwise form of [`apply_chunks`]: `k(w, g, states)` per element, `g = 0` where the
