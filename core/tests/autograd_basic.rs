@@ -78,3 +78,39 @@ fn dot_backward_computes_only_the_gradients_inputs_need() {
         assert!(grads[1].is_some(), "gradient of the weight");
     }
 }
+
+#[test]
+fn a_stored_gradient_is_never_an_array_someone_else_holds() {
+    // The engine stores a leaf's gradient without a new handle when the backward pass created
+    // it and holds it alone; a head gradient handed through (x + 0, x * 1 pass it on) or one
+    // shared between two leaves must still be detached into arrays of their own.
+    let x = NDArray::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
+    let z = NDArray::from_vec(vec![4.0f32, 5.0, 6.0], &[3]).unwrap();
+    x.attach_grad();
+    z.attach_grad();
+    let y = autograd::record(|| x.add(&z)).unwrap();
+    let head = NDArray::from_vec(vec![0.5f32, -1.0, 2.0], &[3]).unwrap();
+    y.backward_with_grad(&head).unwrap();
+    let (gx, gz) = (x.grad().unwrap(), z.grad().unwrap());
+    assert!(!gx.same_array(&head) && !gz.same_array(&head) && !gx.same_array(&gz));
+    assert_eq!(gx.to_vec::<f32>().unwrap(), vec![0.5, -1.0, 2.0]);
+    assert_eq!(gz.to_vec::<f32>().unwrap(), vec![0.5, -1.0, 2.0]);
+    // Clearing one gradient leaves the other and the caller's head gradient alone.
+    x.zero_grad();
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![0.0; 3]);
+    assert_eq!(
+        z.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![0.5, -1.0, 2.0]
+    );
+    assert_eq!(head.to_vec::<f32>().unwrap(), vec![0.5, -1.0, 2.0]);
+
+    // A gradient the backward pass computed (2 x) is stored, and a second backward replaces it.
+    let w = NDArray::from_vec(vec![1.0f32, -2.0], &[2]).unwrap();
+    w.attach_grad();
+    for _ in 0..2 {
+        let l = autograd::record(|| w.mul(&w)?.sum_all()).unwrap();
+        l.backward().unwrap();
+        assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![2.0, -4.0]);
+        assert!(w.grad().unwrap().node().is_none());
+    }
+}
