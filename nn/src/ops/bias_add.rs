@@ -11,7 +11,7 @@
 
 use sparrow_core::autograd::record_op;
 use sparrow_core::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
-use sparrow_core::{float_dispatch, Float, NDArray, Result, SType};
+use sparrow_core::{float_dispatch, DenseData, Float, NDArray, Result, SType};
 
 /// Row length from which [`bias_act`] adds the bias and applies the activation in one pass per
 /// row: 32 floats are one iteration of the 4x-unrolled 8-lane loop `zip_assign` compiles to.
@@ -171,8 +171,11 @@ fn bias_act_impl(
         NDArray::from_vec(out, &yd.shape)?
     });
     let yshape = yd.shape.clone();
-    // The output's values without its graph (no reference cycle through the node).
-    let saved = act.map(|_| out.detach());
+    // The output's values (shared buffer, no graph: no reference cycle through the node).
+    let saved = match act {
+        Some(_) => Some(out.dense_data()?),
+        None => None,
+    };
     // The product's operator, when it is folded into this node (recorded, and absorbing).
     let inner = if absorb { y.take_node() } else { None };
     let name = match (inner.is_some(), act.is_some()) {
@@ -217,11 +220,10 @@ fn bias_act_impl(
     }))
 }
 
-/// `g * act'(y)` for the saved output `y`: one fused pass when `g` is dense and shaped like
-/// `y`, else `act'(y)` (the fused pass over a gradient of ones) through the general
+/// `g * act'(y)` for the saved output values `yd`: one fused pass when `g` is dense and shaped
+/// like `y`, else `act'(y)` (the fused pass over a gradient of ones) through the general
 /// (broadcasting, sparse-aware) multiply.
-fn pre_activation_grad(g: &NDArray, y: &NDArray, act: FusedAct) -> Result<NDArray> {
-    let yd = y.dense_data()?;
+fn pre_activation_grad(g: &NDArray, yd: &DenseData, act: FusedAct) -> Result<NDArray> {
     let dense_like_y =
         g.stype() == SType::Dense && g.has_shape(&yd.shape) && g.dtype() == yd.buf.dtype();
     float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
