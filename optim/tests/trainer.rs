@@ -184,6 +184,27 @@ fn optimizer_rejects_bad_inputs_without_panicking() {
     }
     assert!(opt.update(0, &w, &w, &mut st).is_err());
     assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0; 6]);
+    // The messages name what is wrong.
+    let msg = |g: &NDArray, w: &NDArray, st: &mut State| {
+        Adam::new(0.1).update(0, w, g, st).unwrap_err().to_string()
+    };
+    let m = msg(&bad_shape, &w, &mut st);
+    assert!(m.contains("weight [3, 2] vs gradient [2, 2]"), "{m}");
+    let m = msg(&w.tostype(SType::Csr).unwrap().copy(), &w, &mut st);
+    assert!(m.contains("csr gradients are not supported"), "{m}");
+    let wi = NDArray::from_vec(vec![1i64; 6], &[3, 2]).unwrap();
+    let m = msg(
+        &NDArray::from_vec(vec![1i64; 6], &[3, 2]).unwrap(),
+        &wi,
+        &mut st,
+    );
+    assert!(m.contains("weight must be float32 or float64"), "{m}");
+    let m = msg(&bad_dtype, &w, &mut st);
+    assert!(m.contains("F32 and F64"), "{m}");
+    let other = NDArray::from_vec(vec![1.0f32; 4], &[2, 2]).unwrap();
+    let mut st_other = Adam::new(0.1).create_state(0, &other).unwrap();
+    let m = msg(&w.copy(), &w, &mut st_other);
+    assert!(m.contains("state") && m.contains("[2, 2]"), "{m}");
 }
 
 #[test]

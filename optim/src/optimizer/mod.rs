@@ -32,7 +32,7 @@ pub use sgd::{Nag, Sgd, Signum};
 
 use std::collections::HashMap;
 
-use sparrow_core::{DType, Error, NDArray, Result, SType};
+use sparrow_core::{DType, Error, NDArray, Result, SType, Shape};
 
 use crate::schedule::LrScheduler;
 
@@ -267,7 +267,8 @@ pub trait Optimizer: Send {
     }
 }
 
-/// Shapes, dtypes and storage types every kernel relies on.
+/// Shapes, dtypes and storage types every kernel relies on. Each array is read once (one lock
+/// round trip, not one per property: this runs for every parameter of every step).
 pub(crate) fn check_inputs(
     op: &'static str,
     weight: &NDArray,
@@ -277,31 +278,36 @@ pub(crate) fn check_inputs(
     if weight.same_array(grad) {
         return Err(Error::arg(op, "weight and gradient are the same array"));
     }
-    if weight.stype() != SType::Dense {
+    let (w_stype, w_dtype, w_shape) = {
+        let w = weight.read();
+        (w.stype(), w.dtype(), Shape::from_slice(w.shape()))
+    };
+    let (g_stype, g_dtype, g_same_shape) = {
+        let g = grad.read();
+        (g.stype(), g.dtype(), g.shape() == &w_shape[..])
+    };
+    if w_stype != SType::Dense {
         return Err(Error::stype(
             op,
-            format!("weight must be dense, got {:?}", weight.stype()),
+            format!("weight must be dense, got {w_stype:?}"),
         ));
     }
-    if !matches!(weight.dtype(), DType::F32 | DType::F64) {
+    if !matches!(w_dtype, DType::F32 | DType::F64) {
         return Err(Error::dtype(
             op,
-            format!(
-                "weight must be float32 or float64, got {}",
-                weight.dtype().name()
-            ),
+            format!("weight must be float32 or float64, got {}", w_dtype.name()),
         ));
     }
-    if grad.dtype() != weight.dtype() {
-        return Err(Error::dtype_mismatch(op, weight.dtype(), grad.dtype()));
+    if g_dtype != w_dtype {
+        return Err(Error::dtype_mismatch(op, w_dtype, g_dtype));
     }
-    if !grad.same_shape(weight) {
+    if !g_same_shape {
         return Err(Error::shape(
             op,
-            format!("weight {:?} vs gradient {:?}", weight.shape(), grad.shape()),
+            format!("weight {:?} vs gradient {:?}", &w_shape[..], grad.shape()),
         ));
     }
-    match grad.stype() {
+    match g_stype {
         SType::Dense | SType::RowSparse => {}
         SType::Csr => {
             return Err(Error::stype(
@@ -310,7 +316,7 @@ pub(crate) fn check_inputs(
             ))
         }
     }
-    if grad.stype() == SType::RowSparse && weight.ndim() == 0 {
+    if g_stype == SType::RowSparse && w_shape.is_empty() {
         return Err(Error::shape(op, "row_sparse gradient of a 0-d weight"));
     }
     for (name, a) in &state.arrays {
@@ -320,16 +326,19 @@ pub(crate) fn check_inputs(
                 format!("state {name} aliases the weight or gradient"),
             ));
         }
-        if !a.same_shape(weight) || a.dtype() != weight.dtype() || a.stype() != SType::Dense {
+        let (a_stype, a_dtype, a_same_shape) = {
+            let r = a.read();
+            (r.stype(), r.dtype(), r.shape() == &w_shape[..])
+        };
+        if !a_same_shape || a_dtype != w_dtype || a_stype != SType::Dense {
             return Err(Error::shape(
                 op,
                 format!(
-                    "state {name} is {:?} {} {:?}, weight is {:?} {}",
+                    "state {name} is {:?} {} {a_stype:?}, weight is {:?} {}",
                     a.shape(),
-                    a.dtype().name(),
-                    a.stype(),
-                    weight.shape(),
-                    weight.dtype().name()
+                    a_dtype.name(),
+                    &w_shape[..],
+                    w_dtype.name()
                 ),
             ));
         }
