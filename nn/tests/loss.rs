@@ -194,3 +194,42 @@ fn sigmoid_bce_gradient_reaches_soft_labels_too() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_loss_with_single_element_non_batch_axes_is_reshaped_not_reduced() {
+    // (batch, 1), (batch, 1, 1) and, with batch_axis 1, (1, batch): the batch mean is a
+    // reshape to (batch,); values equal the per-sample losses, gradients pass through.
+    let pred = f64v(vec![0.5, -1.0, 2.0, 0.0], &[4, 1]);
+    let label = f64v(vec![1.0, 0.0, 3.0, -1.0], &[4, 1]);
+    let per: Vec<f64> = [0.5f64, -1.0, 2.0, 0.0]
+        .iter()
+        .zip([1.0f64, 0.0, 3.0, -1.0])
+        .map(|(p, l)| (p - l).abs())
+        .collect();
+    let l = L1Loss::new().forward(&pred, &label).unwrap();
+    assert_eq!(l.shape(), vec![4]);
+    assert_eq!(l.to_f64_vec(), per);
+    let l3 = L1Loss::new()
+        .forward(
+            &pred.reshape(&[4, 1, 1]).unwrap(),
+            &label.reshape(&[4, 1, 1]).unwrap(),
+        )
+        .unwrap();
+    assert_eq!((l3.shape(), l3.to_f64_vec()), (vec![4], per.clone()));
+    let lt = L1Loss::new()
+        .batch_axis(1)
+        .forward(
+            &pred.reshape(&[1, 4]).unwrap(),
+            &label.reshape(&[1, 4]).unwrap(),
+        )
+        .unwrap();
+    assert_eq!((lt.shape(), lt.to_f64_vec()), (vec![4], per));
+    sparrow_core::testing::check_grad(
+        |xs| L2Loss::new().forward(&xs[0], &label),
+        &[pred.clone()],
+        1e-6,
+        1e-6,
+        1e-9,
+    )
+    .unwrap();
+}

@@ -110,13 +110,25 @@ pub(crate) fn batch_mean(loss: &NDArray, batch_axis: usize, op: &'static str) ->
             format!("batch_axis {batch_axis} out of range for a {nd}-D loss"),
         ));
     }
+    let dims = loss.dims();
+    if dims
+        .iter()
+        .enumerate()
+        .all(|(a, &d)| a == batch_axis || d == 1)
+    {
+        // Every other axis has one element (a `(batch, 1)` loss): the mean is a reshape, and
+        // going straight to it skips the reduction's axis bookkeeping (~1K instructions of a
+        // tutorial step).
+        return if nd == 1 {
+            Ok(loss.clone())
+        } else {
+            loss.reshape(&[dims[batch_axis]])
+        };
+    }
     let axes: Vec<i64> = (0..nd)
         .filter(|&a| a != batch_axis)
         .map(|a| a as i64)
         .collect();
-    if axes.is_empty() {
-        return Ok(loss.clone());
-    }
     loss.mean(Some(&axes), false)
 }
 
