@@ -226,7 +226,7 @@ fn a_loss_with_single_element_non_batch_axes_is_reshaped_not_reduced() {
     assert_eq!((lt.shape(), lt.to_f64_vec()), (vec![4], per));
     sparrow_core::testing::check_grad(
         |xs| L2Loss::new().forward(&xs[0], &label),
-        &[pred.clone()],
+        std::slice::from_ref(&pred),
         1e-6,
         1e-6,
         1e-9,
