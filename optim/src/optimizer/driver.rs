@@ -92,6 +92,38 @@ pub(crate) fn check_row_ids(op: &'static str, idx: &[i64], rows: usize) -> Resul
     Ok(())
 }
 
+/// The dense float values of a write-locked weight and its row count (first dimension).
+fn weight_values<'a, T: Float>(
+    op: &'static str,
+    guard: &'a mut ArrayData,
+    dtype_err: impl Fn() -> Error,
+) -> Result<(&'a mut [T], usize)> {
+    let rows = guard.shape().first().copied().unwrap_or(0);
+    let w = guard
+        .as_dense_mut()
+        .ok_or_else(|| Error::stype(op, "weight must be dense"))?
+        .buf
+        .as_mut_slice::<T>()
+        .ok_or_else(dtype_err)?;
+    Ok((w, rows))
+}
+
+/// The values of a row_sparse gradient, checked to hold `rows x row_len` of them.
+fn rsp_values<T: Float>(
+    r: &sparrow_core::RowSparseData,
+    dtype_err: impl Fn() -> Error,
+) -> Result<&[T]> {
+    let (k, rl) = (r.indices.len(), r.row_len());
+    let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
+    if gd.len() != k * rl {
+        return Err(Error::format(
+            sparrow_core::SType::RowSparse,
+            format!("{k} rows of {rl} need {} values, got {}", k * rl, gd.len()),
+        ));
+    }
+    Ok(gd)
+}
+
 /// Run `f` over matching spans of `weight`, `grad` and the `N` dense `states`, in place.
 /// `lazy` selects the row_sparse semantics (ignored for a dense gradient).
 pub(crate) fn apply_chunks<T, const N: usize, F>(
@@ -114,13 +146,7 @@ where
     }
     let dtype_err = || Error::dtype(op, "weight, gradient and states must share one float dtype");
     let mut wguard = weight.write();
-    let rows = wguard.shape().first().copied().unwrap_or(0);
-    let w: &mut [T] = wguard
-        .as_dense_mut()
-        .ok_or_else(|| Error::stype(op, "weight must be dense"))?
-        .buf
-        .as_mut_slice::<T>()
-        .ok_or_else(dtype_err)?;
+    let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
     let n = w.len();
     let wp = Ptr(w.as_mut_ptr());
     let mut sguards: Vec<_> = states.iter().map(|s| s.write()).collect();
@@ -161,13 +187,7 @@ where
             let rl = r.row_len();
             let idx: &[i64] = &r.indices;
             let k = idx.len();
-            let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
-            if gd.len() != k * rl {
-                return Err(Error::format(
-                    sparrow_core::SType::RowSparse,
-                    format!("{k} rows of {rl} need {} values, got {}", k * rl, gd.len()),
-                ));
-            }
+            let gd = rsp_values::<T>(r, dtype_err)?;
             check_row_ids(op, idx, rows)?;
             if rl == 0 {
                 return Ok(());
@@ -254,27 +274,10 @@ where
             ArrayData::Csr(_) => false,
         };
         if small {
-            let rows = wguard.shape().first().copied().unwrap_or(0);
-            let w: &mut [T] = wguard
-                .as_dense_mut()
-                .ok_or_else(|| Error::stype(op, "weight must be dense"))?
-                .buf
-                .as_mut_slice::<T>()
-                .ok_or_else(dtype_err)?;
+            let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
             if let ArrayData::RowSparse(r) = &*gguard {
                 let (rl, idx) = (r.row_len(), &r.indices[..]);
-                let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
-                if gd.len() != idx.len() * rl {
-                    return Err(Error::format(
-                        sparrow_core::SType::RowSparse,
-                        format!(
-                            "{} rows of {rl} need {} values, got {}",
-                            idx.len(),
-                            idx.len() * rl,
-                            gd.len()
-                        ),
-                    ));
-                }
+                let gd = rsp_values::<T>(r, dtype_err)?;
                 if w.len() != rows * rl {
                     return Err(Error::shape(op, "gradient rows differ from the weight's"));
                 }
