@@ -1,34 +1,12 @@
 //! The backward pass: topological order over recorded nodes, gradient accumulation that keeps
 //! storage types, and delivery into leaves according to `grad_req` and `grad_stype`.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use super::idmap::{IdMap, IdSet};
 use super::{GradReq, Node};
 use crate::error::{Error, Result};
 use crate::{NDArray, SType};
-
-/// Array ids are unique sequential integers, so they are their own hash: SipHash (std's
-/// default) cost more than the rest of the bookkeeping in a small training step's backward.
-#[derive(Default)]
-struct IdHasher(u64);
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        // Spread sequential ids over hashbrown's control bits (it uses the top 7 bits).
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
-type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// Sum two gradients, keeping sparsity where both are sparse: rs + rs -> coalesced rs,
 /// rs + dense -> dense, dense + dense -> dense. Never recorded.
@@ -68,11 +46,11 @@ pub fn backward_with(
     }
 
     // Post-order DFS (iterative, graphs can be deep) gives a topological order.
-    // Sized for a typical training step's graph (tens of nodes), so the maps do not grow and
-    // rehash several times per backward; larger graphs grow them as usual.
+    // Sized for a typical training step's graph (tens of nodes), so the vectors do not grow
+    // several times per backward; larger graphs grow them as usual.
     const TYPICAL_NODES: usize = 64;
     let mut order: Vec<NDArray> = Vec::with_capacity(TYPICAL_NODES);
-    let mut seen = IdSet::with_capacity_and_hasher(TYPICAL_NODES, Default::default());
+    let mut seen = IdSet::new();
     let mut stack: Vec<(NDArray, bool)> = Vec::with_capacity(TYPICAL_NODES);
     stack.push((head.clone(), false));
     while let Some((a, expanded)) = stack.pop() {
@@ -87,7 +65,7 @@ pub fn backward_with(
         stack.push((a, true));
         if let Some(n) = node {
             for x in &n.inputs {
-                if !seen.contains(&x.id()) && x.requires_grad() {
+                if !seen.contains(x.id()) && x.requires_grad() {
                     stack.push((x.clone(), false));
                 }
             }
@@ -95,12 +73,11 @@ pub fn backward_with(
     }
 
     let _pause = super::PauseGuard::pause(super::is_training());
-    let mut grads: IdMap<NDArray> =
-        IdMap::with_capacity_and_hasher(order.len(), Default::default());
+    let mut grads: IdMap<NDArray> = IdMap::new();
     grads.insert(head.id(), head_grad);
     let mut visited_nodes: Vec<(NDArray, Arc<Node>)> = Vec::with_capacity(order.len());
     for a in order.iter().rev() {
-        let Some(g) = grads.remove(&a.id()) else {
+        let Some(g) = grads.remove(a.id()) else {
             continue;
         };
         let Some(node) = a.node() else {
@@ -131,7 +108,7 @@ pub fn backward_with(
                     x.shape()
                 )));
             }
-            let total = match grads.remove(&x.id()) {
+            let total = match grads.remove(x.id()) {
                 Some(prev) => accumulate(&prev, &gx)?,
                 None => gx,
             };

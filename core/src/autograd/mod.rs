@@ -14,6 +14,7 @@
 //! row_sparse gradient, and accumulation keeps it sparse where it can.
 
 mod engine;
+mod idmap;
 mod mode;
 
 pub use engine::{accumulate, backward_with};
