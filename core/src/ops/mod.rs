@@ -154,11 +154,6 @@ pub fn map_assign<T: Copy>(dst: &mut [T], f: impl Fn(T) -> T) {
     simd::map_assign(dst, &f)
 }
 
-/// The elementwise loops of [`map_slice`] and [`zip_slices`], compiled twice: for the build's
-/// baseline (SSE2 on x86_64, 4 f32 lanes) and with AVX2+FMA (8 lanes, fused multiply-add),
-/// chosen at run time. The closures are inlined into each copy, so maps over branch-free
-/// kernels such as [`expf::exp_f32`] (sigmoid, tanh, their fused gradients) run 8 lanes wide
-/// on the machines that have it, without building the whole crate for a newer CPU.
 /// Whether the CPU has AVX2 and FMA, the features of the crate's hand-written x86 kernels.
 /// `std` caches the detection (two atomic loads); inlined because hot loops ask once per row
 /// (the row_sparse SGD step, the small segment sums).
@@ -168,6 +163,11 @@ pub(crate) fn has_avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// The elementwise loops of [`map_slice`] and [`zip_slices`], compiled twice: for the build's
+/// baseline (SSE2 on x86_64, 4 f32 lanes) and with AVX2+FMA (8 lanes, fused multiply-add),
+/// chosen at run time. The closures are inlined into each copy, so maps over branch-free
+/// kernels such as [`expf::exp_f32`] (sigmoid, tanh, their fused gradients) run 8 lanes wide
+/// on the machines that have it, without building the whole crate for a newer CPU.
 mod simd {
     #[cfg(target_arch = "x86_64")]
     use super::has_avx2_fma;
