@@ -187,3 +187,39 @@ impl Args {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<Args, String> {
+        Args::parse(flags.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn loader_priority_defaults_to_idle_and_reaches_the_child() {
+        let path = Path::new("/tmp/x.libsvm");
+        let a = parse(&[]).unwrap();
+        assert!(a.idle_loader);
+        assert!(!a
+            .child_args(Variant::RowSparse, path)
+            .contains(&"--loader-priority".into()));
+        let a = parse(&["--loader-priority", "normal"]).unwrap();
+        assert!(!a.idle_loader);
+        let child = parse(
+            &a.child_args(Variant::RowSparse, path)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert!(
+            !child.idle_loader,
+            "the child runs with the parent's setting"
+        );
+        assert!(parse(&["--loader-priority", "idle"]).unwrap().idle_loader);
+        let e = parse(&["--loader-priority", "high"]).unwrap_err();
+        assert!(e.contains("'high' is not idle or normal"), "{e}");
+        assert!(parse(&["--loader-priority"]).is_err());
+    }
+}
