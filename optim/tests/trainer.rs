@@ -286,3 +286,24 @@ fn fit_trains_checkpoints_and_stops_early() {
     assert!(dir.join("model-epoch2.states").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn step_called_directly_rejects_gradient_rows_of_another_length() {
+    // Optimizer::step skips update()'s shape checks; a row_sparse gradient whose rows are longer
+    // than the weight's must still be an error, not writes past the weight (stateless SGD takes
+    // the small-update path, Adam the span driver with states).
+    let w = NDArray::from_vec(vec![1.0f32; 6], &[3, 2]).unwrap();
+    let g = rs(&[3, 4], vec![2], vec![1.0; 4]);
+    let sgd = Sgd::new(0.1);
+    let mut st = sgd.create_state(0, &w).unwrap();
+    let ctx = sgd.options().step_ctx(0, 1);
+    assert!(ctx.lazy_update);
+    let e = sgd.step(&ctx, &w, &g, &mut st).unwrap_err().to_string();
+    assert!(e.contains("gradient rows of 4 values"), "{e}");
+    let adam = Adam::new(0.1);
+    let mut st = adam.create_state(0, &w).unwrap();
+    let ctx = adam.options().step_ctx(0, 1);
+    let e = adam.step(&ctx, &w, &g, &mut st).unwrap_err().to_string();
+    assert!(e.contains("gradient rows of 4 values"), "{e}");
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0; 6]);
+}

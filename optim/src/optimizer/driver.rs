@@ -108,17 +108,28 @@ fn weight_values<'a, T: Float>(
     Ok((w, rows))
 }
 
-/// The values of a row_sparse gradient, checked to hold `rows x row_len` of them.
-fn rsp_values<T: Float>(
-    r: &sparrow_core::RowSparseData,
+/// The values of a row_sparse gradient, checked to hold `rows x row_len` of them, and to have
+/// rows as long as the weight's (`n` values in `rows` rows): the row spans written from it rely
+/// on both. `Optimizer::update` checks the shapes first, but `Optimizer::step` is public too.
+fn rsp_values<'a, T: Float>(
+    op: &'static str,
+    r: &'a sparrow_core::RowSparseData,
+    n: usize,
+    rows: usize,
     dtype_err: impl Fn() -> Error,
-) -> Result<&[T]> {
+) -> Result<&'a [T]> {
     let (k, rl) = (r.indices.len(), r.row_len());
     let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
     if gd.len() != k * rl {
         return Err(Error::format(
             sparrow_core::SType::RowSparse,
             format!("{k} rows of {rl} need {} values, got {}", k * rl, gd.len()),
+        ));
+    }
+    if rows * rl != n {
+        return Err(Error::shape(
+            op,
+            format!("gradient rows of {rl} values, the weight's {rows} rows hold {n}"),
         ));
     }
     Ok(gd)
@@ -187,7 +198,7 @@ where
             let rl = r.row_len();
             let idx: &[i64] = &r.indices;
             let k = idx.len();
-            let gd = rsp_values::<T>(r, dtype_err)?;
+            let gd = rsp_values::<T>(op, r, n, rows, dtype_err)?;
             check_row_ids(op, idx, rows)?;
             if rl == 0 {
                 return Ok(());
@@ -277,10 +288,7 @@ where
             let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
             if let ArrayData::RowSparse(r) = &*gguard {
                 let (rl, idx) = (r.row_len(), &r.indices[..]);
-                let gd = rsp_values::<T>(r, dtype_err)?;
-                if w.len() != rows * rl {
-                    return Err(Error::shape(op, "gradient rows differ from the weight's"));
-                }
+                let gd = rsp_values::<T>(op, r, w.len(), rows, dtype_err)?;
                 check_row_ids(op, idx, rows)?;
                 return sparrow_core::ops::zip_assign_rows(w, rl, idx, gd, f);
             }
