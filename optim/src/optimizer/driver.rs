@@ -92,6 +92,22 @@ pub(crate) fn check_row_ids(op: &'static str, idx: &[i64], rows: usize) -> Resul
     Ok(())
 }
 
+/// The dense float values of a write-locked weight or state array; `what` names it in the
+/// error when it is not dense.
+fn dense_values<'a, T: Float>(
+    op: &'static str,
+    what: &'static str,
+    guard: &'a mut ArrayData,
+    dtype_err: impl Fn() -> Error,
+) -> Result<&'a mut [T]> {
+    guard
+        .as_dense_mut()
+        .ok_or_else(|| Error::stype(op, format!("{what} must be dense")))?
+        .buf
+        .as_mut_slice::<T>()
+        .ok_or_else(dtype_err)
+}
+
 /// The dense float values of a write-locked weight and its row count (first dimension).
 fn weight_values<'a, T: Float>(
     op: &'static str,
@@ -99,13 +115,7 @@ fn weight_values<'a, T: Float>(
     dtype_err: impl Fn() -> Error,
 ) -> Result<(&'a mut [T], usize)> {
     let rows = guard.shape().first().copied().unwrap_or(0);
-    let w = guard
-        .as_dense_mut()
-        .ok_or_else(|| Error::stype(op, "weight must be dense"))?
-        .buf
-        .as_mut_slice::<T>()
-        .ok_or_else(dtype_err)?;
-    Ok((w, rows))
+    Ok((dense_values(op, "weight", guard, dtype_err)?, rows))
 }
 
 /// The values of a row_sparse gradient, checked to hold `rows x row_len` of them, and to have
@@ -163,12 +173,7 @@ where
     let mut sguards: Vec<_> = states.iter().map(|s| s.write()).collect();
     let mut sp = [Ptr(std::ptr::null_mut::<T>()); N];
     for (k, g) in sguards.iter_mut().enumerate() {
-        let s = g
-            .as_dense_mut()
-            .ok_or_else(|| Error::stype(op, "optimizer states must be dense"))?
-            .buf
-            .as_mut_slice::<T>()
-            .ok_or_else(dtype_err)?;
+        let s = dense_values::<T>(op, "optimizer states", g, dtype_err)?;
         if s.len() != n {
             return Err(Error::shape(op, "state size differs from the weight's"));
         }
