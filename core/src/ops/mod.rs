@@ -145,7 +145,9 @@ pub fn zip_assign_rows<T: Copy, A: Copy>(
             ),
         ));
     }
-    simd::zip_assign_rows(dst, row_len, rows, src, &f);
+    // SAFETY: row_len > 0, every id is inside dst's rows and src is long enough (all checked
+    // above).
+    unsafe { simd::zip_assign_rows(dst, row_len, rows, src, &f) };
     Ok(())
 }
 
@@ -259,24 +261,65 @@ mod simd {
     /// Rows ahead whose load [`zip_assign_rows_loop`] starts early.
     const ROWS_AHEAD: usize = 4;
 
-    /// The loop of [`super::zip_assign_rows`]; the caller has checked every row id and the
-    /// source length.
+    /// Elements per step of [`zip_assign_rows_loop`]'s inner loop: a constant length lets LLVM
+    /// unroll it into straight-line vector code with no remainder tests (32 f32 = 4 AVX2 lanes).
+    const ROW_CHUNK: usize = 32;
+
+    /// The loop of [`super::zip_assign_rows`].
+    ///
+    /// # Safety
+    /// Every id in `rows` is in `0..dst.len() / rl` and `src` holds at least `rows.len() * rl`
+    /// elements (checked by the caller). Raw row pointers then replace the three bounds and
+    /// overflow checks per row and per prefetched row, and the fixed-size chunks the generic
+    /// loop's remainder handling: ~45 of the ~147 instructions per 128-float row (callgrind).
     #[inline(always)]
-    fn zip_assign_rows_loop<T: Copy, A: Copy>(
+    unsafe fn zip_assign_rows_loop<T: Copy, A: Copy>(
         dst: &mut [T],
         rl: usize,
         rows: &[i64],
         src: &[A],
         f: &impl Fn(T, A) -> T,
     ) {
+        let base = dst.as_mut_ptr();
+        let row_bytes = rl * std::mem::size_of::<T>();
         for (i, (&r, s)) in rows.iter().zip(src.chunks_exact(rl)).enumerate() {
             if let Some(&ahead) = rows.get(i + ROWS_AHEAD) {
-                let a = ahead as usize * rl;
-                crate::sparse::kernels::prefetch_row(&dst[a..a + rl]);
+                // SAFETY: `ahead` is a checked row id; the prefetch covers its row only.
+                prefetch_bytes(
+                    unsafe { base.add(ahead as usize * rl) } as *const u8,
+                    row_bytes,
+                );
             }
-            let r = r as usize * rl;
-            zip_assign_loop(&mut dst[r..r + rl], s, f);
+            // SAFETY: `r` is a checked row id, so its `rl` elements lie inside `dst`, and no
+            // other reference into `dst` is live while this row is updated.
+            let d = unsafe { std::slice::from_raw_parts_mut(base.add(r as usize * rl), rl) };
+            let mut dc = d.chunks_exact_mut(ROW_CHUNK);
+            let mut sc = s.chunks_exact(ROW_CHUNK);
+            for (d, s) in (&mut dc).zip(&mut sc) {
+                zip_assign_loop(d, s, f);
+            }
+            zip_assign_loop(dc.into_remainder(), sc.remainder(), f);
         }
+    }
+
+    /// Prefetch the cache lines of `bytes` bytes from `p`, two lines per loop step.
+    #[inline(always)]
+    fn prefetch_bytes(p: *const u8, bytes: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let mut off = 0;
+            while off < bytes {
+                // SAFETY: prefetch is a hint that never faults, whatever the address.
+                unsafe {
+                    _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
+                    _mm_prefetch(p.wrapping_add(off + 64) as *const i8, _MM_HINT_T0);
+                }
+                off += 128;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (p, bytes);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -288,11 +331,16 @@ mod simd {
         src: &[A],
         f: &impl Fn(T, A) -> T,
     ) {
-        zip_assign_rows_loop(dst, rl, rows, src, f)
+        // SAFETY: forwarded from this function's own contract (ids and length checked).
+        unsafe { zip_assign_rows_loop(dst, rl, rows, src, f) }
     }
 
-    /// See [`super::zip_assign_rows`] (`rl > 0`, ids and lengths checked there).
-    pub(super) fn zip_assign_rows<T: Copy, A: Copy>(
+    /// See [`super::zip_assign_rows`].
+    ///
+    /// # Safety
+    /// `rl > 0`, every id in `rows` is in `0..dst.len() / rl` and `src` holds at least
+    /// `rows.len() * rl` elements: [`super::zip_assign_rows`] checks all three.
+    pub(super) unsafe fn zip_assign_rows<T: Copy, A: Copy>(
         dst: &mut [T],
         rl: usize,
         rows: &[i64],
@@ -304,7 +352,8 @@ mod simd {
             // SAFETY: the CPU supports the features the copy was compiled for (checked above).
             return unsafe { zip_assign_rows_avx2(dst, rl, rows, src, f) };
         }
-        zip_assign_rows_loop(dst, rl, rows, src, f)
+        // SAFETY: forwarded from this function's own contract.
+        unsafe { zip_assign_rows_loop(dst, rl, rows, src, f) }
     }
 
     #[cfg(target_arch = "x86_64")]
