@@ -237,22 +237,42 @@ fn f32_csr_transposed_products_match_dense_at_simd_widths() {
     // where it does not (5), against the dense product in f64.
     let rows = 12;
     let cols = 40;
-    for (n, seed) in [(8usize, 1u64), (16, 2), (64, 3), (72, 4), (128, 5), (5, 6)] {
+    for (n, seed) in [
+        (8usize, 1u64),
+        (16, 2),
+        (64, 3),
+        (72, 4),
+        (128, 5),
+        (136, 7),
+        (5, 6),
+    ] {
         let dense_x = sparrow_core::testing::test_array(&[rows, cols], -1.0, 1.0, seed);
-        // About a quarter of the cells kept: several rows share columns (multi-entry groups),
-        // others stay alone (single-entry groups), some columns are absent.
+        // About a sixth of the cells kept, scattered by a multiplicative hash of the cell
+        // index: several rows share columns (multi-entry groups), others stay alone
+        // (single-entry groups: the scaled copies), some columns are absent.
         let v: Vec<f64> = dense_x
             .to_f64_vec()
             .iter()
             .enumerate()
             .map(|(k, &x)| {
-                if (k * 7 + seed as usize).is_multiple_of(4) {
+                // splitmix64's finaliser: neighbouring cells get unrelated bits.
+                let mut h = (k as u64 + seed * 1000).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                if (h ^ (h >> 31)).is_multiple_of(6) {
                     x
                 } else {
                     0.0
                 }
             })
             .collect();
+        let col_counts = (0..cols)
+            .map(|c| (0..rows).filter(|&r| v[r * cols + c] != 0.0).count())
+            .collect::<Vec<_>>();
+        assert!(
+            col_counts.contains(&1) && col_counts.iter().any(|&c| c > 1),
+            "n={n}: the pattern must give single- and multi-entry groups: {col_counts:?}"
+        );
         let xd = NDArray::from_vec(v, &[rows, cols]).unwrap();
         let g = sparrow_core::testing::test_array(&[rows, n], -1.0, 1.0, seed + 10);
         let want = xd.dot_t(&g, true, false).unwrap().to_f64_vec();

@@ -170,16 +170,19 @@ unsafe fn gather_sum_row_f32_avx2(
 }
 
 /// A whole small segment sum in one AVX2 loop, for f32 rows whose length is a multiple of 8:
-/// group `g` writes `out[g] = sum_q a_q * src[r_q]` over the entries `order[starts[g]..starts[g
-/// + 1]]` (row `srow[e]`, coefficient `w[e]`, 1 without weights). The row_sparse weight
-/// gradient of a small batch (csr^T G, ~100 groups of mostly one entry each over a head
-/// gradient in L1) spent more in the per-group call of [`gather_sum_row`] (closures, bounds,
-/// register saves, zeroed accumulators) than in its 16 multiply-adds; here a single-entry
-/// group is a scaled copy and the others run [`gather_sum_row_f32_avx2`] inlined into this
-/// loop, with no prefetching. Returns false, writing nothing, when
-/// the CPU lacks AVX2/FMA or `row_len` is not a multiple of 8.
+/// group `g` writes `out[g] = sum_q a_q * src[r_q]` over the entries
+/// `order[starts[g]..starts[g + 1]]` (row `srow[e]`, coefficient `w[e]`, 1 without weights).
+/// The row_sparse weight gradient of a small batch (csr^T G, ~100 groups of mostly one entry
+/// each over a head gradient in L1) spent more in the per-group call of [`gather_sum_row`]
+/// (closures, bounds, register saves, zeroed accumulators) than in its 16 multiply-adds; here
+/// a single-entry group is a scaled copy and the others run [`gather_sum_row_f32_avx2`]
+/// inlined into this loop, with no prefetching. All indices are checked in one pass first, so
+/// the loop itself runs on raw pointers.
 ///
-/// Panics only if an entry's row lies outside `src` (callers pass validated indices).
+/// Returns false, writing nothing, when the CPU lacks AVX2/FMA, `row_len` is not a multiple
+/// of 8, `out` does not hold one row per group, or an index is out of range (`starts` not
+/// ascending inside `order`, an entry past `srow` or `w`, a row past `src`); the caller then
+/// takes the portable path, which reports nothing either: callers pass validated indices.
 pub(crate) fn segment_rows_f32(
     out: &mut [MaybeUninit<f32>],
     src: &[f32],
@@ -192,9 +195,14 @@ pub(crate) fn segment_rows_f32(
     #[cfg(target_arch = "x86_64")]
     {
         let groups = starts.len().saturating_sub(1);
-        if row_len.is_multiple_of(8) && out.len() == groups * row_len && crate::ops::has_avx2_fma()
+        if row_len > 0
+            && row_len.is_multiple_of(8)
+            && out.len() == groups * row_len
+            && crate::ops::has_avx2_fma()
+            && segment_indices_valid(src.len() / row_len, starts, order, srow, w.map(|w| w.len()))
         {
-            // SAFETY: AVX2 and FMA were detected just above; the output has `groups` rows.
+            // SAFETY: AVX2 and FMA were detected; the output has `groups` rows of row_len and
+            // every index the loop reads was checked just above.
             unsafe { segment_rows_f32_avx2(out, src, row_len, starts, order, srow, w) };
             return true;
         }
@@ -203,6 +211,76 @@ pub(crate) fn segment_rows_f32(
     false
 }
 
+/// Whether [`segment_rows_f32_avx2`] may index without checks: `starts` ascends within
+/// `order`, and every entry `e` of the groups has `e < srow.len()`, `e < w_len` (when
+/// weighted) and `srow[e] < rows`.
+#[cfg(target_arch = "x86_64")]
+fn segment_indices_valid(
+    rows: usize,
+    starts: &[usize],
+    order: &[usize],
+    srow: &[usize],
+    w_len: Option<usize>,
+) -> bool {
+    let (Some(&first), Some(&last)) = (starts.first(), starts.last()) else {
+        return true;
+    };
+    let limit = w_len.map_or(srow.len(), |l| l.min(srow.len()));
+    last <= order.len()
+        && starts.windows(2).all(|p| p[0] <= p[1])
+        && order[first..last]
+            .iter()
+            .all(|&e| e < limit && srow[e] < rows)
+}
+
+/// `d[c] = a * x[c]` for `c < n` (a multiple of 8), four vectors per loop step (at one vector
+/// per step the loop counter was a third of the copy's instructions).
+///
+/// # Safety
+/// AVX2 is available and `d`, `x` hold `n` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn scaled_copy(d: *mut f32, x: *const f32, a: std::arch::x86_64::__m256, n: usize) {
+    use std::arch::x86_64::*;
+    let mut c = 0;
+    while c + 32 <= n {
+        for k in (0..32).step_by(8) {
+            // SAFETY: c + k + 8 <= n.
+            unsafe {
+                _mm256_storeu_ps(
+                    d.add(c + k),
+                    _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c + k))),
+                )
+            };
+        }
+        c += 32;
+    }
+    while c < n {
+        // SAFETY: c + 8 <= n (n a multiple of 8).
+        unsafe { _mm256_storeu_ps(d.add(c), _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c)))) };
+        c += 8;
+    }
+}
+
+/// [`scaled_copy`] for a length known at compile time (a multiple of 8): straight-line code.
+///
+/// # Safety
+/// AVX2 is available and `d`, `x` hold `N` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn scaled_copy_n<const N: usize>(d: *mut f32, x: *const f32, a: std::arch::x86_64::__m256) {
+    use std::arch::x86_64::*;
+    for c in (0..N).step_by(8) {
+        // SAFETY: c + 8 <= N.
+        unsafe { _mm256_storeu_ps(d.add(c), _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c)))) };
+    }
+}
+
+/// # Safety
+/// AVX2 and FMA are available, `row_len > 0`, `out.len() == (starts.len() - 1) * row_len`,
+/// and [`segment_indices_valid`] holds for `src.len() / row_len` rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn segment_rows_f32_avx2(
@@ -216,36 +294,33 @@ unsafe fn segment_rows_f32_avx2(
 ) {
     use std::arch::x86_64::*;
     let n = row_len;
-    let coef = |e: usize| w.map_or(1.0, |w| w[e]);
-    for (g, dst) in out
-        .chunks_exact_mut(n.max(8))
-        .enumerate()
-        .take(starts.len() - 1)
-    {
-        let group = &order[starts[g]..starts[g + 1]];
-        if let [e] = *group {
+    let (sp, op, rp) = (src.as_ptr(), order.as_ptr(), srow.as_ptr());
+    // SAFETY (every raw read below): the indices were validated by the caller (contract).
+    let coef = |e: usize| w.map_or(1.0, |w| unsafe { *w.as_ptr().add(e) });
+    for (g, dst) in out.chunks_exact_mut(n).enumerate() {
+        let (s, e_end) = unsafe { (*starts.get_unchecked(g), *starts.get_unchecked(g + 1)) };
+        if e_end - s == 1 {
             // One entry: a scaled copy.
-            let r = srow[e];
-            let (a, x) = (_mm256_set1_ps(coef(e)), src[r * n..(r + 1) * n].as_ptr());
+            let e = unsafe { *op.add(s) };
+            let r = unsafe { *rp.add(e) };
+            let (a, x) = (_mm256_set1_ps(coef(e)), unsafe { sp.add(r * n) });
             let d = dst.as_mut_ptr() as *mut f32;
-            let mut c = 0;
-            // SAFETY: `dst` and the source row hold n floats; every access below stays under n
-            // (n a multiple of 8). Four vectors per iteration: the loop counter was a third of
-            // this copy's instructions at one vector per iteration.
-            while c + 32 <= n {
-                for k in (0..32).step_by(8) {
-                    let v = _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c + k)));
-                    _mm256_storeu_ps(d.add(c + k), v);
+            // SAFETY: `dst` and the source row hold n floats (contract).
+            unsafe {
+                if n == 128 {
+                    // The common embedding width, fully unrolled: the loop control of the
+                    // general copy was a quarter of its instructions.
+                    scaled_copy_n::<128>(d, x, a)
+                } else {
+                    scaled_copy(d, x, a, n)
                 }
-                c += 32;
-            }
-            while c < n {
-                _mm256_storeu_ps(d.add(c), _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c))));
-                c += 8;
             }
         } else {
-            let entry = |q: usize| (srow[group[q]], coef(group[q]));
-            gather_sum_row_f32_avx2(dst, src, group.len(), &entry, &|_| None);
+            let entry = |q: usize| {
+                let e = unsafe { *op.add(s + q) };
+                (unsafe { *rp.add(e) }, coef(e))
+            };
+            unsafe { gather_sum_row_f32_avx2(dst, src, e_end - s, &entry, &|_| None) };
         }
     }
 }
