@@ -231,10 +231,11 @@ fn single_nonzero_and_empty() {
 }
 
 #[test]
-fn f32_csr_transposed_products_match_dense_at_simd_widths() {
-    // csr^T G -> row_sparse in f32 at row lengths where the AVX2 segment loop runs (multiples of
-    // 8: single-entry groups, multi-entry groups, 64-column blocks and their tail) and at one
-    // where it does not (5), against the dense product in f64.
+fn f32_csr_products_match_dense_at_simd_widths() {
+    // csr^T G -> row_sparse and csr W -> dense in f32 at row lengths where the AVX2 loops run
+    // (multiples of 8: single-entry groups, multi-entry groups, 64-column blocks and their
+    // tail, an empty csr row) and at one where they do not (5), against the dense products
+    // in f64.
     let rows = 12;
     let cols = 40;
     for (n, seed) in [
@@ -259,7 +260,8 @@ fn f32_csr_transposed_products_match_dense_at_simd_widths() {
                 let mut h = (k as u64 + seed * 1000).wrapping_mul(0x9E37_79B9_7F4A_7C15);
                 h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
                 h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                if (h ^ (h >> 31)).is_multiple_of(6) {
+                // Row 3 stays empty.
+                if (h ^ (h >> 31)).is_multiple_of(6) && k / cols != 3 {
                     x
                 } else {
                     0.0
@@ -285,6 +287,17 @@ fn f32_csr_transposed_products_match_dense_at_simd_widths() {
             assert!(
                 (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
                 "n={n} element {k}: {a} vs {b}"
+            );
+        }
+        // The forward product csr (rows x cols) . W (cols x n).
+        let wt = sparrow_core::testing::test_array(&[cols, n], -1.0, 1.0, seed + 20);
+        let want = xd.dot(&wt).unwrap().to_f64_vec();
+        let got = x32.dot(&wt.astype(DType::F32).unwrap()).unwrap();
+        assert_eq!(got.shape(), vec![rows, n]);
+        for (k, (a, b)) in got.to_f64_vec().iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "csr . W, n={n} element {k}: {a} vs {b}"
             );
         }
     }

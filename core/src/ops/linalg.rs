@@ -209,9 +209,8 @@ pub(crate) fn gemm_into<T: GemmScalar>(
     });
 }
 
-/// `s` as `&[f32]` when `T` is `f32` (the skinny kernels are f32-only).
-#[cfg(target_arch = "x86_64")]
-pub(super) fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
+/// `s` as `&[f32]` when `T` is `f32` (the skinny and small sparse kernels are f32-only).
+pub(crate) fn as_f32<T: Float>(s: &[T]) -> Option<&[f32]> {
     (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
         // SAFETY: T is f32 (checked just above), so the layout is identical.
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })

@@ -7,6 +7,7 @@ pub(crate) mod broadcast;
 pub mod expf;
 mod index;
 mod linalg;
+pub(crate) use linalg::as_f32;
 mod matmul;
 pub(crate) mod reduce;
 mod reduce_more;
