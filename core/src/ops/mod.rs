@@ -125,10 +125,16 @@ pub fn zip_assign_rows<T: Copy, A: Copy>(
         return Ok(());
     }
     let n_rows = dst.len() / row_len;
-    if let Some((i, &r)) = rows
-        .iter()
-        .enumerate()
-        .find(|&(_, &r)| r < 0 || r as u64 >= n_rows as u64)
+    // One branch-free pass over the ids (a negative id is a huge u64), vectorized; the
+    // position of a bad id is looked for only when there is one.
+    let max_id = rows.iter().map(|&r| r as u64).fold(0, u64::max);
+    if let Some((i, &r)) = (max_id >= n_rows as u64)
+        .then(|| {
+            rows.iter()
+                .enumerate()
+                .find(|&(_, &r)| r < 0 || r as u64 >= n_rows as u64)
+        })
+        .flatten()
     {
         return Err(crate::Error::index(
             "zip_assign_rows",
