@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 6, variant (c) only, in interleaved rounds: each round runs MXNet 1.9.1 (dot_rsp,
+# OMP_NUM_THREADS=1), sparrow (--threads 1) and PyTorch (EmbeddingBag, 1 thread) back to back,
+# 7 timed epochs each after a warm-up epoch, so that the per-round ratios compare the three
+# under one machine state. The project's 2-vCPU VM moves between a fast and a ~1.5-2x slower
+# state within minutes; a window that runs each system once compares different states.
+# Usage: scripts/bench_tutorial_pairs.sh OUT_DIR [ROUNDS] [MX_PY] [TORCH_PY]
+# Summary (per-round ratios, their median): python3 scripts/summarize_pairs.py OUT_DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?OUT_DIR}
+ROUNDS=${2:-6}
+MX=${3:-/work/venvs/mx/bin/python}
+TORCH=${4:-/work/venvs/torch/bin/python}
+ANCH=../shared/anchors
+mkdir -p "$OUT"
+cargo build --release --example sparse_gluon
+MXDATA=$(mktemp -d)
+trap 'rm -rf "$MXDATA"' EXIT
+"$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py make-data "$MXDATA" > /dev/null
+for r in $(seq 1 "$ROUNDS"); do
+  OMP_NUM_THREADS=1 "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run dot_rsp "$MXDATA/tutorial.libsvm" 7 \
+    > "$OUT/round${r}_mx.json" 2> "$OUT/round${r}_mx.err"
+  target/release/examples/sparse_gluon --threads 1 --variants c --epochs 7 --json > "$OUT/round${r}_sparrow.json"
+  "$TORCH" $ANCH/torch/bench_sparse_mlp.py --variant embbag --threads 1 --epochs 7 --json "$OUT/round${r}_torch.jsonl" > /dev/null
+  echo "round $r done $(date -u +%H:%M:%S)"
+done
+echo "results in $OUT"
