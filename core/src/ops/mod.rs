@@ -180,6 +180,7 @@ pub(crate) fn has_avx2_fma() -> bool {
 mod simd {
     #[cfg(target_arch = "x86_64")]
     use super::has_avx2_fma;
+    use crate::sparse::prefetch_bytes;
     use std::mem::MaybeUninit;
 
     #[inline(always)]
@@ -307,26 +308,6 @@ mod simd {
             }
             zip_assign_loop(dc.into_remainder(), sc.remainder(), f);
         }
-    }
-
-    /// Prefetch the cache lines of `bytes` bytes from `p`, two lines per loop step.
-    #[inline(always)]
-    fn prefetch_bytes(p: *const u8, bytes: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let mut off = 0;
-            while off < bytes {
-                // SAFETY: prefetch is a hint that never faults, whatever the address.
-                unsafe {
-                    _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
-                    _mm_prefetch(p.wrapping_add(off + 64) as *const i8, _MM_HINT_T0);
-                }
-                off += 128;
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (p, bytes);
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -404,14 +404,7 @@ unsafe fn csr_rows_f32_avx2(
     let row = |e: usize| unsafe { wp.add(*ip.add(e) as usize * n) };
     let prefetch = |e: usize| {
         if e < end {
-            let p = row(e) as *const i8;
-            let mut off = 0;
-            while off < n * 4 {
-                // A hint that never faults; the lines lie inside the row.
-                _mm_prefetch(p.wrapping_add(off), _MM_HINT_T0);
-                _mm_prefetch(p.wrapping_add(off + 64), _MM_HINT_T0);
-                off += 128;
-            }
+            super::kernels::prefetch_bytes(row(e) as *const u8, n * 4);
         }
     };
     let start = unsafe { *indptr.get_unchecked(0) } as usize;

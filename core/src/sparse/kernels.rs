@@ -38,6 +38,27 @@ pub(crate) fn prefetch_row<T>(row: &[T]) {
     let _ = row;
 }
 
+/// Ask the CPU to start loading the cache lines of `bytes` bytes from `p`, two lines per loop
+/// step. A hint: it never faults and reads nothing, whatever the address.
+#[inline(always)]
+pub(crate) fn prefetch_bytes(p: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut off = 0;
+        while off < bytes {
+            // SAFETY: prefetch is a hint that never faults, whatever the address.
+            unsafe {
+                _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
+                _mm_prefetch(p.wrapping_add(off + 64) as *const i8, _MM_HINT_T0);
+            }
+            off += 128;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, bytes);
+}
+
 /// Work (non-zeros x row length) below which the sparse kernels stay on the calling thread: a
 /// rayon fork/join costs ~5-50 us (more when the pool is asleep), which would dominate the
 /// tiny products of a training step on a 10-row batch.

@@ -12,6 +12,7 @@ mod embedding;
 pub(crate) mod gather;
 mod groups;
 pub(crate) mod kernels;
+pub(crate) use kernels::prefetch_bytes;
 mod radix;
 mod random;
 mod reduce;
