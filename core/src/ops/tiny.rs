@@ -114,37 +114,22 @@ unsafe fn gather_rows_f32_avx2(
     b: &[f32],
     out: *mut f32,
 ) {
-    use std::arch::x86_64::*;
+    use crate::sparse::gather::sum_rows_f32_avx2;
     debug_assert!(b.len() >= k * n && n.is_multiple_of(8));
     let (ap, bp) = (a.as_ptr(), b.as_ptr());
     for i in 0..m {
-        // SAFETY (all raw accesses below): indices as in this function's contract.
-        let arow = unsafe { ap.add(i * ars) };
-        let orow = unsafe { out.add(i * n) };
-        let mut c0 = 0;
-        while c0 + 64 <= n {
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for p in 0..k {
-                let va = _mm256_set1_ps(unsafe { *arow.add(p * acs) });
-                let src = unsafe { bp.add(p * n + c0) };
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(va, unsafe { _mm256_loadu_ps(src.add(8 * j)) }, *acc);
-                }
-            }
-            for (j, acc) in acc.iter().enumerate() {
-                unsafe { _mm256_storeu_ps(orow.add(c0 + 8 * j), *acc) };
-            }
-            c0 += 64;
-        }
-        while c0 < n {
-            let mut acc = _mm256_setzero_ps();
-            for p in 0..k {
-                let va = _mm256_set1_ps(unsafe { *arow.add(p * acs) });
-                acc = _mm256_fmadd_ps(va, unsafe { _mm256_loadu_ps(bp.add(p * n + c0)) }, acc);
-            }
-            unsafe { _mm256_storeu_ps(orow.add(c0), acc) };
-            c0 += 8;
-        }
+        // SAFETY: indices as in this function's contract: row i of `a` has k entries at stride
+        // acs, each row p of `b` holds n floats, output row i has room for n.
+        unsafe {
+            let arow = ap.add(i * ars);
+            sum_rows_f32_avx2(
+                out.add(i * n),
+                n,
+                k,
+                |p| (bp.add(p * n), *arow.add(p * acs)),
+                |_| {},
+            )
+        };
     }
 }
 

@@ -82,6 +82,64 @@ fn gather_sum_row_generic<T: Float>(
     }
 }
 
+/// The loop nest shared by the f32 gather-sum kernels: `out[c] = sum_q a_q * x_q[c]` for
+/// `c < n` over the `count` entries `(x_q, a_q) = entry(q)`, in 64-column blocks (8 ymm
+/// accumulators) then 8-column blocks, adding the entries in order (so every caller is
+/// bit-identical to the others and to the portable path's order). `first(q)` runs once per
+/// entry during the first block (callers prefetch there).
+///
+/// # Safety
+/// AVX2 and FMA are available, `n` is a multiple of 8, `out` holds `n` floats and each
+/// `entry(q).0` points at `n` readable floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(crate) unsafe fn sum_rows_f32_avx2(
+    out: *mut f32,
+    n: usize,
+    count: usize,
+    entry: impl Fn(usize) -> (*const f32, f32),
+    first: impl Fn(usize),
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(n.is_multiple_of(8));
+    let mut c0 = 0;
+    // SAFETY (all raw accesses): c0 + 64 (or + 8) <= n, inside `out` and every entry's row.
+    while c0 + 64 <= n {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for q in 0..count {
+            if c0 == 0 {
+                first(q);
+            }
+            let (x, a) = entry(q);
+            let (x, va) = (unsafe { x.add(c0) }, _mm256_set1_ps(a));
+            for (j, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(va, unsafe { _mm256_loadu_ps(x.add(8 * j)) }, *acc);
+            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            unsafe { _mm256_storeu_ps(out.add(c0 + 8 * j), *acc) };
+        }
+        c0 += 64;
+    }
+    while c0 < n {
+        let mut acc = _mm256_setzero_ps();
+        for q in 0..count {
+            if c0 == 0 {
+                first(q);
+            }
+            let (x, a) = entry(q);
+            acc = _mm256_fmadd_ps(
+                _mm256_set1_ps(a),
+                unsafe { _mm256_loadu_ps(x.add(c0)) },
+                acc,
+            );
+        }
+        unsafe { _mm256_storeu_ps(out.add(c0), acc) };
+        c0 += 8;
+    }
+}
+
 /// AVX2 + FMA for f32: 64 output columns stay in 8 ymm registers while all the entries are
 /// added, then are stored once. Compared with an SSE axpy per entry (32 loads, adds and stores
 /// of the output row for a 128-wide row) this is ~3x fewer instructions per entry, which keeps
@@ -99,7 +157,6 @@ unsafe fn gather_sum_row_f32_avx2(
     entry: &impl Fn(usize) -> (usize, f32),
     ahead: &impl Fn(usize) -> Option<usize>,
 ) {
-    use std::arch::x86_64::*;
     let n = out.len();
     if n == 0 {
         return;
@@ -123,42 +180,22 @@ unsafe fn gather_sum_row_f32_avx2(
             prefetch_row(unsafe { std::slice::from_raw_parts(row_at(r), n) });
         }
     };
-    let mut c0 = 0;
-    while c0 + 64 <= n {
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for q in 0..count {
-            if c0 == 0 {
-                prefetch(q);
-            }
-            let (r, a) = entry(q);
-            // SAFETY: the row holds n >= c0 + 64 floats.
-            let s = row_at(r).add(c0);
-            let va = _mm256_set1_ps(a);
-            for (i, acc) in acc.iter_mut().enumerate() {
-                *acc = _mm256_fmadd_ps(va, _mm256_loadu_ps(s.add(8 * i)), *acc);
-            }
-        }
-        for (i, acc) in acc.iter().enumerate() {
-            // SAFETY: c0 + 64 <= n = out.len().
-            _mm256_storeu_ps(dst.add(c0 + 8 * i), *acc);
-        }
-        c0 += 64;
-    }
-    while c0 + 8 <= n {
-        let mut acc = _mm256_setzero_ps();
-        for q in 0..count {
-            if c0 == 0 {
-                prefetch(q);
-            }
-            let (r, a) = entry(q);
-            // SAFETY: the row holds n >= c0 + 8 floats.
-            let s = row_at(r).add(c0);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(s), acc);
-        }
-        // SAFETY: c0 + 8 <= n = out.len().
-        _mm256_storeu_ps(dst.add(c0), acc);
-        c0 += 8;
-    }
+    let n8 = n - n % 8;
+    // SAFETY: `row_at` checked each entry's row, whose n >= n8 floats lie inside `src`; the
+    // output holds n >= n8 floats.
+    unsafe {
+        sum_rows_f32_avx2(
+            dst,
+            n8,
+            count,
+            |q| {
+                let (r, a) = entry(q);
+                (row_at(r), a)
+            },
+            prefetch,
+        )
+    };
+    let c0 = n8;
     for (c, o) in out.iter_mut().enumerate().skip(c0) {
         let mut acc = 0f32;
         for q in 0..count {
@@ -394,7 +431,6 @@ unsafe fn csr_rows_f32_avx2(
     idx: &[i64],
     vals: &[f32],
 ) {
-    use std::arch::x86_64::*;
     let m = indptr.len() - 1;
     let (wp, ip, vp) = (w.as_ptr(), idx.as_ptr(), vals.as_ptr());
     let dst = out.as_mut_ptr() as *mut f32;
@@ -418,42 +454,15 @@ unsafe fn csr_rows_f32_avx2(
                 *indptr.get_unchecked(i + 1) as usize,
             )
         };
-        let orow = unsafe { dst.add(i * n) };
-        let mut c0 = 0;
-        while c0 + 64 <= n {
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for e in s..t {
-                if c0 == 0 {
-                    prefetch(e + PREFETCH_AHEAD);
-                }
-                let (x, va) = (
-                    unsafe { row(e).add(c0) },
-                    _mm256_set1_ps(unsafe { *vp.add(e) }),
-                );
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(va, unsafe { _mm256_loadu_ps(x.add(8 * j)) }, *acc);
-                }
-            }
-            for (j, acc) in acc.iter().enumerate() {
-                unsafe { _mm256_storeu_ps(orow.add(c0 + 8 * j), *acc) };
-            }
-            c0 += 64;
-        }
-        while c0 < n {
-            let mut acc = _mm256_setzero_ps();
-            for e in s..t {
-                if c0 == 0 {
-                    prefetch(e + PREFETCH_AHEAD);
-                }
-                let x = unsafe { row(e).add(c0) };
-                acc = _mm256_fmadd_ps(
-                    _mm256_set1_ps(unsafe { *vp.add(e) }),
-                    unsafe { _mm256_loadu_ps(x) },
-                    acc,
-                );
-            }
-            unsafe { _mm256_storeu_ps(orow.add(c0), acc) };
-            c0 += 8;
-        }
+        // SAFETY: output row i holds n floats; entries s..t are checked (contract).
+        unsafe {
+            sum_rows_f32_avx2(
+                dst.add(i * n),
+                n,
+                t - s,
+                |q| (row(s + q), *vp.add(s + q)),
+                |q| prefetch(s + q + PREFETCH_AHEAD),
+            )
+        };
     }
 }
