@@ -338,3 +338,31 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
         accuracy: tally.accuracy(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The in-place f32 reading and the f64-copy fallback count the same rows, losses and hits,
+    /// and leave the padding rows out.
+    #[test]
+    fn tally_counts_f32_in_place_and_other_dtypes_through_copies() {
+        let (p, l, ls) = (
+            [0.7, 0.2, 0.9, 0.8],
+            [1.0, 0.0, 0.0, 1.0],
+            [0.25, 0.5, 2.0, 8.0],
+        );
+        let f32s = |v: &[f64]| {
+            NDArray::from_vec(v.iter().map(|&x| x as f32).collect::<Vec<_>>(), &[v.len()]).unwrap()
+        };
+        let f64s = |v: &[f64]| NDArray::from_vec(v.to_vec(), &[v.len()]).unwrap();
+        let mut a = Tally::default();
+        a.add(&f32s(&p), &f32s(&l), &f32s(&ls), 1);
+        let mut b = Tally::default();
+        b.add(&f64s(&p), &f64s(&l), &f64s(&ls), 1);
+        for t in [&a, &b] {
+            assert_eq!((t.rows, t.correct), (3, 2));
+            assert_eq!(t.loss, 2.75);
+        }
+    }
+}

@@ -128,14 +128,12 @@ pub fn zip_assign_rows<T: Copy, A: Copy>(
     // One branch-free pass over the ids (a negative id is a huge u64), vectorized; the
     // position of a bad id is looked for only when there is one.
     let max_id = rows.iter().map(|&r| r as u64).fold(0, u64::max);
-    if let Some((i, &r)) = (max_id >= n_rows as u64)
-        .then(|| {
-            rows.iter()
-                .enumerate()
-                .find(|&(_, &r)| r < 0 || r as u64 >= n_rows as u64)
-        })
-        .flatten()
-    {
+    if max_id >= n_rows as u64 {
+        let (i, r) = rows
+            .iter()
+            .enumerate()
+            .find(|&(_, &r)| r as u64 >= n_rows as u64)
+            .map_or((0, 0), |(i, &r)| (i, r));
         return Err(crate::Error::index(
             "zip_assign_rows",
             format!("row id {r} at position {i} is outside 0..{n_rows}"),

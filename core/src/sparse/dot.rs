@@ -3,11 +3,10 @@
 //! memory traffic are proportional to the non-zeros and the rows they touch, never to the
 //! logical size of a huge weight matrix.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use num_traits::Zero;
-
-use std::mem::MaybeUninit;
 
 use super::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
 use super::groups::ColumnGroups;

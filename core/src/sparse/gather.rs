@@ -5,7 +5,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::kernels::prefetch_row;
+use super::kernels::{prefetch_bytes, prefetch_row};
 use crate::dtype::Float;
 
 /// How many entries ahead the gather prefetches its source rows. Measured on the project
@@ -143,10 +143,9 @@ pub(crate) unsafe fn sum_rows_f32_avx2(
 /// AVX2 + FMA for f32: 64 output columns stay in 8 ymm registers while all the entries are
 /// added, then are stored once. Compared with an SSE axpy per entry (32 loads, adds and stores
 /// of the output row for a 128-wide row) this is ~3x fewer instructions per entry, which keeps
-/// more of the random source-row loads inside the out-of-order window.
-///
-/// Inlined into [`segment_rows_f32`]'s loop (same target features), where it runs without
-/// prefetching (`ahead` always `None` there).
+/// more of the random source-row loads inside the out-of-order window. The loops are
+/// [`sum_rows_f32_avx2`]'s; this adds the per-entry row check and the scalar tail of a width
+/// that is not a multiple of 8. [`segment_rows_f32`] calls it for its multi-entry groups.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -176,8 +175,7 @@ unsafe fn gather_sum_row_f32_avx2(
     // same entries find them in L1/L2.
     let prefetch = |q| {
         if let Some(r) = ahead(q) {
-            // SAFETY: `row_at` checked the row; its n floats lie inside `src`.
-            prefetch_row(unsafe { std::slice::from_raw_parts(row_at(r), n) });
+            prefetch_bytes(row_at(r) as *const u8, n * 4);
         }
     };
     let n8 = n - n % 8;
@@ -212,9 +210,11 @@ unsafe fn gather_sum_row_f32_avx2(
 /// The row_sparse weight gradient of a small batch (csr^T G, ~100 groups of mostly one entry
 /// each over a head gradient in L1) spent more in the per-group call of [`gather_sum_row`]
 /// (closures, bounds, register saves, zeroed accumulators) than in its 16 multiply-adds; here
-/// a single-entry group is a scaled copy and the others run [`gather_sum_row_f32_avx2`]
-/// inlined into this loop, with no prefetching. All indices are checked in one pass first, so
-/// the loop itself runs on raw pointers.
+/// a single-entry group is a scaled copy and the others run [`gather_sum_row_f32_avx2`], with
+/// no prefetching. All indices are checked in one pass first, so the loop itself runs on raw
+/// pointers. (Calling [`sum_rows_f32_avx2`] for those groups directly, without the row check,
+/// measured 0.4K instructions more per tutorial step: the bigger loop body cost the common
+/// single-entry path registers.)
 ///
 /// Returns false, writing nothing, when the CPU lacks AVX2/FMA, `row_len` is not a multiple
 /// of 8, `out` does not hold one row per group, or an index is out of range (`starts` not
@@ -279,23 +279,14 @@ fn segment_indices_valid(
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn scaled_copy(d: *mut f32, x: *const f32, a: std::arch::x86_64::__m256, n: usize) {
-    use std::arch::x86_64::*;
     let mut c = 0;
+    // SAFETY: each call covers c..c + 32 (or + 8) <= n.
     while c + 32 <= n {
-        for k in (0..32).step_by(8) {
-            // SAFETY: c + k + 8 <= n.
-            unsafe {
-                _mm256_storeu_ps(
-                    d.add(c + k),
-                    _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c + k))),
-                )
-            };
-        }
+        unsafe { scaled_copy_n::<32>(d.add(c), x.add(c), a) };
         c += 32;
     }
     while c < n {
-        // SAFETY: c + 8 <= n (n a multiple of 8).
-        unsafe { _mm256_storeu_ps(d.add(c), _mm256_mul_ps(a, _mm256_loadu_ps(x.add(c)))) };
+        unsafe { scaled_copy_n::<8>(d.add(c), x.add(c), a) };
         c += 8;
     }
 }
@@ -440,7 +431,7 @@ unsafe fn csr_rows_f32_avx2(
     let row = |e: usize| unsafe { wp.add(*ip.add(e) as usize * n) };
     let prefetch = |e: usize| {
         if e < end {
-            super::kernels::prefetch_bytes(row(e) as *const u8, n * 4);
+            prefetch_bytes(row(e) as *const u8, n * 4);
         }
     };
     let start = unsafe { *indptr.get_unchecked(0) } as usize;

@@ -299,20 +299,15 @@ where
         // Locks in apply_chunks' order: the weight for writing, then the gradient.
         let mut wguard = weight.write();
         let gguard = grad.read();
-        let small = match &*gguard {
-            ArrayData::Dense(d) => d.buf.len() < PAR_MIN,
-            ArrayData::RowSparse(r) => lazy && r.indices.len() * r.row_len() < PAR_MIN,
-            ArrayData::Csr(_) => false,
-        };
-        if small {
-            let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
-            if let ArrayData::RowSparse(r) = &*gguard {
-                let (rl, idx) = (r.row_len(), &r.indices[..]);
+        match &*gguard {
+            ArrayData::RowSparse(r) if lazy && r.indices.len() * r.row_len() < PAR_MIN => {
+                let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
                 let gd = rsp_values::<T>(op, r, w.len(), rows, dtype_err)?;
-                check_row_ids(op, idx, rows)?;
-                return sparrow_core::ops::zip_assign_rows(w, rl, idx, gd, f);
+                check_row_ids(op, &r.indices, rows)?;
+                return sparrow_core::ops::zip_assign_rows(w, r.row_len(), &r.indices, gd, f);
             }
-            if let ArrayData::Dense(d) = &*gguard {
+            ArrayData::Dense(d) if d.buf.len() < PAR_MIN => {
+                let (w, _) = weight_values::<T>(op, &mut wguard, dtype_err)?;
                 let g = d.buf.as_slice::<T>().ok_or_else(dtype_err)?;
                 if g.len() != w.len() {
                     return Err(Error::shape(op, "gradient size differs from the weight's"));
@@ -320,6 +315,7 @@ where
                 sparrow_core::ops::zip_assign(w, g, f);
                 return Ok(());
             }
+            _ => {}
         }
     }
     apply_chunks::<T, 0, _>(op, weight, grad, &[], lazy, |w, g, []| match g {
