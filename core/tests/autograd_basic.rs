@@ -114,3 +114,52 @@ fn a_stored_gradient_is_never_an_array_someone_else_holds() {
         assert!(w.grad().unwrap().node().is_none());
     }
 }
+
+#[test]
+fn retain_graph_keeps_the_graph_and_the_default_releases_it() {
+    use sparrow_core::autograd::{backward_with, GradReq};
+    use sparrow_core::SType;
+    let x = NDArray::from_vec(vec![1.0f32, -2.0, 3.0], &[3]).unwrap();
+    x.attach_grad_with(GradReq::Add, SType::Dense);
+    // y = sum(x * x + x): a shared input, an intermediate and a two-input node.
+    let y = autograd::record(|| x.mul(&x)?.add(&x)?.sum_all()).unwrap();
+    backward_with(&y, None, true).unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![3.0, -3.0, 7.0]
+    );
+    // Kept: a second backward adds the same gradient again (grad_req = add).
+    backward_with(&y, None, true).unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![6.0, -6.0, 14.0]
+    );
+    // The default releases the graph: after it the head is no longer part of one.
+    y.backward().unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![9.0, -9.0, 21.0]
+    );
+    let err = y.backward().unwrap_err().to_string();
+    assert!(err.contains("not part of a recorded graph"), "{err}");
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![9.0, -9.0, 21.0]
+    );
+}
+
+#[test]
+fn backward_outside_a_graph_is_an_error_and_inputs_without_gradients_get_none() {
+    let x = NDArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    let plain = x.mul(&x).unwrap().sum_all().unwrap();
+    let err = plain.backward().unwrap_err().to_string();
+    assert!(err.contains("not part of a recorded graph"), "{err}");
+    // Only `w` wants a gradient: `c` is an input of the graph that is never part of it.
+    let w = NDArray::from_vec(vec![0.5f32, -1.5], &[2]).unwrap();
+    w.attach_grad();
+    let c = NDArray::from_vec(vec![2.0f32, 3.0], &[2]).unwrap();
+    let y = autograd::record(|| w.mul(&c)?.mul(&w)?.sum_all()).unwrap();
+    y.backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![2.0, -9.0]);
+    assert!(c.grad().is_none());
+}

@@ -29,4 +29,4 @@ pub use init::{FactorType, Initializer, RndType};
 pub use io::{load_params, save_params, BlockIo, LoadOptions, SaveOptions};
 pub use layers::*;
 pub use param_dict::{glob_match, ParamDict};
-pub use parameter::Parameter;
+pub use parameter::{Parameter, UpdateView};

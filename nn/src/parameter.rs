@@ -57,6 +57,19 @@ struct Inner {
     state: RwLock<State>,
 }
 
+/// A parameter's weight and update settings, read together ([`Parameter::update_view`]).
+#[derive(Clone)]
+pub struct UpdateView {
+    /// The weight; `None` before initialization.
+    pub data: Option<NDArray>,
+    /// How backward fills the gradient.
+    pub grad_req: GradReq,
+    /// Learning-rate multiplier.
+    pub lr_mult: f64,
+    /// Weight-decay multiplier.
+    pub wd_mult: f64,
+}
+
 impl std::fmt::Debug for Parameter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.state();
@@ -316,6 +329,33 @@ impl Parameter {
     pub fn data(&self) -> Result<NDArray> {
         let d = self.state().data.clone();
         d.ok_or_else(|| self.not_ready("data"))
+    }
+
+    /// [`Parameter::infer_shape`] then [`Parameter::data`]: what a layer's forward does with
+    /// each of its parameters. An initialized parameter of that shape, the case of every step
+    /// after the first, takes one lock instead of two.
+    pub fn data_for_shape(&self, shape: &[usize]) -> Result<NDArray> {
+        {
+            let s = self.state();
+            if let (true, Some(d)) = (s.shape == shape, &s.data) {
+                return Ok(d.clone());
+            }
+        }
+        self.infer_shape(shape)?;
+        self.data()
+    }
+
+    /// What a trainer reads of this parameter every step, under one lock: the weight (`None`
+    /// before initialization), `grad_req` and the two multipliers. One read instead of four
+    /// getters, each a lock round trip (two atomic read-modify-writes) per parameter per step.
+    pub fn update_view(&self) -> UpdateView {
+        let s = self.state();
+        UpdateView {
+            data: s.data.clone(),
+            grad_req: s.grad_req,
+            lr_mult: s.lr_mult,
+            wd_mult: s.wd_mult,
+        }
     }
 
     /// The gradient (row_sparse when `grad_stype` is row_sparse); `None` before initialization

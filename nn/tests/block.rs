@@ -175,3 +175,29 @@ fn add_named_rejects_duplicates_and_dots() {
     assert!(s.add_named("a.b", Dense::new(2)).is_err());
     assert_eq!(SType::default(), SType::Dense);
 }
+
+#[test]
+fn data_for_shape_infers_a_deferred_parameter_once_and_rejects_other_shapes() {
+    use sparrow_nn::Parameter;
+    let p = Parameter::new("w", &[0, 3]);
+    p.initialize(&Initializer::Constant(0.5), Device::Cpu)
+        .unwrap();
+    // Deferred: the first call infers the shape and creates the weight.
+    let a = p.data_for_shape(&[2, 3]).unwrap();
+    assert_eq!(a.shape(), vec![2, 3]);
+    assert_eq!(a.to_vec::<f32>().unwrap(), vec![0.5; 6]);
+    // Later calls hand out the same array.
+    assert!(p.data_for_shape(&[2, 3]).unwrap().same_array(&a));
+    let err = p.data_for_shape(&[4, 3]).unwrap_err().to_string();
+    assert!(err.contains("'w'") && err.contains("[4, 3]"), "{err}");
+    // An uninitialized parameter says so.
+    let q = Parameter::new("q", &[2]);
+    let err = q.data_for_shape(&[2]).unwrap_err().to_string();
+    assert!(err.contains("'q'") && err.contains("initialize"), "{err}");
+
+    let view = p.update_view();
+    assert!(view.data.unwrap().same_array(&a));
+    assert_eq!(view.grad_req, GradReq::Write);
+    assert_eq!((view.lr_mult, view.wd_mult), (1.0, 1.0));
+    assert!(q.update_view().data.is_none());
+}

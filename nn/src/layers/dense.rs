@@ -141,8 +141,7 @@ impl Dense {
         } else {
             [self.units, in_units]
         };
-        self.weight.infer_shape(&shape)?;
-        self.weight.data()
+        self.weight.data_for_shape(&shape)
     }
 }
 
@@ -194,8 +193,7 @@ impl Block for Dense {
             .and_then(crate::ops::FusedAct::from_name);
         let (y, act_done) = match &self.bias {
             Some(b) => {
-                b.infer_shape(&[self.units])?;
-                let bias = b.data()?;
+                let bias = b.data_for_shape(&[self.units])?;
                 match crate::ops::bias_act_absorbing(&y, &bias, fused)? {
                     Some(out) => (out, fused.is_some()),
                     None => (y.add(&bias)?, false),
