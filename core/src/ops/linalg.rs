@@ -8,7 +8,7 @@ use crate::autograd::record_op;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::float_dispatch;
-use crate::NDArray;
+use crate::{DenseData, NDArray};
 
 /// Products with `m * n * k` below this go to the `gemm` crate, single-threaded: for
 /// 10x128 by 128x8 it takes ~0.6-0.9 us against ~1.3-1.5 us for matrixmultiply (packing and
@@ -239,7 +239,10 @@ pub(crate) fn strides(cols: usize, transposed: bool) -> (isize, isize) {
 
 /// Dense 2-D product with optional transposes, no autograd.
 pub(crate) fn dot_dense(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
-    let (da, db) = (a.dense_data()?, b.dense_data()?);
+    a.with_dense2(b, |da, db| dot_dense_data(da, db, ta, tb))
+}
+
+fn dot_dense_data(da: &DenseData, db: &DenseData, ta: bool, tb: bool) -> Result<NDArray> {
     if da.shape.len() != 2 || db.shape.len() != 2 {
         return Err(Error::shape(
             "dot",

@@ -11,7 +11,9 @@
 
 use sparrow_core::autograd::record_op;
 use sparrow_core::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
-use sparrow_core::{float_dispatch, DenseData, Float, NDArray, Result, SType};
+use sparrow_core::{
+    float_dispatch, ArrayData, DenseData, Element, Float, NDArray, Result, SType, Shape,
+};
 
 /// Row length from which [`bias_act`] adds the bias and applies the activation in one pass per
 /// row: 32 floats are one iteration of the 4x-unrolled 8-lane loop `zip_assign` compiles to.
@@ -133,49 +135,30 @@ fn bias_act_impl(
     act: Option<FusedAct>,
     absorb: bool,
 ) -> Result<Option<NDArray>> {
-    if y.stype() != SType::Dense || b.stype() != SType::Dense {
-        return Ok(None);
+    // Both arrays are read once, in place: each lock round trip or buffer-handle clone is an
+    // atomic read-modify-write (~3 ns), and this runs once per layer per step.
+    if y.same_array(b) {
+        return Ok(None); // a 2-D product cannot be its own 1-D bias
     }
-    let (yd, bd) = (y.dense_data()?, b.dense_data()?);
-    if yd.shape.len() != 2
-        || bd.shape.len() != 1
-        || bd.shape[0] != yd.shape[1]
-        || yd.buf.dtype() != bd.buf.dtype()
-        || !yd.buf.dtype().is_float()
-    {
-        return Ok(None);
-    }
-    let units = yd.shape[1];
-    let out = float_dispatch!(yd.buf.dtype(), "bias_act", T => {
-        let (ys, bs) = (yd.buf.as_slice::<T>().unwrap(), bd.buf.as_slice::<T>().unwrap());
-        let mut out = ys.to_vec();
-        if units > 0 {
-            match act {
-                // Small outputs (a training step's few rows) with rows of at least one
-                // unrolled AVX2 iteration: bias and activation in one pass per row. Narrower
-                // rows would run the activation in the loop's scalar tail, so they (and large
-                // outputs) add the bias per row and map the activation over the whole buffer.
-                Some(a) if out.len() < PAR_THRESHOLD && units >= FUSE_MIN_UNITS => {
-                    a.add_bias_apply(&mut out, bs)
-                }
-                _ => {
-                    for row in out.chunks_exact_mut(units) {
-                        zip_assign(row, bs, |v: T, c: T| v + c);
-                    }
-                    if let Some(a) = act {
-                        a.apply_in_place(&mut out);
-                    }
-                }
-            }
+    let out = {
+        let (yg, bg) = (y.read(), b.read());
+        let (ArrayData::Dense(yd), ArrayData::Dense(bd)) = (&*yg, &*bg) else {
+            return Ok(None);
+        };
+        if yd.shape.len() != 2
+            || bd.shape.len() != 1
+            || bd.shape[0] != yd.shape[1]
+            || yd.buf.dtype() != bd.buf.dtype()
+            || !yd.buf.dtype().is_float()
+        {
+            return Ok(None);
         }
-        NDArray::from_vec(out, &yd.shape)?
-    });
-    let yshape = yd.shape.clone();
-    // The output's values (shared buffer, no graph: no reference cycle through the node).
-    let saved = match act {
-        Some(_) => Some(out.dense_data()?),
-        None => None,
+        add_bias_act(yd, bd, act)?
     };
+    let (units, yshape) = (out.shape[1], out.shape.clone());
+    // The output's values (shared buffer, no graph: no reference cycle through the node).
+    let saved = act.map(|_| out.clone());
+    let out = NDArray::from_data(ArrayData::Dense(out));
     // The product's operator, when it is folded into this node (recorded, and absorbing).
     let inner = if absorb { y.take_node() } else { None };
     let name = match (inner.is_some(), act.is_some()) {
@@ -185,6 +168,11 @@ fn bias_act_impl(
         (true, true) => "dense_bias_act",
     };
     let backward = move |g: &NDArray| -> Result<(NDArray, NDArray)> {
+        if let (Some(a), Some(s)) = (act, &saved) {
+            if let Some(both) = fused_grads(g, s, a)? {
+                return Ok(both);
+            }
+        }
         let gp = match (act, &saved) {
             (Some(a), Some(s)) => pre_activation_grad(g, s, a)?,
             _ => g.clone(),
@@ -194,10 +182,11 @@ fn bias_act_impl(
             let db = sum_to_shape(&gp, &[units])?;
             return Ok((gp, db));
         }
-        let gd = gp.dense_data()?;
-        let db = float_dispatch!(gd.buf.dtype(), "bias_act backward", T => {
-            NDArray::from_vec(column_sums(gd.buf.as_slice::<T>().unwrap(), units), &[units])?
-        });
+        let db = gp.with_dense(|gd| {
+            float_dispatch!(gd.buf.dtype(), "bias_act backward", T => {
+                NDArray::from_vec(column_sums(gd.buf.as_slice::<T>().unwrap(), units), &[units])
+            })
+        })?;
         Ok((gp, db))
     };
     Ok(Some(match inner {
@@ -220,18 +209,66 @@ fn bias_act_impl(
     }))
 }
 
-/// `g * act'(y)` for the saved output values `yd`: one fused pass when `g` is dense and shaped
-/// like `y`, else `act'(y)` (the fused pass over a gradient of ones) through the general
-/// (broadcasting, sparse-aware) multiply.
+/// `act(y + b)` of a dense `(rows, units)` product and a `(units,)` bias of the same float
+/// dtype, as new dense storage.
+fn add_bias_act(yd: &DenseData, bd: &DenseData, act: Option<FusedAct>) -> Result<DenseData> {
+    let units = yd.shape[1];
+    let buf = float_dispatch!(yd.buf.dtype(), "bias_act", T => {
+        let (ys, bs) = (yd.buf.as_slice::<T>().unwrap(), bd.buf.as_slice::<T>().unwrap());
+        let mut out = ys.to_vec();
+        if units > 0 {
+            match act {
+                // Small outputs (a training step's few rows) with rows of at least one
+                // unrolled AVX2 iteration: bias and activation in one pass per row. Narrower
+                // rows would run the activation in the loop's scalar tail, so they (and large
+                // outputs) add the bias per row and map the activation over the whole buffer.
+                Some(a) if out.len() < PAR_THRESHOLD && units >= FUSE_MIN_UNITS => {
+                    a.add_bias_apply(&mut out, bs)
+                }
+                _ => {
+                    for row in out.chunks_exact_mut(units) {
+                        zip_assign(row, bs, |v: T, c: T| v + c);
+                    }
+                    if let Some(a) = act {
+                        a.apply_in_place(&mut out);
+                    }
+                }
+            }
+        }
+        T::into_buffer(out)
+    });
+    Ok(DenseData {
+        shape: Shape::from_slice(&yd.shape),
+        buf,
+    })
+}
+
+/// The common backward: `g` dense, shaped and typed like the saved output `yd`. Returns
+/// `g * act'(y)` and its column sums (the bias gradient) from one read of `g`; `None` when `g`
+/// is anything else.
+fn fused_grads(g: &NDArray, yd: &DenseData, act: FusedAct) -> Result<Option<(NDArray, NDArray)>> {
+    let units = yd.shape[1];
+    let gg = g.read();
+    let ArrayData::Dense(gd) = &*gg else {
+        return Ok(None);
+    };
+    if gd.shape[..] != yd.shape[..] || gd.buf.dtype() != yd.buf.dtype() {
+        return Ok(None);
+    }
+    float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
+        let (gs, ys) = (gd.buf.as_slice::<T>().unwrap(), yd.buf.as_slice::<T>().unwrap());
+        let gp = act.grad_from_output(gs, ys);
+        let db = NDArray::from_vec(column_sums(&gp, units), &[units])?;
+        Ok(Some((NDArray::from_vec(gp, &yd.shape)?, db)))
+    })
+}
+
+/// `g * act'(y)` for the saved output values `yd` when `g` is not a dense gradient shaped like
+/// `y`: `act'(y)` (the fused pass over a gradient of ones) through the general (broadcasting,
+/// sparse-aware) multiply.
 fn pre_activation_grad(g: &NDArray, yd: &DenseData, act: FusedAct) -> Result<NDArray> {
-    let dense_like_y =
-        g.stype() == SType::Dense && g.has_shape(&yd.shape) && g.dtype() == yd.buf.dtype();
     float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
         let ys = yd.buf.as_slice::<T>().unwrap();
-        if dense_like_y {
-            let gd = g.dense_data()?;
-            return NDArray::from_vec(act.grad_from_output(gd.buf.as_slice::<T>().unwrap(), ys), &yd.shape);
-        }
         let deriv = NDArray::from_vec(act.grad_from_output(&vec![1.0 as T; ys.len()], ys), &yd.shape)?;
         g.mul(&deriv)
     })
