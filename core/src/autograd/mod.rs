@@ -197,15 +197,39 @@ where
     if !is_recording() || !inputs.iter().any(|x| x.requires_grad()) {
         return out;
     }
+    attach_node(op, out, inputs, backward)
+}
+
+/// [`record_op`] for a caller that has already found recording on and an input needing a
+/// gradient (it asked each input's `requires_grad` to decide what its backward computes):
+/// no second pass over the inputs' autograd state.
+pub(crate) fn attach_node<F>(
+    op: &'static str,
+    out: NDArray,
+    inputs: &[&NDArray],
+    backward: F,
+) -> NDArray
+where
+    F: Fn(&NDArray) -> Result<Vec<Option<NDArray>>> + Send + Sync + 'static,
+{
     let node = Node {
         op,
         inputs: inputs.iter().map(|&x| x.clone()).collect(),
         backward: Box::new(backward),
     };
-    out.inner
-        .meta
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .node = Some(Arc::new(node));
+    let node = Some(Arc::new(node));
+    let mut out = out;
+    match Arc::get_mut(&mut out.inner) {
+        // A fresh output (the usual case): no other handle, so no lock round trip (two atomic
+        // read-modify-writes) is needed to reach its state.
+        Some(inner) => inner.meta.get_mut().unwrap_or_else(|e| e.into_inner()).node = node,
+        None => {
+            out.inner
+                .meta
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .node = node
+        }
+    }
     out
 }

@@ -4,7 +4,7 @@
 //! `matrixmultiply` for everything larger (its AVX2/FMA kernels are faster than gemm 0.19's on
 //! this class of machine), split over rayon's threads for large ones.
 
-use crate::autograd::record_op;
+use crate::autograd::attach_node;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::float_dispatch;
@@ -299,26 +299,30 @@ impl NDArray {
             return Ok(out);
         }
         let out = dot_dense(self, other, transpose_a, transpose_b)?;
-        let (a, b) = (self.clone(), other.clone());
+        if !crate::autograd::is_recording() {
+            return Ok(out);
+        }
         // Decided when the graph is built: a data batch (no gradient attached, not computed
         // by a recorded op) gets no gradient, which in a Dense layer on a large input skips a
         // whole product as big as the forward one.
         let (need_a, need_b) = (self.requires_grad(), other.requires_grad());
-        Ok(record_op("dot", out, &[self, other], move |g| {
+        if !need_a && !need_b {
+            return Ok(out);
+        }
+        // Each operand is kept only for the gradient that reads it: dA needs B, dB needs A.
+        let a = need_b.then(|| self.clone());
+        let b = need_a.then(|| other.clone());
+        Ok(attach_node("dot", out, &[self, other], move |g| {
             // C = op(A) op(B).  dA = g op(B)^T (transposed back if A was), dB likewise.
-            let ga = if !need_a {
-                None
-            } else if transpose_a {
-                Some(dot_dense(&b, g, transpose_b, true)?)
-            } else {
-                Some(dot_dense(g, &b, false, !transpose_b)?)
+            let ga = match &b {
+                None => None,
+                Some(b) if transpose_a => Some(dot_dense(b, g, transpose_b, true)?),
+                Some(b) => Some(dot_dense(g, b, false, !transpose_b)?),
             };
-            let gb = if !need_b {
-                None
-            } else if transpose_b {
-                Some(dot_dense(g, &a, true, transpose_a)?)
-            } else {
-                Some(dot_dense(&a, g, !transpose_a, false)?)
+            let gb = match &a {
+                None => None,
+                Some(a) if transpose_b => Some(dot_dense(g, a, true, transpose_a)?),
+                Some(a) => Some(dot_dense(a, g, !transpose_a, false)?),
             };
             Ok(vec![ga, gb])
         }))

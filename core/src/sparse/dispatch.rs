@@ -90,7 +90,7 @@ pub(crate) fn dispatch_dot(
     if sa == SType::Dense && sb == SType::Dense {
         return Ok(None);
     }
-    if let Some(out) = super::dot::dispatch(a, b, ta, tb)? {
+    if let Some(out) = super::dot::dispatch(a, b, (sa, sb), ta, tb)? {
         return Ok(Some(out));
     }
     fallback("dot", &[sa, sb])?;

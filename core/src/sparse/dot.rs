@@ -234,9 +234,38 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
 /// `x^T . dy` as row_sparse over the columns present in `x` (computed without a dense
 /// intermediate). `x` gets a dense gradient `dy . w^T` only if it requires one.
 pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
-    same_dtype("dot", x, w)?;
-    let c = csr_of(x, "dot")?;
-    let out = csr_dense_raw(&c, &dense2(w, "dot")?)?;
+    // Each operand is read once (dtype, storage and values from one guard; the weight in
+    // place): lock round trips and buffer-handle clones are atomic operations, several per
+    // step of a small batch otherwise.
+    if x.same_array(w) {
+        return Err(Error::stype(
+            "dot",
+            "needs a csr and a dense operand, got one array twice",
+        ));
+    }
+    let (c, out) = {
+        let (xg, wg) = (x.read(), w.read());
+        if xg.dtype() != wg.dtype() {
+            return Err(Error::dtype_mismatch("dot", xg.dtype(), wg.dtype()));
+        }
+        let ArrayData::Csr(c) = &*xg else {
+            return Err(Error::stype(
+                "dot",
+                format!("needs a csr operand, got {:?}", xg.stype()),
+            ));
+        };
+        let wd = match &*wg {
+            ArrayData::Dense(d) => std::borrow::Cow::Borrowed(d),
+            other => std::borrow::Cow::Owned(crate::sparse::densify(other)?),
+        };
+        if wd.shape.len() != 2 {
+            return Err(Error::shape(
+                "dot",
+                format!("needs a 2-D operand, got shape {:?}", wd.shape),
+            ));
+        }
+        (c.clone(), csr_dense_raw(c, &wd)?)
+    };
     let (xc, wc) = (x.clone(), w.clone());
     Ok(record_op("dot_csr_dense", out, &[x, w], move |g| {
         let gd = dense2(g, "dot backward")?;
@@ -317,9 +346,16 @@ pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDAr
 }
 
 /// Storage-type dispatch for `dot_t`: `Ok(None)` means no sparse kernel for this combination.
-pub(crate) fn dispatch(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<Option<NDArray>> {
+/// `sa` and `sb` are the operands' storage types, as the caller read them.
+pub(crate) fn dispatch(
+    a: &NDArray,
+    b: &NDArray,
+    (sa, sb): (SType, SType),
+    ta: bool,
+    tb: bool,
+) -> Result<Option<NDArray>> {
     use SType::*;
-    Ok(match (a.stype(), b.stype(), ta, tb) {
+    Ok(match (sa, sb, ta, tb) {
         (Csr, Dense, false, false) => Some(dot_csr_dense(a, b)?),
         (Csr, Dense, true, false) => Some(dot_csr_t_dense(a, b, RowSparse)?),
         (Csr, RowSparse, false, false) => Some(dot_csr_rsp(a, b)?),
