@@ -170,15 +170,22 @@ struct Visit {
 }
 
 /// Store the total gradient of an array into its gradient buffer when it has one attached.
+/// The array's autograd state is locked twice (read the request, swap the new gradient in)
+/// and nothing is cloned for `grad_req = write`: this runs for every parameter every step.
 fn deliver_leaf(a: &NDArray, g: NDArray) -> Result<()> {
     let (req, stype, prev) = {
         let m = a.inner.meta.lock().unwrap_or_else(|e| e.into_inner());
         if !m.attached {
             return Ok(());
         }
-        (m.grad_req, m.grad_stype, m.grad.clone())
+        // Only accumulation reads the previous gradient.
+        let prev = match m.grad_req {
+            GradReq::Add => m.grad.clone(),
+            _ => None,
+        };
+        (m.grad_req, m.grad_stype, prev)
     };
-    let converted = |g: NDArray| -> Result<NDArray> {
+    let converted = |mut g: NDArray| -> Result<NDArray> {
         if g.stype() != stype {
             return crate::sparse::cast_storage(&g, stype);
         }
@@ -186,20 +193,18 @@ fn deliver_leaf(a: &NDArray, g: NDArray) -> Result<()> {
         // else's array (zero_grad and the optimizers change it in place). A gradient the
         // backward pass created and holds alone, without a node, already is that: no new
         // handle (~230 instructions per parameter per step). Anything else is detached.
-        if std::sync::Arc::strong_count(&g.inner) == 1 && g.node().is_none() {
+        // Held alone, its state is reached without a lock.
+        let alone_without_node = std::sync::Arc::get_mut(&mut g.inner)
+            .is_some_and(|inner| inner.meta.get_mut().is_ok_and(|m| m.node.is_none()));
+        if alone_without_node {
             Ok(g)
         } else {
             Ok(g.detach())
         }
     };
-    let mut replaced = None;
     let new = match (req, prev) {
         (GradReq::Null, _) => return Ok(()),
-        (GradReq::Write, old) => {
-            replaced = old;
-            converted(g)?
-        }
-        (GradReq::Add, None) => converted(g)?,
+        (GradReq::Write, _) | (GradReq::Add, None) => converted(g)?,
         (GradReq::Add, Some(p)) => {
             let sum = accumulate(&p, &g)?;
             if sum.stype() == stype {
@@ -211,9 +216,12 @@ fn deliver_leaf(a: &NDArray, g: NDArray) -> Result<()> {
     };
     // A dense gradient requested from a row_sparse flow is densified here, once.
     debug_assert!(stype != SType::Csr);
-    a.set_grad(Some(new));
+    let replaced = std::mem::replace(
+        &mut a.inner.meta.lock().unwrap_or_else(|e| e.into_inner()).grad,
+        Some(new),
+    );
     // A replaced gradient nobody else holds: its (large) buffer serves the next step's.
-    if let Some(old) = replaced {
+    if let (GradReq::Write, Some(old)) = (req, replaced) {
         old.recycle_buffer();
     }
     Ok(())
