@@ -216,10 +216,13 @@ fn deliver_leaf(a: &NDArray, g: NDArray) -> Result<()> {
     };
     // A dense gradient requested from a row_sparse flow is densified here, once.
     debug_assert!(stype != SType::Csr);
-    let replaced = std::mem::replace(
-        &mut a.inner.meta.lock().unwrap_or_else(|e| e.into_inner()).grad,
-        Some(new),
-    );
+    let replaced = a
+        .inner
+        .meta
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .grad
+        .replace(new);
     // A replaced gradient nobody else holds: its (large) buffer serves the next step's.
     if let (GradReq::Write, Some(old)) = (req, replaced) {
         old.recycle_buffer();
