@@ -5,6 +5,8 @@
 # under one machine state. The project's 2-vCPU VM moves between a fast and a ~1.5-2x slower
 # state within minutes; a window that runs each system once compares different states.
 # Usage: scripts/bench_tutorial_pairs.sh OUT_DIR [ROUNDS] [MX_PY] [TORCH_PY]
+# SPARROW_BASE=BINARY also runs an earlier build of the example in every round (right after
+# the current one), for a before/after comparison under the same machine states.
 # Summary (per-round ratios, their median): python3 scripts/summarize_pairs.py OUT_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,9 @@ for r in $(seq 1 "$ROUNDS"); do
   OMP_NUM_THREADS=1 "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run dot_rsp "$MXDATA/tutorial.libsvm" 7 \
     > "$OUT/round${r}_mx.json" 2> "$OUT/round${r}_mx.err"
   target/release/examples/sparse_gluon --threads 1 --variants c --epochs 7 --json > "$OUT/round${r}_sparrow.json"
+  if [ -n "${SPARROW_BASE:-}" ]; then
+    "$SPARROW_BASE" --threads 1 --variants c --epochs 7 --json > "$OUT/round${r}_base.json"
+  fi
   "$TORCH" $ANCH/torch/bench_sparse_mlp.py --variant embbag --threads 1 --epochs 7 --json "$OUT/round${r}_torch.jsonl" > /dev/null
   echo "round $r done $(date -u +%H:%M:%S)"
 done
