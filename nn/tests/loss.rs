@@ -233,3 +233,73 @@ fn a_loss_with_single_element_non_batch_axes_is_reshaped_not_reduced() {
     )
     .unwrap();
 }
+
+#[test]
+fn sigmoid_bce_on_per_sample_logits_matches_the_general_path() {
+    // (batch, 1) logits with (batch,) labels, (1, batch) with batch_axis 1 and (batch, 1, 1):
+    // the fused per-sample path. A sample weight of ones takes the general path (label
+    // reshape, elementwise loss, batch mean): values and both gradients must agree.
+    let vals = vec![0.5, -1.0, 2.0, 0.0, -30.0, 40.0];
+    let labels = vec![1.0, 0.0, 1.0, 0.3, 1.0, 0.0];
+    for (pshape, axis) in [(vec![6, 1], 0), (vec![1, 6], 1), (vec![6, 1, 1], 0)] {
+        let loss = SigmoidBinaryCrossEntropyLoss::new().batch_axis(axis);
+        let run = |weighted: bool| {
+            let pred = f64v(vals.clone(), &pshape);
+            let label = f64v(labels.clone(), &[6]);
+            pred.attach_grad();
+            label.attach_grad();
+            let ones = f64v(vec![1.0; 6], &pshape);
+            let l = autograd::record(|| {
+                loss.forward_weighted(&pred, &label, weighted.then_some(&ones))
+            })
+            .unwrap();
+            let op = l.node().map(|n| n.op);
+            l.backward().unwrap();
+            (
+                op,
+                l.shape(),
+                l.to_f64_vec(),
+                pred.grad().unwrap().shape(),
+                pred.grad().unwrap().to_f64_vec(),
+                label.grad().unwrap().shape(),
+                label.grad().unwrap().to_f64_vec(),
+            )
+        };
+        let (fused, general) = (run(false), run(true));
+        // One recorded op on the fused path; the general path ends in its batch-mean reshape.
+        assert_eq!(fused.0, Some("sigmoid_bce_logits"));
+        assert_ne!(general.0, Some("sigmoid_bce_logits"));
+        assert_eq!(fused.1, vec![6]);
+        assert_eq!((&fused.3, &fused.5), (&pshape, &vec![6]));
+        assert_eq!(
+            (&fused.1, &fused.3, &fused.5),
+            (&general.1, &general.3, &general.5)
+        );
+        for (a, b) in [
+            (&fused.2, &general.2),
+            (&fused.4, &general.4),
+            (&fused.6, &general.6),
+        ] {
+            for (x, y) in a.iter().zip(b.iter()) {
+                assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{a:?} vs {b:?}");
+            }
+        }
+    }
+    // Finite differences through the fused path, label of another shape included.
+    let pred = test_array(&[5, 1], -2.0, 2.0, 7);
+    let soft = test_array(&[5], 0.1, 0.9, 8);
+    check_grad(
+        |xs| SigmoidBinaryCrossEntropyLoss::new().forward(&xs[0], &xs[1]),
+        &[pred, soft],
+        1e-6,
+        1e-4,
+        1e-7,
+    )
+    .unwrap();
+    // A label of the wrong size is still reported.
+    let err = SigmoidBinaryCrossEntropyLoss::new()
+        .forward(&f64v(vec![0.0; 4], &[4, 1]), &f64v(vec![0.0; 3], &[3]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("label shape"), "{err}");
+}

@@ -33,6 +33,16 @@ impl Loss for SigmoidBinaryCrossEntropyLoss {
         label: &NDArray,
         sw: Option<&NDArray>,
     ) -> Result<NDArray> {
+        if !self.from_sigmoid && sw.is_none() && self.opts.weight == 1.0 {
+            // One sample per slice of length 1 (the usual `(batch, 1)` logits): label reshape,
+            // elementwise loss and batch mean are one recorded op (three otherwise, with two
+            // reshapes and their nodes). Anything it declines takes the general path below.
+            if let Some(shape) = per_sample_shape(pred, self.opts.batch_axis) {
+                if let Some(l) = crate::ops::sigmoid_bce_logits_to(pred, label, &shape)? {
+                    return Ok(l);
+                }
+            }
+        }
         let z = label_like(label, pred, "SigmoidBinaryCrossEntropyLoss")?;
         let l = if self.from_sigmoid {
             let eps = 1e-12;
@@ -51,6 +61,18 @@ impl Loss for SigmoidBinaryCrossEntropyLoss {
         };
         finish(&l, &self.opts, sw, "SigmoidBinaryCrossEntropyLoss")
     }
+}
+
+/// The shape of a per-sample loss of `pred` when every axis but `batch_axis` has length 1 (so
+/// the batch mean is the elementwise loss itself): `[batch]`. `None` otherwise.
+fn per_sample_shape(pred: &NDArray, batch_axis: usize) -> Option<[usize; 1]> {
+    let dims = pred.dims();
+    let per_sample = batch_axis < dims.len()
+        && dims
+            .iter()
+            .enumerate()
+            .all(|(a, &d)| a == batch_axis || d == 1);
+    per_sample.then(|| [dims[batch_axis]])
 }
 
 /// Softmax cross-entropy along the last axis. `sparse_label` (default): labels are class

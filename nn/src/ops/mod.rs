@@ -7,4 +7,4 @@ mod sigmoid_bce;
 
 pub use bias_add::{bias_act, bias_act_absorbing, bias_add, FusedAct};
 pub use csr_dot::csr_dot_t;
-pub use sigmoid_bce::sigmoid_bce_logits;
+pub use sigmoid_bce::{sigmoid_bce_logits, sigmoid_bce_logits_to};

@@ -7,7 +7,7 @@
 
 use sparrow_core::autograd::record_op;
 use sparrow_core::ops::{sigmoid, zip_slices};
-use sparrow_core::{float_dispatch, ArrayData, Float, NDArray, Result, SType};
+use sparrow_core::{float_dispatch, ArrayData, DenseData, Float, NDArray, Result, Shape};
 
 #[inline]
 fn loss<T: Float>(x: T, z: T) -> T {
@@ -22,16 +22,47 @@ fn loss<T: Float>(x: T, z: T) -> T {
 /// Returns `Ok(None)` when the operands are not two dense arrays of one shape and float dtype;
 /// the caller then uses the composite expression, which handles every other case.
 pub fn sigmoid_bce_logits(x: &NDArray, z: &NDArray) -> Result<Option<NDArray>> {
-    if x.stype() != SType::Dense || z.stype() != SType::Dense {
-        return Ok(None);
-    }
-    let (xd, zd) = (x.dense_data()?, z.dense_data()?);
-    if xd.shape != zd.shape || xd.buf.dtype() != zd.buf.dtype() || !xd.buf.dtype().is_float() {
-        return Ok(None);
-    }
+    sigmoid_bce_impl(x, z, None)
+}
+
+/// [`sigmoid_bce_logits`] for a label `z` holding as many elements as `x` in any shape (a
+/// `(batch,)` label of a `(batch, 1)` prediction), with an output of shape `out_shape` (also as
+/// many elements): what a loss computes as reshape, elementwise loss and a mean over axes of
+/// length 1, as one recorded op. The gradients keep `x`'s and `z`'s own shapes.
+/// `Ok(None)` as for [`sigmoid_bce_logits`], or when the element counts differ.
+pub fn sigmoid_bce_logits_to(
+    x: &NDArray,
+    z: &NDArray,
+    out_shape: &[usize],
+) -> Result<Option<NDArray>> {
+    sigmoid_bce_impl(x, z, Some(out_shape))
+}
+
+fn sigmoid_bce_impl(
+    x: &NDArray,
+    z: &NDArray,
+    out_shape: Option<&[usize]>,
+) -> Result<Option<NDArray>> {
+    // Each operand is read once (storage type, shape, dtype and values from one guard).
+    let (xd, zd) = {
+        let (xg, zg) = (x.read(), z.read());
+        let (ArrayData::Dense(xd), ArrayData::Dense(zd)) = (&*xg, &*zg) else {
+            return Ok(None);
+        };
+        let n = xd.buf.len();
+        let shapes_fit = match out_shape {
+            None => xd.shape == zd.shape,
+            Some(o) => zd.buf.len() == n && o.iter().product::<usize>() == n,
+        };
+        if !shapes_fit || xd.buf.dtype() != zd.buf.dtype() || !xd.buf.dtype().is_float() {
+            return Ok(None);
+        }
+        (xd.clone(), zd.clone())
+    };
+    let oshape = Shape::from_slice(out_shape.unwrap_or(&xd.shape));
     let out = float_dispatch!(xd.buf.dtype(), "SigmoidBinaryCrossEntropyLoss", T => {
         let (xs, zs) = (xd.buf.as_slice::<T>().unwrap(), zd.buf.as_slice::<T>().unwrap());
-        NDArray::from_vec(zip_slices(xs, zs, loss::<T>), &xd.shape)?
+        NDArray::from_vec(zip_slices(xs, zs, loss::<T>), &oshape)?
     });
     // Labels are data almost always; their gradient is only built when they are in a graph.
     let need_dz = z.requires_grad();
@@ -40,33 +71,46 @@ pub fn sigmoid_bce_logits(x: &NDArray, z: &NDArray) -> Result<Option<NDArray>> {
         out,
         &[x, z],
         move |g| {
-            let gd = g.dense_data()?;
-            if gd.shape != xd.shape || gd.buf.dtype() != xd.buf.dtype() {
-                // A broadcast or sparse head gradient: the same formula through general ops.
-                let (xs, zs) = (
-                    NDArray::from_data(ArrayData::Dense(xd.clone())),
-                    NDArray::from_data(ArrayData::Dense(zd.clone())),
-                );
-                let dx = xs.sigmoid()?.sub(&zs)?.mul(g)?;
-                let dz = if need_dz {
-                    Some(xs.neg()?.mul(g)?)
-                } else {
-                    None
-                };
-                return Ok(vec![Some(dx), dz]);
+            let fused = {
+                let gg = g.read();
+                match &*gg {
+                    ArrayData::Dense(gd)
+                        if gd.shape == oshape && gd.buf.dtype() == xd.buf.dtype() =>
+                    {
+                        Some(
+                            float_dispatch!(gd.buf.dtype(), "SigmoidBinaryCrossEntropyLoss backward", T => {
+                                let gs = gd.buf.as_slice::<T>().unwrap();
+                                let (xs, zs) = (xd.buf.as_slice::<T>().unwrap(), zd.buf.as_slice::<T>().unwrap());
+                                let dx: Vec<T> = gs.iter().zip(xs).zip(zs).map(|((&g, &x), &z)| g * (sigmoid(x) - z)).collect();
+                                let dx = NDArray::from_vec(dx, &xd.shape)?;
+                                let dz = if need_dz {
+                                    Some(NDArray::from_vec(zip_slices(gs, xs, |g: T, x: T| -g * x), &zd.shape)?)
+                                } else {
+                                    None
+                                };
+                                vec![Some(dx), dz]
+                            }),
+                        )
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(grads) = fused {
+                return Ok(grads);
             }
-            float_dispatch!(gd.buf.dtype(), "SigmoidBinaryCrossEntropyLoss backward", T => {
-                let gs = gd.buf.as_slice::<T>().unwrap();
-                let (xs, zs) = (xd.buf.as_slice::<T>().unwrap(), zd.buf.as_slice::<T>().unwrap());
-                let dx: Vec<T> = gs.iter().zip(xs).zip(zs).map(|((&g, &x), &z)| g * (sigmoid(x) - z)).collect();
-                let dx = NDArray::from_vec(dx, &xd.shape)?;
-                let dz = if need_dz {
-                    Some(NDArray::from_vec(zip_slices(gs, xs, |g: T, x: T| -g * x), &xd.shape)?)
-                } else {
-                    None
-                };
-                Ok(vec![Some(dx), dz])
-            })
+            // A broadcast or sparse head gradient: the same formula through general ops, in
+            // the output's shape, then back to each input's.
+            let as_out = |d: &DenseData| -> Result<NDArray> {
+                NDArray::from_data(ArrayData::Dense(d.clone())).reshape(&oshape)
+            };
+            let (xs, zs) = (as_out(&xd)?, as_out(&zd)?);
+            let dx = xs.sigmoid()?.sub(&zs)?.mul(g)?.reshape(&xd.shape)?;
+            let dz = if need_dz {
+                Some(xs.neg()?.mul(g)?.reshape(&zd.shape)?)
+            } else {
+                None
+            };
+            Ok(vec![Some(dx), dz])
         },
     )))
 }
