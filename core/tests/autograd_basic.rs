@@ -122,8 +122,14 @@ fn retain_graph_keeps_the_graph_and_the_default_releases_it() {
     let x = NDArray::from_vec(vec![1.0f32, -2.0, 3.0], &[3]).unwrap();
     x.attach_grad_with(GradReq::Add, SType::Dense);
     // y = sum(x * x + x): a shared input, an intermediate and a two-input node.
-    let y = autograd::record(|| x.mul(&x)?.add(&x)?.sum_all()).unwrap();
+    let (sq, y) = autograd::record(|| {
+        let sq = x.mul(&x)?;
+        let y = sq.add(&x)?.sum_all()?;
+        Ok::<_, sparrow_core::Error>((sq, y))
+    })
+    .unwrap();
     backward_with(&y, None, true).unwrap();
+    assert!(sq.node().is_some(), "retain_graph keeps intermediate nodes");
     assert_eq!(
         x.grad().unwrap().to_vec::<f32>().unwrap(),
         vec![3.0, -3.0, 7.0]
@@ -139,6 +145,10 @@ fn retain_graph_keeps_the_graph_and_the_default_releases_it() {
     assert_eq!(
         x.grad().unwrap().to_vec::<f32>().unwrap(),
         vec![9.0, -9.0, 21.0]
+    );
+    assert!(
+        sq.node().is_none(),
+        "the default releases intermediate nodes too"
     );
     let err = y.backward().unwrap_err().to_string();
     assert!(err.contains("not part of a recorded graph"), "{err}");
@@ -162,4 +172,62 @@ fn backward_outside_a_graph_is_an_error_and_inputs_without_gradients_get_none() 
     y.backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![2.0, -9.0]);
     assert!(c.grad().is_none());
+}
+
+#[test]
+fn a_node_is_freed_as_soon_as_its_backward_has_run() {
+    use sparrow_core::autograd::record_op;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // z = second(first(x)). `second`'s backward holds `probe`; when `first`'s backward runs
+    // (after it), `second`'s node must already be gone, and with it its hold on `probe`.
+    let x = NDArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    x.attach_grad();
+    let probe = Arc::new(());
+    let (held, seen) = (probe.clone(), Arc::new(AtomicUsize::new(usize::MAX)));
+    let (weak, seen_in) = (Arc::downgrade(&probe), seen.clone());
+    drop(probe);
+    let z = autograd::record(|| {
+        let y = record_op("first", x.copy(), &[&x], move |g| {
+            seen_in.store(weak.strong_count(), Ordering::SeqCst);
+            Ok(vec![Some(g.clone())])
+        });
+        let z = record_op("second", y.copy(), &[&y], move |g| {
+            let _keep = &held;
+            Ok(vec![Some(g.clone())])
+        });
+        Ok::<_, sparrow_core::Error>(z)
+    })
+    .unwrap();
+    z.backward_with_grad(&NDArray::from_vec(vec![1.0f32, 1.0], &[2]).unwrap())
+        .unwrap();
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        0,
+        "`second`'s node outlived its backward"
+    );
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+}
+
+#[test]
+fn a_product_of_an_array_with_itself_is_read_once_and_differentiated_on_both_sides() {
+    // x . x^T: both operands are one array (one read lock in `with_dense2`, which must not
+    // lock it twice); the gradient gets both operands' halves.
+    let x = test_array(&[3, 4], -1.0, 1.0, 11);
+    let p = x.dot_t(&x, false, true).unwrap();
+    let (xv, pv) = (x.to_f64_vec(), p.to_f64_vec());
+    for i in 0..3 {
+        for j in 0..3 {
+            let want: f64 = (0..4).map(|k| xv[i * 4 + k] * xv[j * 4 + k]).sum();
+            assert!((pv[i * 3 + j] - want).abs() < 1e-12);
+        }
+    }
+    check_grad(
+        |xs| xs[0].dot_t(&xs[0], false, true)?.sum_all(),
+        std::slice::from_ref(&x),
+        1e-6,
+        1e-5,
+        1e-7,
+    )
+    .unwrap();
 }

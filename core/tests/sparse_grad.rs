@@ -292,3 +292,23 @@ fn sparse_reductions_finite_differences() {
     )
     .unwrap();
 }
+
+#[test]
+fn dot_csr_dense_rejects_bad_operands_with_errors() {
+    let x = csr_f64(3, 4, 0.5, 21);
+    let w = test_array(&[4, 2], -1.0, 1.0, 22);
+    // The same array as both operands (it cannot be csr and dense at once).
+    let e = sparse::dot_csr_dense(&x, &x).unwrap_err().to_string();
+    assert!(e.contains("one array twice"), "{e}");
+    // A dense left operand, a dtype mismatch, a weight that is not 2-D.
+    let e = sparse::dot_csr_dense(&w, &w.transpose(None).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs a csr operand"), "{e}");
+    let w32 = w.astype(DType::F32).unwrap();
+    let e = sparse::dot_csr_dense(&x, &w32).unwrap_err().to_string();
+    assert!(e.contains("F64 and F32"), "{e}");
+    let w1 = test_array(&[4], -1.0, 1.0, 23);
+    let e = sparse::dot_csr_dense(&x, &w1).unwrap_err().to_string();
+    assert!(e.contains("2-D"), "{e}");
+}

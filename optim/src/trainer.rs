@@ -45,9 +45,6 @@ pub struct Trainer {
     /// Per parameter, the id of the dense `Write` gradient the last update consumed: a step
     /// that finds the same array again (no backward since) zeroes it first.
     consumed: Vec<Option<u64>>,
-    /// [`Trainer::step`]'s per-parameter reads, kept empty between steps (its allocation is
-    /// reused).
-    entries: Vec<Entry>,
 }
 
 /// One trainable parameter as a step sees it ([`Trainer::gather`]).
@@ -98,7 +95,6 @@ impl Trainer {
         Ok(Trainer {
             states: vec![None; params.len()],
             consumed: vec![None; params.len()],
-            entries: Vec::with_capacity(params.len()),
             params,
             optimizer,
             scale,
@@ -156,9 +152,7 @@ impl Trainer {
     /// parameter has a gradient of its own shape, so a missing backward or an uninitialized
     /// parameter is reported before any weight changes.
     pub fn allreduce_grads(&mut self) -> Result<()> {
-        let entries = self.gather("Trainer::allreduce_grads", true)?;
-        self.recycle(entries);
-        Ok(())
+        self.gather("Trainer::allreduce_grads", true).map(drop)
     }
 
     fn trainable(&self) -> impl Iterator<Item = &Parameter> {
@@ -177,18 +171,17 @@ impl Trainer {
     /// getters per parameter: ~100 atomic operations per step of the tutorial's 6 parameters).
     /// Fails, before anything changes, on an uninitialized parameter or a missing gradient,
     /// and with `check_shapes` on a gradient whose shape is not the weight's.
-    fn gather(&mut self, op: &'static str, check_shapes: bool) -> Result<Vec<Entry>> {
-        let mut entries = std::mem::take(&mut self.entries);
-        entries.clear();
+    fn gather(&self, op: &'static str, check_shapes: bool) -> Result<Vec<Entry>> {
+        let mut entries = Vec::with_capacity(self.params.len());
         for (i, p) in self.params.iter().enumerate() {
             let view = p.update_view();
             if view.grad_req == GradReq::Null {
                 continue;
             }
-            let Some(weight) = view.data else {
-                return Err(p.data().err().unwrap_or_else(|| {
-                    Error::arg(op, format!("parameter '{}' is not initialized", p.name()))
-                }));
+            // Uninitialized: `data()` says why (deferred or never initialized).
+            let weight = match view.data {
+                Some(w) => w,
+                None => p.data()?,
             };
             let grad = weight.grad().ok_or_else(|| {
                 Error::arg(
@@ -222,29 +215,12 @@ impl Trainer {
         Ok(entries)
     }
 
-    /// Keep the entry vector's allocation for the next step, without holding any array.
-    fn recycle(&mut self, mut entries: Vec<Entry>) {
-        entries.clear();
-        self.entries = entries;
-    }
-
-    fn apply(&mut self, batch_size: usize, mut entries: Vec<Entry>) -> Result<()> {
-        let mut result = if batch_size == 0 {
-            Err(Error::arg("Trainer::update", "batch_size must be >= 1"))
-        } else {
-            self.optimizer.options_mut().rescale_grad = self.scale / batch_size as f64;
-            Ok(())
-        };
-        if result.is_ok() {
-            for e in entries.drain(..) {
-                result = self.apply_one(e);
-                if result.is_err() {
-                    break;
-                }
-            }
+    fn apply(&mut self, batch_size: usize, entries: Vec<Entry>) -> Result<()> {
+        if batch_size == 0 {
+            return Err(Error::arg("Trainer::update", "batch_size must be >= 1"));
         }
-        self.recycle(entries);
-        result
+        self.optimizer.options_mut().rescale_grad = self.scale / batch_size as f64;
+        entries.into_iter().try_for_each(|e| self.apply_one(e))
     }
 
     fn apply_one(&mut self, e: Entry) -> Result<()> {

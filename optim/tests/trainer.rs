@@ -307,3 +307,44 @@ fn step_called_directly_rejects_gradient_rows_of_another_length() {
     assert!(e.contains("gradient rows of 4 values"), "{e}");
     assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0; 6]);
 }
+
+#[test]
+fn step_reports_unusable_parameters_before_changing_any_weight() {
+    let grad_of = |p: &Parameter, v: Vec<f32>, shape: &[usize]| {
+        p.data()
+            .unwrap()
+            .set_grad(Some(NDArray::from_vec(v, shape).unwrap()));
+    };
+    let first = || {
+        let a = param("a", vec![1.0, 2.0], &[2]);
+        grad_of(&a, vec![1.0, 1.0], &[2]);
+        a
+    };
+    // An uninitialized parameter: the message says why, and `a` (listed first) is unchanged.
+    let a = first();
+    let late = Parameter::new("late", &[2]);
+    let mut t = Trainer::new(vec![a.clone(), late], Sgd::new(0.5)).unwrap();
+    let e = t.step(1).unwrap_err().to_string();
+    assert!(e.contains("'late'") && e.contains("initialize"), "{e}");
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    // A weight whose gradient buffer was removed.
+    let a = first();
+    let bare = param("bare", vec![0.0, 0.0], &[2]);
+    bare.data().unwrap().set_grad(None);
+    let mut t = Trainer::new(vec![a.clone(), bare], Sgd::new(0.5)).unwrap();
+    let e = t.step(1).unwrap_err().to_string();
+    assert!(e.contains("'bare' has no gradient"), "{e}");
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    // A gradient of another shape.
+    let a = first();
+    let odd = param("odd", vec![0.0, 0.0], &[2]);
+    grad_of(&odd, vec![1.0; 3], &[3]);
+    let mut t = Trainer::new(vec![a.clone(), odd], Sgd::new(0.5)).unwrap();
+    let e = t.step(1).unwrap_err().to_string();
+    assert!(e.contains("gradient of 'odd' has shape [3]"), "{e}");
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    // All fine: the step goes through.
+    t = Trainer::new(vec![a.clone()], Sgd::new(0.5)).unwrap();
+    t.step(1).unwrap();
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 1.5]);
+}

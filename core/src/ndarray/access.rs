@@ -167,7 +167,7 @@ impl NDArray {
 }
 
 /// Dense storage of `d`: borrowed when it is dense, densified otherwise.
-fn dense_cow(d: &ArrayData) -> Result<std::borrow::Cow<'_, DenseData>> {
+pub(crate) fn dense_cow(d: &ArrayData) -> Result<std::borrow::Cow<'_, DenseData>> {
     match d {
         ArrayData::Dense(dd) => Ok(std::borrow::Cow::Borrowed(dd)),
         other => crate::sparse::densify(other).map(std::borrow::Cow::Owned),

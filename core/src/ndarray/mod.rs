@@ -5,6 +5,7 @@
 //! sees the new values. `detach` gives a new handle sharing the buffers but not the graph.
 
 mod access;
+pub(crate) use access::dense_cow;
 mod create;
 mod data;
 

@@ -29,13 +29,18 @@ fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
 
 fn dense2(a: &NDArray, op: &'static str) -> Result<DenseData> {
     let d = a.dense_data()?;
+    check_2d(&d, op)?;
+    Ok(d)
+}
+
+fn check_2d(d: &DenseData, op: &'static str) -> Result<()> {
     if d.shape.len() != 2 {
         return Err(Error::shape(
             op,
             format!("needs a 2-D operand, got shape {:?}", d.shape),
         ));
     }
-    Ok(d)
+    Ok(())
 }
 
 fn same_dtype(op: &'static str, a: &NDArray, b: &NDArray) -> Result<()> {
@@ -254,16 +259,8 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
                 format!("needs a csr operand, got {:?}", xg.stype()),
             ));
         };
-        let wd = match &*wg {
-            ArrayData::Dense(d) => std::borrow::Cow::Borrowed(d),
-            other => std::borrow::Cow::Owned(crate::sparse::densify(other)?),
-        };
-        if wd.shape.len() != 2 {
-            return Err(Error::shape(
-                "dot",
-                format!("needs a 2-D operand, got shape {:?}", wd.shape),
-            ));
-        }
+        let wd = crate::ndarray::dense_cow(&wg)?;
+        check_2d(&wd, "dot")?;
         (c.clone(), csr_dense_raw(c, &wd)?)
     };
     let (xc, wc) = (x.clone(), w.clone());

@@ -232,10 +232,7 @@ pub(crate) fn segment_rows_f32(
     #[cfg(target_arch = "x86_64")]
     {
         let groups = starts.len().saturating_sub(1);
-        if row_len > 0
-            && row_len.is_multiple_of(8)
-            && out.len() == groups * row_len
-            && crate::ops::has_avx2_fma()
+        if avx2_rows_fit(out.len(), groups, row_len)
             && segment_indices_valid(src.len() / row_len, starts, order, srow, w.map(|w| w.len()))
         {
             // SAFETY: AVX2 and FMA were detected; the output has `groups` rows of row_len and
@@ -246,6 +243,16 @@ pub(crate) fn segment_rows_f32(
     }
     let _ = (out, src, row_len, starts, order, srow, w);
     false
+}
+
+/// The shape conditions of the f32 AVX2 row kernels: the CPU has AVX2 and FMA, rows are a
+/// non-zero multiple of 8 floats long, and the output holds exactly `rows` of them.
+#[cfg(target_arch = "x86_64")]
+fn avx2_rows_fit(out_len: usize, rows: usize, row_len: usize) -> bool {
+    row_len > 0
+        && row_len.is_multiple_of(8)
+        && out_len == rows * row_len
+        && crate::ops::has_avx2_fma()
 }
 
 /// Whether [`segment_rows_f32_avx2`] may index without checks: `starts` ascends within
@@ -377,11 +384,7 @@ pub(crate) fn csr_rows_f32(
     #[cfg(target_arch = "x86_64")]
     {
         let m = indptr.len().saturating_sub(1);
-        if n > 0
-            && n.is_multiple_of(8)
-            && out.len() == m * n
-            && crate::ops::has_avx2_fma()
-            && csr_indices_valid(w.len() / n, indptr, idx, vals.len())
+        if avx2_rows_fit(out.len(), m, n) && csr_indices_valid(w.len() / n, indptr, idx, vals.len())
         {
             // SAFETY: AVX2 and FMA were detected; `out` has m rows of n; every index the loop
             // reads was checked just above.
