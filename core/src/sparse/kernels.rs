@@ -25,22 +25,30 @@ pub(crate) fn prefetch_row<T>(row: &[T]) {
     prefetch_bytes(row.as_ptr() as *const u8, std::mem::size_of_val(row));
 }
 
-/// Ask the CPU to start loading the cache lines of `bytes` bytes from `p`, two lines per loop
-/// step (the loop control was a third of a 512-byte row's prefetch at one line per step). A
-/// hint: it never faults and reads nothing, whatever the address.
+/// Ask the CPU to start loading the cache lines of `bytes` bytes from `p`: eight lines per loop
+/// step, then single lines for the rest, so a 512-byte row (128 f32) is eight straight-line
+/// prefetches and one loop test (a loop of two lines per step was 20 instructions per such
+/// row, half of it loop control; callgrind). A hint: it never faults and reads nothing,
+/// whatever the address.
 #[inline(always)]
 pub(crate) fn prefetch_bytes(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY (each prefetch): a hint that never faults, whatever the address.
+        let line = |off: usize| unsafe {
+            _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
+        };
         let mut off = 0;
-        while off < bytes {
-            // SAFETY: prefetch is a hint that never faults, whatever the address.
-            unsafe {
-                _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
-                _mm_prefetch(p.wrapping_add(off + 64) as *const i8, _MM_HINT_T0);
+        while off + 512 <= bytes {
+            for k in 0..8 {
+                line(off + 64 * k);
             }
-            off += 128;
+            off += 512;
+        }
+        while off < bytes {
+            line(off);
+            off += 64;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
