@@ -124,6 +124,7 @@ pub(super) fn produce_direct(
     bar: Option<&indicatif::ProgressBar>,
 ) -> Result<bool> {
     let (left, skip, tx) = (&mut *st.left, &mut *st.skip, &mut *st.tx);
+    let on_producer = st.on_producer;
     let threads = rayon::current_num_threads().max(1);
     let (min_jobs, max_jobs) = (threads + 1, 4 * threads);
     let window_bytes = sh.p.block_bytes.max(1);
@@ -169,17 +170,26 @@ pub(super) fn produce_direct(
             let outs: Vec<Rows> = job.ranges.iter().map(|_| pool.rows()).collect();
             let (task_sh, block, ranges) = (sh.clone(), job.block.clone(), job.ranges.clone());
             let (rtx, seq) = (rtx.clone(), emit_seq + running.len() as u64);
-            // Always a pool task, even the one job of a small file: parsing on this thread kept
-            // the pool asleep, but this thread often shares the training thread's core, and its
-            // parse then preempted the training loop (tutorial (c), 5 interleaved pairs of
-            // 7-epoch runs: wall minus CPU 0.74 vs 0.31 ms per epoch).
-            rayon::spawn(move || {
+            let task = move || {
                 let res = parse_ranges(&task_sh, &block, &ranges, outs);
                 // The block is released before the result is sent, so once the emitter has
                 // every result of a block it holds the block's only reference.
                 drop(block);
                 let _ = rtx.send((seq, res)); // the emitter may have stopped on an error
-            });
+            };
+            // A pool task, even the one job of a small file: at normal priority this thread
+            // often shares the training thread's core, and its parse then preempted the
+            // training loop (tutorial (c), 5 interleaved pairs of 7-epoch runs: wall minus CPU
+            // 0.74 vs 0.31 ms per epoch). At idle priority it cannot preempt anything, and a
+            // small epoch is parsed here rather than waking the pool (`on_producer`).
+            if on_producer {
+                task();
+            } else {
+                #[cfg(test)]
+                sh.pool_tasks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                rayon::spawn(task);
+            }
             running_bytes += job.bytes;
             running.push_back((job, None));
         }

@@ -83,8 +83,15 @@ pub struct LibSVMIterParams {
     /// steps on a machine with few cores: on the project's 2-vCPU VM the woken producer landed
     /// on the training thread's core and took ~0.2 ms per 100-batch epoch of the sparse
     /// tutorial. Off by default: with more busy threads than cores an idle-priority producer
-    /// gets almost no CPU and the consumer waits for its batches. Parsing still runs as pool
-    /// tasks at normal priority.
+    /// gets almost no CPU and the consumer waits for its batches.
+    ///
+    /// An idle-priority producer also parses (and prepares, see `prepare_transpose`) an epoch
+    /// that is one small block (at most 1 MiB of text) itself instead of handing it to the
+    /// rayon pool, whose threads run at normal priority. Waking the pool three times per
+    /// tutorial epoch made its (c) 1.1-1.3x slower with 2 pool threads than with 1 on the
+    /// 2-vCPU VM (the woken threads ran and spun, ~100 `sched_yield` calls per epoch, beside
+    /// the training thread); keeping that work here: 0.89x at 2 threads, unchanged at 1 (16
+    /// interleaved rounds). Larger epochs still parse as pool tasks, where parallelism pays.
     pub idle_priority: bool,
 }
 
@@ -132,6 +139,9 @@ pub(super) struct Shared {
     /// Producer threads that found themselves at idle priority when they started.
     #[cfg(test)]
     pub(super) idle_producers: std::sync::atomic::AtomicUsize,
+    /// Work handed to the rayon pool by producers (parse jobs and batch-group preparations).
+    #[cfg(test)]
+    pub(super) pool_tasks: std::sync::atomic::AtomicUsize,
 }
 
 pub(super) enum Msg {
@@ -165,6 +175,11 @@ pub(super) struct BatchTx {
     started: bool,
     /// Prepare each batch's column grouping before queueing it (`prepare_transpose`).
     prepare_transpose: bool,
+    /// Prepare on this thread rather than as pool tasks (an idle-priority producer's small
+    /// epoch, see [`LibSVMIterParams::idle_priority`]); set per epoch.
+    pub(super) prepare_here: bool,
+    #[cfg(test)]
+    shared: Option<Arc<Shared>>,
 }
 
 /// Bytes of batch arrays a group (after an epoch's first) grows to before it is handed over.
@@ -179,6 +194,9 @@ impl BatchTx {
             group: group.max(1),
             started: false,
             prepare_transpose,
+            prepare_here: false,
+            #[cfg(test)]
+            shared: None,
         }
     }
     /// Queue a batch; `false` when the consumer has gone (reset or dropped the iterator).
@@ -200,15 +218,27 @@ impl BatchTx {
         self.prepare(&group);
         self.tx.send(Msg::Batches(group)).is_ok()
     }
-    /// With `prepare_transpose`, group the columns of a group's batches, as pool tasks: this
-    /// thread often shares the training thread's core (see `produce_direct`), the pool's
-    /// threads less so.
+    /// With `prepare_transpose`, group the columns of a group's batches: as pool tasks, since
+    /// this thread often shares the training thread's core (see `produce_direct`), unless it
+    /// runs at idle priority on a small epoch (`prepare_here`).
     fn prepare(&self, batches: &[Batch]) {
-        if self.prepare_transpose {
-            batches.par_iter().for_each(|b| {
-                b.data.prepare_csr_transpose();
-            });
+        if !self.prepare_transpose || batches.is_empty() {
+            return;
         }
+        if self.prepare_here {
+            for b in batches {
+                b.data.prepare_csr_transpose();
+            }
+            return;
+        }
+        #[cfg(test)]
+        if let Some(sh) = &self.shared {
+            sh.pool_tasks
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        batches.par_iter().for_each(|b| {
+            b.data.prepare_csr_transpose();
+        });
     }
     /// Flush, then send an error after the batches before it.
     pub(super) fn fail(&mut self, e: DataError) {
@@ -339,6 +369,8 @@ impl LibSVMIter {
             readers: Default::default(),
             #[cfg(test)]
             idle_producers: Default::default(),
+            #[cfg(test)]
+            pool_tasks: Default::default(),
         });
         let mut it = LibSVMIter {
             shared,
@@ -382,6 +414,14 @@ impl LibSVMIter {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Parse jobs and group preparations producers handed to the rayon pool.
+    #[cfg(test)]
+    pub(super) fn pool_tasks(&self) -> usize {
+        self.shared
+            .pool_tasks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Bytes of data this part reads per epoch.
     pub fn part_bytes(&self) -> u64 {
         self.shared.part_bytes
@@ -421,6 +461,10 @@ impl LibSVMIter {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             let mut tx = BatchTx::new(tx, shared.p.prefetch, shared.p.prepare_transpose);
+            #[cfg(test)]
+            {
+                tx.shared = Some(shared.clone());
+            }
             produce(&shared, epoch, carry, skip, &mut tx)
         });
         (rx, handle)
@@ -761,6 +805,10 @@ fn produce_inner(
         [s] => is_small(s),
         _ => false,
     };
+    // An idle-priority producer keeps a small epoch's work to itself (see
+    // `LibSVMIterParams::idle_priority`).
+    let on_producer = inline && sh.p.idle_priority;
+    tx.prepare_here = on_producer;
     let cap = if inline {
         spans.len()
     } else if direct {
@@ -789,6 +837,7 @@ fn produce_inner(
         left: &mut left,
         skip: &mut skip,
         tx,
+        on_producer,
     };
     let sent = if direct {
         produce_direct(sh, &order, blocks, &ret_tx, &mut st, bar_ref)?
@@ -841,6 +890,8 @@ pub(super) struct EpochState<'a> {
     pub(super) skip: &'a mut usize,
     /// The prefetch queue.
     pub(super) tx: &'a mut BatchTx,
+    /// Parse on this thread instead of as pool tasks (an idle-priority producer's small epoch).
+    pub(super) on_producer: bool,
 }
 
 /// The piece path of one epoch (rows shuffled within blocks, or labels from a second file):

@@ -560,3 +560,46 @@ fn idle_priority_runs_the_producer_at_idle_priority_with_the_same_batches() {
     // The calling thread keeps its priority.
     assert!(!sparrow_core::sys::has_idle_priority());
 }
+
+#[test]
+fn idle_producer_keeps_a_small_epochs_work_off_the_pool() {
+    // An idle-priority producer parses and prepares a one-block epoch itself (the pool's
+    // threads run at normal priority and would compete with the training thread); the batches
+    // are the same as when the pool does that work. A multi-block epoch still uses the pool.
+    let d = tmpdir("idle_small");
+    let f = d.join("a.svm");
+    write_rows(&f, 300);
+    let run = |idle: bool, block_bytes: usize| {
+        let mut p = params(&f, 8, LastBatch::Keep);
+        p.block_bytes = block_bytes;
+        p.idle_priority = idle;
+        p.prepare_transpose = true;
+        let mut it = LibSVMIter::new(p).unwrap();
+        let mut seen = Vec::new();
+        for _epoch in 0..2 {
+            it.reset();
+            for b in it.by_ref() {
+                let b = b.unwrap();
+                let cols = b.data.csr_column_groups().unwrap().columns().to_vec();
+                let idx = b.data.read().as_csr().unwrap().indices().to_vec();
+                seen.push((idx, cols, b.pad));
+            }
+        }
+        (seen, it.pool_tasks())
+    };
+    let one_block = 1 << 20;
+    let (pooled, pool_tasks) = run(false, one_block);
+    assert!(
+        pool_tasks > 0,
+        "a normal-priority producer parses as pool tasks"
+    );
+    let (own, own_tasks) = run(true, one_block);
+    assert_eq!(own_tasks, 0, "idle producer, one small block: no pool task");
+    assert_eq!(own, pooled);
+    let (many, many_tasks) = run(true, 500);
+    assert!(
+        many_tasks > 0,
+        "idle producer, several blocks: parsed as pool tasks"
+    );
+    assert_eq!(many, pooled);
+}
