@@ -85,13 +85,15 @@ pub struct LibSVMIterParams {
     /// tutorial. Off by default: with more busy threads than cores an idle-priority producer
     /// gets almost no CPU and the consumer waits for its batches.
     ///
-    /// An idle-priority producer also parses (and prepares, see `prepare_transpose`) an epoch
-    /// that is one small block (at most 1 MiB of text) itself instead of handing it to the
-    /// rayon pool, whose threads run at normal priority. Waking the pool three times per
-    /// tutorial epoch made its (c) 1.1-1.3x slower with 2 pool threads than with 1 on the
-    /// 2-vCPU VM (the woken threads ran and spun, ~100 `sched_yield` calls per epoch, beside
-    /// the training thread); keeping that work here: 0.89x at 2 threads, unchanged at 1 (16
-    /// interleaved rounds). Larger epochs still parse as pool tasks, where parallelism pays.
+    /// An idle-priority producer also does the work of an epoch that is one small block (at
+    /// most 1 MiB of text) itself instead of handing it to the rayon pool, whose threads run at
+    /// normal priority: the `prepare_transpose` grouping always, the parsing when rows are
+    /// neither shuffled nor labelled from a second file (the direct path; the other path still
+    /// parses as pool tasks). Waking the pool three times per tutorial epoch made its (c)
+    /// 1.1-1.3x slower with 2 pool threads than with 1 on the 2-vCPU VM (the woken threads ran
+    /// and spun, ~100 `sched_yield` calls per epoch, beside the training thread); keeping that
+    /// work here: 0.89x at 2 threads, unchanged at 1 (16 interleaved rounds). Larger epochs
+    /// still parse as pool tasks, where parallelism pays.
     pub idle_priority: bool,
 }
 
