@@ -7,6 +7,8 @@
 # Usage: scripts/bench_tutorial_pairs.sh OUT_DIR [ROUNDS] [MX_PY] [TORCH_PY]
 # SPARROW_BASE=BINARY also runs an earlier build of the example in every round (right after
 # the current one), for a before/after comparison under the same machine states.
+# THREADS=2 runs all three with 2 threads instead (OMP_NUM_THREADS=2, --threads 2 for sparrow and
+# for PyTorch's script); the default is 1.
 # Summary (per-round ratios, their median): python3 scripts/summarize_pairs.py OUT_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,7 @@ OUT=${1:?OUT_DIR}
 ROUNDS=${2:-6}
 MX=${3:-/work/venvs/mx/bin/python}
 TORCH=${4:-/work/venvs/torch/bin/python}
+T=${THREADS:-1}
 ANCH=../shared/anchors
 mkdir -p "$OUT"
 cargo build --release --example sparse_gluon
@@ -24,13 +27,13 @@ if [ -z "${MXDATA:-}" ]; then
 fi
 [ -f "$MXDATA/tutorial.libsvm" ] || "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py make-data "$MXDATA" > /dev/null
 for r in $(seq 1 "$ROUNDS"); do
-  OMP_NUM_THREADS=1 "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run dot_rsp "$MXDATA/tutorial.libsvm" 7 \
+  OMP_NUM_THREADS=$T "$MX" $ANCH/mxnet/bench_tutorial_sparse_gluon.py run dot_rsp "$MXDATA/tutorial.libsvm" 7 \
     > "$OUT/round${r}_mx.json" 2> "$OUT/round${r}_mx.err"
-  target/release/examples/sparse_gluon --threads 1 --variants c --epochs 7 --json > "$OUT/round${r}_sparrow.json"
+  target/release/examples/sparse_gluon --threads "$T" --variants c --epochs 7 --json > "$OUT/round${r}_sparrow.json"
   if [ -n "${SPARROW_BASE:-}" ]; then
-    "$SPARROW_BASE" --threads 1 --variants c --epochs 7 --json > "$OUT/round${r}_base.json"
+    "$SPARROW_BASE" --threads "$T" --variants c --epochs 7 --json > "$OUT/round${r}_base.json"
   fi
-  "$TORCH" $ANCH/torch/bench_sparse_mlp.py --variant embbag --threads 1 --epochs 7 --json "$OUT/round${r}_torch.jsonl" > /dev/null
+  "$TORCH" $ANCH/torch/bench_sparse_mlp.py --variant embbag --threads "$T" --epochs 7 --json "$OUT/round${r}_torch.jsonl" > /dev/null
   echo "round $r done $(date -u +%H:%M:%S)"
 done
 echo "results in $OUT"
