@@ -14,7 +14,8 @@
 //! Each variant runs in its own child process so its peak RSS is its own. (a) and (b) move a
 //! dense 512 MB gradient per batch, so they are timed on `--dense-batches` batches after two
 //! warm-up batches and scaled to a full epoch (their per-batch cost does not depend on the data);
-//! (c) is timed over `--epochs` full epochs after a warm-up epoch.
+//! (c) is timed over `--epochs` full epochs after warm-up epochs (whole epochs until
+//! `--warmup-ms`, default 100 ms, of training have passed; at least one).
 //!
 //! ```text
 //! cargo run --release --example sparse_gluon -- [--json] [--variants a,b,c] [--epochs 7]

@@ -6,7 +6,7 @@ pub const USAGE: &str =
     "usage: sparse_gluon [--json] [--variants a,b,c] [--epochs N] [--dense-batches N]
     [--samples N] [--features N] [--density F] [--batch-size N] [--lr F]
     [--optimizer sgd|adam|adagrad|ftrl] [--threads N] [--seed N] [--data-dir DIR]
-    [--loader-priority idle|normal]";
+    [--loader-priority idle|normal] [--warmup-ms MS]";
 
 /// The three ways to train the first layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +63,9 @@ pub struct Args {
     /// (c)'s loader producer at idle scheduling priority (`--loader-priority idle`, the
     /// default) or at normal priority (`normal`, for comparison).
     pub idle_loader: bool,
+    /// (c)'s warm-up: whole epochs until this many milliseconds of training have passed, at
+    /// least one (`--warmup-ms`, default 100; 0 = one epoch).
+    pub warmup_ms: f64,
     /// Internal: run one variant on an existing LibSVM file and print JSON.
     pub child: Option<Variant>,
     pub data_file: Option<PathBuf>,
@@ -85,6 +88,7 @@ impl Args {
             seed: 42,
             data_dir: None,
             idle_loader: true,
+            warmup_ms: 100.0,
             child: None,
             data_file: None,
         };
@@ -125,6 +129,7 @@ impl Args {
                         }
                     }
                 }
+                "--warmup-ms" => a.warmup_ms = num(&flag, val(&flag)?)?,
                 "--child" => a.child = Some(Variant::parse(&val(&flag)?)?),
                 "--data-file" => a.data_file = Some(PathBuf::from(val(&flag)?)),
                 "-h" | "--help" => return Err("help".into()),
@@ -138,6 +143,12 @@ impl Args {
             || a.features == 0
         {
             return Err("--epochs, --dense-batches, --batch-size, --samples and --features must be positive".into());
+        }
+        if !(a.warmup_ms >= 0.0 && a.warmup_ms.is_finite()) {
+            return Err(format!(
+                "--warmup-ms {} must be a finite number >= 0",
+                a.warmup_ms
+            ));
         }
         if !(a.density > 0.0 && a.density <= 1.0) {
             return Err(format!("--density {} must be in (0, 1]", a.density));
@@ -169,6 +180,7 @@ impl Args {
             ("--lr", self.lr.to_string()),
             ("--optimizer", self.optimizer.clone()),
             ("--seed", self.seed.to_string()),
+            ("--warmup-ms", self.warmup_ms.to_string()),
         ] {
             out.push(k.into());
             out.push(val);
@@ -194,6 +206,28 @@ mod tests {
 
     fn parse(flags: &[&str]) -> Result<Args, String> {
         Args::parse(flags.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn warmup_ms_defaults_to_100_reaches_the_child_and_rejects_bad_values() {
+        let path = Path::new("/tmp/x.libsvm");
+        assert_eq!(parse(&[]).unwrap().warmup_ms, 100.0);
+        let a = parse(&["--warmup-ms", "0"]).unwrap();
+        let child = parse(
+            &a.child_args(Variant::RowSparse, path)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert_eq!(
+            child.warmup_ms, 0.0,
+            "the child runs with the parent's setting"
+        );
+        for bad in ["-1", "inf", "NaN", "x"] {
+            let e = parse(&["--warmup-ms", bad]).unwrap_err();
+            assert!(e.contains("--warmup-ms"), "{bad}: {e}");
+        }
     }
 
     #[test]

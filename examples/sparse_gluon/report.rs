@@ -17,6 +17,8 @@ pub struct VariantResult {
     pub epoch_cpu_ms: Vec<f64>,
     pub timed_batches: usize,
     pub batches_per_epoch: usize,
+    /// (c): untimed epochs before the timed ones (whole epochs until `--warmup-ms` passed).
+    pub warmup_epochs: usize,
     pub init_ms: f64,
     pub weight_bytes: u64,
     pub grad_bytes: u64,
@@ -54,6 +56,7 @@ impl VariantResult {
             "epoch_cpu_ms": {"median": stats(&self.epoch_cpu_ms).0, "all": self.epoch_cpu_ms},
             "timed_batches": self.timed_batches,
             "batches_per_epoch": self.batches_per_epoch,
+            "warmup_epochs": self.warmup_epochs,
             "init_ms": self.init_ms,
             "weight_bytes": self.weight_bytes,
             "grad_bytes": self.grad_bytes,
@@ -93,6 +96,7 @@ impl VariantResult {
             epoch_cpu_ms,
             timed_batches: u("timed_batches")? as usize,
             batches_per_epoch: u("batches_per_epoch")? as usize,
+            warmup_epochs: u("warmup_epochs")? as usize,
             init_ms: f("init_ms")?,
             weight_bytes: u("weight_bytes")?,
             grad_bytes: u("grad_bytes")?,
@@ -208,10 +212,11 @@ pub fn print_table(args: &Args, data: &Data, results: &[VariantResult], copy_gbs
                 );
             }
             None => println!(
-                "{}: {} timed epochs of {} batches after a warm-up epoch; loss {:.5} (warm-up epoch) -> {:.5}; first-layer gradient {}, at most {} rows in any batch (cleared by each step)",
+                "{}: {} timed epochs of {} batches after {} warm-up epochs (--warmup-ms); loss {:.5} (first warm-up epoch) -> {:.5}; first-layer gradient {}, at most {} rows in any batch (cleared by each step)",
                 r.variant.describe(),
                 r.epoch_ms.len(),
                 r.batches_per_epoch,
+                r.warmup_epochs,
                 r.first_loss,
                 r.loss,
                 r.first_grad_stype,
