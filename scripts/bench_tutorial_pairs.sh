@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 6, variant (c) only, in interleaved rounds: each round runs MXNet 1.9.1 (dot_rsp,
 # OMP_NUM_THREADS=1), sparrow (--threads 1) and PyTorch (EmbeddingBag, 1 thread) back to back,
-# 7 timed epochs each after a warm-up epoch, so that the per-round ratios compare the three
+# 7 timed epochs each after a warm-up (one epoch for the references; for sparrow whole epochs
+# until its --warmup-ms, default 100 ms, have passed), so that the per-round ratios compare the three
 # under one machine state. The project's 2-vCPU VM moves between a fast and a ~1.5-2x slower
 # state within minutes; a window that runs each system once compares different states.
 # Usage: scripts/bench_tutorial_pairs.sh OUT_DIR [ROUNDS] [MX_PY] [TORCH_PY]
