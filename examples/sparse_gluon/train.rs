@@ -224,7 +224,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
         // runs ~1.3x slower for the first ~15 ms of work (the first 7 epochs after a one-epoch
         // warm-up against epochs 9-40: median 1.31x per run over 10 runs; a 100 ms busy loop
         // before training brought it to ~1.0x, a 100 ms sleep did not). One ~2 ms epoch did not
-        // cover that; the references' warm-up epochs last ~56 ms (PyTorch) to 300+ ms (MXNet).
+        // cover that; the references' warm-up epochs last ~80 ms (PyTorch) to ~480 ms (MXNet).
         let warm_start = Instant::now();
         let mut e = 0usize;
         while epoch_ms.len() < args.epochs {
