@@ -208,20 +208,19 @@ mod tests {
         Args::parse(flags.iter().map(|s| s.to_string()))
     }
 
+    /// The flags a parent with `a` hands to variant (c)'s child, parsed as the child would.
+    fn child_of(a: &Args) -> Args {
+        let flags = a.child_args(Variant::RowSparse, Path::new("/tmp/x.libsvm"));
+        Args::parse(flags.into_iter()).unwrap()
+    }
+
     #[test]
     fn warmup_ms_defaults_to_100_reaches_the_child_and_rejects_bad_values() {
-        let path = Path::new("/tmp/x.libsvm");
         assert_eq!(parse(&[]).unwrap().warmup_ms, 100.0);
         let a = parse(&["--warmup-ms", "0"]).unwrap();
-        let child = parse(
-            &a.child_args(Variant::RowSparse, path)
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
         assert_eq!(
-            child.warmup_ms, 0.0,
+            child_of(&a).warmup_ms,
+            0.0,
             "the child runs with the parent's setting"
         );
         for bad in ["-1", "inf", "NaN", "x"] {
@@ -240,15 +239,8 @@ mod tests {
             .contains(&"--loader-priority".into()));
         let a = parse(&["--loader-priority", "normal"]).unwrap();
         assert!(!a.idle_loader);
-        let child = parse(
-            &a.child_args(Variant::RowSparse, path)
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
         assert!(
-            !child.idle_loader,
+            !child_of(&a).idle_loader,
             "the child runs with the parent's setting"
         );
         assert!(parse(&["--loader-priority", "idle"]).unwrap().idle_loader);
