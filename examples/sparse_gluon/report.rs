@@ -249,3 +249,40 @@ pub fn to_json(args: &Args, data: &Data, results: &[VariantResult], copy_gbs: f6
         "variants": results.iter().map(|r| (r.variant.name().to_string(), r.to_json())).collect::<serde_json::Map<_, _>>(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parent reads each child's result back from JSON: every field it reports, the
+    /// warm-up epoch count included, survives the trip.
+    #[test]
+    fn a_variant_result_survives_the_json_round_trip() {
+        let r = VariantResult {
+            variant: Variant::RowSparse,
+            epoch_ms: vec![1.5, 1.25],
+            epoch_cpu_ms: vec![1.5, 1.0],
+            timed_batches: 100,
+            batches_per_epoch: 100,
+            warmup_epochs: 61,
+            init_ms: 120.5,
+            weight_bytes: 512,
+            grad_bytes: 48,
+            first_grad_stype: "RowSparse".into(),
+            first_grad_rows: 3,
+            max_grad_rows: 9,
+            state_bytes: 0,
+            peak_rss_bytes: 4096,
+            first_loss: 0.75,
+            loss: 0.5,
+            accuracy: 0.625,
+        };
+        let back = VariantResult::from_json(&r.to_json()).unwrap();
+        assert_eq!(back.to_json(), r.to_json());
+        assert_eq!(back.warmup_epochs, 61);
+        let mut v = r.to_json();
+        v.as_object_mut().unwrap().remove("warmup_epochs");
+        let e = VariantResult::from_json(&v).err().unwrap();
+        assert!(e.contains("warmup_epochs"), "{e}");
+    }
+}

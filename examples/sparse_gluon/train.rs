@@ -176,6 +176,12 @@ fn step(
     Ok((pred, loss, rows))
 }
 
+/// Whether (c)'s next epoch is a warm-up epoch: the first always is; later ones are while no
+/// epoch has been timed yet and fewer than `warmup_ms` milliseconds of training have passed.
+fn is_warmup(warmup_epochs: usize, timed_epochs: usize, warmed_ms: f64, warmup_ms: f64) -> bool {
+    warmup_epochs == 0 || (timed_epochs == 0 && warmed_ms < warmup_ms)
+}
+
 /// Step 3 for one variant (run in its own process).
 pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     let path = args.data_file.clone().ok_or("--child needs --data-file")?;
@@ -226,11 +232,10 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
         // before training brought it to ~1.0x, a 100 ms sleep did not). One ~2 ms epoch did not
         // cover that; the references' warm-up epochs last ~80 ms (PyTorch) to ~480 ms (MXNet).
         let warm_start = Instant::now();
-        let mut e = 0usize;
         while epoch_ms.len() < args.epochs {
-            let warming = e == 0
-                || (warmup_epochs == e
-                    && warm_start.elapsed().as_secs_f64() * 1e3 < args.warmup_ms);
+            let e = warmup_epochs + epoch_ms.len();
+            let warmed_ms = warm_start.elapsed().as_secs_f64() * 1e3;
+            let warming = is_warmup(warmup_epochs, epoch_ms.len(), warmed_ms, args.warmup_ms);
             iter.reset();
             let bar = sparrow::data::progress::bar(0, &format!("{} epoch {e}", v.describe()));
             let mut t = Tally::default();
@@ -266,9 +271,8 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             } else {
                 if epoch_ms.is_empty() && !args.json {
                     eprintln!(
-                        "{} warm-up: {warmup_epochs} epochs in {:.1} ms, loss {:.5}",
+                        "{} warm-up: {warmup_epochs} epochs in {warmed_ms:.1} ms, loss {:.5}",
                         v.describe(),
-                        warm_start.elapsed().as_secs_f64() * 1e3 - ms,
                         first_loss.unwrap_or(f64::NAN)
                     );
                 }
@@ -285,7 +289,6 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
                 }
             }
             tally = t;
-            e += 1;
         }
         timed_batches = batches_per_epoch;
     } else {
@@ -366,6 +369,19 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warm_up_is_at_least_one_epoch_then_lasts_until_the_time_has_passed() {
+        // The first epoch warms up even with no warm-up time asked for.
+        assert!(is_warmup(0, 0, 0.0, 0.0));
+        assert!(is_warmup(0, 0, 500.0, 100.0));
+        // Later epochs warm up while the time has not passed...
+        assert!(is_warmup(3, 0, 99.9, 100.0));
+        assert!(!is_warmup(3, 0, 100.0, 100.0));
+        assert!(!is_warmup(1, 0, 0.5, 0.0));
+        // ...and never once an epoch has been timed.
+        assert!(!is_warmup(3, 1, 0.0, 100.0));
+    }
 
     /// The in-place f32 reading and the f64-copy fallback count the same rows, losses and hits,
     /// and leave the padding rows out.
