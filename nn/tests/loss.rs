@@ -3,7 +3,7 @@
 use sparrow_core::{
     autograd,
     testing::{check_grad, test_array},
-    DType, NDArray,
+    DType, NDArray, SType,
 };
 use sparrow_nn::loss::*;
 
@@ -299,4 +299,34 @@ fn sigmoid_bce_on_per_sample_logits_matches_the_general_path() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("label shape"), "{err}");
+}
+
+#[test]
+fn sigmoid_bce_logits_takes_a_sparse_head_gradient_through_the_general_ops() {
+    // A head gradient that is not a dense array of the output's shape (here row_sparse) goes
+    // through the general ops; the gradients must equal the direct loops' with the same
+    // values given densely, in the inputs' own shapes.
+    let grads = |head: &NDArray| {
+        let x = f64v(vec![0.5, -1.0, 2.0, 0.0], &[4, 1]);
+        let z = f64v(vec![1.0, 0.0, 0.3, 1.0], &[4]);
+        x.attach_grad();
+        z.attach_grad();
+        let l = autograd::record(|| {
+            sparrow_nn::ops::sigmoid_bce_logits_to(&x, &z, &[4]).map(|l| l.unwrap())
+        })
+        .unwrap();
+        l.backward_with_grad(head).unwrap();
+        let (gx, gz) = (x.grad().unwrap(), z.grad().unwrap());
+        (gx.shape(), gx.to_f64_vec(), gz.shape(), gz.to_f64_vec())
+    };
+    let dense = f64v(vec![0.0, 2.0, 0.0, -1.5], &[4]);
+    let sparse = dense.tostype(SType::RowSparse).unwrap();
+    let (want, got) = (grads(&dense), grads(&sparse));
+    assert_eq!((&got.0, &got.2), (&vec![4, 1], &vec![4]));
+    assert_eq!((&got.0, &got.2), (&want.0, &want.2));
+    for (a, b) in [(&got.1, &want.1), (&got.3, &want.3)] {
+        for (x, y) in a.iter().zip(b.iter()) {
+            assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{a:?} vs {b:?}");
+        }
+    }
 }

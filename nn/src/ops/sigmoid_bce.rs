@@ -71,46 +71,67 @@ fn sigmoid_bce_impl(
         out,
         &[x, z],
         move |g| {
-            let fused = {
+            // The head gradient is read once; a dense one of the output's shape and dtype (the
+            // loss's usual ones) takes the direct loops.
+            let direct = {
                 let gg = g.read();
                 match &*gg {
                     ArrayData::Dense(gd)
                         if gd.shape == oshape && gd.buf.dtype() == xd.buf.dtype() =>
                     {
-                        Some(
-                            float_dispatch!(gd.buf.dtype(), "SigmoidBinaryCrossEntropyLoss backward", T => {
-                                let gs = gd.buf.as_slice::<T>().unwrap();
-                                let (xs, zs) = (xd.buf.as_slice::<T>().unwrap(), zd.buf.as_slice::<T>().unwrap());
-                                let dx: Vec<T> = gs.iter().zip(xs).zip(zs).map(|((&g, &x), &z)| g * (sigmoid(x) - z)).collect();
-                                let dx = NDArray::from_vec(dx, &xd.shape)?;
-                                let dz = if need_dz {
-                                    Some(NDArray::from_vec(zip_slices(gs, xs, |g: T, x: T| -g * x), &zd.shape)?)
-                                } else {
-                                    None
-                                };
-                                vec![Some(dx), dz]
-                            }),
-                        )
+                        Some(direct_grads(gd, &xd, &zd, need_dz)?)
                     }
                     _ => None,
                 }
             };
-            if let Some(grads) = fused {
-                return Ok(grads);
+            match direct {
+                Some(grads) => Ok(grads),
+                None => general_grads(g, &xd, &zd, &oshape, need_dz),
             }
-            // A broadcast or sparse head gradient: the same formula through general ops, in
-            // the output's shape, then back to each input's.
-            let as_out = |d: &DenseData| -> Result<NDArray> {
-                NDArray::from_data(ArrayData::Dense(d.clone())).reshape(&oshape)
-            };
-            let (xs, zs) = (as_out(&xd)?, as_out(&zd)?);
-            let dx = xs.sigmoid()?.sub(&zs)?.mul(g)?.reshape(&xd.shape)?;
+        },
+    )))
+}
+
+/// `dx = g (sigmoid(x) - z)` and (when wanted) `dz = -g x` in `x`'s and `z`'s shapes, for a
+/// dense head gradient `gd` of the same dtype and element count.
+fn direct_grads(
+    gd: &DenseData,
+    xd: &DenseData,
+    zd: &DenseData,
+    need_dz: bool,
+) -> Result<Vec<Option<NDArray>>> {
+    Ok(
+        float_dispatch!(gd.buf.dtype(), "SigmoidBinaryCrossEntropyLoss backward", T => {
+            let gs = gd.buf.as_slice::<T>().unwrap();
+            let (xs, zs) = (xd.buf.as_slice::<T>().unwrap(), zd.buf.as_slice::<T>().unwrap());
+            let dx: Vec<T> = gs.iter().zip(xs).zip(zs).map(|((&g, &x), &z)| g * (sigmoid(x) - z)).collect();
+            let dx = NDArray::from_vec(dx, &xd.shape)?;
             let dz = if need_dz {
-                Some(xs.neg()?.mul(g)?.reshape(&zd.shape)?)
+                Some(NDArray::from_vec(zip_slices(gs, xs, |g: T, x: T| -g * x), &zd.shape)?)
             } else {
                 None
             };
-            Ok(vec![Some(dx), dz])
-        },
-    )))
+            vec![Some(dx), dz]
+        }),
+    )
+}
+
+/// The same gradients for a broadcast or sparse head gradient `g`: the formula through general
+/// ops in the output's shape `oshape`, then back to each input's.
+fn general_grads(
+    g: &NDArray,
+    xd: &DenseData,
+    zd: &DenseData,
+    oshape: &[usize],
+    need_dz: bool,
+) -> Result<Vec<Option<NDArray>>> {
+    let as_out = |d: &DenseData| NDArray::from_data(ArrayData::Dense(d.clone())).reshape(oshape);
+    let (xs, zs) = (as_out(xd)?, as_out(zd)?);
+    let dx = xs.sigmoid()?.sub(&zs)?.mul(g)?.reshape(&xd.shape)?;
+    let dz = if need_dz {
+        Some(xs.neg()?.mul(g)?.reshape(&zd.shape)?)
+    } else {
+        None
+    };
+    Ok(vec![Some(dx), dz])
 }
