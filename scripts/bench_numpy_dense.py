@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """NumPy (OpenBLAS) reference for benches/dense.rs: f32 matmul 512/1024/2048 (GFLOP/s) and an
 add of two 16M-element f32 arrays (GB/s, counting 2 reads + 1 write), plus a 1M x 128 uniform
-init. Run with the sk venv: /work/venvs/sk/bin/python scripts/bench_numpy_dense.py
+init. Run with the python of a venv with numpy (e.g. the scikit-learn one):
+$SK_PY scripts/bench_numpy_dense.py (OPENBLAS_NUM_THREADS=T to pin the matmul threads)
+$SK_PY scripts/bench_numpy_dense.py --add-mean: the add alone, mean of 100 calls after 3 warm-ups
+(a steadier figure for the single-threaded comparison than the median of 20)
 """
+import sys
 import time
 
 import numpy as np
@@ -19,7 +23,23 @@ def best(f, reps):
     return ts[len(ts) // 2]  # median, as criterion reports
 
 
+def add_mean():
+    n = 16 << 20
+    a = np.random.default_rng(0).uniform(-1, 1, n).astype(np.float32)
+    b = a.copy()
+    for _ in range(3):
+        c = a + b
+    t = time.perf_counter()
+    for _ in range(100):
+        c = a + b
+    del c
+    print("numpy add ms", (time.perf_counter() - t) * 10)
+
+
 def main():
+    if "--add-mean" in sys.argv[1:]:
+        add_mean()
+        return
     rng = np.random.default_rng(0)
     print(f"numpy {np.__version__}")
     for n in (512, 1024, 2048):

@@ -3,7 +3,7 @@ examples/sparse_dot.rs and the MXNet anchor): X csr float32 (1024, 1,000,000) wi
 random columns per row, W dense (1e6, 128), G dense (1024, 128).
 
 Prints median / min / max milliseconds over repeated runs after a warm-up, as JSON.
-Usage: /work/venvs/sk/bin/python scripts/bench_scipy_sparse_dot.py
+Usage: $SK_PY scripts/bench_scipy_sparse_dot.py   (SK_PY: python of a venv with numpy and scipy)
 """
 import json
 import time

@@ -1,7 +1,8 @@
 """Check that a parameter file written by sparrow reads with the Python `safetensors` package.
 
 Usage (after `cargo test -p sparrow-nn --test io writes_file_for_python_check`):
-    /work/venvs/sk/bin/python scripts/check_safetensors.py [target/sparrow_nn_check.safetensors]
+    $SK_PY scripts/check_safetensors.py [target/sparrow_nn_check.safetensors]
+(SK_PY: python of a venv with numpy and safetensors.)
 Exits non-zero on any mismatch.
 """
 import sys

@@ -10,7 +10,7 @@ sparse_grad=True whose rows 6..9 are never used, summed over 2 tokens per sample
 L2Loss on both heads, summed. Updates go through mx.optimizer's updater (Optimizer.update per
 parameter index), rescale_grad = 1/batch_size, exactly what gluon.Trainer.step sets.
 
-Run: /work/venvs/mx/bin/python scripts/mxnet_conformance.py
+Run: $MX_PY scripts/mxnet_conformance.py   (MX_PY: python of a venv with mxnet==1.9.1 "numpy<1.24")
 """
 import json
 import os
