@@ -1,5 +1,5 @@
 //! Dense CPU throughput: f32 matmul (GFLOP/s) and a large elementwise add (GB/s).
-//! Compare with `scripts/bench_numpy_dense.py` run on the same machine; see bench-notes.
+//! Compare with `scripts/bench_numpy_dense.py` run on the same machine; figures in BENCHMARKS.md.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sparrow::core::{random::Rng, DType};

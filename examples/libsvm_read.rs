@@ -6,7 +6,7 @@
 //! ```
 //!
 //! `--dump-values N OUT` writes the first N parsed values as little-endian f32 to OUT (used to
-//! check correct rounding against an exact reference, see bench-notes/data.md).
+//! check correct rounding against an exact reference with scripts/check_libsvm_rounding.py).
 
 use std::time::Instant;
 
@@ -100,18 +100,22 @@ fn main() {
             }
         };
         first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
-        let g = b.data.read();
-        let c = g.as_csr().expect("LibSVMIter yields CSR batches");
-        if let Some((n, _)) = &dump {
-            for v in c.values::<f32>().unwrap_or(&[]) {
-                if dumped.len() >= n * 4 {
-                    break;
+        let (batch_rows, batch_nnz) = b
+            .data
+            .with_csr::<f32, _>(|c| {
+                if let Some((n, _)) = &dump {
+                    for v in c.values {
+                        if dumped.len() >= n * 4 {
+                            break;
+                        }
+                        dumped.extend_from_slice(&v.to_le_bytes());
+                    }
                 }
-                dumped.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        rows += c.shape[0] - b.pad;
-        nnz += c.nnz();
+                (c.shape[0], c.values.len())
+            })
+            .expect("LibSVMIter yields f32 CSR batches");
+        rows += batch_rows - b.pad;
+        nnz += batch_nnz;
         batches += 1;
     }
     let secs = t0.elapsed().as_secs_f64();

@@ -93,7 +93,7 @@ fn main() -> sparrow::core::Result<()> {
     bench("dot(X^T, G) -> dense (512 MB)", 5, 1, &|| {
         sparse::dot_csr_t_dense(&x, &g, SType::Dense).unwrap()
     });
-    let out_rows = rs.read().as_row_sparse().map(|r| r.nnr()).unwrap_or(0);
+    let out_rows = rs.stored_rows();
     let threads = rayon::current_num_threads();
     if json {
         let ops: Vec<String> = results

@@ -13,9 +13,8 @@ use sparrow::nn::{Activation, Block, Dense, Initializer, Sequential};
 use sparrow::optim::{Adam, Trainer};
 
 fn distinct_features(x: &NDArray) -> usize {
-    let g = x.read();
-    let c = g.as_csr().expect("LibSVMIter batches are csr");
-    c.indices().iter().collect::<BTreeSet<_>>().len()
+    x.with_csr::<f32, _>(|c| c.indices.iter().collect::<BTreeSet<_>>().len())
+        .expect("LibSVMIter batches are f32 csr")
 }
 
 fn epoch_loss(variant_rsp: bool, epochs: usize) -> Vec<f64> {
@@ -62,7 +61,7 @@ fn epoch_loss(variant_rsp: bool, epochs: usize) -> Vec<f64> {
             let g = w0.grad().unwrap();
             if variant_rsp {
                 assert_eq!(g.stype(), SType::RowSparse);
-                let rows_held = g.read().as_row_sparse().unwrap().nnr();
+                let rows_held = g.stored_rows();
                 assert!(
                     rows_held <= distinct_features(&b.data),
                     "{rows_held} gradient rows"

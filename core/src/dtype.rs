@@ -72,6 +72,12 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug +
     fn slice(buf: &Buffer) -> Option<&[Self]>;
     /// Wrap a vector into a buffer.
     fn into_buffer(v: Vec<Self>) -> Buffer;
+    /// Wrap a shared vector into a buffer (no copy).
+    fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> Buffer;
+    /// Append the little-endian bytes of `self`.
+    fn write_le(self, out: &mut Vec<u8>);
+    /// The value of `size_of::<Self>()` little-endian bytes.
+    fn from_le_slice(b: &[u8]) -> Self;
     /// Lossy conversion to f64 (exact for every value of every supported type but large i64).
     fn to_f64(self) -> f64;
     /// Conversion from f64 (saturating / truncating for integer types, as `as` does).
@@ -118,6 +124,17 @@ macro_rules! impl_element {
             }
             fn into_buffer(v: Vec<Self>) -> Buffer {
                 Buffer::$variant(std::sync::Arc::new(v))
+            }
+            fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> Buffer {
+                Buffer::$variant(v)
+            }
+            fn write_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn from_le_slice(b: &[u8]) -> Self {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(b);
+                <$t>::from_le_bytes(a)
             }
             fn to_f64(self) -> f64 {
                 self as f64

@@ -18,4 +18,4 @@ pub mod testing;
 pub use buffer::Buffer;
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};
-pub use ndarray::{ArrayData, CsrData, DenseData, NDArray, RowSparseData, Shape};
+pub use ndarray::{ArrayData, CsrData, CsrView, DenseData, NDArray, RowSparseData, RowSparseView, Shape};

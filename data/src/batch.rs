@@ -1,9 +1,7 @@
 //! Batches and the shared batch-building helpers: rows are copied straight into the CSR
 //! buffers of the batch, never densified.
 
-use std::sync::Arc;
-
-use sparrow_core::{ArrayData, Buffer, NDArray};
+use sparrow_core::NDArray;
 
 use crate::libsvm::Rows;
 
@@ -106,8 +104,7 @@ pub(crate) fn dense_labels_from_segs(segs: &[Seg<'_>], k: usize) -> NDArray {
 /// Dense labels from `rows * k` values: shape `[rows]` when `k == 1`, else `[rows, k]`.
 pub(crate) fn dense_labels(v: Vec<f32>, rows: usize, k: usize) -> NDArray {
     let shape: Vec<usize> = if k == 1 { vec![rows] } else { vec![rows, k] };
-    NDArray::from_data(ArrayData::Dense(sparrow_core::DenseData {
-        shape: shape.into(),
-        buf: Buffer::F32(Arc::new(v)),
-    }))
+    // Both callers build exactly `rows * k` values (the label counts were checked per row
+    // before), so the length check cannot fail.
+    NDArray::from_vec(v, &shape).expect("dense labels: rows * k values")
 }

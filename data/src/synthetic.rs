@@ -115,27 +115,28 @@ pub fn random_csr(
 
 /// Labels (dense f32 `[rows]`, 0 or 1) of a CSR matrix under `rule`.
 pub fn labels(x: &NDArray, rule: LabelRule) -> Result<NDArray> {
-    let g = x.read();
-    let c = g
-        .as_csr()
-        .ok_or_else(|| DataError::arg("synthetic::labels", "expects a CSR matrix"))?;
-    let v = c
-        .values::<f32>()
-        .ok_or_else(|| DataError::arg("synthetic::labels", "expects f32 values"))?;
-    let ind = c.indices();
-    let rows = c.shape[0];
-    let score: Vec<f64> = (0..rows)
-        .into_par_iter()
-        .map(|r| {
-            let (s, e) = (c.indptr[r] as usize, c.indptr[r + 1] as usize);
-            match rule {
-                LabelRule::RowSumAboveMean => v[s..e].iter().map(|&x| x as f64).sum(),
-                LabelRule::LinearSign { seed } => (s..e)
-                    .map(|p| v[p] as f64 * hidden_weight(seed, ind[p] as u64))
-                    .sum(),
-            }
-        })
-        .collect();
+    if x.stype() != sparrow_core::SType::Csr || x.dtype() != sparrow_core::DType::F32 {
+        return Err(DataError::arg(
+            "synthetic::labels",
+            "expects a CSR matrix with f32 values",
+        ));
+    }
+    let (rows, score) = x.with_csr::<f32, _>(|c| {
+        let (v, ind) = (c.values, c.indices);
+        let score: Vec<f64> = (0..c.shape[0])
+            .into_par_iter()
+            .map(|r| {
+                let (s, e) = (c.indptr[r] as usize, c.indptr[r + 1] as usize);
+                match rule {
+                    LabelRule::RowSumAboveMean => v[s..e].iter().map(|&x| x as f64).sum(),
+                    LabelRule::LinearSign { seed } => (s..e)
+                        .map(|p| v[p] as f64 * hidden_weight(seed, ind[p] as u64))
+                        .sum(),
+                }
+            })
+            .collect();
+        (c.shape[0], score)
+    })?;
     let thr = match rule {
         LabelRule::RowSumAboveMean => score.iter().sum::<f64>() / rows.max(1) as f64,
         LabelRule::LinearSign { .. } => 0.0,
@@ -174,32 +175,33 @@ mod tests {
     fn density_determinism_and_validity() {
         let a = random_csr(1000, 1_000_000, 1e-5, ColumnDist::Uniform, 1).unwrap();
         let b = random_csr(1000, 1_000_000, 1e-5, ColumnDist::Uniform, 1).unwrap();
-        let (ga, gb) = (a.read(), b.read());
-        let (ca, cb) = (ga.as_csr().unwrap(), gb.as_csr().unwrap());
-        assert_eq!(ca.indices(), cb.indices());
+        let cols = |x: &NDArray| x.with_csr::<f32, _>(|c| c.indices.to_vec()).unwrap();
+        assert_eq!(cols(&a), cols(&b));
         // 10 per row on average.
-        assert!((9_000..11_000).contains(&ca.nnz()), "{}", ca.nnz());
-        for r in 0..1000 {
-            let row = &ca.indices()[ca.indptr[r] as usize..ca.indptr[r + 1] as usize];
-            assert!(row.windows(2).all(|w| w[0] < w[1]));
-            assert!(row.iter().all(|&c| (0..1_000_000).contains(&c)));
-        }
+        assert!((9_000..11_000).contains(&a.nnz()), "{}", a.nnz());
+        a.with_csr::<f32, _>(|ca| {
+            for r in 0..1000 {
+                let row = &ca.indices[ca.indptr[r] as usize..ca.indptr[r + 1] as usize];
+                assert!(row.windows(2).all(|w| w[0] < w[1]));
+                assert!(row.iter().all(|&c| (0..1_000_000).contains(&c)));
+            }
+        })
+        .unwrap();
         let c = random_csr(1000, 1_000_000, 1e-5, ColumnDist::Uniform, 2).unwrap();
-        assert_ne!(c.read().as_csr().unwrap().indices(), ca.indices());
+        assert_ne!(cols(&c), cols(&a));
     }
 
     #[test]
     fn power_law_is_skewed_and_labels_balanced() {
         let x = random_csr(2000, 1000, 0.02, ColumnDist::PowerLaw { exponent: 3.0 }, 5).unwrap();
-        let g = x.read();
-        let c = g.as_csr().unwrap();
-        let low = c.indices().iter().filter(|&&j| j < 100).count();
+        let low = x
+            .with_csr::<f32, _>(|c| c.indices.iter().filter(|&&j| j < 100).count())
+            .unwrap();
         // Uniform columns would put 10% of the entries below column 100.
         assert!(
-            low * 10 > c.nnz() * 3,
+            low * 10 > x.nnz() * 3,
             "power law is skewed to low columns: {low}"
         );
-        drop(g);
         let y = labels(&x, LabelRule::RowSumAboveMean)
             .unwrap()
             .to_vec::<f32>()

@@ -38,7 +38,7 @@ pub fn prepare_data(args: &Args, verbose: bool) -> Result<Data, BoxError> {
     let gen_ms = t0.elapsed().as_secs_f64() * 1e3;
     let dense_bytes = (args.samples as u64) * (args.features as u64) * 4;
     let csr_bytes = x.nbytes() as u64;
-    let nnz = x.read().as_csr().map(|c| c.nnz()).unwrap_or(0);
+    let nnz = x.nnz();
     let positives = y.to_f64_vec().iter().filter(|&&v| v > 0.5).count();
     let dir = match &args.data_dir {
         Some(d) => d.clone(),
@@ -170,7 +170,7 @@ fn step(
     // Rows held by the first layer's gradient, read before the step clears it.
     let rows = first
         .grad()
-        .map(|g| g.read().as_row_sparse().map(|r| r.nnr()).unwrap_or(0))
+        .map(|g| if g.stype() == SType::RowSparse { g.stored_rows() } else { 0 })
         .unwrap_or(0);
     trainer.step(x.shape()[0])?;
     Ok((pred, loss, rows))
@@ -341,10 +341,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
         .map(|g| g.nbytes())
         .sum();
     let first_grad = w0.grad().ok_or("first layer has no gradient")?;
-    let first_grad_rows = {
-        let g = first_grad.read();
-        g.as_row_sparse().map(|r| r.nnr()).unwrap_or(g.shape()[0])
-    };
+    let first_grad_rows = first_grad.stored_rows();
     Ok(VariantResult {
         variant: v,
         epoch_ms,

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
-use sparrow_core::{with_buffer, Buffer, DType, Element, Error, NDArray, Result, SType};
+use sparrow_core::{DType, Error, NDArray, Result, SType};
 
 use crate::block::Block;
 use crate::param_dict::ParamDict;
@@ -87,45 +87,6 @@ fn our_dtype(d: Dtype) -> Option<DType> {
     })
 }
 
-/// Little-endian bytes of a buffer.
-fn buffer_bytes(b: &Buffer) -> Vec<u8> {
-    fn le<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(v.len() * N);
-        for &x in v {
-            out.extend_from_slice(&f(x));
-        }
-        out
-    }
-    match b {
-        Buffer::F32(v) => le(v, f32::to_le_bytes),
-        Buffer::F64(v) => le(v, f64::to_le_bytes),
-        Buffer::I64(v) => le(v, i64::to_le_bytes),
-        Buffer::I32(v) => le(v, i32::to_le_bytes),
-        Buffer::U8(v) => v.to_vec(),
-    }
-}
-
-fn bytes_buffer(d: DType, bytes: &[u8]) -> Buffer {
-    fn from<T: Element, const N: usize>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Buffer {
-        T::into_buffer(
-            b.chunks_exact(N)
-                .map(|c| f(c.try_into().expect("chunk of N bytes")))
-                .collect(),
-        )
-    }
-    match d {
-        DType::F32 => from(bytes, f32::from_le_bytes),
-        DType::F64 => from(bytes, f64::from_le_bytes),
-        DType::I64 => from(bytes, i64::from_le_bytes),
-        DType::I32 => from(bytes, i32::from_le_bytes),
-        DType::U8 => Buffer::U8(std::sync::Arc::new(bytes.to_vec())),
-    }
-}
-
-fn any_nonzero<T: Element>(s: &[T]) -> bool {
-    s.iter().any(|x| *x != T::default())
-}
-
 /// A 64-bit hash of bytes (word-wise multiply-xorshift; detects corruption, not tampering).
 fn checksum(bytes: &[u8]) -> u64 {
     let mut h = 0x243F_6A88_85A3_08D3u64 ^ bytes.len() as u64;
@@ -154,7 +115,6 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
                 format!("parameter '{name}' has no value to save: {e}"),
             )
         })?;
-        let dense = data.dense_data()?;
         let stype = p.stype();
         meta.insert(
             format!("stype:{name}"),
@@ -168,19 +128,11 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
         if p.fan_in_first() {
             meta.insert(format!("layout:{name}"), "in_out".into());
         }
-        if stype == SType::RowSparse && opts.row_sparse_as_pairs && !dense.shape.is_empty() {
-            let row_len: usize = dense.shape[1..].iter().product();
-            let rows: Vec<i64> = with_buffer!(&dense.buf, v => (0..dense.shape[0])
-                .filter(|&r| any_nonzero(&v[r * row_len..(r + 1) * row_len]))
-                .map(|r| r as i64)
-                .collect());
-            let picked = dense.buf.gather(
-                rows.iter()
-                    .flat_map(|&r| r as usize * row_len..(r as usize + 1) * row_len),
-            );
-            let mut dshape = dense.shape.to_vec();
-            dshape[0] = rows.len();
-            let idx_bytes = buffer_bytes(&Buffer::I64(std::sync::Arc::new(rows.clone())));
+        let shape = data.shape();
+        if stype == SType::RowSparse && opts.row_sparse_as_pairs && !shape.is_empty() {
+            // The rows holding a non-zero, as (row ids, their values).
+            let (rows, values) = data.tostype(SType::RowSparse)?.row_sparse_parts()?;
+            let idx_bytes = rows.iter().flat_map(|r| r.to_le_bytes()).collect();
             tensors.push((
                 format!("{name}@indices"),
                 Tensor {
@@ -192,19 +144,19 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
             tensors.push((
                 format!("{name}@data"),
                 Tensor {
-                    dtype: st_dtype(dense.buf.dtype()),
-                    shape: dshape,
-                    bytes: buffer_bytes(&picked),
+                    dtype: st_dtype(values.dtype()),
+                    shape: values.shape(),
+                    bytes: values.to_le_bytes()?,
                 },
             ));
-            meta.insert(format!("rows:{name}"), dense.shape[0].to_string());
+            meta.insert(format!("rows:{name}"), shape[0].to_string());
         } else {
             tensors.push((
                 name.to_string(),
                 Tensor {
-                    dtype: st_dtype(dense.buf.dtype()),
-                    shape: dense.shape.to_vec(),
-                    bytes: buffer_bytes(&dense.buf),
+                    dtype: st_dtype(data.dtype()),
+                    bytes: data.to_le_bytes()?,
+                    shape,
                 },
             ));
         }
@@ -265,7 +217,7 @@ fn tensor_array(st: &SafeTensors<'_>, fname: &str, problems: &mut Vec<String>) -
         ));
         return None;
     };
-    NDArray::from_buffer(bytes_buffer(dt, t.data()), t.shape())
+    NDArray::from_le_bytes(t.data(), dt, t.shape())
         .map_err(|e| problems.push(format!("tensor '{fname}': {e}")))
         .ok()
 }
@@ -404,19 +356,11 @@ fn scatter_rows(
             "'{name}@indices' must be sorted, unique and in [0, {rows})"
         ));
     }
-    let row_len: usize = ds[1..].iter().product();
     let mut shape = ds.clone();
     shape[0] = rows;
-    let dd = data.dense_data().map_err(|e| e.to_string())?;
-    let buf = with_buffer!(&dd.buf, v => {
-        let mut out = vec![Default::default(); rows * row_len];
-        for (k, &r) in ids.iter().enumerate() {
-            let r = r as usize;
-            out[r * row_len..(r + 1) * row_len].copy_from_slice(&v[k * row_len..(k + 1) * row_len]);
-        }
-        Element::into_buffer(out)
-    });
-    NDArray::from_buffer(buf, &shape).map_err(|e| e.to_string())
+    NDArray::row_sparse_from_arrays(data, ids, &shape)
+        .and_then(|rs| rs.tostype(SType::Dense))
+        .map_err(|e| e.to_string())
 }
 
 /// Parameter files for any [`Block`]: `net.save_parameters(path)` / `net.load_parameters(path)`.

@@ -20,7 +20,6 @@ pub mod io;
 pub mod layers;
 pub mod loss;
 pub mod metric;
-pub mod ops;
 mod param_dict;
 mod parameter;
 

@@ -14,7 +14,7 @@
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use sparrow_core::autograd::GradReq;
-use sparrow_core::{ArrayData, DType, Device, Error, NDArray, Result, RowSparseData, SType};
+use sparrow_core::{DType, Device, Error, NDArray, Result, SType};
 
 use crate::init::{self, InitDesc, Initializer};
 
@@ -271,7 +271,7 @@ impl Parameter {
         let arr = init.generate(&desc, s.dtype, seed)?;
         match &s.data {
             // Keep the handle: holders of `data()` see the new values.
-            Some(d) => d.replace_data(arr.data()),
+            Some(d) => d.assign(&arr),
             None => {
                 arr.attach_grad_with(s.grad_req, s.grad_stype);
                 s.data = Some(arr);
@@ -398,13 +398,16 @@ impl Parameter {
                 ),
             ));
         }
-        let dense = ArrayData::Dense(value.dense_data()?);
         s.shape = vshape;
         s.deferred = None;
         match &s.data {
-            Some(d) => d.replace_data(dense),
+            Some(d) => d.assign_dense(value)?,
             None => {
-                let arr = NDArray::from_data(dense);
+                // A new handle sharing the value's buffers (copied on the first write).
+                let mut arr = value.detach();
+                if arr.stype() != SType::Dense {
+                    arr = arr.tostype(SType::Dense)?;
+                }
                 arr.attach_grad_with(s.grad_req, s.grad_stype);
                 s.data = Some(arr);
             }
@@ -435,17 +438,7 @@ impl Parameter {
                 ),
             ));
         }
-        let row_len: usize = shape[1..].iter().product();
-        let dense = data.dense_data()?;
-        let positions = ids
-            .iter()
-            .flat_map(|&r| (r as usize * row_len)..(r as usize + 1) * row_len);
-        let buf = dense.buf.gather(positions);
-        Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
-            shape,
-            indices: Arc::new(ids),
-            data: buf,
-        })))
+        sparrow_core::sparse::retain_rows(&data, &ids)
     }
 
     /// Bytes of the weight (0 before initialization).
@@ -502,11 +495,8 @@ mod tests {
         assert_eq!(g.stype(), SType::RowSparse);
         assert_eq!(g.nbytes(), 0);
         let rs = p.row_sparse_data(&[7, 3, 7]).unwrap();
-        let d = rs.read();
-        let r = d.as_row_sparse().unwrap();
-        assert_eq!(&r.indices[..], &[3, 7]);
-        assert_eq!(r.data.len(), 16);
-        drop(d);
+        assert_eq!(rs.row_ids().unwrap(), vec![3, 7]);
+        assert_eq!(rs.nnz(), 16);
         assert!(p.row_sparse_data(&[1000]).is_err());
     }
 

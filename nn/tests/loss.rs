@@ -312,7 +312,7 @@ fn sigmoid_bce_logits_takes_a_sparse_head_gradient_through_the_general_ops() {
         x.attach_grad();
         z.attach_grad();
         let l = autograd::record(|| {
-            sparrow_nn::ops::sigmoid_bce_logits_to(&x, &z, &[4]).map(|l| l.unwrap())
+            sparrow_core::ops::fused::sigmoid_bce_logits_to(&x, &z, &[4]).map(|l| l.unwrap())
         })
         .unwrap();
         l.backward_with_grad(head).unwrap();

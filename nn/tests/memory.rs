@@ -2,9 +2,8 @@
 //! after a backward on a 10-row CSR batch with 10 non-zeros per row, a gradient of at most 100
 //! rows. (Allocates 512 MB.)
 
-use sparrow_core::{autograd, ArrayData, CsrData, Device, NDArray, SType};
+use sparrow_core::{autograd, Device, NDArray, SType};
 use sparrow_nn::{Block, Dense, Initializer};
-use std::sync::Arc;
 
 #[test]
 fn dense_1m_x_128_row_sparse_grad_stays_small() {
@@ -29,19 +28,12 @@ fn dense_1m_x_128_row_sparse_grad_stays_small() {
         row.sort_unstable();
         indptr.push(indices.len() as i64);
     }
-    let x = NDArray::from_data(ArrayData::Csr(CsrData {
-        shape: [10, features],
-        indptr: Arc::new(indptr),
-        indices: Arc::new(indices),
-        data: sparrow_core::Buffer::F32(Arc::new(vec![1.0f32; 100])),
-        offset: 0,
-    }));
-    x.check_format(true).unwrap();
+    let x = NDArray::csr_from_parts(vec![1.0f32; 100], indices, indptr, [10, features]).unwrap();
     let loss = autograd::record(|| layer.forward(&x)?.sum_all()).unwrap();
     loss.backward().unwrap();
     let g = w.grad().unwrap();
     assert_eq!(g.stype(), SType::RowSparse);
-    let rows = g.read().as_row_sparse().unwrap().nnr();
+    let rows = g.stored_rows();
     assert!(rows <= 100, "{rows} rows");
     // values + indices of at most 100 rows: <= 100 * (128 * 4 + 8) bytes.
     assert!(g.nbytes() <= 100 * (units * 4 + 8), "{} bytes", g.nbytes());

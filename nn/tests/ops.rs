@@ -1,7 +1,7 @@
-//! nn's fused operators against core's general ones, and their gradients.
+//! Core's fused operators (as nn layers use them) against core's general ones, and their gradients.
 
 use sparrow_core::{autograd, testing::check_grad, testing::test_array, DType, NDArray, SType};
-use sparrow_nn::ops::bias_add;
+use sparrow_core::ops::fused::bias_add;
 
 #[test]
 fn bias_add_matches_broadcast_add_and_its_gradient_checks() {
@@ -90,7 +90,7 @@ fn bias_add_declines_other_layouts() {
 
 #[test]
 fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
-    use sparrow_nn::ops::{bias_act, FusedAct};
+    use sparrow_core::ops::fused::{bias_act, FusedAct};
     let acts = [
         (FusedAct::Sigmoid, "sigmoid"),
         (FusedAct::Tanh, "tanh"),
@@ -150,7 +150,7 @@ fn assert_close_grads(f: (Vec<f64>, Vec<f64>), c: (Vec<f64>, Vec<f64>)) {
 
 #[test]
 fn bias_act_gradients_equal_the_composed_ops() {
-    use sparrow_nn::ops::{bias_act, FusedAct};
+    use sparrow_core::ops::fused::{bias_act, FusedAct};
     let y = test_array(&[6, 4], -2.0, 2.0, 17);
     let b = test_array(&[4], -1.0, 1.0, 18);
     let fused = grads_of(&y, &b, None, |y, b| {
@@ -166,7 +166,7 @@ fn bias_act_gradients_equal_the_composed_ops() {
 
 #[test]
 fn bias_act_takes_a_row_sparse_head_gradient() {
-    use sparrow_nn::ops::{bias_act, FusedAct};
+    use sparrow_core::ops::fused::{bias_act, FusedAct};
     let y = test_array(&[6, 4], -2.0, 2.0, 19);
     let b = test_array(&[4], -1.0, 1.0, 20);
     // Rows 1 and 4 only: the backward takes the general multiply, not the fused pass.
@@ -240,7 +240,7 @@ fn dense_with_activation_equals_dense_then_activation() {
 
 #[test]
 fn bias_act_on_a_large_batch_matches_the_composed_ops() {
-    use sparrow_nn::ops::{bias_act, FusedAct};
+    use sparrow_core::ops::fused::{bias_act, FusedAct};
     // 300 x 256 = 76,800 elements: above core's parallel threshold, so the activation runs
     // in parallel chunks.
     let y = test_array(&[300, 256], -3.0, 3.0, 31);

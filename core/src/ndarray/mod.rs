@@ -8,6 +8,9 @@ mod access;
 pub(crate) use access::dense_cow;
 mod create;
 mod data;
+mod host;
+
+pub use host::{CsrView, RowSparseView};
 
 pub use data::{ArrayData, CsrData, DenseData, RowSparseData, Shape};
 

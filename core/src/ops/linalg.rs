@@ -13,7 +13,7 @@ use crate::{DenseData, NDArray};
 /// Products with `m * n * k` below this go to the `gemm` crate, single-threaded: for
 /// 10x128 by 128x8 it takes ~0.6-0.9 us against ~1.3-1.5 us for matrixmultiply (packing and
 /// setup dominate); at 64^3 the two tie and above it matrixmultiply is faster (128^3: 60 vs
-/// 85 us). Measurements: bench-notes/dense.md, "Matmul, fourth session".
+/// 85 us).
 const SMALL_MNK: usize = 64 * 64 * 64;
 
 /// Products with `m * n * k` at or above this (about 8 MFLOP) are split over rayon's threads.

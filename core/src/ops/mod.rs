@@ -5,6 +5,7 @@ mod arith;
 pub(crate) mod axis;
 pub(crate) mod broadcast;
 pub mod expf;
+pub mod fused;
 mod index;
 mod linalg;
 pub(crate) use linalg::as_f32;

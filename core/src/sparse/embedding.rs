@@ -96,15 +96,33 @@ pub fn embedding(table: &NDArray, ids: &NDArray) -> Result<NDArray> {
     }))
 }
 
-/// Rows `ids` of a csr array, in the given order (repeats allowed), as a new csr array.
-/// Not differentiable (csr arrays are data).
+/// Rows `ids` (first axis) of a csr or dense array, in the given order (repeats allowed), as a
+/// new array of the same storage type: how data loaders cut a batch out of an in-memory
+/// dataset. Not differentiable (it reads data, not parameters).
 pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
     let c = match &*a.read() {
         ArrayData::Csr(c) => c.clone(),
+        ArrayData::Dense(d) if !d.shape.is_empty() => {
+            check_ids("take", ids, d.shape[0])?;
+            let row: usize = d.shape[1..].iter().product();
+            let mut shape = d.shape.clone();
+            shape[0] = ids.len();
+            let buf = d
+                .buf
+                .gather(ids.iter().flat_map(|&r| r as usize * row..(r as usize + 1) * row));
+            return Ok(NDArray::from_data(ArrayData::Dense(crate::DenseData {
+                shape,
+                buf,
+            })));
+        }
         other => {
             return Err(Error::stype(
                 "take",
-                format!("take_rows needs a csr array, got {:?}", other.stype()),
+                format!(
+                    "take_rows needs a csr or an (at least 1-d) dense array, got {:?} of shape {:?}",
+                    other.stype(),
+                    other.shape()
+                ),
             ))
         }
     };
@@ -133,7 +151,7 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
 }
 
 impl NDArray {
-    /// Rows `ids` of a csr array as a new csr array (see [`take_rows`]).
+    /// Rows `ids` of a csr or dense array as a new array (see [`take_rows`]).
     pub fn take_rows(&self, ids: &[i64]) -> Result<NDArray> {
         take_rows(self, ids)
     }

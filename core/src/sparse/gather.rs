@@ -8,8 +8,8 @@ use std::mem::MaybeUninit;
 use super::kernels::{prefetch_bytes, prefetch_row};
 use crate::dtype::Float;
 
-/// How many entries ahead the gather prefetches its source rows. Measured on the project
-/// machine (AMD EPYC VM) for 512-byte rows of a 512 MB matrix: see bench-notes/sparse.md.
+/// How many entries ahead the gather prefetches its source rows: enough to cover a DRAM miss
+/// for 512-byte rows of a matrix far larger than the caches, few enough not to evict them.
 pub(crate) const PREFETCH_AHEAD: usize = 4;
 
 /// Write `out[c] = sum_{q < count} a_q * src[r_q * n + c]` where `entry(q) = (r_q, a_q)`, for

@@ -5,9 +5,11 @@
 
 mod binary;
 mod construct;
+pub(crate) use construct::{check_csr, check_rsp};
 mod convert;
 mod dispatch;
 mod dot;
+mod dot_t;
 mod embedding;
 pub(crate) mod gather;
 mod groups;
@@ -16,6 +18,7 @@ pub(crate) use kernels::prefetch_bytes;
 mod radix;
 mod random;
 mod reduce;
+mod retain;
 mod slice;
 mod unary;
 
@@ -25,9 +28,11 @@ pub(crate) use dispatch::{
 };
 pub use dispatch::{fallback, set_strict_stype, strict_stype};
 pub use dot::{dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
+pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;
 pub use random::{rand_sparse, rand_sparse_seeded, SparseDist};
 pub(crate) use reduce::dispatch_sum;
 pub use reduce::{norm, square_sum};
+pub use retain::retain_rows;
 pub use slice::concat_rows;

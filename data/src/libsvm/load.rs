@@ -2,10 +2,9 @@
 //! CSR matrix and labels.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rayon::prelude::*;
-use sparrow_core::{ArrayData, Buffer, CsrData, NDArray};
+use sparrow_core::NDArray;
 
 use super::{parse_parallel, BufError, IndexBase, LibSvmOptions, Rows};
 use crate::error::{DataError, Result};
@@ -50,13 +49,12 @@ impl LibSvmData {
 
 /// Build a CSR NDArray from parsed rows (the rows are valid CSR by construction).
 pub(crate) fn rows_to_csr(rows: &Rows, ncols: usize) -> NDArray {
-    NDArray::from_data(ArrayData::Csr(CsrData {
-        shape: [rows.len(), ncols],
-        indptr: Arc::new(rows.indptr.clone()),
-        indices: Arc::new(rows.indices.clone()),
-        data: Buffer::F32(Arc::new(rows.values.clone())),
-        offset: 0,
-    }))
+    NDArray::csr_unchecked(
+        rows.values.clone(),
+        rows.indices.clone(),
+        rows.indptr.clone(),
+        [rows.len(), ncols],
+    )
 }
 
 /// The regular files of a path: the file itself, or a directory's non-hidden files sorted by

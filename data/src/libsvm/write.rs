@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use rayon::prelude::*;
-use sparrow_core::{ArrayData, DType, NDArray};
+use sparrow_core::{CsrView, DType, NDArray};
 
 use super::IndexBase;
 use crate::error::{DataError, Result};
@@ -37,11 +37,7 @@ pub fn save_libsvm_with(
     const OP: &str = "save_libsvm";
     let path = path.as_ref();
     let x = sparrow_core::sparse::cast_storage(csr, sparrow_core::SType::Csr)?;
-    let guard = x.read();
-    let ArrayData::Csr(c) = &*guard else {
-        return Err(DataError::arg(OP, "features must be a 2-D array"));
-    };
-    let rows = c.shape[0];
+    let rows = x.shape()[0];
     let lab = labels.to_f64_vec();
     let lshape = labels.shape();
     let k = match lshape.as_slice() {
@@ -54,33 +50,51 @@ pub fn save_libsvm_with(
             ))
         }
     };
-    let label_f32 = labels.dtype() == DType::F32;
-    let shift = (base == IndexBase::One) as i64;
-    let indptr = &c.indptr;
-    let indices = c.indices();
-    let vals32 = c.values::<f32>();
-    let vals: &[f64] = match (vals32, c.values::<f64>()) {
-        (Some(_), _) => &[],
-        (None, Some(v)) => v,
-        (None, None) => return Err(DataError::arg(OP, "feature values must be f32 or f64")),
+    let text = Text {
+        lab: &lab,
+        k,
+        label_f32: labels.dtype() == DType::F32,
+        shift: (base == IndexBase::One) as i64,
     };
+    match x.dtype() {
+        DType::F32 => x.with_csr::<f32, _>(|c| write_rows(path, c, &text))?,
+        DType::F64 => x.with_csr::<f64, _>(|c| write_rows(path, c, &text))?,
+        _ => Err(DataError::arg(OP, "feature values must be f32 or f64")),
+    }
+}
+
+/// How labels and column ids are printed.
+struct Text<'a> {
+    /// Labels, `k` per row, row-major.
+    lab: &'a [f64],
+    k: usize,
+    /// Print labels at f32 precision (their dtype), so they read back identical.
+    label_f32: bool,
+    /// Added to every column id (1 for one-based files).
+    shift: i64,
+}
+
+/// Format the rows of `c` in parallel windows and write them in order into `path`, atomically.
+fn write_rows<T: std::fmt::Display + Sync>(
+    path: &Path,
+    c: CsrView<'_, T>,
+    t: &Text<'_>,
+) -> Result<()> {
+    let rows = c.shape[0];
     let fmt_row = |r: usize, s: &mut Vec<u8>| {
-        for j in 0..k {
+        for j in 0..t.k {
             if j > 0 {
                 s.push(b',');
             }
-            let l = lab[r * k + j];
-            if label_f32 {
+            let l = t.lab[r * t.k + j];
+            if t.label_f32 {
                 let _ = write!(s, "{}", l as f32);
             } else {
                 let _ = write!(s, "{l}");
             }
         }
-        for p in indptr[r] as usize..indptr[r + 1] as usize {
-            let _ = match vals32 {
-                Some(v) => write!(s, " {}:{}", indices[p] + shift, v[p]),
-                None => write!(s, " {}:{}", indices[p] + shift, vals[p]),
-            };
+        for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
+            let _ = write!(s, " {}:{}", c.indices[p] + t.shift, c.values[p]);
         }
         s.push(b'\n');
     };

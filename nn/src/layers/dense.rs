@@ -15,7 +15,7 @@ use sparrow_core::{DType, Error, NDArray, Result, SType, Shape};
 use super::activation::apply_activation;
 use crate::block::Block;
 use crate::init::Initializer;
-use crate::ops::csr_dot_t;
+use sparrow_core::sparse::dot_csr_dense_t;
 use crate::parameter::Parameter;
 
 /// Fully connected layer (Gluon's `nn.Dense`).
@@ -156,7 +156,7 @@ impl Block for Dense {
             let y = if transposed {
                 x.dot(&w)?
             } else {
-                csr_dot_t(x, &w)?
+                dot_csr_dense_t(x, &w)?
             };
             (y, Shape::from_slice(&xshape[..1]))
         } else {
@@ -190,11 +190,11 @@ impl Block for Dense {
         let fused = self
             .activation
             .as_deref()
-            .and_then(crate::ops::FusedAct::from_name);
+            .and_then(sparrow_core::ops::fused::FusedAct::from_name);
         let (y, act_done) = match &self.bias {
             Some(b) => {
                 let bias = b.data_for_shape(&[self.units])?;
-                match crate::ops::bias_act_absorbing(&y, &bias, fused)? {
+                match sparrow_core::ops::fused::bias_act_absorbing(&y, &bias, fused)? {
                     Some(out) => (out, fused.is_some()),
                     None => (y.add(&bias)?, false),
                 }

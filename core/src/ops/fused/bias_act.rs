@@ -9,9 +9,9 @@
 //! activation's derivative (a function of the saved output) and sums its rows for the bias.
 //! With no activation the incoming gradient is handed through unchanged (no copy).
 
-use sparrow_core::autograd::record_op;
-use sparrow_core::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
-use sparrow_core::{
+use crate::autograd::record_op;
+use crate::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
+use crate::{
     float_dispatch, ArrayData, DenseData, Element, Float, NDArray, Result, SType, Shape,
 };
 
@@ -59,7 +59,7 @@ impl FusedAct {
     /// inside, the loop stayed scalar (callgrind: 7x the instructions of the vectorized map).
     fn apply_chunk<T: Float>(self, v: &mut [T]) {
         match self {
-            FusedAct::Sigmoid => map_assign(v, |x: T| sparrow_core::ops::sigmoid(x)),
+            FusedAct::Sigmoid => map_assign(v, |x: T| crate::ops::sigmoid(x)),
             FusedAct::Tanh => map_assign(v, |x: T| x.tanh()),
             FusedAct::Relu => map_assign(v, |x: T| if x > T::zero() { x } else { T::zero() }),
         }
@@ -75,7 +75,7 @@ impl FusedAct {
             }
         }
         match self {
-            FusedAct::Sigmoid => rows(v, b, |x: T, c: T| sparrow_core::ops::sigmoid(x + c)),
+            FusedAct::Sigmoid => rows(v, b, |x: T, c: T| crate::ops::sigmoid(x + c)),
             FusedAct::Tanh => rows(v, b, |x: T, c: T| (x + c).tanh()),
             FusedAct::Relu => rows(v, b, |x: T, c: T| {
                 let y = x + c;
@@ -156,9 +156,11 @@ fn bias_act_impl(
         add_bias_act(yd, bd, act)?
     };
     let (units, yshape) = (out.shape[1], out.shape.clone());
-    // The output's values (shared buffer, no graph: no reference cycle through the node).
-    let saved = act.map(|_| out.clone());
     let out = NDArray::from_data(ArrayData::Dense(out));
+    // The output, as a handle without graph (no reference cycle through the node): the
+    // backward reads it through operators, not through captured host memory, so it runs
+    // wherever the output lives.
+    let saved = act.map(|_| out.detach());
     // The product's operator, when it is folded into this node (recorded, and absorbing).
     let inner = if absorb { y.take_node() } else { None };
     let name = match (inner.is_some(), act.is_some()) {
@@ -169,12 +171,12 @@ fn bias_act_impl(
     };
     let backward = move |g: &NDArray| -> Result<(NDArray, NDArray)> {
         if let (Some(a), Some(s)) = (act, &saved) {
-            if let Some(both) = fused_grads(g, s, a)? {
+            if let Some(both) = s.with_dense(|yd| fused_grads(g, yd, a))? {
                 return Ok(both);
             }
         }
         let gp = match (act, &saved) {
-            (Some(a), Some(s)) => pre_activation_grad(g, s, a)?,
+            (Some(a), Some(s)) => s.with_dense(|yd| pre_activation_grad(g, yd, a))?,
             _ => g.clone(),
         };
         if gp.stype() != SType::Dense || !gp.has_shape(&yshape) {

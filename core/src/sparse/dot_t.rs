@@ -1,16 +1,16 @@
 //! `dot(csr, W^T)` for a Gluon-layout `(units, in_features)` weight: the product core's sparse
 //! dispatch does not cover (it has csr x dense, which the row_sparse-gradient layout uses).
-//! Candidate to move into core's `sparse::dot` as the `(Csr, Dense, false, true)` case.
+//! Gluon-layout Dense layers call it for a csr input.
 
 use rayon::prelude::*;
-use sparrow_core::autograd::record_op;
-use sparrow_core::{float_dispatch, ArrayData, CsrData, Error, NDArray, Result};
+use crate::autograd::record_op;
+use crate::{float_dispatch, ArrayData, CsrData, Error, NDArray, Result};
 
 fn csr_of(x: &NDArray) -> Result<CsrData> {
     match &*x.read() {
         ArrayData::Csr(c) => Ok(c.clone()),
         other => Err(Error::stype(
-            "csr_dot_t",
+            "dot_csr_dense_t",
             format!("left operand must be csr, got {:?}", other.stype()),
         )),
     }
@@ -18,13 +18,13 @@ fn csr_of(x: &NDArray) -> Result<CsrData> {
 
 /// `X . W^T` for a csr `X` `(batch, in_features)` and a dense `W` `(units, in_features)`.
 /// Recorded: `W` gets the dense gradient `dY^T X` (computed from the non-zeros only); `X` none.
-pub fn csr_dot_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
+pub fn dot_csr_dense_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     let c = csr_of(x)?;
     let wd = w.dense_data()?;
     let [rows, feats] = c.shape;
     if wd.shape.len() != 2 || wd.shape[1] != feats {
         return Err(Error::shape(
-            "csr_dot_t",
+            "dot_csr_dense_t",
             format!(
                 "csr input {:?} needs a weight (units, {feats}), got {:?}",
                 c.shape, wd.shape
@@ -33,13 +33,13 @@ pub fn csr_dot_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     }
     if c.data.dtype() != wd.buf.dtype() {
         return Err(Error::dtype_mismatch(
-            "csr_dot_t",
+            "dot_csr_dense_t",
             c.data.dtype(),
             wd.buf.dtype(),
         ));
     }
     let units = wd.shape[0];
-    let out = float_dispatch!(wd.buf.dtype(), "csr_dot_t", T => {
+    let out = float_dispatch!(wd.buf.dtype(), "dot_csr_dense_t", T => {
         let wv = wd.buf.as_slice::<T>().unwrap();
         let (vals, idx) = (c.values::<T>().unwrap(), c.indices());
         let mut out = vec![0.0 as T; rows * units];
@@ -59,15 +59,20 @@ pub fn csr_dot_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
         NDArray::from_vec(out, &[rows, units])?
     });
     let wshape = wd.shape.clone();
-    Ok(record_op("csr_dot_t", out, &[x, w], move |g| {
+    // The csr input as a graph-free handle: the backward reads it when it runs, through this
+    // crate's storage access, not through host memory captured here.
+    let xs = x.detach();
+    drop(c);
+    Ok(record_op("dot_csr_dense_t", out, &[x, w], move |g| {
+        let c = csr_of(&xs)?;
         let gd = g.dense_data()?;
         let idx = c.indices();
-        let gw = float_dispatch!(gd.buf.dtype(), "csr_dot_t backward", T => {
+        let gw = float_dispatch!(gd.buf.dtype(), "dot_csr_dense_t backward", T => {
             let gv = gd.buf.as_slice::<T>().unwrap();
-            let vals = c.values::<T>().ok_or_else(|| Error::dtype("csr_dot_t backward", "csr and gradient dtypes differ"))?;
+            let vals = c.values::<T>().ok_or_else(|| Error::dtype("dot_csr_dense_t backward", "csr and gradient dtypes differ"))?;
             // Recycled from the previous step's gradient when there is one (see core's
             // `recycle`): fresh 512 MB every step cost a page fault per 2 MB page.
-            let mut data: Vec<T> = sparrow_core::recycle::zeroed_vec(units * feats);
+            let mut data: Vec<T> = crate::recycle::zeroed_vec(units * feats);
             for r in 0..rows {
                 for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
                     let (col, v) = (idx[p] as usize, vals[p]);

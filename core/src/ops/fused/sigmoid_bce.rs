@@ -5,9 +5,9 @@
 //! sparse training step (the tutorial's 10 rows) that bookkeeping dominated the loss. Fused, the
 //! forward is one pass and the backward is the textbook `sigmoid(x) - z`.
 
-use sparrow_core::autograd::record_op;
-use sparrow_core::ops::{sigmoid, zip_slices};
-use sparrow_core::{float_dispatch, ArrayData, DenseData, Float, NDArray, Result, Shape};
+use crate::autograd::record_op;
+use crate::ops::{sigmoid, zip_slices};
+use crate::{float_dispatch, ArrayData, DenseData, Float, NDArray, Result, Shape};
 
 #[inline]
 fn loss<T: Float>(x: T, z: T) -> T {
@@ -66,6 +66,10 @@ fn sigmoid_bce_impl(
     });
     // Labels are data almost always; their gradient is only built when they are in a graph.
     let need_dz = z.requires_grad();
+    // Graph-free handles sharing the operands' values as they are now (an in-place write to
+    // an operand afterwards copies, so the backward still sees these): the backward reads them
+    // through operators, not captured host memory, so it runs wherever they live.
+    let (xs, zs) = (x.detach(), z.detach());
     Ok(Some(record_op(
         "sigmoid_bce_logits",
         out,
@@ -73,20 +77,20 @@ fn sigmoid_bce_impl(
         move |g| {
             // The head gradient is read once; a dense one of the output's shape and dtype (the
             // loss's usual ones) takes the direct loops.
-            let direct = {
+            let direct = xs.with_dense2(&zs, |xd, zd| {
                 let gg = g.read();
                 match &*gg {
                     ArrayData::Dense(gd)
                         if gd.shape == oshape && gd.buf.dtype() == xd.buf.dtype() =>
                     {
-                        Some(direct_grads(gd, &xd, &zd, need_dz)?)
+                        Ok(Some(direct_grads(gd, xd, zd, need_dz)?))
                     }
-                    _ => None,
+                    _ => Ok(None),
                 }
-            };
+            })?;
             match direct {
                 Some(grads) => Ok(grads),
-                None => general_grads(g, &xd, &zd, &oshape, need_dz),
+                None => general_grads(g, &xs, &zs, &oshape, need_dz),
             }
         },
     )))
@@ -120,16 +124,15 @@ fn direct_grads(
 /// ops in the output's shape `oshape`, then back to each input's.
 fn general_grads(
     g: &NDArray,
-    xd: &DenseData,
-    zd: &DenseData,
+    x: &NDArray,
+    z: &NDArray,
     oshape: &[usize],
     need_dz: bool,
 ) -> Result<Vec<Option<NDArray>>> {
-    let as_out = |d: &DenseData| NDArray::from_data(ArrayData::Dense(d.clone())).reshape(oshape);
-    let (xs, zs) = (as_out(xd)?, as_out(zd)?);
-    let dx = xs.sigmoid()?.sub(&zs)?.mul(g)?.reshape(&xd.shape)?;
+    let (xs, zs) = (x.reshape(oshape)?, z.reshape(oshape)?);
+    let dx = xs.sigmoid()?.sub(&zs)?.mul(g)?.reshape(&x.dims())?;
     let dz = if need_dz {
-        Some(xs.neg()?.mul(g)?.reshape(&zd.shape)?)
+        Some(xs.neg()?.mul(g)?.reshape(&z.dims())?)
     } else {
         None
     };
