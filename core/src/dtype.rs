@@ -1,6 +1,6 @@
 //! Element types, storage types and devices.
 
-use crate::buffer::Buffer;
+use crate::cpu::CpuStorage;
 
 /// Element type of an array. `F32` is the default everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -65,19 +65,11 @@ pub enum Device {
 }
 
 /// A Rust type that can be stored in an [`crate::NDArray`].
-pub trait Element: Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug + 'static {
+pub trait Element:
+    crate::cpu::HostElement + Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug + 'static
+{
     /// The matching [`DType`].
     const DTYPE: DType;
-    /// Borrow the typed slice of a buffer, if it holds this type.
-    fn slice(buf: &Buffer) -> Option<&[Self]>;
-    /// Wrap a vector into a buffer.
-    fn into_buffer(v: Vec<Self>) -> Buffer;
-    /// Wrap a shared vector into a buffer (no copy).
-    fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> Buffer;
-    /// Append the little-endian bytes of `self`.
-    fn write_le(self, out: &mut Vec<u8>);
-    /// The value of `size_of::<Self>()` little-endian bytes.
-    fn from_le_slice(b: &[u8]) -> Self;
     /// Lossy conversion to f64 (exact for every value of every supported type but large i64).
     fn to_f64(self) -> f64;
     /// Conversion from f64 (saturating / truncating for integer types, as `as` does).
@@ -87,7 +79,7 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + std::fmt::Debug +
 /// Float element types (f32, f64): the types math operators and autograd work on.
 pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum {
     /// `e^self` through an inlinable kernel where one exists (f32: within 2 ulp, see
-    /// `ops::expf`), so elementwise maps over it vectorize; f64 uses the libm `exp`.
+    /// `cpu::expf`), so elementwise maps over it vectorize; f64 uses the libm `exp`.
     fn exp_fast(self) -> Self;
     /// [`Float::exp_fast`] for `self <= 0` (or NaN), where f32 skips its overflow handling
     /// (same bits). Other inputs give unspecified results.
@@ -98,11 +90,11 @@ pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::ite
 impl Float for f32 {
     #[inline(always)]
     fn exp_fast(self) -> f32 {
-        crate::ops::expf::exp_f32(self)
+        crate::cpu::expf::exp_f32(self)
     }
     #[inline(always)]
     fn exp_fast_nonpos(self) -> f32 {
-        crate::ops::expf::exp_nonpos_f32(self)
+        crate::cpu::expf::exp_nonpos_f32(self)
     }
 }
 impl Float for f64 {
@@ -114,19 +106,18 @@ impl Float for f64 {
 
 macro_rules! impl_element {
     ($t:ty, $variant:ident) => {
-        impl Element for $t {
-            const DTYPE: DType = DType::$variant;
-            fn slice(buf: &Buffer) -> Option<&[Self]> {
+        impl crate::cpu::HostElement for $t {
+            fn slice(buf: &CpuStorage) -> Option<&[Self]> {
                 match buf {
-                    Buffer::$variant(v) => Some(v.as_slice()),
+                    CpuStorage::$variant(v) => Some(v.as_slice()),
                     _ => None,
                 }
             }
-            fn into_buffer(v: Vec<Self>) -> Buffer {
-                Buffer::$variant(std::sync::Arc::new(v))
+            fn into_buffer(v: Vec<Self>) -> CpuStorage {
+                CpuStorage::$variant(std::sync::Arc::new(v))
             }
-            fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> Buffer {
-                Buffer::$variant(v)
+            fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> CpuStorage {
+                CpuStorage::$variant(v)
             }
             fn write_le(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
@@ -136,6 +127,9 @@ macro_rules! impl_element {
                 a.copy_from_slice(b);
                 <$t>::from_le_bytes(a)
             }
+        }
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
             fn to_f64(self) -> f64 {
                 self as f64
             }

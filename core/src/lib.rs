@@ -4,7 +4,7 @@
 //! returns [`Result`]; nothing here knows layers, optimizers or file formats.
 
 pub mod autograd;
-mod buffer;
+pub(crate) mod cpu;
 mod dtype;
 mod error;
 mod ndarray;
@@ -15,7 +15,7 @@ pub mod sparse;
 pub mod sys;
 pub mod testing;
 
-pub use buffer::Buffer;
+pub(crate) use cpu::{with_buffer, CpuStorage};
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};
 pub use ndarray::{ArrayData, CsrData, CsrView, DenseData, NDArray, RowSparseData, RowSparseView, Shape};

@@ -110,19 +110,19 @@ impl crate::NDArray {
     /// Hand this array's dense f32/f64 buffer to the pool when this handle is the only owner of
     /// the array and of its buffer (a gradient being replaced); otherwise just drop the handle.
     pub(crate) fn recycle_buffer(self) {
-        use crate::{ArrayData, Buffer};
+        use crate::{ArrayData, CpuStorage};
         let Ok(inner) = std::sync::Arc::try_unwrap(self.inner) else {
             return;
         };
         let data = inner.data.into_inner().unwrap_or_else(|e| e.into_inner());
         if let ArrayData::Dense(d) = data {
             match d.buf {
-                Buffer::F32(a) => {
+                CpuStorage::F32(a) => {
                     if let Ok(v) = std::sync::Arc::try_unwrap(a) {
                         recycle(v);
                     }
                 }
-                Buffer::F64(a) => {
+                CpuStorage::F64(a) => {
                     if let Ok(v) = std::sync::Arc::try_unwrap(a) {
                         recycle(v);
                     }

@@ -1,7 +1,8 @@
 //! Array creation: zeros, ones, full, arange, linspace, eye, from vectors.
 
+use crate::cpu::HostElement;
 use super::{ArrayData, DenseData, NDArray, Shape};
-use crate::buffer::Buffer;
+use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 
@@ -19,7 +20,7 @@ fn checked_size(op: &'static str, shape: &[usize]) -> Result<usize> {
 
 impl NDArray {
     /// A dense array from a buffer and a shape; the buffer length must match the shape.
-    pub fn from_buffer(buf: Buffer, shape: &[usize]) -> Result<NDArray> {
+    pub fn from_buffer(buf: CpuStorage, shape: &[usize]) -> Result<NDArray> {
         let n = checked_size("from_buffer", shape)?;
         if n != buf.len() {
             return Err(Error::shape(
@@ -67,7 +68,7 @@ impl NDArray {
     /// Zeros of a shape and dtype.
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<NDArray> {
         let n = checked_size("zeros", shape)?;
-        NDArray::from_buffer(Buffer::zeros(dtype, n), shape)
+        NDArray::from_buffer(CpuStorage::zeros(dtype, n), shape)
     }
 
     /// Ones of a shape and dtype.
@@ -93,7 +94,7 @@ impl NDArray {
         let d = self.read();
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::from_slice(d.shape()),
-            buf: Buffer::zeros(d.dtype(), d.shape().iter().product()),
+            buf: CpuStorage::zeros(d.dtype(), d.shape().iter().product()),
         }))
     }
 
@@ -178,12 +179,12 @@ impl NDArray {
     }
 }
 
-fn set_one(buf: &mut Buffer, pos: usize) {
+fn set_one(buf: &mut CpuStorage, pos: usize) {
     match buf {
-        Buffer::F32(_) => buf.as_mut_slice::<f32>().unwrap()[pos] = 1.0,
-        Buffer::F64(_) => buf.as_mut_slice::<f64>().unwrap()[pos] = 1.0,
-        Buffer::I64(_) => buf.as_mut_slice::<i64>().unwrap()[pos] = 1,
-        Buffer::I32(_) => buf.as_mut_slice::<i32>().unwrap()[pos] = 1,
-        Buffer::U8(_) => buf.as_mut_slice::<u8>().unwrap()[pos] = 1,
+        CpuStorage::F32(_) => buf.as_mut_slice::<f32>().unwrap()[pos] = 1.0,
+        CpuStorage::F64(_) => buf.as_mut_slice::<f64>().unwrap()[pos] = 1.0,
+        CpuStorage::I64(_) => buf.as_mut_slice::<i64>().unwrap()[pos] = 1,
+        CpuStorage::I32(_) => buf.as_mut_slice::<i32>().unwrap()[pos] = 1,
+        CpuStorage::U8(_) => buf.as_mut_slice::<u8>().unwrap()[pos] = 1,
     }
 }

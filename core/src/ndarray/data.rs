@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::buffer::Buffer;
+use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element, SType};
 
 /// A dense array's dimensions, stored inline up to 4 (no allocation for the common ranks).
@@ -15,7 +15,7 @@ pub struct DenseData {
     /// operator does, then allocates nothing).
     pub shape: Shape,
     /// `shape.iter().product()` elements, row-major.
-    pub buf: Buffer,
+    pub buf: CpuStorage,
 }
 
 /// Written out because `SmallVec`'s derived `Clone` collects element by element; a shape is
@@ -41,7 +41,7 @@ pub struct CsrData {
     /// Column indices (shared; this array's start at `offset`).
     pub indices: Arc<Vec<i64>>,
     /// Values (shared; this array's start at `offset`).
-    pub data: Buffer,
+    pub data: CpuStorage,
     /// Position of this array's first non-zero in `indices` and `data`.
     pub offset: usize,
 }
@@ -55,7 +55,7 @@ pub struct RowSparseData {
     /// Sorted unique row ids.
     pub indices: Arc<Vec<i64>>,
     /// The stored rows.
-    pub data: Buffer,
+    pub data: CpuStorage,
 }
 
 /// The storage of an [`crate::NDArray`].

@@ -6,6 +6,7 @@
 //! wait on it) and name the op, the storage type and the dtype when the array is not what the
 //! caller asked for.
 
+use crate::cpu::HostElement;
 use std::sync::Arc;
 
 use super::{ArrayData, CsrData, DenseData, NDArray, RowSparseData, Shape};

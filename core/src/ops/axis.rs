@@ -4,8 +4,8 @@
 
 use rayon::prelude::*;
 
-use crate::buffer::Buffer;
-use crate::dtype::{DType, Element, Float};
+use crate::cpu::CpuStorage;
+use crate::dtype::{DType, Float};
 use crate::error::{Error, Result};
 use crate::NDArray;
 
@@ -91,13 +91,13 @@ pub(crate) fn scatter_add_axis<T: Float>(
 
 /// [`gather_axis`] on a buffer of any dtype.
 pub(crate) fn gather_buf(
-    buf: &Buffer,
+    buf: &CpuStorage,
     outer: usize,
     n: usize,
     inner: usize,
     idx: &[usize],
-) -> Buffer {
-    crate::with_buffer!(buf, v => Element::into_buffer(gather_axis(v.as_slice(), outer, n, inner, idx)))
+) -> CpuStorage {
+    crate::with_buffer!(buf, v => crate::cpu::HostElement::into_buffer(gather_axis(v.as_slice(), outer, n, inner, idx)))
 }
 
 /// Scatter-add a float gradient back along an axis, as an array of `in_shape`.
@@ -136,6 +136,44 @@ pub(crate) fn resolve_indices(op: &'static str, idx: &[i64], n: usize) -> Result
                 ))
             } else {
                 Ok(r as usize)
+            }
+        })
+        .collect()
+}
+
+/// Normalise an axis list (negative axes count from the end); `None` means all axes.
+pub(crate) fn norm_axes(op: &'static str, axes: Option<&[i64]>, ndim: usize) -> Result<Vec<usize>> {
+    let Some(axes) = axes else {
+        return Ok((0..ndim).collect());
+    };
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let ax = if a < 0 { a + ndim as i64 } else { a };
+        if ax < 0 || ax >= ndim as i64 {
+            return Err(Error::index(
+                op,
+                format!("axis {a} out of range for {ndim}-D array"),
+            ));
+        }
+        if out.contains(&(ax as usize)) {
+            return Err(Error::arg(op, format!("axis {a} repeated")));
+        }
+        out.push(ax as usize);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Shape after reducing `axes` (kept as size-1 dims when `keepdims`).
+pub(crate) fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &d)| {
+            if axes.contains(&i) {
+                keepdims.then_some(1)
+            } else {
+                Some(d)
             }
         })
         .collect()

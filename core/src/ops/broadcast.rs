@@ -102,7 +102,7 @@ where
         }
     };
     if n >= super::PAR_THRESHOLD {
-        super::fill_parallel(n, fill)
+        crate::cpu::elementwise::fill_parallel(n, fill)
     } else {
         let mut out = Vec::with_capacity(n);
         fill(0, &mut out.spare_capacity_mut()[..n]);

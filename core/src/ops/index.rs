@@ -5,7 +5,7 @@
 
 use super::axis::{gather_buf, index_values, norm_axis, resolve_indices, scatter_grad, split3};
 use crate::autograd::record_op;
-use crate::buffer::Buffer;
+use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::NDArray;
@@ -60,7 +60,7 @@ fn gather_positions(
     let contiguous = axis == 0 && !idx.is_empty() && idx.windows(2).all(|w| w[1] == w[0] + 1);
     let buf = if contiguous {
         let (s, e) = (idx[0] * inner, (idx[idx.len() - 1] + 1) * inner);
-        crate::with_buffer!(&d.buf, v => Element::into_buffer(v[s..e].to_vec()))
+        crate::with_buffer!(&d.buf, v => crate::cpu::HostElement::into_buffer(v[s..e].to_vec()))
     } else {
         gather_buf(&d.buf, outer, n, inner, &idx)
     };
@@ -271,7 +271,7 @@ impl NDArray {
             let z = Element::from_f64(0.0);
             super::map_slice(s.as_slice(), |x| (x != z) as u8)
         });
-        NDArray::from_buffer(Buffer::U8(std::sync::Arc::new(v)), &d.shape)
+        NDArray::from_buffer(CpuStorage::U8(std::sync::Arc::new(v)), &d.shape)
     }
 }
 

@@ -1,10 +1,10 @@
 //! `matmul`: NumPy-style matrix product, 2-D and batched with broadcast batch dimensions,
-//! every matrix through `linalg::gemm_into` (the `gemm` and `matrixmultiply` crates).
+//! every matrix through `cpu::gemm::gemm_into` (the `gemm` and `matrixmultiply` crates).
 
 use rayon::prelude::*;
 
 use super::broadcast::{broadcast_shapes, broadcast_strides};
-use super::linalg::{gemm_into, strides, PARALLEL_MNK};
+use crate::cpu::gemm::{gemm_into, strides, PARALLEL_MNK};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::{float_dispatch, NDArray};

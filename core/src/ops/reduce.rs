@@ -2,49 +2,12 @@
 
 use rayon::prelude::*;
 
+use super::axis::{norm_axes, reduced_shape};
 use crate::autograd::record_op;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
 use crate::float_dispatch;
 use crate::NDArray;
-
-/// Normalise an axis list (negative axes count from the end); `None` means all axes.
-pub(crate) fn norm_axes(op: &'static str, axes: Option<&[i64]>, ndim: usize) -> Result<Vec<usize>> {
-    let Some(axes) = axes else {
-        return Ok((0..ndim).collect());
-    };
-    let mut out = Vec::with_capacity(axes.len());
-    for &a in axes {
-        let ax = if a < 0 { a + ndim as i64 } else { a };
-        if ax < 0 || ax >= ndim as i64 {
-            return Err(Error::index(
-                op,
-                format!("axis {a} out of range for {ndim}-D array"),
-            ));
-        }
-        if out.contains(&(ax as usize)) {
-            return Err(Error::arg(op, format!("axis {a} repeated")));
-        }
-        out.push(ax as usize);
-    }
-    out.sort_unstable();
-    Ok(out)
-}
-
-/// Shape after reducing `axes` (kept as size-1 dims when `keepdims`).
-pub(crate) fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
-    shape
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &d)| {
-            if axes.contains(&i) {
-                keepdims.then_some(1)
-            } else {
-                Some(d)
-            }
-        })
-        .collect()
-}
 
 /// Generic fold over `axes`: returns the values in keepdims layout (row-major over the kept
 /// dims). `init` is the identity of `f`.

@@ -7,8 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::axis::{norm_axis, split3};
-use super::reduce::{norm_axes, reduced_shape};
+use super::axis::{norm_axes, norm_axis, reduced_shape, split3};
 use crate::autograd::record_op;
 use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};

@@ -100,7 +100,7 @@ fn sorted(
     let mut oshape = d.shape.clone();
     oshape[ax] = k;
     let idx = crate::with_buffer!(&d.buf, s => argsort_kernel(s.as_slice(), dims, k, ascending));
-    let vals = crate::with_buffer!(&d.buf, s => Element::into_buffer(take_along(s.as_slice(), dims, &idx, k)));
+    let vals = crate::with_buffer!(&d.buf, s => crate::cpu::HostElement::into_buffer(take_along(s.as_slice(), dims, &idx, k)));
     let values = NDArray::from_buffer(vals, &oshape)?;
     let in_shape = d.shape.clone();
     let idx_arr = NDArray::from_vec(idx.clone(), &oshape)?;

@@ -7,8 +7,7 @@ use rayon::prelude::*;
 
 use super::axis::{norm_axis, split3};
 use crate::autograd::record_op;
-use crate::buffer::Buffer;
-use crate::dtype::Element;
+use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
 use crate::NDArray;
 
@@ -76,7 +75,7 @@ impl NDArray {
             }
         };
         let oshape: Vec<usize> = perm.iter().map(|&p| d.shape[p]).collect();
-        let buf = crate::with_buffer!(&d.buf, v => Element::into_buffer(permute(v.as_slice(), &d.shape, &perm)));
+        let buf = crate::with_buffer!(&d.buf, v => crate::cpu::HostElement::into_buffer(permute(v.as_slice(), &d.shape, &perm)));
         let out = NDArray::from_buffer(buf, &oshape)?;
         let mut inv = vec![0; nd];
         for (i, &p) in perm.iter().enumerate() {
@@ -110,7 +109,7 @@ impl NDArray {
         let drop = match axes {
             None => (0..shape.len()).filter(|&i| shape[i] == 1).collect(),
             Some(a) => {
-                let ax = super::reduce::norm_axes("squeeze", Some(a), shape.len())?;
+                let ax = super::axis::norm_axes("squeeze", Some(a), shape.len())?;
                 if let Some(&bad) = ax.iter().find(|&&i| shape[i] != 1) {
                     return Err(Error::shape(
                         "squeeze",
@@ -169,7 +168,7 @@ impl NDArray {
         let (outer, _, inner) = split3(&s0, ax);
         let mut out_shape = s0.clone();
         out_shape[ax] = total;
-        let mut buf = Buffer::zeros(data[0].buf.dtype(), outer * total * inner);
+        let mut buf = CpuStorage::zeros(data[0].buf.dtype(), outer * total * inner);
         crate::with_buffer!(&mut buf, v => {
             let dst = std::sync::Arc::make_mut(v);
             let mut off = 0;

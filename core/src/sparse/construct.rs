@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::buffer::Buffer;
+use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, NDArray, RowSparseData};
@@ -129,9 +129,9 @@ impl NDArray {
         NDArray::csr_from_buffer(T::into_buffer(data), indices, indptr, shape)
     }
 
-    /// [`NDArray::csr_from_parts`] with an untyped [`Buffer`] of values.
+    /// [`NDArray::csr_from_parts`] with an untyped [`CpuStorage`] of values.
     pub fn csr_from_buffer(
-        data: Buffer,
+        data: CpuStorage,
         indices: Vec<i64>,
         indptr: Vec<i64>,
         shape: [usize; 2],

@@ -1,10 +1,11 @@
 //! Conversions between storage types (MXNet's `cast_storage` / `tostype`).
 
+use crate::cpu::HostElement;
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::buffer::Buffer;
+use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, NDArray, RowSparseData};
@@ -16,7 +17,7 @@ pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
     let data = match stype {
         SType::Dense => ArrayData::Dense(DenseData {
             shape: crate::Shape::from_slice(shape),
-            buf: Buffer::zeros(dtype, shape.iter().product()),
+            buf: CpuStorage::zeros(dtype, shape.iter().product()),
         }),
         SType::Csr => ArrayData::Csr(CsrData {
             shape: [
@@ -25,13 +26,13 @@ pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
             ],
             indptr: Arc::new(vec![0; shape.first().copied().unwrap_or(0) + 1]),
             indices: Arc::new(Vec::new()),
-            data: Buffer::zeros(dtype, 0),
+            data: CpuStorage::zeros(dtype, 0),
             offset: 0,
         }),
         SType::RowSparse => ArrayData::RowSparse(RowSparseData {
             shape: shape.to_vec(),
             indices: Arc::new(Vec::new()),
-            data: Buffer::zeros(dtype, 0),
+            data: CpuStorage::zeros(dtype, 0),
         }),
     };
     NDArray::from_data(data)
@@ -54,7 +55,7 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
                         }
                     });
                 }
-                Element::into_buffer(out)
+                crate::cpu::HostElement::into_buffer(out)
             });
             Ok(DenseData {
                 shape: smallvec::smallvec![rows, cols],
@@ -71,7 +72,7 @@ pub fn densify(d: &ArrayData) -> Result<DenseData> {
                     let dst = row as usize * row_len;
                     out[dst..dst + row_len].copy_from_slice(&v[k * row_len..(k + 1) * row_len]);
                 }
-                Element::into_buffer(out)
+                crate::cpu::HostElement::into_buffer(out)
             });
             Ok(DenseData {
                 shape: crate::Shape::from_slice(&r.shape),
@@ -98,7 +99,7 @@ fn dense_to_rsp(d: &DenseData) -> Result<RowSparseData> {
             .filter(|&r| v[r * row_len..(r + 1) * row_len].iter().any(|x| *x != Default::default()))
             .map(|r| r as i64)
             .collect();
-        let data = Element::into_buffer(
+        let data = crate::cpu::HostElement::into_buffer(
             keep.iter()
                 .flat_map(|&r| v[r as usize * row_len..(r as usize + 1) * row_len].iter().copied())
                 .collect(),
@@ -150,7 +151,7 @@ fn dense_to_csr(d: &DenseData) -> Result<CsrData> {
             indices.extend(i);
             vals.extend(v);
         }
-        (indptr, indices, Element::into_buffer(vals))
+        (indptr, indices, crate::cpu::HostElement::into_buffer(vals))
     });
     Ok(CsrData {
         shape: [rows, cols],
@@ -245,23 +246,23 @@ fn add_rsp(a: &RowSparseData, b: &RowSparseData) -> RowSparseData {
     }
     let rl = a.row_len();
     let (idx, data) = match (&a.data, &b.data) {
-        (Buffer::F32(p), Buffer::F32(q)) => {
+        (CpuStorage::F32(p), CpuStorage::F32(q)) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, f32::into_buffer(d))
         }
-        (Buffer::F64(p), Buffer::F64(q)) => {
+        (CpuStorage::F64(p), CpuStorage::F64(q)) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, f64::into_buffer(d))
         }
-        (Buffer::I64(p), Buffer::I64(q)) => {
+        (CpuStorage::I64(p), CpuStorage::I64(q)) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, i64::into_buffer(d))
         }
-        (Buffer::I32(p), Buffer::I32(q)) => {
+        (CpuStorage::I32(p), CpuStorage::I32(q)) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, i32::into_buffer(d))
         }
-        (Buffer::U8(p), Buffer::U8(q)) => {
+        (CpuStorage::U8(p), CpuStorage::U8(q)) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, u8::into_buffer(d))
         }

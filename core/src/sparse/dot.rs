@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use num_traits::Zero;
 
-use super::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
+use crate::cpu::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
 use super::groups::ColumnGroups;
-use super::kernels::{axpy, fill_rows, for_each_row, segment_sum_grouped, PAR_WORK};
+use crate::cpu::rows::axpy;
+use crate::cpu::segment::{fill_rows, for_each_row, segment_sum_grouped, PAR_WORK};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
@@ -149,7 +150,7 @@ pub(crate) fn csr_t_dense_rsp(
         NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: vec![k, n],
             indices: gr.uniq.clone(),
-            data: <T as crate::Element>::into_buffer(data),
+            data: <T as crate::cpu::HostElement>::into_buffer(data),
         }))
     }))
 }

@@ -1,13 +1,14 @@
 //! Embedding lookup (rows of a table by id) with a row_sparse table gradient, and `take` of csr
 //! rows.
 
+use crate::cpu::HostElement;
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::kernels::segment_sum_rows;
+use crate::cpu::segment::segment_sum_rows;
 use crate::autograd::record_op;
-use crate::buffer::Buffer;
+use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
 use crate::{float_dispatch, with_buffer, Element, NDArray};
@@ -17,9 +18,9 @@ use crate::{float_dispatch, with_buffer, Element, NDArray};
 pub(crate) fn ids_of(op: &'static str, ids: &NDArray, bound: usize) -> Result<Vec<i64>> {
     let d = ids.dense_data()?;
     let v: Vec<i64> = match &d.buf {
-        Buffer::I64(v) => v.to_vec(),
-        Buffer::I32(v) => v.iter().map(|&x| x as i64).collect(),
-        Buffer::U8(v) => v.iter().map(|&x| x as i64).collect(),
+        CpuStorage::I64(v) => v.to_vec(),
+        CpuStorage::I32(v) => v.iter().map(|&x| x as i64).collect(),
+        CpuStorage::U8(v) => v.iter().map(|&x| x as i64).collect(),
         other => with_buffer!(other, v => {
             let mut out = Vec::with_capacity(v.len());
             for &x in v.iter() {

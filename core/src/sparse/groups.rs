@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use super::kernels::{entry_rows, group_by_key};
+use crate::cpu::segment::{entry_rows, group_by_key};
 use crate::ndarray::{ArrayData, CsrData};
 use crate::NDArray;
 

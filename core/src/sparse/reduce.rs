@@ -1,6 +1,7 @@
 //! Reductions of sparse arrays: sum / mean of csr along axis 0, 1 or all (through the `sum`
 //! dispatch hook), `square_sum` of row_sparse (MXNet's `_square_sum`) and `norm`.
 
+use crate::cpu::HostElement;
 use std::sync::Arc;
 
 use num_traits::Zero;

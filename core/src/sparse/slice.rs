@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
-use crate::{Buffer, NDArray};
+use crate::{CpuStorage, NDArray};
 
 fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
     match &*a.read() {
@@ -153,7 +153,7 @@ pub fn concat_rows(parts: &[NDArray]) -> Result<NDArray> {
         indptr.extend(c.indptr[1..].iter().map(|&p| p + base));
         indices.extend_from_slice(c.indices());
     }
-    let chunks: Vec<Buffer> = cs
+    let chunks: Vec<CpuStorage> = cs
         .iter()
         .map(|c| c.data.gather(c.offset..c.offset + c.nnz()))
         .collect();
@@ -167,8 +167,8 @@ pub fn concat_rows(parts: &[NDArray]) -> Result<NDArray> {
     })))
 }
 
-fn concat_buffers(chunks: &[Buffer], dtype: crate::DType) -> Buffer {
-    fn cat<T: crate::Element>(chunks: &[Buffer]) -> Buffer {
+fn concat_buffers(chunks: &[CpuStorage], dtype: crate::DType) -> CpuStorage {
+    fn cat<T: crate::Element>(chunks: &[CpuStorage]) -> CpuStorage {
         let mut v: Vec<T> = Vec::new();
         for c in chunks {
             v.extend_from_slice(c.as_slice::<T>().expect("same dtype checked"));

@@ -9,10 +9,11 @@
 //! activation's derivative (a function of the saved output) and sums its rows for the bias.
 //! With no activation the incoming gradient is handed through unchanged (no copy).
 
+use crate::cpu::HostElement;
 use crate::autograd::record_op;
 use crate::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
 use crate::{
-    float_dispatch, ArrayData, DenseData, Element, Float, NDArray, Result, SType, Shape,
+    float_dispatch, ArrayData, DenseData, Float, NDArray, Result, SType, Shape,
 };
 
 /// Row length from which [`bias_act`] adds the bias and applies the activation in one pass per

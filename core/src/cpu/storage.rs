@@ -1,15 +1,16 @@
-//! Typed, reference-counted CPU buffers.
+//! Host memory of the CPU backend: typed, reference-counted vectors.
 //!
 //! Buffers are `Arc<Vec<T>>` so that `detach`, `reshape` and CSR row slices share memory; an
 //! in-place write goes through `Arc::make_mut`, which copies only when the buffer is shared.
 
+use crate::cpu::HostElement;
 use std::sync::Arc;
 
 use crate::dtype::{DType, Element};
 
-/// A typed CPU buffer.
+/// The CPU backend's storage: one typed host vector.
 #[derive(Debug, Clone)]
-pub enum Buffer {
+pub enum CpuStorage {
     /// f32 elements.
     F32(Arc<Vec<f32>>),
     /// f64 elements.
@@ -23,28 +24,29 @@ pub enum Buffer {
 }
 
 /// Run `$body` with `$v` bound to the typed `Arc<Vec<T>>` of a buffer, whatever its dtype.
-#[macro_export]
 macro_rules! with_buffer {
     ($buf:expr, $v:ident => $body:expr) => {
         match $buf {
-            $crate::Buffer::F32($v) => $body,
-            $crate::Buffer::F64($v) => $body,
-            $crate::Buffer::I64($v) => $body,
-            $crate::Buffer::I32($v) => $body,
-            $crate::Buffer::U8($v) => $body,
+            $crate::cpu::CpuStorage::F32($v) => $body,
+            $crate::cpu::CpuStorage::F64($v) => $body,
+            $crate::cpu::CpuStorage::I64($v) => $body,
+            $crate::cpu::CpuStorage::I32($v) => $body,
+            $crate::cpu::CpuStorage::U8($v) => $body,
         }
     };
 }
 
-impl Buffer {
+pub(crate) use with_buffer;
+
+impl CpuStorage {
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self {
-            Buffer::F32(_) => DType::F32,
-            Buffer::F64(_) => DType::F64,
-            Buffer::I64(_) => DType::I64,
-            Buffer::I32(_) => DType::I32,
-            Buffer::U8(_) => DType::U8,
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F64(_) => DType::F64,
+            CpuStorage::I64(_) => DType::I64,
+            CpuStorage::I32(_) => DType::I32,
+            CpuStorage::U8(_) => DType::U8,
         }
     }
     /// Number of elements.
@@ -62,7 +64,7 @@ impl Buffer {
     /// A zero-filled buffer. Large buffers come from `vec![0; n]`, i.e. `calloc`, so untouched
     /// pages cost nothing until written; a large calloc is a fresh mapping that glibc does not
     /// clear itself, so the huge-page advice still lands before the first touch.
-    pub fn zeros(dtype: DType, n: usize) -> Buffer {
+    pub fn zeros(dtype: DType, n: usize) -> CpuStorage {
         // `vec![0; n]` is calloc: large sizes arrive as untouched zero pages, so the huge-page
         // hint lands before the first write (dense gradients of big layers are such buffers).
         fn advised<T>(mut v: Vec<T>) -> Arc<Vec<T>> {
@@ -70,11 +72,11 @@ impl Buffer {
             Arc::new(v)
         }
         match dtype {
-            DType::F32 => Buffer::F32(advised(vec![0.0; n])),
-            DType::F64 => Buffer::F64(advised(vec![0.0; n])),
-            DType::I64 => Buffer::I64(advised(vec![0; n])),
-            DType::I32 => Buffer::I32(advised(vec![0; n])),
-            DType::U8 => Buffer::U8(advised(vec![0; n])),
+            DType::F32 => CpuStorage::F32(advised(vec![0.0; n])),
+            DType::F64 => CpuStorage::F64(advised(vec![0.0; n])),
+            DType::I64 => CpuStorage::I64(advised(vec![0; n])),
+            DType::I32 => CpuStorage::I32(advised(vec![0; n])),
+            DType::U8 => CpuStorage::U8(advised(vec![0; n])),
         }
     }
     /// Typed borrow.
@@ -85,11 +87,11 @@ impl Buffer {
     pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
         // Matching on `T::DTYPE` keeps this generic without transmutes.
         let any: &mut dyn std::any::Any = match self {
-            Buffer::F32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            Buffer::F64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            Buffer::I64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            Buffer::I32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            Buffer::U8(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            CpuStorage::F32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            CpuStorage::F64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            CpuStorage::I64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            CpuStorage::I32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            CpuStorage::U8(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
         };
         any.downcast_mut::<Vec<T>>().map(|v| v.as_mut_slice())
     }
@@ -98,7 +100,7 @@ impl Buffer {
         with_buffer!(self, v => v[i].to_f64())
     }
     /// Convert every element to another dtype (`as` semantics).
-    pub fn cast(&self, dtype: DType) -> Buffer {
+    pub fn cast(&self, dtype: DType) -> CpuStorage {
         if dtype == self.dtype() {
             return self.clone();
         }
@@ -114,7 +116,7 @@ impl Buffer {
         })
     }
     /// Gather elements by positions into a new buffer of the same dtype.
-    pub fn gather(&self, positions: impl Iterator<Item = usize>) -> Buffer {
-        with_buffer!(self, v => Element::into_buffer(positions.map(|p| v[p]).collect()))
+    pub fn gather(&self, positions: impl Iterator<Item = usize>) -> CpuStorage {
+        with_buffer!(self, v => crate::cpu::HostElement::into_buffer(positions.map(|p| v[p]).collect()))
     }
 }

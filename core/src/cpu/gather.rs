@@ -5,7 +5,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::kernels::{prefetch_bytes, prefetch_row};
+use super::rows::{prefetch_bytes, prefetch_row};
 use crate::dtype::Float;
 
 /// How many entries ahead the gather prefetches its source rows: enough to cover a DRAM miss
@@ -30,7 +30,7 @@ pub(crate) fn gather_sum_row<T: Float>(
     #[cfg(target_arch = "x86_64")]
     {
         use std::any::TypeId;
-        if TypeId::of::<T>() == TypeId::of::<f32>() && crate::ops::has_avx2_fma() {
+        if TypeId::of::<T>() == TypeId::of::<f32>() && super::elementwise::has_avx2_fma() {
             // SAFETY: T is f32 (checked above), so the casts only rename the element type; the
             // CPU supports AVX2 and FMA (checked above).
             unsafe {
@@ -78,7 +78,7 @@ fn gather_sum_row_generic<T: Float>(
     for q in 1..count {
         prefetch(q);
         let (r, a) = entry(q);
-        super::kernels::axpy(out, a, &src[r * n..(r + 1) * n]);
+        super::rows::axpy(out, a, &src[r * n..(r + 1) * n]);
     }
 }
 
@@ -252,7 +252,7 @@ fn avx2_rows_fit(out_len: usize, rows: usize, row_len: usize) -> bool {
     row_len > 0
         && row_len.is_multiple_of(8)
         && out_len == rows * row_len
-        && crate::ops::has_avx2_fma()
+        && super::elementwise::has_avx2_fma()
 }
 
 /// Whether [`segment_rows_f32_avx2`] may index without checks: `starts` ascends within

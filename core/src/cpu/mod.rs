@@ -1,0 +1,24 @@
+//! The CPU backend: host memory ([`CpuStorage`]) and every kernel that computes on it.
+//!
+//! Operators in `crate::ops` and `crate::sparse` validate, dispatch and record; the loops live
+//! here. Files by concept: elementwise maps and zips (`elementwise`), the `exp` kernel
+//! (`expf`), dense products (`gemm`, with the memory-bound `skinny` and `tiny` shapes), and the
+//! sparse inner loops (`gather`, `segment`, `rows`, `radix`).
+
+pub(crate) mod cast;
+mod element;
+pub(crate) mod elementwise;
+pub mod expf;
+pub(crate) mod gather;
+pub(crate) mod gemm;
+pub(crate) mod radix;
+pub(crate) mod rows;
+pub(crate) mod segment;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod skinny;
+mod storage;
+pub(crate) mod tiny;
+
+pub use element::HostElement;
+pub use storage::CpuStorage;
+pub(crate) use storage::with_buffer;
