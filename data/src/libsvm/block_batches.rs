@@ -12,11 +12,13 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
-use sparrow_core::{ArrayData, Buffer, CsrData, DenseData, NDArray};
+use sparrow_core::NDArray;
 
-use super::iter::{check_label_counts, locate, make_batch, BatchTx, EpochState, Shared};
+use super::locate::locate;
 use super::parse::{is_row_line, parse_into, parse_rows_into, Rows};
 use super::plan::{FileInfo, Span};
+use super::queue::{BatchTx, EpochState};
+use super::shared::{check_label_counts, make_batch, Shared};
 use super::{nth_line_start, BufError};
 use crate::batch::Batch;
 use crate::error::{DataError, Result};
@@ -342,7 +344,7 @@ fn emit_job(
             });
         }
         let batch = if left.is_empty() && p.len() == bs {
-            pool.batch_from_rows(sh, p)
+            pool.batch_from_rows(sh, p)?
         } else if left.len() + p.len() == bs {
             let b = make_batch(sh, &[(left, 0, left.len()), (&p, 0, p.len())], 0);
             *left = Rows::new();
@@ -474,25 +476,24 @@ impl ArrayPool {
 
     /// A full batch from rows parsed for it alone: the arrays move into the batch (valid CSR by
     /// construction: the parser checked sorted unique columns below `data_shape`).
-    fn batch_from_rows(&mut self, sh: &Shared, rows: Rows) -> Batch {
+    fn batch_from_rows(&mut self, sh: &Shared, rows: Rows) -> Result<Batch> {
         let n = rows.len();
-        let data = NDArray::from_data(ArrayData::Csr(CsrData {
-            shape: [n, sh.p.data_shape],
-            indptr: self.indptr.watch(rows.indptr),
-            indices: self.indices.watch(rows.indices),
-            data: Buffer::F32(self.values.watch(rows.values)),
-            offset: 0,
-        }));
+        // The parser checked sorted unique columns below `data_shape` and built `indptr` from
+        // the rows it stored, so only the length checks run here (no pass over the indices).
+        let data = NDArray::csr_from_shared(
+            self.values.watch(rows.values),
+            self.indices.watch(rows.indices),
+            self.indptr.watch(rows.indptr),
+            [n, sh.p.data_shape],
+            false,
+        )?;
         let k = sh.p.label_shape;
         let shape = if k == 1 { vec![n] } else { vec![n, k] };
-        let label = NDArray::from_data(ArrayData::Dense(DenseData {
-            shape: shape.into(),
-            buf: Buffer::F32(self.labels.watch(rows.labels)),
-        }));
-        Batch {
+        let label = NDArray::from_shared_vec(self.labels.watch(rows.labels), &shape)?;
+        Ok(Batch {
             data,
             label: Some(label),
             pad: 0,
-        }
+        })
     }
 }

@@ -4,6 +4,27 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::LastBatch;
+use sparrow_core::NDArray;
+
+/// A batch's csr parts, copied out (f32 values).
+struct Csr {
+    rows: usize,
+    indptr: Vec<i64>,
+    indices: Vec<i64>,
+    values: Vec<f32>,
+}
+
+impl Csr {
+    fn of(x: &NDArray) -> Csr {
+        x.with_csr::<f32, _>(|c| Csr {
+            rows: c.shape[0],
+            indptr: c.indptr.to_vec(),
+            indices: c.indices.to_vec(),
+            values: c.values.to_vec(),
+        })
+        .expect("an f32 csr batch")
+    }
+}
 
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("sparrow-it-{tag}-{}", std::process::id()));
@@ -35,12 +56,11 @@ fn pass(it: &mut LibSVMIter) -> (Vec<Vec<i64>>, Vec<usize>) {
         let lab = b.label.unwrap().to_vec::<f32>().unwrap();
         assert_eq!(lab.len(), rows);
         // The data must agree with the label (feature i%5 holds value i).
-        let g = b.data.read();
-        let c = g.as_csr().unwrap();
+        let c = Csr::of(&b.data);
         for (r, &l) in lab.iter().enumerate() {
             let s = c.indptr[r] as usize;
-            assert_eq!(c.indices()[s], (l as i64) % 5);
-            assert_eq!(c.values::<f32>().unwrap()[s], l);
+            assert_eq!(c.indices[s], (l as i64) % 5);
+            assert_eq!(c.values[s], l);
         }
         ids.push(lab.iter().map(|&l| l as i64).collect());
         pads.push(b.pad);
@@ -182,13 +202,12 @@ fn label_file_gives_csr_labels() {
                 let y = b.label.unwrap();
                 assert_eq!(y.stype(), sparrow_core::SType::Csr);
                 assert_eq!(y.shape(), vec![b.data.shape()[0], 5]);
-                let (xg, yg) = (b.data.read(), y.read());
-                let (xc, yc) = (xg.as_csr().unwrap(), yg.as_csr().unwrap());
-                for r in 0..xc.shape[0] {
-                    let id = xc.values::<f32>().unwrap()[xc.indptr[r] as usize] as i64;
+                let (xc, yc) = (Csr::of(&b.data), Csr::of(&y));
+                for r in 0..xc.rows {
+                    let id = xc.values[xc.indptr[r] as usize] as i64;
                     let s = yc.indptr[r] as usize;
-                    assert_eq!(&yc.indices()[s..s + 2], &[id % 4, 4]);
-                    assert_eq!(yc.values::<f32>().unwrap()[s + 1], id as f32);
+                    assert_eq!(&yc.indices[s..s + 2], &[id % 4, 4]);
+                    assert_eq!(yc.values[s + 1], id as f32);
                     seen += 1;
                 }
             }
@@ -283,8 +302,7 @@ fn directory_auto_base_and_prefetch() {
     let mut p = params(&g, 2, LastBatch::Keep);
     p.index_base = IndexBase::Auto;
     let b = LibSVMIter::new(p).unwrap().next().unwrap().unwrap();
-    let x = b.data.read();
-    assert_eq!(x.as_csr().unwrap().indices(), &[0, 7, 2]);
+    assert_eq!(Csr::of(&b.data).indices, vec![0, 7, 2]);
 }
 
 #[test]
@@ -308,11 +326,10 @@ fn matches_whole_file_loader() {
         let mut sizes = Vec::new();
         for b in LibSVMIter::new(p).unwrap() {
             let b = b.unwrap();
-            let g = b.data.read();
-            let c = g.as_csr().unwrap();
-            idx.extend_from_slice(c.indices());
-            vals.extend_from_slice(c.values::<f32>().unwrap());
-            sizes.push(c.shape[0]);
+            let c = Csr::of(&b.data);
+            idx.extend_from_slice(&c.indices);
+            vals.extend_from_slice(&c.values);
+            sizes.push(c.rows);
         }
         assert_eq!(idx, all.rows.indices, "batch {bs}, block {block}");
         assert_eq!(vals, all.rows.values, "batch {bs}, block {block}");
@@ -343,28 +360,27 @@ fn recycled_arrays_never_change_batches_still_held() {
         }
     }
     for (k, b) in held {
-        let g = b.data.read();
-        let c = g.as_csr().unwrap();
+        let c = Csr::of(&b.data);
         let (s, e) = (
             all.rows.indptr[k * 16] as usize,
-            all.rows.indptr[k * 16 + c.shape[0]] as usize,
+            all.rows.indptr[k * 16 + c.rows] as usize,
         );
-        assert_eq!(c.indices(), &all.rows.indices[s..e], "batch {k}");
+        assert_eq!(c.indices, &all.rows.indices[s..e], "batch {k}");
         assert_eq!(
-            c.values::<f32>().unwrap(),
+            c.values,
             &all.rows.values[s..e],
             "batch {k}"
         );
         let lab = b.label.unwrap().to_vec::<f32>().unwrap();
         assert_eq!(
             lab,
-            all.rows.labels[k * 16..k * 16 + c.shape[0]],
+            all.rows.labels[k * 16..k * 16 + c.rows],
             "batch {k}"
         );
     }
 }
 
-use super::iter::{BatchTx, Msg, GROUP_BYTES};
+use super::queue::{BatchTx, Msg, GROUP_BYTES};
 use std::sync::mpsc::sync_channel;
 
 /// Group sizes a `BatchTx` hands over for `n` dense `rows_each x 4` f32 batches; 0 marks the
@@ -489,7 +505,7 @@ fn prepare_transpose_groups_every_batch_on_the_producer() {
                 let g = b.data.csr_column_groups();
                 assert_eq!(g.is_some(), prepare);
                 if let Some(g) = g {
-                    let mut cols = b.data.read().as_csr().unwrap().indices().to_vec();
+                    let mut cols = Csr::of(&b.data).indices;
                     cols.sort_unstable();
                     cols.dedup();
                     assert_eq!(g.columns(), &cols[..]);
@@ -519,7 +535,7 @@ fn a_one_block_part_is_read_on_the_producer() {
             let mut idx = Vec::new();
             for b in it.by_ref() {
                 let b = b.unwrap();
-                idx.extend_from_slice(b.data.read().as_csr().unwrap().indices());
+                idx.extend_from_slice(&Csr::of(&b.data).indices);
             }
             assert_eq!(idx, all.rows.indices, "block {block}, epoch {epoch}");
         }
@@ -544,7 +560,7 @@ fn idle_priority_runs_the_producer_at_idle_priority_with_the_same_batches() {
         for _epoch in 0..2 {
             it.reset();
             for b in it.by_ref() {
-                idx.extend_from_slice(b.unwrap().data.read().as_csr().unwrap().indices());
+                idx.extend_from_slice(&Csr::of(&b.unwrap().data).indices);
             }
         }
         let expected = if idle && cfg!(target_os = "linux") {
@@ -581,7 +597,7 @@ fn idle_producer_keeps_a_small_epochs_work_off_the_pool() {
             for b in it.by_ref() {
                 let b = b.unwrap();
                 let cols = b.data.csr_column_groups().unwrap().columns().to_vec();
-                let idx = b.data.read().as_csr().unwrap().indices().to_vec();
+                let idx = Csr::of(&b.data).indices;
                 seen.push((idx, cols, b.pad));
             }
         }

@@ -20,14 +20,23 @@ mod block_batches;
 mod fast_line;
 mod iter;
 mod load;
+mod locate;
 pub(crate) mod number;
+mod params;
 pub(crate) mod parse;
+mod pieces;
 mod plan;
+mod producer;
+mod queue;
+mod reader;
+mod shared;
+mod shuffle;
 mod swar;
 mod write;
 
-pub use iter::{LibSVMIter, LibSVMIterParams};
+pub use iter::LibSVMIter;
 pub use load::{load_libsvm, parse_libsvm_bytes, LibSvmData};
+pub use params::LibSVMIterParams;
 pub use parse::Rows;
 pub use write::{save_libsvm, save_libsvm_with};
 
