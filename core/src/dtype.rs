@@ -55,13 +55,26 @@ pub enum SType {
     RowSparse,
 }
 
-/// Where an array lives. Only the CPU backend exists today; CUDA is a later addition that adds a
-/// variant here and a backend folder, not edits across the operators.
+/// Where an array lives. Only the CPU backend exists today; a new backend adds a variant here,
+/// a storage variant and a kernel folder beside `core/src/cpu/` (see ARCHITECTURE.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Device {
     /// Host memory, computed with rayon and a GEMM crate.
     #[default]
     Cpu,
+}
+
+impl Device {
+    /// The devices this build can compute on and this machine has: the CPU always, then each
+    /// compiled-in backend's devices that are present.
+    pub fn available() -> Vec<Device> {
+        vec![Device::Cpu]
+    }
+
+    /// Whether this build can compute on `self` on this machine.
+    pub fn is_available(self) -> bool {
+        Device::available().contains(&self)
+    }
 }
 
 /// A Rust type that can be stored in an [`crate::NDArray`].

@@ -1,7 +1,13 @@
-//! Test helpers shared by the crates' tests: finite-difference gradient checking.
+//! Test helpers shared by the crates' tests: the device harness, finite-difference gradient
+//! checking and seeded test arrays.
+//!
+//! Every op test is written once and runs on each available device: a test takes a
+//! [`Device`] (through [`on_each_device`] or the [`device_test!`](crate::device_test) macro)
+//! and moves its inputs there with [`NDArray::to_device`]. Today that is the CPU alone; a new
+//! backend switches its tests on by adding its devices to [`Device::available`].
 
 use crate::error::{Error, Result};
-use crate::{autograd, DType, NDArray};
+use crate::{autograd, DType, Device, NDArray};
 
 /// Compare autograd gradients of `f` with central finite differences.
 ///
@@ -51,6 +57,7 @@ where
                         if k == i {
                             NDArray::from_vec(v.clone(), &a.shape())
                                 .and_then(|t| t.astype(a.dtype()))
+                                .and_then(|t| t.to_device(a.device()))
                         } else {
                             Ok(a.detach())
                         }
@@ -71,6 +78,67 @@ where
         }
     }
     Ok(worst)
+}
+
+/// The devices op tests run on ([`Device::available`]).
+pub fn test_devices() -> Vec<Device> {
+    Device::available()
+}
+
+/// Run `f` once per test device; the first failure is returned with the device named.
+pub fn on_each_device(mut f: impl FnMut(Device) -> Result<()>) -> Result<()> {
+    for device in test_devices() {
+        f(device).map_err(|e| Error::arg("test", format!("on {device:?}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Inputs moved to `device` (fresh handles there; the originals are untouched).
+pub fn to_device_all(inputs: &[NDArray], device: Device) -> Result<Vec<NDArray>> {
+    inputs
+        .iter()
+        .map(|x| x.detach().to_device(device))
+        .collect()
+}
+
+/// [`check_grad`] on every test device, the inputs moved to each in turn. Returns the largest
+/// relative error over all devices.
+pub fn check_grad_on_devices<F>(
+    f: F,
+    inputs: &[NDArray],
+    eps: f64,
+    rtol: f64,
+    atol: f64,
+) -> Result<f64>
+where
+    F: Fn(&[NDArray]) -> Result<NDArray>,
+{
+    let mut worst = 0.0f64;
+    on_each_device(|device| {
+        let xs = to_device_all(inputs, device)?;
+        worst = worst.max(check_grad(&f, &xs, eps, rtol, atol)?);
+        Ok(())
+    })?;
+    Ok(worst)
+}
+
+/// A test that runs once per test device: `device_test!(name, |dev| { ... })`, where the body
+/// evaluates to `sparrow_core::Result<()>` and `dev` is the [`Device`] of this run. A failure
+/// panics naming the test and the device.
+#[macro_export]
+macro_rules! device_test {
+    ($(#[$meta:meta])* $name:ident, |$dev:ident| $body:expr) => {
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            for $dev in $crate::testing::test_devices() {
+                let run = || -> $crate::Result<()> { $body };
+                if let Err(e) = run() {
+                    panic!("{} on {:?}: {e}", stringify!($name), $dev);
+                }
+            }
+        }
+    };
 }
 
 /// A deterministic f64 array with values in `[lo, hi)`, for tests.

@@ -1,4 +1,4 @@
-use sparrow_core::testing::{check_grad, test_array};
+use sparrow_core::testing::{check_grad_on_devices, test_array};
 use sparrow_core::{autograd, DType, NDArray};
 
 #[test]
@@ -22,7 +22,7 @@ fn broadcast_binary_grads() {
         |x: &[NDArray]| x[0].div(&x[1]),
         |x: &[NDArray]| x[0].maximum(&x[1]),
     ] {
-        check_grad(f, &[a.clone(), b.clone()], 1e-6, 1e-5, 1e-7).unwrap();
+        check_grad_on_devices(f, &[a.clone(), b.clone()], 1e-6, 1e-5, 1e-7).unwrap();
     }
 }
 
@@ -30,7 +30,7 @@ fn broadcast_binary_grads() {
 fn dot_grads() {
     let a = test_array(&[3, 5], -1.0, 1.0, 3);
     let b = test_array(&[5, 2], -1.0, 1.0, 4);
-    check_grad(
+    check_grad_on_devices(
         |x| x[0].dot(&x[1]),
         &[a.clone(), b.clone()],
         1e-6,
@@ -39,7 +39,7 @@ fn dot_grads() {
     )
     .unwrap();
     let bt = test_array(&[2, 5], -1.0, 1.0, 5);
-    check_grad(
+    check_grad_on_devices(
         |x| x[0].dot_t(&x[1], false, true),
         &[a.clone(), bt],
         1e-6,
@@ -48,7 +48,7 @@ fn dot_grads() {
     )
     .unwrap();
     let at = test_array(&[5, 3], -1.0, 1.0, 6);
-    check_grad(
+    check_grad_on_devices(
         |x| x[0].dot_t(&x[1], true, false),
         &[at, b],
         1e-6,
@@ -222,7 +222,7 @@ fn a_product_of_an_array_with_itself_is_read_once_and_differentiated_on_both_sid
             assert!((pv[i * 3 + j] - want).abs() < 1e-12);
         }
     }
-    check_grad(
+    check_grad_on_devices(
         |xs| xs[0].dot_t(&xs[0], false, true)?.sum_all(),
         std::slice::from_ref(&x),
         1e-6,

@@ -1,12 +1,12 @@
 //! Finite-difference gradient checks (f64) for every differentiable dense operator.
 
-use sparrow_core::testing::{check_grad, test_array};
+use sparrow_core::testing::{check_grad_on_devices, test_array};
 use sparrow_core::{NDArray, Result};
 
 type F = fn(&[NDArray]) -> Result<NDArray>;
 
 fn gc(name: &str, f: F, inputs: &[NDArray]) {
-    if let Err(e) = check_grad(f, inputs, 1e-6, 1e-4, 1e-6) {
+    if let Err(e) = check_grad_on_devices(f, inputs, 1e-6, 1e-4, 1e-6) {
         panic!("{name}: {e}");
     }
 }

@@ -3,7 +3,7 @@
 
 use sparrow_core::autograd::{self, GradReq};
 use sparrow_core::sparse;
-use sparrow_core::testing::{check_grad, test_array, test_csr};
+use sparrow_core::testing::{check_grad_on_devices, test_array, test_csr};
 use sparrow_core::{DType, NDArray, SType};
 
 fn csr_f64(rows: usize, cols: usize, density: f64, seed: u64) -> NDArray {
@@ -39,7 +39,7 @@ fn dot_csr_dense_finite_differences() {
     let x = csr_f64(5, 12, 0.25, 3);
     let w = test_array(&[12, 4], -1.0, 1.0, 4);
     let xc = x.clone();
-    check_grad(move |v| xc.dot(&v[0]), &[w], 1e-6, 1e-6, 1e-8).unwrap();
+    check_grad_on_devices(move |v| xc.dot(&v[0]), &[w], 1e-6, 1e-6, 1e-8).unwrap();
 }
 
 #[test]
@@ -47,7 +47,7 @@ fn dot_csr_t_dense_finite_differences() {
     let x = csr_f64(6, 9, 0.3, 5);
     let g = test_array(&[6, 3], -1.0, 1.0, 6);
     let xc = x.clone();
-    check_grad(
+    check_grad_on_devices(
         move |v| xc.dot_t(&v[0], true, false),
         &[g],
         1e-6,
@@ -62,7 +62,7 @@ fn dot_dense_csr_finite_differences() {
     let x = csr_f64(7, 5, 0.3, 7);
     let a = test_array(&[3, 7], -1.0, 1.0, 8);
     let xc = x.clone();
-    check_grad(
+    check_grad_on_devices(
         move |v| v[0].dot(&xc),
         std::slice::from_ref(&a),
         1e-6,
@@ -71,7 +71,7 @@ fn dot_dense_csr_finite_differences() {
     )
     .unwrap();
     let xt = csr_f64(5, 7, 0.3, 9);
-    check_grad(
+    check_grad_on_devices(
         move |v| v[0].dot_t(&xt, false, true),
         &[a],
         1e-6,
@@ -86,7 +86,7 @@ fn dot_csr_rsp_finite_differences() {
     let x = csr_f64(4, 10, 0.3, 10);
     let w = test_array(&[10, 3], -1.0, 1.0, 11);
     let xc = x.clone();
-    check_grad(
+    check_grad_on_devices(
         move |v| xc.dot(&v[0].tostype(SType::RowSparse)?),
         &[w],
         1e-6,
@@ -112,7 +112,7 @@ fn embedding_grad_sums_duplicates_into_row_sparse() {
         vec![0., 0., 1., 1., 0., 0., 0., 0., 3., 3., 0., 0.]
     );
     let idc = ids.clone();
-    check_grad(
+    check_grad_on_devices(
         move |v| sparse::embedding(&v[0], &idc),
         &[test_array(&[6, 2], -1.0, 1.0, 13)],
         1e-6,
@@ -182,7 +182,7 @@ fn sparse_unary_ops_finite_differences() {
         for (name, op) in &ops {
             let x = away_from_zero(&[4, 3], 20);
             let op = *op;
-            check_grad(move |v| op(&v[0].tostype(st)?), &[x], 1e-6, 1e-5, 1e-8)
+            check_grad_on_devices(move |v| op(&v[0].tostype(st)?), &[x], 1e-6, 1e-5, 1e-8)
                 .unwrap_or_else(|e| panic!("{name} on {st:?}: {e}"));
         }
     }
@@ -196,7 +196,7 @@ fn sparse_binary_ops_finite_differences() {
     // rs (op) rs and rs (op) dense, gradients with respect to both operands.
     for (k, st) in [SType::RowSparse, SType::Csr].into_iter().enumerate() {
         let name = ["rs", "csr"][k];
-        check_grad(
+        check_grad_on_devices(
             move |v| v[0].tostype(st)?.add(&v[1].tostype(st)?),
             &[a.clone(), b.clone()],
             1e-6,
@@ -204,7 +204,7 @@ fn sparse_binary_ops_finite_differences() {
             1e-8,
         )
         .unwrap_or_else(|e| panic!("{name}+{name}: {e}"));
-        check_grad(
+        check_grad_on_devices(
             move |v| v[0].tostype(st)?.sub(&v[1].tostype(st)?),
             &[a.clone(), b.clone()],
             1e-6,
@@ -212,7 +212,7 @@ fn sparse_binary_ops_finite_differences() {
             1e-8,
         )
         .unwrap_or_else(|e| panic!("{name}-{name}: {e}"));
-        check_grad(
+        check_grad_on_devices(
             move |v| v[0].tostype(st)?.sub(&v[1]),
             &[a.clone(), b.clone()],
             1e-6,
@@ -220,7 +220,7 @@ fn sparse_binary_ops_finite_differences() {
             1e-8,
         )
         .unwrap_or_else(|e| panic!("{name}-dense: {e}"));
-        check_grad(
+        check_grad_on_devices(
             move |v| v[0].tostype(st)?.mul(&v[1]),
             &[a.clone(), b.clone()],
             1e-6,
@@ -230,7 +230,7 @@ fn sparse_binary_ops_finite_differences() {
         .unwrap_or_else(|e| panic!("{name}*dense: {e}"));
     }
     let am = mask(a.clone());
-    check_grad(
+    check_grad_on_devices(
         move |v| {
             v[0].tostype(SType::RowSparse)?
                 .mul(&v[1].tostype(SType::RowSparse)?)
@@ -246,7 +246,7 @@ fn sparse_binary_ops_finite_differences() {
     for shape in [vec![3usize], vec![1, 3], vec![4, 1]] {
         let vec = test_array(&shape, 0.5, 2.0, 23);
         let (x1, x2) = (x.clone(), x.clone());
-        check_grad(
+        check_grad_on_devices(
             move |v| x1.mul(&v[0]),
             std::slice::from_ref(&vec),
             1e-6,
@@ -254,7 +254,7 @@ fn sparse_binary_ops_finite_differences() {
             1e-8,
         )
         .unwrap();
-        check_grad(move |v| x2.div(&v[0]), &[vec], 1e-6, 1e-6, 1e-8).unwrap();
+        check_grad_on_devices(move |v| x2.div(&v[0]), &[vec], 1e-6, 1e-6, 1e-8).unwrap();
     }
 }
 
@@ -263,7 +263,7 @@ fn sparse_reductions_finite_differences() {
     let x = test_array(&[4, 3], -1.0, 1.0, 24);
     for axes in [Some(vec![0i64]), Some(vec![1]), None] {
         let ax = axes.clone();
-        check_grad(
+        check_grad_on_devices(
             move |v| v[0].tostype(SType::Csr)?.sum(ax.as_deref(), false),
             std::slice::from_ref(&x),
             1e-6,
@@ -273,7 +273,7 @@ fn sparse_reductions_finite_differences() {
         .unwrap();
         let ax = axes.map(|a| a[0]);
         for keep in [false, true] {
-            check_grad(
+            check_grad_on_devices(
                 move |v| sparse::square_sum(&v[0].tostype(SType::RowSparse)?, ax, keep),
                 std::slice::from_ref(&x),
                 1e-6,
@@ -283,7 +283,7 @@ fn sparse_reductions_finite_differences() {
             .unwrap();
         }
     }
-    check_grad(
+    check_grad_on_devices(
         |v| sparse::norm(&v[0].tostype(SType::RowSparse)?),
         &[x],
         1e-6,

@@ -1,6 +1,6 @@
 //! Core's fused operators (as nn layers use them) against core's general ones, and their gradients.
 
-use sparrow_core::{autograd, testing::check_grad, testing::test_array, DType, NDArray, SType};
+use sparrow_core::{autograd, testing::check_grad_on_devices, testing::test_array, DType, NDArray, SType};
 use sparrow_core::ops::fused::bias_add;
 
 #[test]
@@ -14,7 +14,7 @@ fn bias_add_matches_broadcast_add_and_its_gradient_checks() {
         assert_eq!(fused.shape(), vec![rows, units]);
         assert_eq!(fused.to_f64_vec(), y.add(&b).unwrap().to_f64_vec());
         if rows > 0 {
-            check_grad(
+            check_grad_on_devices(
                 |xs| Ok(bias_add(&xs[0], &xs[1])?.unwrap()),
                 &[y.clone(), b.clone()],
                 1e-6,
@@ -127,7 +127,7 @@ fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
                 "{name} f32 {units}"
             );
             if rows > 0 {
-                check_grad(
+                check_grad_on_devices(
                     |xs| Ok(bias_act(&xs[0], &xs[1], Some(act))?.unwrap()),
                     &[y.clone(), b.clone()],
                     1e-6,

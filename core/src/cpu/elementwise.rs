@@ -433,3 +433,62 @@ const TASKS_PER_THREAD: usize = 4;
 /// Smallest chunk of a parallel fill in bytes: below this the fork/join cost per task is no
 /// longer small against the work.
 const MIN_CHUNK_BYTES: usize = 64 << 10;
+
+#[cfg(test)]
+mod row_update_tests {
+    use super::{zip_assign, zip_assign_rows};
+
+    #[test]
+    fn zip_assign_rows_matches_per_row_zip_assign_bit_for_bit() {
+        let (decay, step) = (0.999_f32, 0.1_f32);
+        let f = |w: f32, g: f32| decay * w - step * g;
+        // Row lengths around the 8-lane vector width, sorted, unsorted and repeated ids.
+        for (rl, rows) in [
+            (128usize, vec![0i64, 3, 17, 18, 63]),
+            (5, vec![9, 2, 40, 2]),
+            (8, vec![]),
+            (17, vec![63, 0]),
+        ] {
+            let n_rows = 64;
+            let w0: Vec<f32> = (0..n_rows * rl)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+                .collect();
+            let g: Vec<f32> = (0..rows.len() * rl)
+                .map(|i| ((i * 11 % 29) as f32 - 14.0) * 0.07)
+                .collect();
+            let mut expect = w0.clone();
+            for (i, &r) in rows.iter().enumerate() {
+                let r = r as usize;
+                zip_assign(
+                    &mut expect[r * rl..(r + 1) * rl],
+                    &g[i * rl..(i + 1) * rl],
+                    f,
+                );
+            }
+            let mut got = w0.clone();
+            zip_assign_rows(&mut got, rl, &rows, &g, f).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&expect), "row_len {rl}, rows {rows:?}");
+        }
+    }
+
+    #[test]
+    fn zip_assign_rows_rejects_bad_ids_and_short_sources_before_writing() {
+        let f = |w: f64, g: f64| w - g;
+        let mut w = vec![1.0f64; 12]; // 4 rows of 3
+        let g = vec![0.5f64; 6];
+        for rows in [vec![0i64, 4], vec![-1, 0], vec![3, 7]] {
+            let e = zip_assign_rows(&mut w, 3, &rows, &g, f).unwrap_err();
+            assert!(e.to_string().contains("outside 0..4"), "{e}");
+        }
+        let e = zip_assign_rows(&mut w, 3, &[0, 1, 2], &g, f).unwrap_err();
+        assert!(e.to_string().contains("need 9 source values, got 6"), "{e}");
+        assert!(w.iter().all(|&x| x == 1.0), "nothing written on error");
+        // Zero-length rows: nothing to do, whatever the ids.
+        zip_assign_rows(&mut w, 0, &[99], &[], f).unwrap();
+        zip_assign_rows(&mut w, 3, &[1, 3], &g, f).unwrap();
+        assert_eq!(&w[3..6], &[0.5; 3]);
+        assert_eq!(&w[9..12], &[0.5; 3]);
+        assert_eq!(&w[0..3], &[1.0; 3]);
+    }
+}

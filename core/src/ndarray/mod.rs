@@ -140,9 +140,22 @@ impl NDArray {
     pub fn stype(&self) -> SType {
         self.read().stype()
     }
-    /// Device (always CPU today).
+    /// The device whose memory holds this array.
     pub fn device(&self) -> Device {
         Device::Cpu
+    }
+
+    /// This array on `device` (MXNet's `as_in_context`, PyTorch's `to`): the same array, with
+    /// its graph, when it is already there. An unavailable device is an error naming it.
+    pub fn to_device(&self, device: Device) -> crate::Result<NDArray> {
+        if !device.is_available() {
+            return Err(crate::Error::arg(
+                "to_device",
+                format!("device {device:?} is not available in this build or on this machine"),
+            ));
+        }
+        // One device exists, so every available device is this array's.
+        Ok(self.clone())
     }
     /// Bytes held by the storage: data + indices (+ indptr) for sparse arrays.
     pub fn nbytes(&self) -> usize {

@@ -102,6 +102,7 @@ impl NDArray {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::gemm::GemmScalar;
     use rand::rngs::Xoshiro256PlusPlus;
     use rand::{RngExt, SeedableRng};
 
