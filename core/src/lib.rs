@@ -18,4 +18,5 @@ pub mod testing;
 pub(crate) use cpu::{with_buffer, CpuStorage};
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};
-pub use ndarray::{ArrayData, CsrData, CsrView, DenseData, NDArray, RowSparseData, RowSparseView, Shape};
+pub(crate) use ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
+pub use ndarray::{CsrView, NDArray, RowSparseView, Shape};

@@ -1,10 +1,12 @@
 //! Test helpers shared by the crates' tests: the device harness, finite-difference gradient
 //! checking and seeded test arrays.
 //!
-//! Every op test is written once and runs on each available device: a test takes a
-//! [`Device`] (through [`on_each_device`] or the [`device_test!`](crate::device_test) macro)
-//! and moves its inputs there with [`NDArray::to_device`]. Today that is the CPU alone; a new
-//! backend switches its tests on by adding its devices to [`Device::available`].
+//! Every op test is written once and runs on each available device: the
+//! [`device_test!`](crate::device_test) macro, [`for_each_test_device`] (property tests) and
+//! [`check_grad_on_devices`] run a test body once per device with [`test_device`] set, and the
+//! inputs are made there ([`test_array`], [`test_csr`], [`NDArray::to_device`]). Today that is
+//! the CPU alone; a new backend switches its tests on by adding its devices to
+//! [`Device::available`].
 
 use crate::error::{Error, Result};
 use crate::{autograd, DType, Device, NDArray};
@@ -116,26 +118,57 @@ where
     let mut worst = 0.0f64;
     on_each_device(|device| {
         let xs = to_device_all(inputs, device)?;
-        worst = worst.max(check_grad(&f, &xs, eps, rtol, atol)?);
+        worst = worst.max(with_test_device(device, || check_grad(&f, &xs, eps, rtol, atol))?);
         Ok(())
     })?;
     Ok(worst)
 }
 
-/// A test that runs once per test device: `device_test!(name, |dev| { ... })`, where the body
-/// evaluates to `sparrow_core::Result<()>` and `dev` is the [`Device`] of this run. A failure
-/// panics naming the test and the device.
+thread_local! {
+    /// The device the running test puts its inputs on (see [`with_test_device`]).
+    static TEST_DEVICE: std::cell::Cell<Device> = const { std::cell::Cell::new(Device::Cpu) };
+}
+
+/// The device the running test puts its inputs on: [`test_array`] and [`test_csr`] create
+/// their arrays there, and tests move their own inputs there with [`NDArray::to_device`].
+pub fn test_device() -> Device {
+    TEST_DEVICE.with(|d| d.get())
+}
+
+/// Run `f` with [`test_device`] set to `device` on this thread (restored afterwards, also when
+/// `f` panics).
+pub fn with_test_device<R>(device: Device, f: impl FnOnce() -> R) -> R {
+    struct Restore(Device);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TEST_DEVICE.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(TEST_DEVICE.with(|d| d.replace(device)));
+    f()
+}
+
+/// Run `f` once per test device with [`test_device`] set to it; stops at the first error.
+/// For property tests, whose bodies return `Result<(), TestCaseError>`.
+pub fn for_each_test_device<E>(mut f: impl FnMut(Device) -> std::result::Result<(), E>) -> std::result::Result<(), E> {
+    for device in test_devices() {
+        with_test_device(device, || f(device))?;
+    }
+    Ok(())
+}
+
+/// A test that runs once per test device, with [`test_device`] set to it:
+/// `device_test! { fn name() { ... } }`. Each run prints the device first, so a failure's
+/// captured output names it.
 #[macro_export]
 macro_rules! device_test {
-    ($(#[$meta:meta])* $name:ident, |$dev:ident| $body:expr) => {
+    ($(#[$meta:meta])* fn $name:ident() $body:block) => {
         $(#[$meta])*
         #[test]
         fn $name() {
-            for $dev in $crate::testing::test_devices() {
-                let run = || -> $crate::Result<()> { $body };
-                if let Err(e) = run() {
-                    panic!("{} on {:?}: {e}", stringify!($name), $dev);
-                }
+            for device in $crate::testing::test_devices() {
+                println!("{} on {:?}", stringify!($name), device);
+                $crate::testing::with_test_device(device, || $body);
             }
         }
     };
@@ -157,9 +190,9 @@ pub fn test_array(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
         })
         .collect();
     NDArray::from_vec(v, shape)
-        .expect("shape matches")
-        .astype(DType::F64)
-        .expect("f64")
+        .and_then(|x| x.astype(DType::F64))
+        .and_then(|x| x.to_device(test_device()))
+        .expect("a valid f64 test array")
 }
 
 /// A seeded random csr test array of shape `[rows, cols]` with about `density * rows * cols`
@@ -173,5 +206,6 @@ pub fn test_csr(rows: usize, cols: usize, density: f64, seed: u64, dtype: DType)
         seed,
     )
     .and_then(|x| x.astype(dtype))
+    .and_then(|x| x.to_device(test_device()))
     .expect("a valid random csr array")
 }

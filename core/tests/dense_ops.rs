@@ -1,13 +1,18 @@
 //! Values of the dense operators (against hand-computed NumPy results), integer dtypes, and
 //! error cases that must return `Err` rather than panic.
 
-use sparrow_core::{DType, Error, NDArray};
+use sparrow_core::testing::test_device;
+use sparrow_core::{device_test, DType, Error, NDArray};
 
 fn f32s(v: &[f32], shape: &[usize]) -> NDArray {
-    NDArray::from_vec(v.to_vec(), shape).unwrap()
+    NDArray::from_vec(v.to_vec(), shape)
+        .and_then(|x| x.to_device(test_device()))
+        .unwrap()
 }
 fn i64s(v: &[i64], shape: &[usize]) -> NDArray {
-    NDArray::from_vec(v.to_vec(), shape).unwrap()
+    NDArray::from_vec(v.to_vec(), shape)
+        .and_then(|x| x.to_device(test_device()))
+        .unwrap()
 }
 fn close(a: &NDArray, b: &[f64]) {
     let v = a.to_f64_vec();
@@ -17,7 +22,7 @@ fn close(a: &NDArray, b: &[f64]) {
     }
 }
 
-#[test]
+device_test! {
 fn softmax_values_and_stability() {
     let x = f32s(&[1.0, 2.0, 3.0, 1000.0, 1000.0, -1000.0], &[2, 3]);
     let s = x.softmax(-1).unwrap();
@@ -33,8 +38,9 @@ fn softmax_values_and_stability() {
     let s0 = x.softmax(0).unwrap().sum(Some(&[0]), false).unwrap();
     close(&s0, &[1.0, 1.0, 1.0]);
 }
+}
 
-#[test]
+device_test! {
 fn reductions() {
     let x = f32s(&[1.0, 5.0, -2.0, 4.0, 0.5, 3.0], &[2, 3]);
     close(&x.max(None, false).unwrap(), &[5.0]);
@@ -76,8 +82,9 @@ fn reductions() {
     assert_eq!(m.to_f64_vec()[0], 300.0);
     assert_eq!(m.to_f64_vec()[10001 % 10000], 301.0);
 }
+}
 
-#[test]
+device_test! {
 fn sort_argsort_topk() {
     let x = f32s(&[3.0, 1.0, 2.0, 0.0, 5.0, 4.0], &[2, 3]);
     close(&x.sort(-1, true).unwrap(), &[1.0, 2.0, 3.0, 0.0, 4.0, 5.0]);
@@ -101,8 +108,9 @@ fn sort_argsort_topk() {
         vec![-3, 0, 5, 9]
     );
 }
+}
 
-#[test]
+device_test! {
 fn shape_ops_values() {
     let a = NDArray::arange(0.0, 6.0, 1.0, DType::F32)
         .unwrap()
@@ -161,8 +169,9 @@ fn shape_ops_values() {
     assert_eq!(t.shape(), vec![3, 4, 2]);
     assert_eq!(&t.to_f64_vec()[..6], &[0.0, 12.0, 1.0, 13.0, 2.0, 14.0]);
 }
+}
 
-#[test]
+device_test! {
 fn index_ops_values() {
     let a = f32s(&[0., 1., 2., 3., 4., 5.], &[3, 2]);
     let t = a.take(&i64s(&[2, 0, -1], &[3]), 0).unwrap();
@@ -189,8 +198,9 @@ fn index_ops_values() {
     let w = NDArray::where_(&c, &f32s(&[1., 2., 3.], &[3]), &f32s(&[-1.], &[1])).unwrap();
     close(&w, &[1., -1., 3.]);
 }
+}
 
-#[test]
+device_test! {
 fn batched_matmul_values() {
     // [2,2,3] @ [3,2], compared with per-batch dot.
     let a = NDArray::arange(0.0, 12.0, 1.0, DType::F32)
@@ -219,8 +229,9 @@ fn batched_matmul_values() {
     let y = x.matmul(&x).unwrap();
     assert!(y.to_f64_vec().iter().all(|&z| z == 8.0));
 }
+}
 
-#[test]
+device_test! {
 fn integer_dtypes() {
     for dt in [DType::I64, DType::I32, DType::U8] {
         let a = NDArray::arange(0.0, 12.0, 1.0, DType::F64)
@@ -274,8 +285,9 @@ fn integer_dtypes() {
         vec![(1 << 60) + 2]
     );
 }
+}
 
-#[test]
+device_test! {
 fn errors_are_err_not_panic() {
     let a = f32s(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
     assert!(matches!(a.softmax(2), Err(Error::Index { .. })));
@@ -340,8 +352,9 @@ fn errors_are_err_not_panic() {
     let msg = a.matmul(&f32s(&[1., 2.], &[2, 1])).unwrap_err().to_string();
     assert!(msg.contains("matmul") && msg.contains("[2, 3]"), "{msg}");
 }
+}
 
-#[test]
+device_test! {
 fn same_shape_and_has_shape_compare_without_surprises() {
     let a = NDArray::zeros(&[2, 3], DType::F32).unwrap();
     let b = NDArray::ones(&[2, 3], DType::F64).unwrap();
@@ -358,8 +371,9 @@ fn same_shape_and_has_shape_compare_without_surprises() {
     let scalar = NDArray::zeros(&[], DType::F32).unwrap();
     assert!(scalar.same_shape(&NDArray::ones(&[], DType::F32).unwrap()) && !scalar.same_shape(&a));
 }
+}
 
-#[test]
+device_test! {
 fn dims_is_the_shape_without_allocating_for_small_ranks() {
     for shape in [
         vec![],
@@ -376,4 +390,5 @@ fn dims_is_the_shape_without_allocating_for_small_ranks() {
     }
     let csr = sparrow_core::testing::test_csr(4, 7, 0.3, 1, DType::F32);
     assert_eq!(&csr.dims()[..], &[4, 7]);
+}
 }

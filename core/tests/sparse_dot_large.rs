@@ -106,14 +106,11 @@ fn check(rows: usize, cols: usize, per_row: usize, n: usize, f32: bool, seed: u6
     let t = x.dot_t(&ga, true, false).unwrap();
     assert_eq!(t.stype(), SType::RowSparse);
     assert_eq!(
-        t.read().as_row_sparse().unwrap().indices.to_vec(),
+        t.row_ids().unwrap(),
         want_ids,
         "{what}"
     );
-    let data = t.read().as_row_sparse().unwrap().data.clone();
-    let got_rows: Vec<f64> = NDArray::from_buffer(data, &[want_ids.len(), n])
-        .unwrap()
-        .to_f64_vec();
+    let got_rows: Vec<f64> = t.row_sparse_parts().unwrap().1.to_f64_vec();
     assert_close(&got_rows, &want_rows, tol, &format!("dot_t {what}"));
     if cols * n <= 1 << 20 {
         let td = sparse::dot_csr_t_dense(&x, &ga, SType::Dense).unwrap();
@@ -166,15 +163,9 @@ fn embedding_backward_sums_duplicates_on_the_fast_path() {
     for &i in &ids {
         *count.entry(i).or_default() += 1.0;
     }
-    let gr = g.read();
-    let rs = gr.as_row_sparse().unwrap();
-    assert_eq!(
-        rs.indices.to_vec(),
-        count.keys().copied().collect::<Vec<_>>()
-    );
+    let (rows, values) = g.row_sparse_parts().unwrap();
+    assert_eq!(rows, count.keys().copied().collect::<Vec<_>>());
     let want: Vec<f64> = count.values().flat_map(|&c| vec![c; dim]).collect();
-    let got = NDArray::from_buffer(rs.data.clone(), &[count.len(), dim])
-        .unwrap()
-        .to_f64_vec();
+    let got = values.to_f64_vec();
     assert_close(&got, &want, 0.0, "embedding grad");
 }

@@ -152,7 +152,7 @@ impl NDArray {
     /// is none). For an op that folds its input's operator into its own node: the caller must
     /// own the only use of this array in the graph (a fresh intermediate it just computed),
     /// since the array no longer carries a gradient path afterwards.
-    pub fn take_node(&self) -> Option<Arc<Node>> {
+    pub(crate) fn take_node(&self) -> Option<Arc<Node>> {
         self.inner
             .meta
             .lock()

@@ -44,7 +44,7 @@ impl NDArray {
     }
 
     /// Dense storage of this array: shared for dense arrays, densified for sparse ones.
-    pub fn dense_data(&self) -> Result<DenseData> {
+    pub(crate) fn dense_data(&self) -> Result<DenseData> {
         let d = self.read();
         match &*d {
             ArrayData::Dense(dd) => Ok(dd.clone()),
@@ -56,14 +56,14 @@ impl NDArray {
     /// for a sparse array). Unlike [`NDArray::dense_data`] it clones no buffer handle: two
     /// atomic reference-count updates fewer per use, which operators on small arrays do several
     /// times per op. `f` must not lock this array for writing.
-    pub fn with_dense<R>(&self, f: impl FnOnce(&DenseData) -> Result<R>) -> Result<R> {
+    pub(crate) fn with_dense<R>(&self, f: impl FnOnce(&DenseData) -> Result<R>) -> Result<R> {
         let d = self.read();
         let dd = dense_cow(&d)?;
         f(&dd)
     }
 
     /// [`NDArray::with_dense`] over two arrays (one lock when they are the same array).
-    pub fn with_dense2<R>(
+    pub(crate) fn with_dense2<R>(
         &self,
         other: &NDArray,
         f: impl FnOnce(&DenseData, &DenseData) -> Result<R>,

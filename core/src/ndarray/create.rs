@@ -20,7 +20,7 @@ fn checked_size(op: &'static str, shape: &[usize]) -> Result<usize> {
 
 impl NDArray {
     /// A dense array from a buffer and a shape; the buffer length must match the shape.
-    pub fn from_buffer(buf: CpuStorage, shape: &[usize]) -> Result<NDArray> {
+    pub(crate) fn from_buffer(buf: CpuStorage, shape: &[usize]) -> Result<NDArray> {
         let n = checked_size("from_buffer", shape)?;
         if n != buf.len() {
             return Err(Error::shape(

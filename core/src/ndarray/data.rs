@@ -10,12 +10,12 @@ pub type Shape = smallvec::SmallVec<[usize; 4]>;
 
 /// Dense storage: a contiguous row-major buffer and its shape.
 #[derive(Debug)]
-pub struct DenseData {
+pub(crate) struct DenseData {
     /// Logical shape (inline up to 4 dimensions: cloning a dense array's metadata, which every
     /// operator does, then allocates nothing).
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// `shape.iter().product()` elements, row-major.
-    pub buf: CpuStorage,
+    pub(crate) buf: CpuStorage,
 }
 
 /// Written out because `SmallVec`'s derived `Clone` collects element by element; a shape is
@@ -33,34 +33,34 @@ impl Clone for DenseData {
 /// are positions `indptr[r]..indptr[r+1]` of `indices()` / `data`, counted from `offset` in the
 /// shared buffers. The offset lets a row slice share the parent's indices and values.
 #[derive(Debug, Clone)]
-pub struct CsrData {
+pub(crate) struct CsrData {
     /// `[rows, cols]`.
-    pub shape: [usize; 2],
+    pub(crate) shape: [usize; 2],
     /// Row pointers, `rows + 1` entries, `indptr[0] == 0`.
-    pub indptr: Arc<Vec<i64>>,
+    pub(crate) indptr: Arc<Vec<i64>>,
     /// Column indices (shared; this array's start at `offset`).
-    pub indices: Arc<Vec<i64>>,
+    pub(crate) indices: Arc<Vec<i64>>,
     /// Values (shared; this array's start at `offset`).
-    pub data: CpuStorage,
+    pub(crate) data: CpuStorage,
     /// Position of this array's first non-zero in `indices` and `data`.
-    pub offset: usize,
+    pub(crate) offset: usize,
 }
 
 /// Row-sparse storage (N-D): the rows `indices` (sorted, unique) of a `shape[0] x ...` array;
 /// `data` holds `indices.len() * row_len` elements, row-major.
 #[derive(Debug, Clone)]
-pub struct RowSparseData {
+pub(crate) struct RowSparseData {
     /// Logical shape.
-    pub shape: Vec<usize>,
+    pub(crate) shape: Vec<usize>,
     /// Sorted unique row ids.
-    pub indices: Arc<Vec<i64>>,
+    pub(crate) indices: Arc<Vec<i64>>,
     /// The stored rows.
-    pub data: CpuStorage,
+    pub(crate) data: CpuStorage,
 }
 
 /// The storage of an [`crate::NDArray`].
 #[derive(Debug, Clone)]
-pub enum ArrayData {
+pub(crate) enum ArrayData {
     /// Dense.
     Dense(DenseData),
     /// Compressed sparse rows.
@@ -71,15 +71,15 @@ pub enum ArrayData {
 
 impl CsrData {
     /// Number of stored non-zeros.
-    pub fn nnz(&self) -> usize {
+    pub(crate) fn nnz(&self) -> usize {
         *self.indptr.last().unwrap_or(&0) as usize
     }
     /// This array's column indices.
-    pub fn indices(&self) -> &[i64] {
+    pub(crate) fn indices(&self) -> &[i64] {
         &self.indices[self.offset..self.offset + self.nnz()]
     }
     /// This array's values, typed.
-    pub fn values<T: Element>(&self) -> Option<&[T]> {
+    pub(crate) fn values<T: Element>(&self) -> Option<&[T]> {
         let n = self.nnz();
         self.data
             .as_slice::<T>()
@@ -89,18 +89,18 @@ impl CsrData {
 
 impl RowSparseData {
     /// Elements per row (product of `shape[1..]`).
-    pub fn row_len(&self) -> usize {
+    pub(crate) fn row_len(&self) -> usize {
         self.shape[1..].iter().product()
     }
     /// Number of stored rows.
-    pub fn nnr(&self) -> usize {
+    pub(crate) fn nnr(&self) -> usize {
         self.indices.len()
     }
 }
 
 impl ArrayData {
     /// Logical shape.
-    pub fn shape(&self) -> &[usize] {
+    pub(crate) fn shape(&self) -> &[usize] {
         match self {
             ArrayData::Dense(d) => &d.shape,
             ArrayData::Csr(c) => &c.shape,
@@ -108,7 +108,7 @@ impl ArrayData {
         }
     }
     /// Element type.
-    pub fn dtype(&self) -> DType {
+    pub(crate) fn dtype(&self) -> DType {
         match self {
             ArrayData::Dense(d) => d.buf.dtype(),
             ArrayData::Csr(c) => c.data.dtype(),
@@ -116,7 +116,7 @@ impl ArrayData {
         }
     }
     /// Storage type.
-    pub fn stype(&self) -> SType {
+    pub(crate) fn stype(&self) -> SType {
         match self {
             ArrayData::Dense(_) => SType::Dense,
             ArrayData::Csr(_) => SType::Csr,
@@ -124,45 +124,17 @@ impl ArrayData {
         }
     }
     /// Bytes held: values + indices (+ indptr).
-    pub fn nbytes(&self) -> usize {
+    pub(crate) fn nbytes(&self) -> usize {
         match self {
             ArrayData::Dense(d) => d.buf.nbytes(),
             ArrayData::Csr(c) => c.nnz() * (c.data.dtype().size_of() + 8) + c.indptr.len() * 8,
             ArrayData::RowSparse(r) => r.data.nbytes() + r.indices.len() * 8,
         }
     }
-    /// The dense storage, if dense.
-    pub fn as_dense(&self) -> Option<&DenseData> {
-        match self {
-            ArrayData::Dense(d) => Some(d),
-            _ => None,
-        }
-    }
-    /// The csr storage, if csr.
-    pub fn as_csr(&self) -> Option<&CsrData> {
-        match self {
-            ArrayData::Csr(c) => Some(c),
-            _ => None,
-        }
-    }
-    /// The row_sparse storage, if row_sparse.
-    pub fn as_row_sparse(&self) -> Option<&RowSparseData> {
-        match self {
-            ArrayData::RowSparse(r) => Some(r),
-            _ => None,
-        }
-    }
     /// Mutable dense storage, if dense.
-    pub fn as_dense_mut(&mut self) -> Option<&mut DenseData> {
+    pub(crate) fn as_dense_mut(&mut self) -> Option<&mut DenseData> {
         match self {
             ArrayData::Dense(d) => Some(d),
-            _ => None,
-        }
-    }
-    /// Mutable row_sparse storage, if row_sparse.
-    pub fn as_row_sparse_mut(&mut self) -> Option<&mut RowSparseData> {
-        match self {
-            ArrayData::RowSparse(r) => Some(r),
             _ => None,
         }
     }

@@ -12,7 +12,8 @@ mod host;
 
 pub use host::{CsrView, RowSparseView};
 
-pub use data::{ArrayData, CsrData, DenseData, RowSparseData, Shape};
+pub(crate) use data::{ArrayData, CsrData, DenseData, RowSparseData};
+pub use data::Shape;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -61,7 +62,7 @@ pub struct NDArray {
 
 impl NDArray {
     /// Wrap array data into a new handle (no autograd history).
-    pub fn from_data(data: ArrayData) -> NDArray {
+    pub(crate) fn from_data(data: ArrayData) -> NDArray {
         NDArray {
             inner: Arc::new(Inner {
                 id: next_id(),
@@ -83,23 +84,23 @@ impl NDArray {
     }
 
     /// Read access to the storage. Hold the guard briefly: writers (optimizers) wait on it.
-    pub fn read(&self) -> RwLockReadGuard<'_, ArrayData> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, ArrayData> {
         self.inner.data.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Write access to the storage, for in-place updates (optimizers, `set_data`).
     /// In-place writes are not recorded by autograd.
-    pub fn write(&self) -> RwLockWriteGuard<'_, ArrayData> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, ArrayData> {
         self.inner.data.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Replace the whole storage of this array in place (all handles see the new value).
-    pub fn replace_data(&self, data: ArrayData) {
+    pub(crate) fn replace_data(&self, data: ArrayData) {
         *self.write() = data;
     }
 
     /// A clone of the storage (cheap: buffers are reference-counted).
-    pub fn data(&self) -> ArrayData {
+    pub(crate) fn data(&self) -> ArrayData {
         self.read().clone()
     }
 

@@ -130,7 +130,7 @@ impl NDArray {
     }
 
     /// [`NDArray::csr_from_parts`] with an untyped [`CpuStorage`] of values.
-    pub fn csr_from_buffer(
+    pub(crate) fn csr_from_buffer(
         data: CpuStorage,
         indices: Vec<i64>,
         indptr: Vec<i64>,

@@ -39,7 +39,7 @@ pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
 }
 
 /// The dense equivalent of any storage.
-pub fn densify(d: &ArrayData) -> Result<DenseData> {
+pub(crate) fn densify(d: &ArrayData) -> Result<DenseData> {
     match d {
         ArrayData::Dense(dd) => Ok(dd.clone()),
         ArrayData::Csr(c) => {

@@ -166,7 +166,7 @@ mod tests {
             3,
         )
         .unwrap();
-        let idx = p.read().as_csr().unwrap().indices().to_vec();
+        let idx = p.with_csr::<f32, _>(|c| c.indices.to_vec()).unwrap();
         let low = idx.iter().filter(|&&j| j < 100).count();
         // Under uniform columns about 1% would fall below 100; power-law puts far more there.
         assert!(low * 4 > idx.len(), "{low} of {}", idx.len());
