@@ -1,7 +1,9 @@
 //! sparrow-core: the `NDArray` (dense, csr, row_sparse), its operators and autograd.
 //!
-//! See the workspace `DESIGN.md` for the layering. Everything that can fail on user input
-//! returns [`Result`]; nothing here knows layers, optimizers or file formats.
+//! The repository's ARCHITECTURE.md describes the layout: the storage seam (`storage`), the
+//! CPU kernels (`cpu`), the operators (`ops`, `sparse`, `update`) and autograd. Everything
+//! that can fail on user input returns [`Result`]. Nothing here knows a layer, an optimizer's
+//! API or state, or a file format; the optimizers' update arithmetic lives here as operators.
 
 pub mod autograd;
 pub(crate) mod cpu;
@@ -12,8 +14,10 @@ pub mod ops;
 pub mod random;
 pub mod recycle;
 pub mod sparse;
+mod storage;
 pub mod sys;
 pub mod testing;
+pub mod update;
 
 pub(crate) use cpu::{with_buffer, CpuStorage};
 pub use dtype::{DType, Device, Element, Float, SType};

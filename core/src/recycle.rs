@@ -117,12 +117,12 @@ impl crate::NDArray {
         let data = inner.data.into_inner().unwrap_or_else(|e| e.into_inner());
         if let ArrayData::Dense(d) = data {
             match d.buf {
-                CpuStorage::F32(a) => {
+                crate::storage::Storage::Cpu(CpuStorage::F32(a)) => {
                     if let Ok(v) = std::sync::Arc::try_unwrap(a) {
                         recycle(v);
                     }
                 }
-                CpuStorage::F64(a) => {
+                crate::storage::Storage::Cpu(CpuStorage::F64(a)) => {
                     if let Ok(v) = std::sync::Arc::try_unwrap(a) {
                         recycle(v);
                     }

@@ -118,7 +118,9 @@ where
     let mut worst = 0.0f64;
     on_each_device(|device| {
         let xs = to_device_all(inputs, device)?;
-        worst = worst.max(with_test_device(device, || check_grad(&f, &xs, eps, rtol, atol))?);
+        worst = worst.max(with_test_device(device, || {
+            check_grad(&f, &xs, eps, rtol, atol)
+        })?);
         Ok(())
     })?;
     Ok(worst)
@@ -150,7 +152,9 @@ pub fn with_test_device<R>(device: Device, f: impl FnOnce() -> R) -> R {
 
 /// Run `f` once per test device with [`test_device`] set to it; stops at the first error.
 /// For property tests, whose bodies return `Result<(), TestCaseError>`.
-pub fn for_each_test_device<E>(mut f: impl FnMut(Device) -> std::result::Result<(), E>) -> std::result::Result<(), E> {
+pub fn for_each_test_device<E>(
+    mut f: impl FnMut(Device) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
     for device in test_devices() {
         with_test_device(device, || f(device))?;
     }

@@ -105,11 +105,7 @@ fn check(rows: usize, cols: usize, per_row: usize, n: usize, f32: bool, seed: u6
     );
     let t = x.dot_t(&ga, true, false).unwrap();
     assert_eq!(t.stype(), SType::RowSparse);
-    assert_eq!(
-        t.row_ids().unwrap(),
-        want_ids,
-        "{what}"
-    );
+    assert_eq!(t.row_ids().unwrap(), want_ids, "{what}");
     let got_rows: Vec<f64> = t.row_sparse_parts().unwrap().1.to_f64_vec();
     assert_close(&got_rows, &want_rows, tol, &format!("dot_t {what}"));
     if cols * n <= 1 << 20 {

@@ -5,10 +5,8 @@
 //!
 //! `cargo bench -p sparrow-optim --bench lazy_adam`
 
-use std::sync::Arc;
-
 use criterion::{criterion_group, criterion_main, Criterion};
-use sparrow_core::{ArrayData, Buffer, DType, NDArray, RowSparseData};
+use sparrow_core::{DType, NDArray};
 use sparrow_optim::{Adam, Optimizer};
 
 const ROWS: usize = 1_000_000;
@@ -23,11 +21,7 @@ fn rs_grad(k: usize) -> NDArray {
     let data: Vec<f32> = (0..k * COLS)
         .map(|i| ((i % 97) as f32 - 48.0) * 1e-3)
         .collect();
-    NDArray::from_data(ArrayData::RowSparse(RowSparseData {
-        shape: vec![ROWS, COLS],
-        indices: Arc::new(indices),
-        data: Buffer::F32(Arc::new(data)),
-    }))
+    NDArray::row_sparse_from_parts(data, indices, &[ROWS, COLS]).unwrap()
 }
 
 fn bench(c: &mut Criterion) {

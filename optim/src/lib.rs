@@ -1,10 +1,11 @@
 //! sparrow-optim: sparse-aware optimizers, learning-rate schedules, the [`Trainer`] and a
 //! [`fit`] loop.
 //!
-//! Optimizers update plain `(weight, grad, state)` arrays in place and follow MXNet 1.9.1's
-//! kernels, so a model trained here matches one trained there. A row_sparse gradient updates
-//! only its rows (lazy, the default) or every row as if absent rows had a zero gradient
-//! (standard, `lazy_update = false`).
+//! Optimizers update plain `(weight, grad, state)` arrays in place through core's update
+//! operators ([`sparrow_core::update`]), which follow MXNet 1.9.1's kernels, so a model trained
+//! here matches one trained there. A row_sparse gradient updates only its rows (lazy, the
+//! default) or every row as if absent rows had a zero gradient (standard,
+//! `lazy_update = false`).
 
 mod clip;
 pub mod fit;
@@ -19,7 +20,7 @@ pub use trainer::Trainer;
 
 pub use optimizer::{
     AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag, Optimizer,
-    OptimizerOptions, RMSProp, Sgd, Signum, State, StepCtx,
+    OptimizerOptions, ParamArgs, RMSProp, Sgd, Signum, State, StepCtx,
 };
 pub use schedule::{
     CosineScheduler, FactorScheduler, LrScheduler, MultiFactorScheduler, PolyScheduler, Warmup,

@@ -8,15 +8,18 @@ use sparrow_core::{Error, NDArray, Result};
 use sparrow_nn::{ParamDict, Parameter};
 
 use crate::clip::clip_global_norm;
-use crate::optimizer::{Optimizer, State};
+use crate::optimizer::{Optimizer, ParamArgs, State};
 use crate::persist;
 
 /// Updates parameters from their gradients with one optimizer.
 ///
 /// `step(batch_size)` = `allreduce_grads()` + `update(batch_size)`: the gradient is rescaled by
 /// `scale / batch_size` (`scale` is the optimizer's `rescale_grad` when the trainer was made,
-/// 1 by default), each parameter is updated according to its gradient's storage type (dense,
-/// or row_sparse lazily / standard per the optimizer's `lazy_update`). With `grad_req = Write`
+/// 1 by default), and each parameter is updated with its own `lr_mult` and `wd_mult` according
+/// to its gradient's storage type (dense, or row_sparse lazily / standard per the optimizer's
+/// `lazy_update`). The multipliers and the rescale factor reach the optimizer as arguments of
+/// [`Optimizer::update_with`]; the trainer never writes them into the optimizer's options.
+/// With `grad_req = Write`
 /// the gradient is consumed: a later step without a new backward applies a zero gradient. A
 /// row_sparse gradient is cleared right away (it is small); a dense one keeps its values
 /// readable until the next backward replaces them, as in Gluon, and is only zeroed if a step
@@ -219,11 +222,13 @@ impl Trainer {
         if batch_size == 0 {
             return Err(Error::arg("Trainer::update", "batch_size must be >= 1"));
         }
-        self.optimizer.options_mut().rescale_grad = self.scale / batch_size as f64;
-        entries.into_iter().try_for_each(|e| self.apply_one(e))
+        let rescale_grad = self.scale / batch_size as f64;
+        entries
+            .into_iter()
+            .try_for_each(|e| self.apply_one(e, rescale_grad))
     }
 
-    fn apply_one(&mut self, e: Entry) -> Result<()> {
+    fn apply_one(&mut self, e: Entry, rescale_grad: f64) -> Result<()> {
         let (i, weight, mut grad) = (e.index, &e.weight, e.grad);
         let p = &self.params[i];
         if e.write && self.consumed[i] == Some(grad.id()) {
@@ -236,21 +241,17 @@ impl Trainer {
                 )
             })?;
         }
-        // The parameter's multipliers, written only when they changed (two hash inserts per
-        // parameter per step otherwise).
-        let opts = self.optimizer.options_mut();
-        if opts.lr_mult.get(&i) != Some(&e.lr_mult) {
-            opts.lr_mult.insert(i, e.lr_mult);
-        }
-        if opts.wd_mult.get(&i) != Some(&e.wd_mult) {
-            opts.wd_mult.insert(i, e.wd_mult);
-        }
         if self.states[i].is_none() {
             self.states[i] = Some(self.optimizer.create_state(i, weight)?);
         }
         let state = self.states[i].as_mut().expect("state created above");
+        let args = ParamArgs {
+            lr_mult: e.lr_mult,
+            wd_mult: e.wd_mult,
+            rescale_grad,
+        };
         self.optimizer
-            .update(i, weight, &grad, state)
+            .update_with(weight, &grad, state, &args)
             .map_err(|e| Error::arg("Trainer::update", format!("parameter '{}': {e}", p.name())))?;
         if e.write {
             if grad.stype() == sparrow_core::SType::Dense {

@@ -3,10 +3,8 @@
 //! sparse-gradient Embedding model a few steps). This test replays the same steps with
 //! sparrow's optimizers and requires the same weights to 1e-5 relative. No Python needed.
 
-use std::sync::Arc;
-
 use serde_json::Value;
-use sparrow_core::{ArrayData, Buffer, NDArray, RowSparseData};
+use sparrow_core::NDArray;
 use sparrow_optim::*;
 
 struct Data {
@@ -141,11 +139,7 @@ fn optimizers_match_mxnet_1_9_1() {
                 &b.to_vec::<f32>().unwrap(),
                 &e.to_vec::<f32>().unwrap(),
             );
-            let ge = NDArray::from_data(ArrayData::RowSparse(RowSparseData {
-                shape: vec![d.vocab, d.edim],
-                indices: Arc::new(rows),
-                data: Buffer::F32(Arc::new(ge)),
-            }));
+            let ge = NDArray::row_sparse_from_parts(ge, rows, &[d.vocab, d.edim]).unwrap();
             let grads = [
                 NDArray::from_vec(gw, &[d.out, d.inp]).unwrap(),
                 NDArray::from_vec(gb, &[d.out]).unwrap(),

@@ -3,9 +3,7 @@
 //! clipping, rescaling and momentum on. Lazy mode must leave absent rows of the weight and of
 //! every state array bit-identical.
 
-use std::sync::Arc;
-
-use sparrow_core::{ArrayData, Buffer, NDArray, RowSparseData};
+use sparrow_core::NDArray;
 use sparrow_optim::*;
 
 const ROWS: usize = 12;
@@ -313,12 +311,9 @@ fn run_case(kind: Kind, mode: Mode) {
                         mask[r * COLS + c] = true;
                     }
                 }
-                let rsd = RowSparseData {
-                    shape: vec![ROWS, COLS],
-                    indices: Arc::new(rows.iter().map(|&r| r as i64).collect()),
-                    data: Buffer::F32(Arc::new(data)),
-                };
-                (NDArray::from_data(ArrayData::RowSparse(rsd)), g_ref, mask)
+                let ids = rows.iter().map(|&r| r as i64).collect();
+                let g = NDArray::row_sparse_from_parts(data, ids, &[ROWS, COLS]).unwrap();
+                (g, g_ref, mask)
             }
         };
         opt.update(0, &weight, &grad, &mut state).unwrap();

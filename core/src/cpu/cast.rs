@@ -37,4 +37,3 @@ pub(crate) fn as_f32_mut<T: Float>(s: &mut [T]) -> Option<&mut [f32]> {
         None
     }
 }
-

@@ -199,4 +199,3 @@ pub(crate) fn strides(cols: usize, transposed: bool) -> (isize, isize) {
         (cols as isize, 1)
     }
 }
-

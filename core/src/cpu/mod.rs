@@ -3,7 +3,8 @@
 //! Operators in `crate::ops` and `crate::sparse` validate, dispatch and record; the loops live
 //! here. Files by concept: elementwise maps and zips (`elementwise`), the `exp` kernel
 //! (`expf`), dense products (`gemm`, with the memory-bound `skinny` and `tiny` shapes), and the
-//! sparse inner loops (`gather`, `segment`, `rows`, `radix`).
+//! sparse inner loops (`gather`, `segment`, `rows`, `radix`), and the span loop of the
+//! optimizer update operators (`update`).
 
 pub(crate) mod cast;
 mod element;
@@ -18,7 +19,8 @@ pub(crate) mod segment;
 pub(crate) mod skinny;
 mod storage;
 pub(crate) mod tiny;
+pub(crate) mod update;
 
 pub use element::HostElement;
-pub use storage::CpuStorage;
 pub(crate) use storage::with_buffer;
+pub use storage::CpuStorage;

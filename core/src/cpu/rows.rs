@@ -47,4 +47,3 @@ pub(crate) fn prefetch_bytes(p: *const u8, bytes: usize) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (p, bytes);
 }
-

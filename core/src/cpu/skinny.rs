@@ -16,8 +16,8 @@
 
 use rayon::prelude::*;
 
-use super::elementwise::has_avx2_fma;
 use super::cast::SendPtr;
+use super::elementwise::has_avx2_fma;
 
 /// Largest tiny dimension handled here. Above it the product has enough arithmetic per byte
 /// for a GEMM kernel to be the right tool.

@@ -23,10 +23,20 @@ pub enum CpuStorage {
     U8(Arc<Vec<u8>>),
 }
 
-/// Run `$body` with `$v` bound to the typed `Arc<Vec<T>>` of a buffer, whatever its dtype.
+/// Run `$body` with `$v` bound to the typed `Arc<Vec<T>>` of a buffer (a `CpuStorage` or the
+/// host memory of a `Storage`), whatever its dtype.
 macro_rules! with_buffer {
+    (&mut $buf:expr, $v:ident => $body:expr) => {
+        match $crate::storage::AsHostMut::as_host_mut(&mut $buf) {
+            $crate::cpu::CpuStorage::F32($v) => $body,
+            $crate::cpu::CpuStorage::F64($v) => $body,
+            $crate::cpu::CpuStorage::I64($v) => $body,
+            $crate::cpu::CpuStorage::I32($v) => $body,
+            $crate::cpu::CpuStorage::U8($v) => $body,
+        }
+    };
     ($buf:expr, $v:ident => $body:expr) => {
-        match $buf {
+        match $crate::storage::AsHost::as_host($buf) {
             $crate::cpu::CpuStorage::F32($v) => $body,
             $crate::cpu::CpuStorage::F64($v) => $body,
             $crate::cpu::CpuStorage::I64($v) => $body,

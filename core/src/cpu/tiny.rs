@@ -4,8 +4,8 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::cast::{as_f32, as_f32_mut};
-use crate::dtype::Float;
 use super::gather::gather_sum_row;
+use crate::dtype::Float;
 
 /// Largest `m * n * k` taken here. The gemm crate's fixed cost is ~3.5K instructions per call
 /// (callgrind, 10 x 8 x 128); a gather-sum does ~3 instructions per 8 multiply-adds, so below
@@ -59,7 +59,10 @@ fn gather_rows<T: Float>(
     let mut out: Vec<T> = Vec::with_capacity(m * n);
     #[cfg(target_arch = "x86_64")]
     if let (Some(a32), Some(b32)) = (as_f32(a), as_f32(b)) {
-        if n.is_multiple_of(8) && super::elementwise::has_avx2_fma() && fits(m, k, a.len(), ars, acs) {
+        if n.is_multiple_of(8)
+            && super::elementwise::has_avx2_fma()
+            && fits(m, k, a.len(), ars, acs)
+        {
             let o = out.spare_capacity_mut().as_mut_ptr().cast::<f32>();
             // SAFETY: AVX2 and FMA were detected; every index of `a` is below its length
             // (`fits`), `b` holds k * n values (the caller's slice), and `o` has room for m * n.

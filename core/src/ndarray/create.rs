@@ -1,10 +1,11 @@
 //! Array creation: zeros, ones, full, arange, linspace, eye, from vectors.
 
-use crate::cpu::HostElement;
 use super::{ArrayData, DenseData, NDArray, Shape};
 use crate::cpu::CpuStorage;
+use crate::cpu::HostElement;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 
 fn checked_size(op: &'static str, shape: &[usize]) -> Result<usize> {
     shape
@@ -20,7 +21,8 @@ fn checked_size(op: &'static str, shape: &[usize]) -> Result<usize> {
 
 impl NDArray {
     /// A dense array from a buffer and a shape; the buffer length must match the shape.
-    pub(crate) fn from_buffer(buf: CpuStorage, shape: &[usize]) -> Result<NDArray> {
+    pub(crate) fn from_buffer(buf: impl Into<Storage>, shape: &[usize]) -> Result<NDArray> {
+        let buf: Storage = buf.into();
         let n = checked_size("from_buffer", shape)?;
         if n != buf.len() {
             return Err(Error::shape(
@@ -33,7 +35,7 @@ impl NDArray {
         }
         Ok(NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::from_slice(shape),
-            buf,
+            buf: crate::storage::Storage::from(buf),
         })))
     }
 
@@ -53,7 +55,7 @@ impl NDArray {
         let n = v.len();
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: smallvec::smallvec![n],
-            buf: T::into_buffer(v.to_vec()),
+            buf: crate::storage::Storage::from_vec(v.to_vec()),
         }))
     }
 
@@ -61,14 +63,14 @@ impl NDArray {
     pub fn scalar<T: Element>(v: T) -> NDArray {
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::new(),
-            buf: T::into_buffer(vec![v]),
+            buf: crate::storage::Storage::from_vec(vec![v]),
         }))
     }
 
     /// Zeros of a shape and dtype.
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<NDArray> {
         let n = checked_size("zeros", shape)?;
-        NDArray::from_buffer(CpuStorage::zeros(dtype, n), shape)
+        NDArray::from_buffer(Storage::zeros(dtype, n), shape)
     }
 
     /// Ones of a shape and dtype.
@@ -94,7 +96,7 @@ impl NDArray {
         let d = self.read();
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::from_slice(d.shape()),
-            buf: CpuStorage::zeros(d.dtype(), d.shape().iter().product()),
+            buf: Storage::zeros_on(d.dtype(), d.shape().iter().product(), d.device()),
         }))
     }
 
@@ -171,7 +173,7 @@ impl NDArray {
             for i in 0..n {
                 let j = i as i64 + k;
                 if j >= 0 && (j as usize) < m {
-                    set_one(&mut d.buf, i * m + j as usize);
+                    set_one(d.buf.host_mut(), i * m + j as usize);
                 }
             }
         }

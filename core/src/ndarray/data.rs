@@ -1,9 +1,7 @@
 //! Storage of the three storage types.
 
-use std::sync::Arc;
-
-use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element, SType};
+use crate::storage::{IndexStorage, Storage};
 
 /// A dense array's dimensions, stored inline up to 4 (no allocation for the common ranks).
 pub type Shape = smallvec::SmallVec<[usize; 4]>;
@@ -15,7 +13,7 @@ pub(crate) struct DenseData {
     /// operator does, then allocates nothing).
     pub(crate) shape: Shape,
     /// `shape.iter().product()` elements, row-major.
-    pub(crate) buf: CpuStorage,
+    pub(crate) buf: Storage,
 }
 
 /// Written out because `SmallVec`'s derived `Clone` collects element by element; a shape is
@@ -37,11 +35,11 @@ pub(crate) struct CsrData {
     /// `[rows, cols]`.
     pub(crate) shape: [usize; 2],
     /// Row pointers, `rows + 1` entries, `indptr[0] == 0`.
-    pub(crate) indptr: Arc<Vec<i64>>,
+    pub(crate) indptr: IndexStorage,
     /// Column indices (shared; this array's start at `offset`).
-    pub(crate) indices: Arc<Vec<i64>>,
+    pub(crate) indices: IndexStorage,
     /// Values (shared; this array's start at `offset`).
-    pub(crate) data: CpuStorage,
+    pub(crate) data: Storage,
     /// Position of this array's first non-zero in `indices` and `data`.
     pub(crate) offset: usize,
 }
@@ -53,9 +51,9 @@ pub(crate) struct RowSparseData {
     /// Logical shape.
     pub(crate) shape: Vec<usize>,
     /// Sorted unique row ids.
-    pub(crate) indices: Arc<Vec<i64>>,
+    pub(crate) indices: IndexStorage,
     /// The stored rows.
-    pub(crate) data: CpuStorage,
+    pub(crate) data: Storage,
 }
 
 /// The storage of an [`crate::NDArray`].
@@ -113,6 +111,14 @@ impl ArrayData {
             ArrayData::Dense(d) => d.buf.dtype(),
             ArrayData::Csr(c) => c.data.dtype(),
             ArrayData::RowSparse(r) => r.data.dtype(),
+        }
+    }
+    /// The device holding this array's buffers (values and indices live together).
+    pub(crate) fn device(&self) -> crate::Device {
+        match self {
+            ArrayData::Dense(d) => d.buf.device(),
+            ArrayData::Csr(c) => c.data.device(),
+            ArrayData::RowSparse(r) => r.data.device(),
         }
     }
     /// Storage type.

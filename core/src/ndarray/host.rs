@@ -138,7 +138,7 @@ impl NDArray {
         }
         Ok(NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::from_slice(shape),
-            buf: T::shared_buffer(v),
+            buf: crate::storage::Storage::from(T::shared_buffer(v)),
         })))
     }
 
@@ -166,9 +166,9 @@ impl NDArray {
         }
         let c = CsrData {
             shape,
-            indptr,
-            indices,
-            data: T::shared_buffer(values),
+            indptr: crate::storage::IndexStorage::from(indptr),
+            indices: crate::storage::IndexStorage::from(indices),
+            data: crate::storage::Storage::from(T::shared_buffer(values)),
             offset: 0,
         };
         crate::sparse::check_csr(&c, full)?;
@@ -289,7 +289,7 @@ impl NDArray {
         }
         let r = RowSparseData {
             shape: shape.to_vec(),
-            indices: Arc::new(indices),
+            indices: crate::storage::IndexStorage::from(indices),
             data: dd.buf,
         };
         crate::sparse::check_rsp(&r, true)?;

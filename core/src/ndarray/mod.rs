@@ -12,8 +12,8 @@ mod host;
 
 pub use host::{CsrView, RowSparseView};
 
-pub(crate) use data::{ArrayData, CsrData, DenseData, RowSparseData};
 pub use data::Shape;
+pub(crate) use data::{ArrayData, CsrData, DenseData, RowSparseData};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -143,7 +143,7 @@ impl NDArray {
     }
     /// The device whose memory holds this array.
     pub fn device(&self) -> Device {
-        Device::Cpu
+        self.read().device()
     }
 
     /// This array on `device` (MXNet's `as_in_context`, PyTorch's `to`): the same array, with
@@ -155,8 +155,18 @@ impl NDArray {
                 format!("device {device:?} is not available in this build or on this machine"),
             ));
         }
-        // One device exists, so every available device is this array's.
-        Ok(self.clone())
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        // Only reachable once a second backend exists: copying between backends is that
+        // backend's `BackendStorage` work.
+        Err(crate::Error::arg(
+            "to_device",
+            format!(
+                "no copy from {:?} to {device:?} in this build",
+                self.device()
+            ),
+        ))
     }
     /// Bytes held by the storage: data + indices (+ indptr) for sparse arrays.
     pub fn nbytes(&self) -> usize {

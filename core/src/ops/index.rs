@@ -62,7 +62,7 @@ fn gather_positions(
         let (s, e) = (idx[0] * inner, (idx[idx.len() - 1] + 1) * inner);
         crate::with_buffer!(&d.buf, v => crate::cpu::HostElement::into_buffer(v[s..e].to_vec()))
     } else {
-        gather_buf(&d.buf, outer, n, inner, &idx)
+        gather_buf(d.buf.host(), outer, n, inner, &idx)
     };
     let out = NDArray::from_buffer(buf, &out_shape)?;
     let in_shape = d.shape.clone();

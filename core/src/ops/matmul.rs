@@ -4,8 +4,8 @@
 use rayon::prelude::*;
 
 use super::broadcast::{broadcast_shapes, broadcast_strides};
-use crate::cpu::gemm::{gemm_into, strides, PARALLEL_MNK};
 use crate::autograd::record_op;
+use crate::cpu::gemm::{gemm_into, strides, PARALLEL_MNK};
 use crate::error::{Error, Result};
 use crate::{float_dispatch, NDArray};
 

@@ -58,8 +58,8 @@ fn rsp_rsp<T: Float>(op: BinaryOp, a: &RowSparseData, b: &RowSparseData) -> RowS
     }
     RowSparseData {
         shape: a.shape.clone(),
-        indices: Arc::new(idx),
-        data: T::into_buffer(out),
+        indices: crate::storage::IndexStorage::from(idx),
+        data: crate::storage::Storage::from_vec(out),
     }
 }
 
@@ -96,9 +96,9 @@ fn csr_csr<T: Float>(op: BinaryOp, a: &CsrData, b: &CsrData) -> CsrData {
     }
     CsrData {
         shape: a.shape,
-        indptr: Arc::new(indptr),
-        indices: Arc::new(idx),
-        data: T::into_buffer(out),
+        indptr: crate::storage::IndexStorage::from(indptr),
+        indices: crate::storage::IndexStorage::from(idx),
+        data: crate::storage::Storage::from_vec(out),
         offset: 0,
     }
 }
@@ -158,7 +158,7 @@ fn sparse_dense_add<T: Float>(
     });
     DenseData {
         shape: d.shape.clone(),
-        buf: T::into_buffer(out),
+        buf: crate::storage::Storage::from_vec(out),
     }
 }
 
@@ -180,19 +180,19 @@ fn with_values<T: Element>(s: &ArrayData, vals: Vec<T>) -> ArrayData {
             indices: if c.offset == 0 {
                 c.indices.clone()
             } else {
-                Arc::new(c.indices().to_vec())
+                crate::storage::IndexStorage::from(Arc::new(c.indices().to_vec()))
             },
-            data: T::into_buffer(vals),
+            data: crate::storage::Storage::from_vec(vals),
             offset: 0,
         }),
         ArrayData::RowSparse(r) => ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
             indices: r.indices.clone(),
-            data: T::into_buffer(vals),
+            data: crate::storage::Storage::from_vec(vals),
         }),
         ArrayData::Dense(d) => ArrayData::Dense(DenseData {
             shape: d.shape.clone(),
-            buf: T::into_buffer(vals),
+            buf: crate::storage::Storage::from_vec(vals),
         }),
     }
 }

@@ -1,8 +1,6 @@
 //! Building csr and row_sparse arrays: from parts (validated or trusted), from COO triplets and
 //! with an stype-aware `zeros`; and `check_format`, which validates MXNet's invariants.
 
-use std::sync::Arc;
-
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -148,9 +146,9 @@ impl NDArray {
         }
         let c = CsrData {
             shape,
-            indptr: Arc::new(indptr),
-            indices: Arc::new(indices),
-            data,
+            indptr: crate::storage::IndexStorage::from(indptr),
+            indices: crate::storage::IndexStorage::from(indices),
+            data: crate::storage::Storage::from(data),
             offset: 0,
         };
         check_csr(&c, true)?;
@@ -179,9 +177,9 @@ impl NDArray {
     ) -> NDArray {
         NDArray::from_data(ArrayData::Csr(CsrData {
             shape,
-            indptr: Arc::new(indptr),
-            indices: Arc::new(indices),
-            data: T::into_buffer(data),
+            indptr: crate::storage::IndexStorage::from(indptr),
+            indices: crate::storage::IndexStorage::from(indices),
+            data: crate::storage::Storage::from_vec(data),
             offset: 0,
         }))
     }
@@ -195,8 +193,8 @@ impl NDArray {
     ) -> Result<NDArray> {
         let r = RowSparseData {
             shape: shape.to_vec(),
-            indices: Arc::new(indices),
-            data: T::into_buffer(data),
+            indices: crate::storage::IndexStorage::from(indices),
+            data: crate::storage::Storage::from_vec(data),
         };
         check_rsp(&r, true)?;
         Ok(NDArray::from_data(ArrayData::RowSparse(r)))
@@ -210,8 +208,8 @@ impl NDArray {
     ) -> NDArray {
         NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: shape.to_vec(),
-            indices: Arc::new(indices),
-            data: T::into_buffer(data),
+            indices: crate::storage::IndexStorage::from(indices),
+            data: crate::storage::Storage::from_vec(data),
         }))
     }
 

@@ -17,22 +17,29 @@ pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
     let data = match stype {
         SType::Dense => ArrayData::Dense(DenseData {
             shape: crate::Shape::from_slice(shape),
-            buf: CpuStorage::zeros(dtype, shape.iter().product()),
+            buf: crate::storage::Storage::zeros(dtype, shape.iter().product()),
         }),
         SType::Csr => ArrayData::Csr(CsrData {
             shape: [
                 shape.first().copied().unwrap_or(0),
                 shape.get(1).copied().unwrap_or(0),
             ],
-            indptr: Arc::new(vec![0; shape.first().copied().unwrap_or(0) + 1]),
-            indices: Arc::new(Vec::new()),
-            data: CpuStorage::zeros(dtype, 0),
+            indptr: crate::storage::IndexStorage::from(Arc::new(vec![
+                0;
+                shape
+                    .first()
+                    .copied()
+                    .unwrap_or(0)
+                    + 1
+            ])),
+            indices: crate::storage::IndexStorage::from(Arc::new(Vec::new())),
+            data: crate::storage::Storage::zeros(dtype, 0),
             offset: 0,
         }),
         SType::RowSparse => ArrayData::RowSparse(RowSparseData {
             shape: shape.to_vec(),
-            indices: Arc::new(Vec::new()),
-            data: CpuStorage::zeros(dtype, 0),
+            indices: crate::storage::IndexStorage::from(Arc::new(Vec::new())),
+            data: crate::storage::Storage::zeros(dtype, 0),
         }),
     };
     NDArray::from_data(data)
@@ -59,7 +66,7 @@ pub(crate) fn densify(d: &ArrayData) -> Result<DenseData> {
             });
             Ok(DenseData {
                 shape: smallvec::smallvec![rows, cols],
-                buf,
+                buf: crate::storage::Storage::from(buf),
             })
         }
         ArrayData::RowSparse(r) => {
@@ -76,7 +83,7 @@ pub(crate) fn densify(d: &ArrayData) -> Result<DenseData> {
             });
             Ok(DenseData {
                 shape: crate::Shape::from_slice(&r.shape),
-                buf,
+                buf: crate::storage::Storage::from(buf),
             })
         }
     }
@@ -108,8 +115,8 @@ fn dense_to_rsp(d: &DenseData) -> Result<RowSparseData> {
     });
     Ok(RowSparseData {
         shape: d.shape.to_vec(),
-        indices: Arc::new(indices),
-        data,
+        indices: crate::storage::IndexStorage::from(indices),
+        data: crate::storage::Storage::from(data),
     })
 }
 
@@ -155,9 +162,9 @@ fn dense_to_csr(d: &DenseData) -> Result<CsrData> {
     });
     Ok(CsrData {
         shape: [rows, cols],
-        indptr: Arc::new(indptr),
-        indices: Arc::new(indices),
-        data,
+        indptr: crate::storage::IndexStorage::from(indptr),
+        indices: crate::storage::IndexStorage::from(indices),
+        data: crate::storage::Storage::from(data),
         offset: 0,
     })
 }
@@ -246,23 +253,38 @@ fn add_rsp(a: &RowSparseData, b: &RowSparseData) -> RowSparseData {
     }
     let rl = a.row_len();
     let (idx, data) = match (&a.data, &b.data) {
-        (CpuStorage::F32(p), CpuStorage::F32(q)) => {
+        (
+            crate::storage::Storage::Cpu(CpuStorage::F32(p)),
+            crate::storage::Storage::Cpu(CpuStorage::F32(q)),
+        ) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, f32::into_buffer(d))
         }
-        (CpuStorage::F64(p), CpuStorage::F64(q)) => {
+        (
+            crate::storage::Storage::Cpu(CpuStorage::F64(p)),
+            crate::storage::Storage::Cpu(CpuStorage::F64(q)),
+        ) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, f64::into_buffer(d))
         }
-        (CpuStorage::I64(p), CpuStorage::I64(q)) => {
+        (
+            crate::storage::Storage::Cpu(CpuStorage::I64(p)),
+            crate::storage::Storage::Cpu(CpuStorage::I64(q)),
+        ) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, i64::into_buffer(d))
         }
-        (CpuStorage::I32(p), CpuStorage::I32(q)) => {
+        (
+            crate::storage::Storage::Cpu(CpuStorage::I32(p)),
+            crate::storage::Storage::Cpu(CpuStorage::I32(q)),
+        ) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, i32::into_buffer(d))
         }
-        (CpuStorage::U8(p), CpuStorage::U8(q)) => {
+        (
+            crate::storage::Storage::Cpu(CpuStorage::U8(p)),
+            crate::storage::Storage::Cpu(CpuStorage::U8(q)),
+        ) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, u8::into_buffer(d))
         }
@@ -270,7 +292,7 @@ fn add_rsp(a: &RowSparseData, b: &RowSparseData) -> RowSparseData {
     };
     RowSparseData {
         shape: a.shape.clone(),
-        indices: Arc::new(idx),
-        data,
+        indices: crate::storage::IndexStorage::from(idx),
+        data: crate::storage::Storage::from(data),
     }
 }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use num_traits::Zero;
 
-use crate::cpu::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
 use super::groups::ColumnGroups;
+use crate::autograd::record_op;
+use crate::cpu::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
 use crate::cpu::rows::axpy;
 use crate::cpu::segment::{fill_rows, for_each_row, segment_sum_grouped, PAR_WORK};
-use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
 use crate::ops::as_f32;
@@ -149,8 +149,8 @@ pub(crate) fn csr_t_dense_rsp(
         let data = segment_sum_grouped(&gr.starts, &gr.order, &gr.rows, vals, gs, n);
         NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: vec![k, n],
-            indices: gr.uniq.clone(),
-            data: <T as crate::cpu::HostElement>::into_buffer(data),
+            indices: crate::storage::IndexStorage::from(gr.uniq.clone()),
+            data: crate::storage::Storage::from_vec(data),
         }))
     }))
 }

@@ -2,9 +2,9 @@
 //! dispatch does not cover (it has csr x dense, which the row_sparse-gradient layout uses).
 //! Gluon-layout Dense layers call it for a csr input.
 
-use rayon::prelude::*;
 use crate::autograd::record_op;
 use crate::{float_dispatch, ArrayData, CsrData, Error, NDArray, Result};
+use rayon::prelude::*;
 
 fn csr_of(x: &NDArray) -> Result<CsrData> {
     match &*x.read() {

@@ -1,13 +1,10 @@
 //! Embedding lookup (rows of a table by id) with a row_sparse table gradient, and `take` of csr
 //! rows.
 
-use crate::cpu::HostElement;
-use std::sync::Arc;
-
 use rayon::prelude::*;
 
-use crate::cpu::segment::segment_sum_rows;
 use crate::autograd::record_op;
+use crate::cpu::segment::segment_sum_rows;
 use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
@@ -17,7 +14,7 @@ use crate::{float_dispatch, with_buffer, Element, NDArray};
 /// passes ids as float32 arrays).
 pub(crate) fn ids_of(op: &'static str, ids: &NDArray, bound: usize) -> Result<Vec<i64>> {
     let d = ids.dense_data()?;
-    let v: Vec<i64> = match &d.buf {
+    let v: Vec<i64> = match d.buf.host() {
         CpuStorage::I64(v) => v.to_vec(),
         CpuStorage::I32(v) => v.iter().map(|&x| x as i64).collect(),
         CpuStorage::U8(v) => v.iter().map(|&x| x as i64).collect(),
@@ -89,8 +86,8 @@ pub fn embedding(table: &NDArray, ids: &NDArray) -> Result<NDArray> {
             let (uniq, data) = segment_sum_rows::<T>(&idv, &rows, None, gd.buf.as_slice::<T>().unwrap(), dim);
             NDArray::from_data(ArrayData::RowSparse(RowSparseData {
                 shape: shape.to_vec(),
-                indices: Arc::new(uniq),
-                data: T::into_buffer(data),
+                indices: crate::storage::IndexStorage::from(uniq),
+                data: crate::storage::Storage::from_vec(data),
             }))
         });
         Ok(vec![Some(gt), None])
@@ -108,9 +105,10 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
             let row: usize = d.shape[1..].iter().product();
             let mut shape = d.shape.clone();
             shape[0] = ids.len();
-            let buf = d
-                .buf
-                .gather(ids.iter().flat_map(|&r| r as usize * row..(r as usize + 1) * row));
+            let buf = d.buf.gather(
+                ids.iter()
+                    .flat_map(|&r| r as usize * row..(r as usize + 1) * row),
+            );
             return Ok(NDArray::from_data(ArrayData::Dense(crate::DenseData {
                 shape,
                 buf,
@@ -120,10 +118,10 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
             return Err(Error::stype(
                 "take",
                 format!(
-                    "take_rows needs a csr or an (at least 1-d) dense array, got {:?} of shape {:?}",
-                    other.stype(),
-                    other.shape()
-                ),
+                "take_rows needs a csr or an (at least 1-d) dense array, got {:?} of shape {:?}",
+                other.stype(),
+                other.shape()
+            ),
             ))
         }
     };
@@ -144,8 +142,8 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
     let data = c.data.gather(positions());
     Ok(NDArray::from_data(ArrayData::Csr(CsrData {
         shape: [ids.len(), c.shape[1]],
-        indptr: Arc::new(indptr),
-        indices: Arc::new(indices),
+        indptr: crate::storage::IndexStorage::from(indptr),
+        indices: crate::storage::IndexStorage::from(indices),
         data,
         offset: 0,
     })))

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::cpu::segment::{entry_rows, group_by_key};
 use crate::ndarray::{ArrayData, CsrData};
+use crate::storage::IndexStorage;
 use crate::NDArray;
 
 /// The non-zeros of a csr array grouped by column: what `csr^T . dense` needs to write each
@@ -24,8 +25,8 @@ use crate::NDArray;
 #[derive(Debug)]
 pub struct ColumnGroups {
     /// The csr structure this grouping describes (held so it cannot change underneath).
-    indptr: Arc<Vec<i64>>,
-    indices: Arc<Vec<i64>>,
+    indptr: IndexStorage,
+    indices: IndexStorage,
     offset: usize,
     /// Sorted unique column ids; shared with the row_sparse results built from it.
     pub(crate) uniq: Arc<Vec<i64>>,
@@ -54,8 +55,8 @@ impl ColumnGroups {
 
     /// Whether this grouping describes `c`'s current structure.
     pub(crate) fn matches(&self, c: &CsrData) -> bool {
-        Arc::ptr_eq(&self.indptr, &c.indptr)
-            && Arc::ptr_eq(&self.indices, &c.indices)
+        Arc::ptr_eq(self.indptr.host_arc(), c.indptr.host_arc())
+            && Arc::ptr_eq(self.indices.host_arc(), c.indices.host_arc())
             && self.offset == c.offset
     }
 

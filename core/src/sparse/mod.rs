@@ -18,8 +18,8 @@ mod retain;
 mod slice;
 mod unary;
 
-pub use convert::{add_grads, cast_storage, zeros_stype};
 pub(crate) use convert::densify;
+pub use convert::{add_grads, cast_storage, zeros_stype};
 pub(crate) use dispatch::{
     dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,
 };

@@ -1,9 +1,6 @@
 //! Reductions of sparse arrays: sum / mean of csr along axis 0, 1 or all (through the `sum`
 //! dispatch hook), `square_sum` of row_sparse (MXNet's `_square_sum`) and `norm`.
 
-use crate::cpu::HostElement;
-use std::sync::Arc;
-
 use num_traits::Zero;
 
 use crate::autograd::record_op;
@@ -98,7 +95,7 @@ pub fn square_sum(a: &NDArray, axis: Option<i64>, keepdims: bool) -> Result<NDAr
             Some(1) => {
                 let sums: Vec<T> = (0..r.nnr()).map(|k| v[k * n..(k + 1) * n].iter().map(|&x| x * x).sum()).collect();
                 if keepdims {
-                    NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: vec![m, 1], indices: r.indices.clone(), data: T::into_buffer(sums) }))
+                    NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: vec![m, 1], indices: r.indices.clone(), data: crate::storage::Storage::from_vec(sums) }))
                 } else {
                     let mut out = vec![T::zero(); m];
                     for (k, &row) in r.indices.iter().enumerate() { out[row as usize] = sums[k]; }
@@ -132,7 +129,7 @@ pub fn square_sum(a: &NDArray, axis: Option<i64>, keepdims: bool) -> Result<NDAr
                     out[k * n + e] = two * v[k * n + e] * gk;
                 }
             }
-            NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: x.shape.clone(), indices: Arc::clone(&x.indices), data: T::into_buffer(out) }))
+            NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: x.shape.clone(), indices: x.indices.clone(), data: crate::storage::Storage::from_vec(out) }))
         });
         Ok(vec![Some(gx)])
     }))

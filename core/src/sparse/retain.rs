@@ -1,8 +1,6 @@
 //! `retain`: the rows a caller names, as a row_sparse array (MXNet's `sparse.retain`, and
 //! Gluon's `Parameter.row_sparse_data` for a dense weight).
 
-use std::sync::Arc;
-
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, RowSparseData};
 use crate::NDArray;
@@ -60,12 +58,15 @@ pub fn retain_rows(a: &NDArray, row_ids: &[i64]) -> Result<NDArray> {
             (kept, data)
         }
         ArrayData::Csr(_) => {
-            return Err(Error::stype(OP, "needs a dense or row_sparse array, got Csr"))
+            return Err(Error::stype(
+                OP,
+                "needs a dense or row_sparse array, got Csr",
+            ))
         }
     };
     Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
         shape: shape.to_vec(),
-        indices: Arc::new(indices),
+        indices: crate::storage::IndexStorage::from(indices),
         data,
     })))
 }
@@ -90,13 +91,20 @@ mod tests {
             let got = r.to_f64_vec();
             for row in 0..7 {
                 for j in 0..3 {
-                    let want = if [1, 5, 6].contains(&row) { dense[row * 3 + j] } else { 0.0 };
+                    let want = if [1, 5, 6].contains(&row) {
+                        dense[row * 3 + j]
+                    } else {
+                        0.0
+                    };
                     assert_eq!(got[row * 3 + j], want);
                 }
             }
         }
         let sparse = NDArray::row_sparse_from_parts(vec![1.0f32; 6], vec![0, 4], &[6, 3]).unwrap();
-        assert_eq!(retain_rows(&sparse, &[4, 5]).unwrap().row_ids().unwrap(), vec![4]);
+        assert_eq!(
+            retain_rows(&sparse, &[4, 5]).unwrap().row_ids().unwrap(),
+            vec![4]
+        );
         assert!(retain_rows(&w, &[7]).is_err());
         assert!(retain_rows(&w, &[-1]).is_err());
         assert!(retain_rows(&NDArray::scalar(1.0f32), &[0]).is_err());

@@ -1,8 +1,6 @@
 //! Slicing and joining sparse arrays: csr row slices that share the parent's indices and values,
 //! csr column slices, vertical concat of csr arrays, and row_sparse `retain`.
 
-use std::sync::Arc;
-
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
 use crate::{CpuStorage, NDArray};
@@ -32,7 +30,7 @@ impl NDArray {
         let indptr: Vec<i64> = c.indptr[start..=end].iter().map(|&p| p - base).collect();
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [end - start, c.shape[1]],
-            indptr: Arc::new(indptr),
+            indptr: crate::storage::IndexStorage::from(indptr),
             indices: c.indices.clone(),
             data: c.data.clone(),
             offset: c.offset + base as usize,
@@ -72,8 +70,8 @@ impl NDArray {
         let data = c.data.gather(keep.iter().map(|&p| p + c.offset));
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [c.shape[0], end - start],
-            indptr: Arc::new(indptr),
-            indices: Arc::new(indices),
+            indptr: crate::storage::IndexStorage::from(indptr),
+            indices: crate::storage::IndexStorage::from(indices),
             data,
             offset: 0,
         })))
@@ -114,7 +112,7 @@ impl NDArray {
             .gather(keep.iter().flat_map(|&k| k * rl..(k + 1) * rl));
         Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
-            indices: Arc::new(indices),
+            indices: crate::storage::IndexStorage::from(indices),
             data,
         })))
     }
@@ -155,14 +153,14 @@ pub fn concat_rows(parts: &[NDArray]) -> Result<NDArray> {
     }
     let chunks: Vec<CpuStorage> = cs
         .iter()
-        .map(|c| c.data.gather(c.offset..c.offset + c.nnz()))
+        .map(|c| c.data.host().gather(c.offset..c.offset + c.nnz()))
         .collect();
     let data = concat_buffers(&chunks, dtype);
     Ok(NDArray::from_data(ArrayData::Csr(CsrData {
         shape: [rows, cols],
-        indptr: Arc::new(indptr),
-        indices: Arc::new(indices),
-        data,
+        indptr: crate::storage::IndexStorage::from(indptr),
+        indices: crate::storage::IndexStorage::from(indices),
+        data: crate::storage::Storage::from(data),
         offset: 0,
     })))
 }

@@ -95,24 +95,30 @@ pub(crate) fn map_stored<T: Element>(d: &ArrayData, f: impl Fn(T) -> T + Sync + 
             let indices = if c.offset == 0 {
                 c.indices.clone()
             } else {
-                Arc::new(c.indices().to_vec())
+                crate::storage::IndexStorage::from(Arc::new(c.indices().to_vec()))
             };
             ArrayData::Csr(CsrData {
                 shape: c.shape,
                 indptr: c.indptr.clone(),
                 indices,
-                data: T::into_buffer(map_slice(&vals[..nnz], f)),
+                data: crate::storage::Storage::from_vec(map_slice(&vals[..nnz], f)),
                 offset: 0,
             })
         }
         ArrayData::RowSparse(r) => ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
             indices: r.indices.clone(),
-            data: T::into_buffer(map_slice(r.data.as_slice::<T>().expect("dtype"), f)),
+            data: crate::storage::Storage::from_vec(map_slice(
+                r.data.as_slice::<T>().expect("dtype"),
+                f,
+            )),
         }),
         ArrayData::Dense(dd) => ArrayData::Dense(crate::ndarray::DenseData {
             shape: dd.shape.clone(),
-            buf: T::into_buffer(map_slice(dd.buf.as_slice::<T>().expect("dtype"), f)),
+            buf: crate::storage::Storage::from_vec(map_slice(
+                dd.buf.as_slice::<T>().expect("dtype"),
+                f,
+            )),
         }),
     }
 }

@@ -1,12 +1,14 @@
 //! AdaGrad, AdaDelta and RMSProp (plain and centered).
 
-use sparrow_core::{Float, NDArray, Result};
+use sparrow_core::update::{
+    adadelta_update, adagrad_update, rmsprop_update, rmspropalex_update, AdaDeltaParams,
+    AdaGradParams, RmsPropAlexParams, RmsPropParams,
+};
+use sparrow_core::{NDArray, Result};
 
-use super::adam::impl_optimizer;
-use super::driver::apply_elementwise;
-use super::{cast, clip, dispatch_float, Optimizer, OptimizerOptions, State, StepCtx};
+use super::{OptimizerOptions, Rule, State, StepCtx};
 
-/// AdaGrad (MXNet's `AdaGrad`; dense path in Python, row_sparse path `adagrad_update`):
+/// AdaGrad (MXNet's `AdaGrad`, core's `adagrad_update`):
 /// `h = clip(rescale*g); s <- s + h^2; w <- w + (h/sqrt(s + eps) + wd*w) * -lr`, eps inside the
 /// square root. MXNet's sparse kernel refuses `wd != 0`; here the same formula applies.
 pub struct AdaGrad {
@@ -24,37 +26,23 @@ impl AdaGrad {
             eps: 1e-7,
         }
     }
-    fn init_scalars(&self, _s: &mut State) {}
+}
 
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        let (lr, wd, rg, eps): (T, T, T, T) = (
-            cast(ctx.lr),
-            cast(ctx.wd),
-            cast(ctx.rescale_grad),
-            cast(self.eps),
-        );
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let states = st.handles();
-        apply_elementwise::<T, 1, _>(
-            "adagrad_update",
-            w,
-            g,
-            &states,
-            ctx.lazy_update,
-            move |w, g, [s]| {
-                let h = clip(g * rg, c);
-                *s = *s + h * h;
-                let div = h / (*s + eps).sqrt();
-                *w = *w + (div + *w * wd) * -lr;
-            },
-        )
+impl Rule for AdaGrad {
+    const NAME: &'static str = "adagrad";
+    fn state_names(&self) -> &'static [&'static str] {
+        &["history"]
+    }
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
+        let [history] = st.arrays_n(Self::NAME)?;
+        let hyper = AdaGradParams { epsilon: self.eps };
+        adagrad_update(w, g, history, &ctx.args(hyper))
     }
 }
-impl_optimizer!(AdaGrad, "adagrad", &["history"]);
 
-/// AdaDelta (MXNet's Python `AdaDelta`). Like MXNet it uses no learning rate:
-/// `h = clip(rescale*g); a <- rho*a + (1-rho)*h^2; d = sqrt(b + eps)/sqrt(a + eps)*h;
-/// b <- rho*b + (1-rho)*d^2; w <- w - (d + wd*w)`.
+/// AdaDelta (MXNet's Python `AdaDelta`, core's `adadelta_update`). Like MXNet it uses no
+/// learning rate: `h = clip(rescale*g); a <- rho*a + (1-rho)*h^2;
+/// d = sqrt(b + eps)/sqrt(a + eps)*h; b <- rho*b + (1-rho)*d^2; w <- w - (d + wd*w)`.
 pub struct AdaDelta {
     /// Shared options (the learning rate is unused, as in MXNet).
     pub opts: OptimizerOptions,
@@ -73,33 +61,6 @@ impl AdaDelta {
             epsilon: 1e-5,
         }
     }
-    fn init_scalars(&self, _s: &mut State) {}
-
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        let (wd, rg, rho, eps): (T, T, T, T) = (
-            cast(ctx.wd),
-            cast(ctx.rescale_grad),
-            cast(self.rho),
-            cast(self.epsilon),
-        );
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let one = T::one();
-        let states = st.handles();
-        apply_elementwise::<T, 2, _>(
-            "adadelta_update",
-            w,
-            g,
-            &states,
-            ctx.lazy_update,
-            move |w, g, [a, b]| {
-                let h = clip(g * rg, c);
-                *a = rho * *a + (one - rho) * h * h;
-                let d = (*b + eps).sqrt() / (*a + eps).sqrt() * h;
-                *b = rho * *b + (one - rho) * d * d;
-                *w = *w - (d + wd * *w);
-            },
-        )
-    }
 }
 
 impl Default for AdaDelta {
@@ -107,11 +68,25 @@ impl Default for AdaDelta {
         Self::new()
     }
 }
-impl_optimizer!(AdaDelta, "adadelta", &["acc_grad", "acc_delta"]);
 
-/// RMSProp. Plain (Tieleman & Hinton, MXNet `rmsprop_update`):
+impl Rule for AdaDelta {
+    const NAME: &'static str = "adadelta";
+    fn state_names(&self) -> &'static [&'static str] {
+        &["acc_grad", "acc_delta"]
+    }
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
+        let [acc_grad, acc_delta] = st.arrays_n(Self::NAME)?;
+        let hyper = AdaDeltaParams {
+            rho: self.rho,
+            epsilon: self.epsilon,
+        };
+        adadelta_update(w, g, acc_grad, acc_delta, &ctx.args(hyper))
+    }
+}
+
+/// RMSProp. Plain (Tieleman & Hinton, core's `rmsprop_update`):
 /// `h = clip(rescale*g + wd*w); n <- (1-g1)*h^2 + g1*n; w <- w - lr*h/sqrt(n + eps)`.
-/// Centered (Graves, MXNet `rmspropalex_update`): also `s <- (1-g1)*h + g1*s;
+/// Centered (Graves, core's `rmspropalex_update`): also `s <- (1-g1)*h + g1*s;
 /// d <- g2*d - lr*h/sqrt(n - s^2 + eps); w <- w + d`. Optionally clips the weight to
 /// `[-clip_weights, clip_weights]`.
 pub struct RMSProp {
@@ -148,69 +123,35 @@ impl RMSProp {
             ..Self::new(learning_rate)
         }
     }
-
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        let (lr, wd, rg, eps): (T, T, T, T) = (
-            cast(ctx.lr),
-            cast(ctx.wd),
-            cast(ctx.rescale_grad),
-            cast(self.epsilon),
-        );
-        let (g1, g2): (T, T) = (cast(self.gamma1), cast(self.gamma2));
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let cw: Option<T> = self.clip_weights.filter(|c| *c > 0.0).map(cast);
-        let one = T::one();
-        let states = st.handles();
-        if !self.centered {
-            apply_elementwise::<T, 1, _>(
-                "rmsprop_update",
-                w,
-                g,
-                &states,
-                ctx.lazy_update,
-                move |w, g, [n]| {
-                    let h = clip(rg * g + wd * *w, c);
-                    *n = (one - g1) * (h * h) + g1 * *n;
-                    *w = clip(*w - lr * (h / (*n + eps).sqrt()), cw);
-                },
-            )
-        } else {
-            apply_elementwise::<T, 3, _>(
-                "rmspropalex_update",
-                w,
-                g,
-                &states,
-                ctx.lazy_update,
-                move |w, g, [n, s, d]| {
-                    let h = clip(rg * g + wd * *w, c);
-                    *n = (one - g1) * h * h + g1 * *n;
-                    *s = (one - g1) * h + g1 * *s;
-                    *d = g2 * *d - (lr * h / (*n - *s * *s + eps).sqrt());
-                    *w = clip(*w + *d, cw);
-                },
-            )
-        }
-    }
 }
 
-impl Optimizer for RMSProp {
-    fn name(&self) -> &'static str {
-        "rmsprop"
-    }
-    fn options(&self) -> &OptimizerOptions {
-        &self.opts
-    }
-    fn options_mut(&mut self) -> &mut OptimizerOptions {
-        &mut self.opts
-    }
-    fn create_state(&self, _index: usize, weight: &NDArray) -> Result<State> {
+impl Rule for RMSProp {
+    const NAME: &'static str = "rmsprop";
+    fn state_names(&self) -> &'static [&'static str] {
         if self.centered {
-            State::zeros_like(weight, &["n", "g", "delta"])
+            &["n", "g", "delta"]
         } else {
-            State::zeros_like(weight, &["n"])
+            &["n"]
         }
     }
-    fn step(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        dispatch_float!(self, ctx, w, g, st)
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
+        let clip_weights = self.clip_weights.filter(|c| *c > 0.0);
+        if !self.centered {
+            let [n] = st.arrays_n(Self::NAME)?;
+            let hyper = RmsPropParams {
+                gamma1: self.gamma1,
+                epsilon: self.epsilon,
+                clip_weights,
+            };
+            return rmsprop_update(w, g, n, &ctx.args(hyper));
+        }
+        let [n, avg, delta] = st.arrays_n(Self::NAME)?;
+        let hyper = RmsPropAlexParams {
+            gamma1: self.gamma1,
+            gamma2: self.gamma2,
+            epsilon: self.epsilon,
+            clip_weights,
+        };
+        rmspropalex_update(w, g, n, avg, delta, &ctx.args(hyper))
     }
 }

@@ -1,12 +1,11 @@
 //! FTRL-Proximal and FTML.
 
-use sparrow_core::{Float, NDArray, Result};
+use sparrow_core::update::{ftml_update, ftrl_update, FtmlParams, FtrlParams};
+use sparrow_core::{NDArray, Result};
 
-use super::adam::impl_optimizer;
-use super::driver::apply_elementwise;
-use super::{cast, clip, dispatch_float, sign, Optimizer, OptimizerOptions, State, StepCtx};
+use super::{OptimizerOptions, Rule, State, StepCtx};
 
-/// FTRL-Proximal (MXNet `ftrl_update`):
+/// FTRL-Proximal (core's `ftrl_update`):
 /// `h = clip(rescale*g); z <- z + h - (sqrt(n + h^2) - sqrt(n))*w/lr; n <- n + h^2;
 /// w <- (sign(z)*lambda1 - z)/((beta + sqrt(n))/lr + wd)` where `|z| > lambda1`, else 0.
 ///
@@ -32,32 +31,24 @@ impl Ftrl {
             beta: 1.0,
         }
     }
-    fn init_scalars(&self, _s: &mut State) {}
+}
 
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        let (lr, wd, rg): (T, T, T) = (cast(ctx.lr), cast(ctx.wd), cast(ctx.rescale_grad));
-        let (l1, beta): (T, T) = (cast(self.lambda1), cast(self.beta));
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let states = st.handles();
-        apply_elementwise::<T, 2, _>(
-            "ftrl_update",
-            w,
-            g,
-            &states,
-            ctx.lazy_update,
-            move |w, g, [z, n]| {
-                let h = clip(g * rg, c);
-                *z = *z + (h - ((*n + h * h).sqrt() - n.sqrt()) * *w / lr);
-                *n = *n + h * h;
-                let on = if z.abs() > l1 { T::one() } else { T::zero() };
-                *w = (sign(*z) * l1 - *z) / ((beta + n.sqrt()) / lr + wd) * on;
-            },
-        )
+impl Rule for Ftrl {
+    const NAME: &'static str = "ftrl";
+    fn state_names(&self) -> &'static [&'static str] {
+        &["z", "n"]
+    }
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
+        let [z, n] = st.arrays_n(Self::NAME)?;
+        let hyper = FtrlParams {
+            lambda1: self.lambda1,
+            beta: self.beta,
+        };
+        ftrl_update(w, g, z, n, &ctx.args(hyper))
     }
 }
-impl_optimizer!(Ftrl, "ftrl", &["z", "n"]);
 
-/// FTML, Follow the Moving Leader (MXNet `ftml_update`):
+/// FTML, Follow the Moving Leader (core's `ftml_update`):
 /// `h = clip(rescale*g + wd*w); v <- b2*v + (1-b2)*h^2;
 /// d_t = (1-b1^t)/lr * (sqrt(v/(1-b2^t)) + eps); z <- b1*z + (1-b1)*h - (d_t - b1*d)*w;
 /// d <- d_t; w <- -z/d_t`.
@@ -82,32 +73,21 @@ impl Ftml {
             epsilon: 1e-8,
         }
     }
-    fn init_scalars(&self, _s: &mut State) {}
+}
 
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        let (lr, wd, rg): (T, T, T) = (cast(ctx.lr), cast(ctx.wd), cast(ctx.rescale_grad));
-        let (b1, b2, eps): (T, T, T) = (cast(self.beta1), cast(self.beta2), cast(self.epsilon));
-        // MXNet evaluates the powers in the kernel's dtype.
-        let t: T = cast(ctx.t as f64);
-        let (c1, c2) = (T::one() - b1.powf(t), T::one() - b2.powf(t));
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let one = T::one();
-        let states = st.handles();
-        apply_elementwise::<T, 3, _>(
-            "ftml_update",
-            w,
-            g,
-            &states,
-            ctx.lazy_update,
-            move |w, g, [d, v, z]| {
-                let h = clip(rg * g + wd * *w, c);
-                *v = b2 * *v + (one - b2) * (h * h);
-                let d_t = c1 / lr * ((*v / c2).sqrt() + eps);
-                *z = b1 * *z + (one - b1) * h - (d_t - b1 * *d) * *w;
-                *d = d_t;
-                *w = -*z / d_t;
-            },
-        )
+impl Rule for Ftml {
+    const NAME: &'static str = "ftml";
+    fn state_names(&self) -> &'static [&'static str] {
+        &["d", "v", "z"]
+    }
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
+        let [d, v, z] = st.arrays_n(Self::NAME)?;
+        let hyper = FtmlParams {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            epsilon: self.epsilon,
+            t: ctx.t,
+        };
+        ftml_update(w, g, d, v, z, &ctx.args(hyper))
     }
 }
-impl_optimizer!(Ftml, "ftml", &["d", "v", "z"]);

@@ -1,12 +1,24 @@
 //! SGD (with momentum), Nesterov momentum (NAG) and Signum / signSGD.
 
-use sparrow_core::ops::map_assign;
-use sparrow_core::{Float, NDArray, Result};
+use sparrow_core::update::{
+    nag_mom_update, sgd_mom_update, sgd_update, signsgd_update, signum_update, MomentumParams,
+    SignumParams,
+};
+use sparrow_core::{NDArray, Result};
 
-use super::driver::{apply_elementwise, apply_zip};
-use super::{cast, clip, dispatch_float, sign, Optimizer, OptimizerOptions, State, StepCtx};
+use super::{OptimizerOptions, Rule, State, StepCtx};
 
-/// Stochastic gradient descent with optional momentum (MXNet `sgd_update` / `sgd_mom_update`).
+/// The state of the momentum optimizers: one array, or none without momentum.
+fn momentum_state(momentum: f64) -> &'static [&'static str] {
+    if momentum == 0.0 {
+        &[]
+    } else {
+        &["momentum"]
+    }
+}
+
+/// Stochastic gradient descent with optional momentum (core's `sgd_update` /
+/// `sgd_mom_update`).
 ///
 /// Without momentum: `w <- (1 - lr*wd)*w - lr*clip(rescale*g)`.
 /// With momentum `mu`: `m <- mu*m - lr*wd*w - lr*clip(rescale*g); w <- w + m`.
@@ -32,87 +44,26 @@ impl Sgd {
             momentum,
         }
     }
+}
 
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        let (lr, wd, rg): (T, T, T) = (cast(ctx.lr), cast(ctx.wd), cast(ctx.rescale_grad));
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let one = T::one();
+impl Rule for Sgd {
+    const NAME: &'static str = "sgd";
+    fn state_names(&self) -> &'static [&'static str] {
+        momentum_state(self.momentum)
+    }
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
         if self.momentum == 0.0 {
-            // The clip test is hoisted out of the element loop so the common unclipped update is
-            // a straight-line fused multiply-add LLVM vectorizes.
-            let decay = one - lr * wd;
-            match c {
-                Some(_) => apply_elementwise::<T, 0, _>(
-                    "sgd_update",
-                    w,
-                    g,
-                    &[],
-                    ctx.lazy_update,
-                    move |w, g, []| *w = decay * *w - lr * clip(rg * g, c),
-                ),
-                None => {
-                    // Span-level loops rather than the per-element callback: this is the whole
-                    // update of the common case, run 8 lanes wide on AVX2 (bit-identical to the
-                    // plain loop); a small lazy row_sparse step is one loop over its rows.
-                    let step = lr * rg;
-                    apply_zip(
-                        "sgd_update",
-                        w,
-                        g,
-                        ctx.lazy_update,
-                        move |w: T, g: T| decay * w - step * g,
-                        move |w: &mut [T]| {
-                            if decay != one {
-                                map_assign(w, |w| decay * w);
-                            }
-                        },
-                    )
-                }
-            }
-        } else {
-            let mu: T = cast(self.momentum);
-            let states = st.handles();
-            apply_elementwise::<T, 1, _>(
-                "sgd_mom_update",
-                w,
-                g,
-                &states,
-                ctx.lazy_update,
-                move |w, g, [m]| {
-                    *m = match c {
-                        Some(_) => mu * *m - lr * wd * *w - lr * clip(rg * g, c),
-                        None => mu * *m - lr * wd * *w - lr * rg * g,
-                    };
-                    *w = *w + *m;
-                },
-            )
+            return sgd_update(w, g, &ctx.args(()));
         }
+        let [mom] = st.arrays_n(Self::NAME)?;
+        let hyper = MomentumParams {
+            momentum: self.momentum,
+        };
+        sgd_mom_update(w, g, mom, &ctx.args(hyper))
     }
 }
 
-impl Optimizer for Sgd {
-    fn name(&self) -> &'static str {
-        "sgd"
-    }
-    fn options(&self) -> &OptimizerOptions {
-        &self.opts
-    }
-    fn options_mut(&mut self) -> &mut OptimizerOptions {
-        &mut self.opts
-    }
-    fn create_state(&self, _index: usize, weight: &NDArray) -> Result<State> {
-        if self.momentum == 0.0 {
-            State::zeros_like(weight, &[])
-        } else {
-            State::zeros_like(weight, &["momentum"])
-        }
-    }
-    fn step(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        dispatch_float!(self, ctx, w, g, st)
-    }
-}
-
-/// Nesterov accelerated gradient (MXNet `nag_mom_update`; plain SGD when momentum is 0).
+/// Nesterov accelerated gradient (core's `nag_mom_update`; plain SGD when momentum is 0).
 ///
 /// Per element, with `h = clip(rescale*g) + wd*w`:
 /// `m <- mu*m; w <- w - m + (mu + 1)*(m - lr*h); m <- m - lr*(clip(rescale*g) + wd*w)`.
@@ -132,62 +83,26 @@ impl Nag {
             momentum,
         }
     }
+}
 
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
+impl Rule for Nag {
+    const NAME: &'static str = "nag";
+    fn state_names(&self) -> &'static [&'static str] {
+        momentum_state(self.momentum)
+    }
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
         if self.momentum == 0.0 {
-            let sgd = Sgd {
-                opts: OptimizerOptions::new(ctx.lr),
-                momentum: 0.0,
-            };
-            return sgd.run::<T>(ctx, w, g, st);
+            return sgd_update(w, g, &ctx.args(()));
         }
-        let (lr, wd, rg): (T, T, T) = (cast(ctx.lr), cast(ctx.wd), cast(ctx.rescale_grad));
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let mu: T = cast(self.momentum);
-        let one = T::one();
-        let states = st.handles();
-        apply_elementwise::<T, 1, _>(
-            "nag_mom_update",
-            w,
-            g,
-            &states,
-            ctx.lazy_update,
-            move |w, g, [m]| {
-                let gr = match c {
-                    Some(_) => clip(rg * g, c),
-                    None => rg * g,
-                };
-                *m = mu * *m;
-                *w = *w - *m + (mu + one) * (*m - lr * (gr + wd * *w));
-                *m = *m - lr * (gr + wd * *w);
-            },
-        )
+        let [mom] = st.arrays_n(Self::NAME)?;
+        let hyper = MomentumParams {
+            momentum: self.momentum,
+        };
+        nag_mom_update(w, g, mom, &ctx.args(hyper))
     }
 }
 
-impl Optimizer for Nag {
-    fn name(&self) -> &'static str {
-        "nag"
-    }
-    fn options(&self) -> &OptimizerOptions {
-        &self.opts
-    }
-    fn options_mut(&mut self) -> &mut OptimizerOptions {
-        &mut self.opts
-    }
-    fn create_state(&self, _index: usize, weight: &NDArray) -> Result<State> {
-        if self.momentum == 0.0 {
-            State::zeros_like(weight, &[])
-        } else {
-            State::zeros_like(weight, &["momentum"])
-        }
-    }
-    fn step(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        dispatch_float!(self, ctx, w, g, st)
-    }
-}
-
-/// Signum (MXNet `signum_update`), or signSGD when momentum is 0 (`signsgd_update`).
+/// Signum (core's `signum_update`), or signSGD when momentum is 0 (`signsgd_update`).
 ///
 /// Signum: `m <- mu*m - (1-mu)*wd*w - (1-mu)*clip(rescale*g); w <- (1 - lr*wd_lh)*w + lr*sign(m)`.
 /// signSGD: `w <- (1 - lr*wd)*w - lr*sign(g)`.
@@ -209,61 +124,22 @@ impl Signum {
             wd_lh: 0.0,
         }
     }
-
-    fn run<T: Float>(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        let (lr, wd, rg): (T, T, T) = (cast(ctx.lr), cast(ctx.wd), cast(ctx.rescale_grad));
-        let c: Option<T> = ctx.clip_gradient.map(cast);
-        let one = T::one();
-        if self.momentum == 0.0 {
-            return apply_elementwise::<T, 0, _>(
-                "signsgd_update",
-                w,
-                g,
-                &[],
-                ctx.lazy_update,
-                move |w, g, []| {
-                    *w = (one - lr * wd) * *w - lr * sign(g);
-                },
-            );
-        }
-        let mu: T = cast(self.momentum);
-        let wd_lh: T = cast(self.wd_lh);
-        let states = st.handles();
-        apply_elementwise::<T, 1, _>(
-            "signum_update",
-            w,
-            g,
-            &states,
-            ctx.lazy_update,
-            move |w, g, [m]| {
-                *m = match c {
-                    Some(_) => mu * *m - (one - mu) * wd * *w - (one - mu) * clip(rg * g, c),
-                    None => mu * *m - (one - mu) * wd * *w - (one - mu) * rg * g,
-                };
-                *w = (one - lr * wd_lh) * *w + lr * sign(*m);
-            },
-        )
-    }
 }
 
-impl Optimizer for Signum {
-    fn name(&self) -> &'static str {
-        "signum"
+impl Rule for Signum {
+    const NAME: &'static str = "signum";
+    fn state_names(&self) -> &'static [&'static str] {
+        momentum_state(self.momentum)
     }
-    fn options(&self) -> &OptimizerOptions {
-        &self.opts
-    }
-    fn options_mut(&mut self) -> &mut OptimizerOptions {
-        &mut self.opts
-    }
-    fn create_state(&self, _index: usize, weight: &NDArray) -> Result<State> {
+    fn apply(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
         if self.momentum == 0.0 {
-            State::zeros_like(weight, &[])
-        } else {
-            State::zeros_like(weight, &["momentum"])
+            return signsgd_update(w, g, &ctx.args(()));
         }
-    }
-    fn step(&self, ctx: &StepCtx, w: &NDArray, g: &NDArray, st: &mut State) -> Result<()> {
-        dispatch_float!(self, ctx, w, g, st)
+        let [mom] = st.arrays_n(Self::NAME)?;
+        let hyper = SignumParams {
+            momentum: self.momentum,
+            wd_lh: self.wd_lh,
+        };
+        signum_update(w, g, mom, &ctx.args(hyper))
     }
 }

@@ -9,12 +9,10 @@
 //! activation's derivative (a function of the saved output) and sums its rows for the bias.
 //! With no activation the incoming gradient is handed through unchanged (no copy).
 
-use crate::cpu::HostElement;
 use crate::autograd::record_op;
+use crate::cpu::HostElement;
 use crate::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
-use crate::{
-    float_dispatch, ArrayData, DenseData, Float, NDArray, Result, SType, Shape,
-};
+use crate::{float_dispatch, ArrayData, DenseData, Float, NDArray, Result, SType, Shape};
 
 /// Row length from which [`bias_act`] adds the bias and applies the activation in one pass per
 /// row: 32 floats are one iteration of the 4x-unrolled 8-lane loop `zip_assign` compiles to.
@@ -242,7 +240,7 @@ fn add_bias_act(yd: &DenseData, bd: &DenseData, act: Option<FusedAct>) -> Result
     });
     Ok(DenseData {
         shape: Shape::from_slice(&yd.shape),
-        buf,
+        buf: crate::storage::Storage::from(buf),
     })
 }
 

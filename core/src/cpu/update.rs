@@ -1,5 +1,5 @@
-//! The loop every optimizer shares: walk the weight (and its state arrays) in spans that line
-//! up with the gradient, in parallel, without copying anything.
+//! The loop every update operator shares: walk the weight (and its state arrays) in spans
+//! that line up with the gradient, in parallel, without copying anything.
 //!
 //! A kernel sees `(weight span, gradient span, state spans)`; the gradient span is `None` where
 //! the gradient is implicitly zero (rows absent from a row_sparse gradient in standard mode).
@@ -8,7 +8,9 @@
 //! - row_sparse gradient, standard: every row, runs of absent rows merged into one span.
 
 use rayon::prelude::*;
-use sparrow_core::{ArrayData, Error, Float, NDArray, Result};
+
+use crate::error::{Error, Result};
+use crate::{ArrayData, Float, NDArray, RowSparseData, SType};
 
 /// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
 const CHUNK: usize = 16 * 1024;
@@ -135,10 +137,12 @@ fn weight_values<'a, T: Float>(
 
 /// The values of a row_sparse gradient, checked to hold `rows x row_len` of them, and to have
 /// rows as long as the weight's (`n` values in `rows` rows): the row spans written from it rely
-/// on both. `Optimizer::update` checks the shapes first, but `Optimizer::step` is public too.
+/// on both. The operators check shapes before they get here, but the raw spans below must not
+/// depend on a check made elsewhere, and a row_sparse array built unchecked may hold fewer
+/// values than its shape says.
 fn rsp_values<'a, T: Float>(
     op: &'static str,
-    r: &'a sparrow_core::RowSparseData,
+    r: &'a RowSparseData,
     n: usize,
     rows: usize,
     dtype_err: impl Fn() -> Error,
@@ -147,7 +151,7 @@ fn rsp_values<'a, T: Float>(
     let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
     if gd.len() != k * rl {
         return Err(Error::format(
-            sparrow_core::SType::RowSparse,
+            SType::RowSparse,
             format!("{k} rows of {rl} need {} values, got {}", k * rl, gd.len()),
         ));
     }
@@ -161,12 +165,13 @@ fn rsp_values<'a, T: Float>(
 }
 
 /// Run `f` over matching spans of `weight`, `grad` and the `N` dense `states`, in place.
-/// `lazy` selects the row_sparse semantics (ignored for a dense gradient).
+/// `lazy` selects the row_sparse semantics (ignored for a dense gradient). The states must be
+/// distinct arrays (each is write-locked for the whole update).
 pub(crate) fn apply_chunks<T, const N: usize, F>(
     op: &'static str,
     weight: &NDArray,
     grad: &NDArray,
-    states: &[NDArray],
+    states: [&NDArray; N],
     lazy: bool,
     f: F,
 ) -> Result<()>
@@ -174,21 +179,15 @@ where
     T: Float,
     F: Fn(&mut [T], Option<&[T]>, [&mut [T]; N]) + Sync + Send,
 {
-    if states.len() != N {
-        return Err(Error::arg(
-            op,
-            format!("expected {N} state arrays, got {}", states.len()),
-        ));
-    }
     let dtype_err = || Error::dtype(op, "weight, gradient and states must share one float dtype");
     let mut wguard = weight.write();
     let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
     let n = w.len();
     let wp = Ptr(w.as_mut_ptr());
-    let mut sguards: Vec<_> = states.iter().map(|s| s.write()).collect();
+    let mut sguards = states.map(|s| s.write());
     let mut sp = [Ptr(std::ptr::null_mut::<T>()); N];
     for (k, g) in sguards.iter_mut().enumerate() {
-        let s = dense_values::<T>(op, "optimizer states", g, dtype_err)?;
+        let s = dense_values::<T>(op, "state arrays", g, dtype_err)?;
         if s.len() != n {
             return Err(Error::shape(op, "state size differs from the weight's"));
         }
@@ -277,8 +276,8 @@ where
 /// [`apply_chunks`] for a stateless update whose present-gradient case is `w = f(w, g)` per
 /// element (`absent` handles the spans a standard row_sparse update visits without gradient).
 /// Updates too small for the thread pool skip the span machinery: a dense gradient is one
-/// [`sparrow_core::ops::zip_assign`] over the whole weight, a lazy row_sparse one a single
-/// [`sparrow_core::ops::zip_assign_rows`] call instead of a closure, an AVX2 dispatch and a
+/// [`crate::ops::zip_assign`] over the whole weight, a lazy row_sparse one a single
+/// [`crate::ops::zip_assign_rows`] call instead of a closure, an AVX2 dispatch and a
 /// loop set-up per row. In the sparse tutorial's step that is ~5K instructions fewer for the
 /// 100 rows of the first layer and ~0.7K for the five small dense parameters (callgrind).
 pub(crate) fn apply_zip<T, F, Z>(
@@ -304,7 +303,7 @@ where
                 let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
                 let gd = rsp_values::<T>(op, r, w.len(), rows, dtype_err)?;
                 check_row_ids(op, &r.indices, rows)?;
-                return sparrow_core::ops::zip_assign_rows(w, r.row_len(), &r.indices, gd, f);
+                return crate::ops::zip_assign_rows(w, r.row_len(), &r.indices, gd, f);
             }
             ArrayData::Dense(d) if d.buf.len() < PAR_MIN => {
                 let (w, _) = weight_values::<T>(op, &mut wguard, dtype_err)?;
@@ -312,14 +311,14 @@ where
                 if g.len() != w.len() {
                     return Err(Error::shape(op, "gradient size differs from the weight's"));
                 }
-                sparrow_core::ops::zip_assign(w, g, f);
+                crate::ops::zip_assign(w, g, f);
                 return Ok(());
             }
             _ => {}
         }
     }
-    apply_chunks::<T, 0, _>(op, weight, grad, &[], lazy, |w, g, []| match g {
-        Some(g) => sparrow_core::ops::zip_assign(w, g, f),
+    apply_chunks::<T, 0, _>(op, weight, grad, [], lazy, |w, g, []| match g {
+        Some(g) => crate::ops::zip_assign(w, g, f),
         None => absent(w),
     })
 }
@@ -330,7 +329,7 @@ pub(crate) fn apply_elementwise<T, const N: usize, K>(
     op: &'static str,
     weight: &NDArray,
     grad: &NDArray,
-    states: &[NDArray],
+    states: [&NDArray; N],
     lazy: bool,
     k: K,
 ) -> Result<()>

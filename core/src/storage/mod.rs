@@ -1,0 +1,186 @@
+//! The storage seam: where an array's elements live, chosen in one place.
+//!
+//! Every buffer of an array (a dense array's values; a csr array's values, column indices and
+//! row pointers; a row_sparse array's values and row ids) is a [`Storage`]. `Storage` is an
+//! enum with one variant per backend, and each backend's storage type implements
+//! [`BackendStorage`]: the structural operations every operator needs (dtype, length, zeros,
+//! cast, gather). An operator matches `Storage` once and calls its backend's kernel; today
+//! the one variant is [`Storage::Cpu`] and the kernels live in `crate::cpu`.
+//!
+//! Adding a backend (CUDA device memory, host memory owned by a memory-mapped file) adds a
+//! variant here, a storage type implementing [`BackendStorage`] in its own folder, and an arm
+//! in the operators that have a kernel for it; see ARCHITECTURE.md.
+
+mod index;
+
+pub(crate) use index::IndexStorage;
+
+use crate::cpu::CpuStorage;
+use crate::dtype::{DType, Device, Element};
+
+/// What every backend's storage provides: the operations that move, allocate and convert
+/// elements without knowing what the array means.
+pub(crate) trait BackendStorage: Clone + std::fmt::Debug + Send + Sync + Sized {
+    /// The device whose memory holds the elements.
+    fn device(&self) -> Device;
+    /// The element type.
+    fn dtype(&self) -> DType;
+    /// Number of elements.
+    fn len(&self) -> usize;
+    /// `n` zeros of `dtype`.
+    fn zeros(dtype: DType, n: usize) -> Self;
+    /// Every element converted to `dtype` (`as` semantics).
+    fn cast(&self, dtype: DType) -> Self;
+    /// The elements at `positions`, in that order.
+    fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Self;
+    /// Element `i` as f64 (inspection and tests).
+    fn get_f64(&self, i: usize) -> f64;
+}
+
+impl BackendStorage for CpuStorage {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+    fn dtype(&self) -> DType {
+        CpuStorage::dtype(self)
+    }
+    fn len(&self) -> usize {
+        CpuStorage::len(self)
+    }
+    fn zeros(dtype: DType, n: usize) -> Self {
+        CpuStorage::zeros(dtype, n)
+    }
+    fn cast(&self, dtype: DType) -> Self {
+        CpuStorage::cast(self, dtype)
+    }
+    fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Self {
+        CpuStorage::gather(self, positions)
+    }
+    fn get_f64(&self, i: usize) -> f64 {
+        CpuStorage::get_f64(self, i)
+    }
+}
+
+/// One buffer of an array, on whichever backend holds it.
+#[derive(Debug, Clone)]
+pub(crate) enum Storage {
+    /// Host memory, computed on by `crate::cpu`.
+    Cpu(CpuStorage),
+}
+
+/// Dispatch a structural operation to the backend's [`BackendStorage`] implementation.
+macro_rules! on_backend {
+    ($s:expr, $b:ident => $body:expr) => {
+        match $s {
+            Storage::Cpu($b) => $body,
+        }
+    };
+}
+
+impl Storage {
+    /// A storage of `v` in host memory.
+    pub(crate) fn from_vec<T: Element>(v: Vec<T>) -> Storage {
+        Storage::Cpu(T::into_buffer(v))
+    }
+    /// `n` zeros of `dtype` on `device`.
+    pub(crate) fn zeros_on(dtype: DType, n: usize, device: Device) -> Storage {
+        match device {
+            Device::Cpu => Storage::Cpu(<CpuStorage as BackendStorage>::zeros(dtype, n)),
+        }
+    }
+    /// `n` zeros of `dtype` in host memory.
+    pub(crate) fn zeros(dtype: DType, n: usize) -> Storage {
+        Storage::zeros_on(dtype, n, Device::Cpu)
+    }
+    /// The device whose memory holds the elements.
+    pub(crate) fn device(&self) -> Device {
+        on_backend!(self, b => b.device())
+    }
+    /// The element type.
+    pub(crate) fn dtype(&self) -> DType {
+        on_backend!(self, b => BackendStorage::dtype(b))
+    }
+    /// Number of elements.
+    pub(crate) fn len(&self) -> usize {
+        on_backend!(self, b => BackendStorage::len(b))
+    }
+    /// Bytes of the elements.
+    pub(crate) fn nbytes(&self) -> usize {
+        self.len() * self.dtype().size_of()
+    }
+    /// Every element converted to `dtype`, on the same device.
+    pub(crate) fn cast(&self, dtype: DType) -> Storage {
+        on_backend!(self, b => Storage::Cpu(BackendStorage::cast(b, dtype)))
+    }
+    /// The elements at `positions`, in that order, on the same device.
+    pub(crate) fn gather(&self, mut positions: impl Iterator<Item = usize>) -> Storage {
+        on_backend!(self, b => Storage::Cpu(BackendStorage::gather(b, &mut positions)))
+    }
+    /// Element `i` as f64.
+    pub(crate) fn get_f64(&self, i: usize) -> f64 {
+        on_backend!(self, b => BackendStorage::get_f64(b, i))
+    }
+    /// The host memory of this storage, for CPU kernels. Operators reach CPU kernels only for
+    /// arrays they matched as [`Storage::Cpu`]; with one backend, every storage is.
+    pub(crate) fn host(&self) -> &CpuStorage {
+        match self {
+            Storage::Cpu(c) => c,
+        }
+    }
+    /// Mutable host memory of this storage (see [`Storage::host`]).
+    pub(crate) fn host_mut(&mut self) -> &mut CpuStorage {
+        match self {
+            Storage::Cpu(c) => c,
+        }
+    }
+    /// Typed view of host memory (`None` when the dtype differs).
+    pub(crate) fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::slice(self.host())
+    }
+    /// Typed mutable view of host memory (copy-on-write if shared).
+    pub(crate) fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
+        self.host_mut().as_mut_slice::<T>()
+    }
+}
+
+impl From<CpuStorage> for Storage {
+    fn from(c: CpuStorage) -> Storage {
+        Storage::Cpu(c)
+    }
+}
+
+/// Host memory of either a [`Storage`] or a [`CpuStorage`], for `with_buffer!`.
+pub(crate) trait AsHost {
+    /// The CPU storage.
+    fn as_host(&self) -> &CpuStorage;
+}
+
+impl AsHost for CpuStorage {
+    fn as_host(&self) -> &CpuStorage {
+        self
+    }
+}
+
+impl AsHost for Storage {
+    fn as_host(&self) -> &CpuStorage {
+        self.host()
+    }
+}
+
+/// Mutable counterpart of [`AsHost`].
+pub(crate) trait AsHostMut {
+    /// The CPU storage, mutably.
+    fn as_host_mut(&mut self) -> &mut CpuStorage;
+}
+
+impl AsHostMut for CpuStorage {
+    fn as_host_mut(&mut self) -> &mut CpuStorage {
+        self
+    }
+}
+
+impl AsHostMut for Storage {
+    fn as_host_mut(&mut self) -> &mut CpuStorage {
+        self.host_mut()
+    }
+}

@@ -1,0 +1,99 @@
+//! Optimizer updates as operators: MXNet's `sgd_update`, `sgd_mom_update`, `adam_update`,
+//! `ftrl_update`, ... each updating a dense weight and its dense state arrays in place from a
+//! dense or row_sparse gradient.
+//!
+//! Every operator takes the weight, the gradient, its state arrays (handles, updated in place)
+//! and an [`UpdateArgs`] holding what MXNet passes to its kernels: the learning rate, the
+//! weight decay, the gradient's rescale factor, the clip threshold, the row_sparse mode and the
+//! operator's own hyper-parameters. The formulas follow MXNet 1.9.1's kernels element for
+//! element (rescale, then clip, then weight decay where MXNet puts it), in the weight's dtype
+//! (f32 or f64); the bookkeeping MXNet's Python `Optimizer` does (update counts, schedules,
+//! Adam's bias-corrected rate) stays with the caller.
+//!
+//! A row_sparse gradient is applied in one of two ways ([`RowSparseMode`]):
+//! - lazy: only the gradient's rows of the weight *and* of every state change; nothing else is
+//!   read or written, so a step costs time proportional to the gradient's rows;
+//! - standard: every row, rows absent from the gradient with a zero gradient (what a dense
+//!   gradient holding the same values would do).
+//!
+//! ```
+//! use sparrow_core::update::{sgd_mom_update, MomentumParams, UpdateArgs};
+//! use sparrow_core::{DType, NDArray};
+//! let w = NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+//! let mom = NDArray::zeros(&[2, 2], DType::F32).unwrap();
+//! // Only row 1 has a gradient: lazily, row 0 and its momentum stay as they are.
+//! let g = NDArray::row_sparse_from_parts(vec![1.0f32, -1.0], vec![1], &[2, 2]).unwrap();
+//! let args = UpdateArgs::new(0.5, MomentumParams { momentum: 0.9 });
+//! sgd_mom_update(&w, &g, &mom, &args).unwrap();
+//! assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 2.5, 4.5]);
+//! assert_eq!(mom.to_vec::<f32>().unwrap(), vec![0.0, 0.0, -0.5, 0.5]);
+//! ```
+//!
+//! The operators validate here and run on the CPU through one shared span loop
+//! (`crate::cpu::update`), which walks the weight and states in parallel spans lined up with
+//! the gradient.
+
+mod ada;
+mod adam;
+mod args;
+mod check;
+mod ftrl;
+mod lamb;
+mod norm;
+mod sgd;
+
+#[cfg(test)]
+mod tests;
+
+pub use ada::{
+    adadelta_update, adagrad_update, rmsprop_update, rmspropalex_update, AdaDeltaParams,
+    AdaGradParams, RmsPropAlexParams, RmsPropParams,
+};
+pub use adam::{
+    adam_update, adamax_update, adamw_update, nadam_update, AdamParams, AdamaxParams, NadamParams,
+};
+pub use args::{RowSparseMode, UpdateArgs};
+pub use ftrl::{ftml_update, ftrl_update, FtmlParams, FtrlParams};
+pub use lamb::{lamb_update, LambParams};
+pub use norm::{scale_stored, stored_sum_sq};
+pub use sgd::{
+    nag_mom_update, sgd_mom_update, sgd_update, signsgd_update, signum_update, MomentumParams,
+    SignumParams,
+};
+
+use crate::Float;
+
+/// Round an f64 hyper-parameter to the kernel's element type (MXNet passes f32 to f32 kernels).
+#[inline]
+fn cast<T: Float>(v: f64) -> T {
+    <T as crate::Element>::from_f64(v)
+}
+
+/// MXNet's `clip::Map`: clamp to `[-c, c]` when clipping is on.
+#[inline]
+fn clip<T: Float>(x: T, c: Option<T>) -> T {
+    match c {
+        Some(c) => {
+            if x > c {
+                c
+            } else if x < -c {
+                -c
+            } else {
+                x
+            }
+        }
+        None => x,
+    }
+}
+
+/// The sign as MXNet's `sign::Map` computes it (0 for 0).
+#[inline]
+fn sign<T: Float>(x: T) -> T {
+    if x > T::zero() {
+        T::one()
+    } else if x < T::zero() {
+        -T::one()
+    } else {
+        T::zero()
+    }
+}

@@ -1,0 +1,70 @@
+//! [`State`]: an optimizer's per-parameter arrays, scalars and update count.
+
+use sparrow_core::{Error, NDArray, Result};
+
+/// Per-parameter optimizer state: named dense arrays shaped like the weight, named scalars, and
+/// the parameter's update count `t`. Allocated once by [`super::Optimizer::create_state`].
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    /// Number of updates applied to this parameter.
+    pub t: u64,
+    /// Named state arrays (momentum, mean, var, ...), dense, same shape and dtype as the weight.
+    pub arrays: Vec<(String, NDArray)>,
+    /// Named scalar state (e.g. Nadam's momentum schedule product).
+    pub scalars: Vec<(String, f64)>,
+}
+
+impl State {
+    /// A state with zero-filled arrays of the weight's shape and dtype, one per name.
+    pub fn zeros_like(weight: &NDArray, names: &[&str]) -> Result<State> {
+        let mut arrays = Vec::with_capacity(names.len());
+        for n in names {
+            arrays.push((
+                n.to_string(),
+                NDArray::zeros(&weight.shape(), weight.dtype())?,
+            ));
+        }
+        Ok(State {
+            t: 0,
+            arrays,
+            scalars: Vec::new(),
+        })
+    }
+
+    /// The state array called `name`.
+    pub fn array(&self, name: &str) -> Option<&NDArray> {
+        self.arrays.iter().find(|(n, _)| n == name).map(|(_, a)| a)
+    }
+
+    /// The state arrays in order, as plain handles.
+    pub fn handles(&self) -> Vec<NDArray> {
+        self.arrays.iter().map(|(_, a)| a.clone()).collect()
+    }
+
+    /// The `N` state arrays in order, borrowed; fails, naming `op`, when there are not `N`.
+    pub(crate) fn arrays_n<const N: usize>(&self, op: &'static str) -> Result<[&NDArray; N]> {
+        if self.arrays.len() != N {
+            return Err(Error::arg(
+                op,
+                format!("expected {N} state arrays, got {}", self.arrays.len()),
+            ));
+        }
+        Ok(std::array::from_fn(|i| &self.arrays[i].1))
+    }
+
+    /// The scalar called `name`.
+    pub fn scalar(&self, name: &str) -> Option<f64> {
+        self.scalars
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+    }
+
+    /// Set (or add) the scalar called `name`.
+    pub fn set_scalar(&mut self, name: &str, v: f64) {
+        match self.scalars.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = v,
+            None => self.scalars.push((name.to_string(), v)),
+        }
+    }
+}
