@@ -1,0 +1,83 @@
+"""Summarize scripts/ab_binaries.sh: per benchmark, the per-round new/old ratio of the time
+(MB/s inverted, so above 1 is always slower) and its median.
+
+Usage: python3 scripts/summarize_ab.py OUT_DIR
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def find_variant(v, name):
+    """The result object of variant `name` anywhere in the example's JSON."""
+    if isinstance(v, dict):
+        if v.get("variant") == name and "epoch_ms" in v:
+            return v
+        children = v.values()
+    elif isinstance(v, list):
+        children = v
+    else:
+        return None
+    for c in children:
+        found = find_variant(c, name)
+        if found is not None:
+            return found
+    return None
+
+
+def gluon(path):
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("{"):
+            r = find_variant(json.loads(line), "c")
+            if r is not None:
+                return r["epoch_ms"]["median"]
+    raise ValueError(f"{path}: no variant (c) result")
+
+
+def dot(path, op):
+    v = json.loads(open(path).read())
+    return next(o["median_ms"] for o in v["ops"] if o["op"].startswith(op))
+
+
+def libsvm(path):
+    return 1.0 / json.loads(open(path).read())["MB_per_s"]
+
+
+UNITS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def matmul(path):
+    m = re.search(r"time:\s+\[\S+ \S+ (\S+) (\S+) \S+ \S+\]", open(path).read())
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+def main(out):
+    rounds = sorted({int(re.search(r"_(\d+)\.", f).group(1)) for f in glob.glob(f"{out}/*_old_*")})
+    benches = {
+        "tutorial (c), ms per epoch": lambda t, r: gluon(f"{out}/gluon_{t}_{r}.json"),
+        "dot(X, W) -> dense, ms": lambda t, r: dot(f"{out}/dot_{t}_{r}.json", "dot(X, W)"),
+        "dot(X^T, G) -> row_sparse, ms": lambda t, r: dot(f"{out}/dot_{t}_{r}.json", "dot(X^T, G)"),
+        "LibSVMIter, 1 / (MB/s)": lambda t, r: libsvm(f"{out}/libsvm_{t}_{r}.json"),
+        "matmul f32 1024, ms": lambda t, r: matmul(f"{out}/matmul_{t}_{r}.txt"),
+    }
+    print(f"{'benchmark':34} {'rounds':>6}  median new/old  (per round)")
+    for name, get in benches.items():
+        ratios = []
+        for r in rounds:
+            try:
+                ratios.append(get("new", r) / get("old", r))
+            except (OSError, ValueError, StopIteration, AttributeError, KeyError) as e:
+                print(f"  {name}: round {r} skipped ({e})", file=sys.stderr)
+        if ratios:
+            per = " ".join(f"{x:.3f}" for x in ratios)
+            print(f"{name:34} {len(ratios):6}  {statistics.median(ratios):.3f}  ({per})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit(__doc__)
+    main(sys.argv[1])
