@@ -170,7 +170,13 @@ fn step(
     // Rows held by the first layer's gradient, read before the step clears it.
     let rows = first
         .grad()
-        .map(|g| if g.stype() == SType::RowSparse { g.stored_rows() } else { 0 })
+        .map(|g| {
+            if g.stype() == SType::RowSparse {
+                g.stored_rows()
+            } else {
+                0
+            }
+        })
         .unwrap_or(0);
     trainer.step(x.shape()[0])?;
     Ok((pred, loss, rows))

@@ -1,7 +1,9 @@
 //! Core's fused operators (as nn layers use them) against core's general ones, and their gradients.
 
-use sparrow_core::{autograd, testing::check_grad_on_devices, testing::test_array, DType, NDArray, SType};
 use sparrow_core::ops::fused::bias_add;
+use sparrow_core::{
+    autograd, testing::check_grad_on_devices, testing::test_array, DType, NDArray, SType,
+};
 
 #[test]
 fn bias_add_matches_broadcast_add_and_its_gradient_checks() {

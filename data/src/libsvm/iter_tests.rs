@@ -366,17 +366,9 @@ fn recycled_arrays_never_change_batches_still_held() {
             all.rows.indptr[k * 16 + c.rows] as usize,
         );
         assert_eq!(c.indices, &all.rows.indices[s..e], "batch {k}");
-        assert_eq!(
-            c.values,
-            &all.rows.values[s..e],
-            "batch {k}"
-        );
+        assert_eq!(c.values, &all.rows.values[s..e], "batch {k}");
         let lab = b.label.unwrap().to_vec::<f32>().unwrap();
-        assert_eq!(
-            lab,
-            all.rows.labels[k * 16..k * 16 + c.rows],
-            "batch {k}"
-        );
+        assert_eq!(lab, all.rows.labels[k * 16..k * 16 + c.rows], "batch {k}");
     }
 }
 

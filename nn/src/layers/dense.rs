@@ -15,8 +15,8 @@ use sparrow_core::{DType, Error, NDArray, Result, SType, Shape};
 use super::activation::apply_activation;
 use crate::block::Block;
 use crate::init::Initializer;
-use sparrow_core::sparse::dot_csr_dense_t;
 use crate::parameter::Parameter;
+use sparrow_core::sparse::dot_csr_dense_t;
 
 /// Fully connected layer (Gluon's `nn.Dense`).
 #[derive(Debug, Clone)]

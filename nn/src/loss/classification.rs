@@ -38,7 +38,9 @@ impl Loss for SigmoidBinaryCrossEntropyLoss {
             // elementwise loss and batch mean are one recorded op (three otherwise, with two
             // reshapes and their nodes). Anything it declines takes the general path below.
             if let Some(shape) = per_sample_shape(pred, self.opts.batch_axis) {
-                if let Some(l) = sparrow_core::ops::fused::sigmoid_bce_logits_to(pred, label, &shape)? {
+                if let Some(l) =
+                    sparrow_core::ops::fused::sigmoid_bce_logits_to(pred, label, &shape)?
+                {
                     return Ok(l);
                 }
             }
