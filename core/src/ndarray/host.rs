@@ -9,10 +9,9 @@
 use crate::cpu::HostElement;
 use std::sync::Arc;
 
-use super::{ArrayData, CsrData, DenseData, NDArray, RowSparseData, Shape};
+use super::{ArrayData, DenseData, NDArray, RowSparseData, Shape};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::SType;
 
 /// The parts of a csr array, borrowed: row `r`'s non-zeros are positions
 /// `indptr[r]..indptr[r + 1]` of `indices` and `values` (`indptr[0] == 0`).
@@ -154,36 +153,13 @@ impl NDArray {
         shape: [usize; 2],
         full: bool,
     ) -> Result<NDArray> {
-        if values.len() != indices.len() {
-            return Err(Error::format(
-                SType::Csr,
-                format!(
-                    "data has {} values but indices has {} entries",
-                    values.len(),
-                    indices.len()
-                ),
-            ));
-        }
-        let c = CsrData {
+        crate::sparse::checked_csr(
+            crate::storage::Storage::from(T::shared_buffer(values)),
+            indices.into(),
+            indptr.into(),
             shape,
-            indptr: crate::storage::IndexStorage::from(indptr),
-            indices: crate::storage::IndexStorage::from(indices),
-            data: crate::storage::Storage::from(T::shared_buffer(values)),
-            offset: 0,
-        };
-        crate::sparse::check_csr(&c, full)?;
-        if c.nnz() != c.indices.len() {
-            return Err(Error::format(
-                SType::Csr,
-                format!(
-                    "indptr[{}] = {} but {} indices were given",
-                    shape[0],
-                    c.nnz(),
-                    c.indices.len()
-                ),
-            ));
-        }
-        Ok(NDArray::from_data(ArrayData::Csr(c)))
+            full,
+        )
     }
 
     /// The logical elements (sparse arrays densified) as little-endian bytes, row-major: the

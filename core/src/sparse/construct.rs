@@ -10,6 +10,12 @@ use crate::SType;
 /// Check the invariants of csr parts. `full` adds the O(nnz) checks (monotone indptr, indices
 /// sorted, unique and in range); without it only the lengths and end points are checked.
 pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
+    if c.indptr.device() != c.data.device() || c.indices.device() != c.data.device() {
+        return Err(Error::format(
+            SType::Csr,
+            "indptr, indices and values must live on one device".to_string(),
+        ));
+    }
     let f = |m: String| Err(Error::format(SType::Csr, m));
     let [rows, cols] = c.shape;
     if c.indptr.len() != rows + 1 {
@@ -74,7 +80,54 @@ pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
 }
 
 /// Check the invariants of row_sparse parts (`full` adds sorted/unique/in-range row ids).
+/// A csr array from its parts after [`check_csr`] (`full` as there) and the check that the
+/// parts hold exactly `indptr[rows]` non-zeros.
+pub(crate) fn checked_csr(
+    data: crate::storage::Storage,
+    indices: crate::storage::IndexStorage,
+    indptr: crate::storage::IndexStorage,
+    shape: [usize; 2],
+    full: bool,
+) -> Result<NDArray> {
+    if data.len() != indices.len() {
+        return Err(Error::format(
+            SType::Csr,
+            format!(
+                "data has {} values but indices has {} entries",
+                data.len(),
+                indices.len()
+            ),
+        ));
+    }
+    let c = CsrData {
+        shape,
+        indptr,
+        indices,
+        data,
+        offset: 0,
+    };
+    check_csr(&c, full)?;
+    if c.nnz() != c.indices.len() {
+        return Err(Error::format(
+            SType::Csr,
+            format!(
+                "indptr[{}] = {} but {} indices were given",
+                shape[0],
+                c.nnz(),
+                c.indices.len()
+            ),
+        ));
+    }
+    Ok(NDArray::from_data(ArrayData::Csr(c)))
+}
+
 pub(crate) fn check_rsp(r: &RowSparseData, full: bool) -> Result<()> {
+    if r.indices.device() != r.data.device() {
+        return Err(Error::format(
+            SType::RowSparse,
+            "row ids and values must live on one device".to_string(),
+        ));
+    }
     let f = |m: String| Err(Error::format(SType::RowSparse, m));
     if r.shape.is_empty() {
         return f("row_sparse needs at least one dimension".into());
@@ -134,36 +187,13 @@ impl NDArray {
         indptr: Vec<i64>,
         shape: [usize; 2],
     ) -> Result<NDArray> {
-        if data.len() != indices.len() {
-            return Err(Error::format(
-                SType::Csr,
-                format!(
-                    "data has {} values but indices has {} entries",
-                    data.len(),
-                    indices.len()
-                ),
-            ));
-        }
-        let c = CsrData {
+        checked_csr(
+            crate::storage::Storage::from(data),
+            indices.into(),
+            indptr.into(),
             shape,
-            indptr: crate::storage::IndexStorage::from(indptr),
-            indices: crate::storage::IndexStorage::from(indices),
-            data: crate::storage::Storage::from(data),
-            offset: 0,
-        };
-        check_csr(&c, true)?;
-        if c.nnz() != c.indices.len() {
-            return Err(Error::format(
-                SType::Csr,
-                format!(
-                    "indptr[{}] = {} but {} indices were given",
-                    shape[0],
-                    c.nnz(),
-                    c.indices.len()
-                ),
-            ));
-        }
-        Ok(NDArray::from_data(ArrayData::Csr(c)))
+            true,
+        )
     }
 
     /// A csr array from trusted parts, without validation (for readers that build valid parts

@@ -5,7 +5,7 @@
 
 mod binary;
 mod construct;
-pub(crate) use construct::{check_csr, check_rsp};
+pub(crate) use construct::{check_rsp, checked_csr};
 mod convert;
 mod dispatch;
 mod dot;

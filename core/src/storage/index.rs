@@ -2,40 +2,51 @@
 
 use std::sync::Arc;
 
-use super::Storage;
-use crate::cpu::CpuStorage;
-
-/// An i64 index array held in a [`Storage`], so it lives wherever its array's values live.
-/// CPU kernels read it as a slice (`Deref<Target = [i64]>`): operators reach them only for
-/// host storage, which is every storage while the CPU is the one backend.
+/// An i64 index array, on the backend that holds its array's values: one variant per backend,
+/// as [`super::Storage`]. CPU kernels read it as a slice (`Deref<Target = [i64]>`); with one
+/// variant the view costs nothing (no tag to test), which matters in the row loops of the csr
+/// kernels that index `indptr` per row. A device variant makes the compiler point at every
+/// such read.
 #[derive(Debug, Clone)]
-pub(crate) struct IndexStorage(Storage);
+pub(crate) enum IndexStorage {
+    /// Host memory, shared (row slices and detached handles share it).
+    Cpu(Arc<Vec<i64>>),
+}
 
 impl IndexStorage {
-    /// The host vector, shared (the reference count a reader that recycles its vectors watches).
+    /// The device whose memory holds the indices.
+    pub(crate) fn device(&self) -> crate::Device {
+        match self {
+            IndexStorage::Cpu(_) => crate::Device::Cpu,
+        }
+    }
+    /// The host vector, shared (the reference count a reader that recycles its vectors
+    /// watches, and the identity a cached column grouping is checked against).
     pub(crate) fn host_arc(&self) -> &Arc<Vec<i64>> {
-        match self.0.host() {
-            CpuStorage::I64(v) => v,
-            _ => unreachable!("IndexStorage holds i64 by construction"),
+        match self {
+            IndexStorage::Cpu(v) => v,
         }
     }
 }
 
 impl From<Vec<i64>> for IndexStorage {
     fn from(v: Vec<i64>) -> IndexStorage {
-        IndexStorage(Storage::Cpu(CpuStorage::I64(Arc::new(v))))
+        IndexStorage::Cpu(Arc::new(v))
     }
 }
 
 impl From<Arc<Vec<i64>>> for IndexStorage {
     fn from(v: Arc<Vec<i64>>) -> IndexStorage {
-        IndexStorage(Storage::Cpu(CpuStorage::I64(v)))
+        IndexStorage::Cpu(v)
     }
 }
 
 impl std::ops::Deref for IndexStorage {
     type Target = [i64];
+    #[inline(always)]
     fn deref(&self) -> &[i64] {
-        self.host_arc()
+        match self {
+            IndexStorage::Cpu(v) => v,
+        }
     }
 }

@@ -93,18 +93,22 @@ impl Storage {
         Storage::zeros_on(dtype, n, Device::Cpu)
     }
     /// The device whose memory holds the elements.
+    #[inline]
     pub(crate) fn device(&self) -> Device {
         on_backend!(self, b => b.device())
     }
     /// The element type.
+    #[inline]
     pub(crate) fn dtype(&self) -> DType {
         on_backend!(self, b => BackendStorage::dtype(b))
     }
     /// Number of elements.
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         on_backend!(self, b => BackendStorage::len(b))
     }
     /// Bytes of the elements.
+    #[inline]
     pub(crate) fn nbytes(&self) -> usize {
         self.len() * self.dtype().size_of()
     }
@@ -122,22 +126,26 @@ impl Storage {
     }
     /// The host memory of this storage, for CPU kernels. Operators reach CPU kernels only for
     /// arrays they matched as [`Storage::Cpu`]; with one backend, every storage is.
+    #[inline]
     pub(crate) fn host(&self) -> &CpuStorage {
         match self {
             Storage::Cpu(c) => c,
         }
     }
     /// Mutable host memory of this storage (see [`Storage::host`]).
+    #[inline]
     pub(crate) fn host_mut(&mut self) -> &mut CpuStorage {
         match self {
             Storage::Cpu(c) => c,
         }
     }
     /// Typed view of host memory (`None` when the dtype differs).
+    #[inline]
     pub(crate) fn as_slice<T: Element>(&self) -> Option<&[T]> {
         T::slice(self.host())
     }
     /// Typed mutable view of host memory (copy-on-write if shared).
+    #[inline]
     pub(crate) fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
         self.host_mut().as_mut_slice::<T>()
     }
@@ -162,6 +170,7 @@ impl AsHost for CpuStorage {
 }
 
 impl AsHost for Storage {
+    #[inline]
     fn as_host(&self) -> &CpuStorage {
         self.host()
     }
@@ -180,6 +189,7 @@ impl AsHostMut for CpuStorage {
 }
 
 impl AsHostMut for Storage {
+    #[inline]
     fn as_host_mut(&mut self) -> &mut CpuStorage {
         self.host_mut()
     }
