@@ -35,7 +35,7 @@ impl NDArray {
         }
         Ok(NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::from_slice(shape),
-            buf: crate::storage::Storage::from(buf),
+            buf,
         })))
     }
 
