@@ -13,6 +13,7 @@
 //! oldest is freed first), so the pool never holds more than two large buffers. Buffers come
 //! back with their old contents: callers must overwrite every element.
 
+use crate::storage::Storage;
 use std::any::Any;
 use std::sync::Mutex;
 
@@ -117,12 +118,12 @@ impl crate::NDArray {
         let data = inner.data.into_inner().unwrap_or_else(|e| e.into_inner());
         if let ArrayData::Dense(d) = data {
             match d.buf {
-                crate::storage::Storage::Cpu(CpuStorage::F32(a)) => {
+                Storage::Cpu(CpuStorage::F32(a)) => {
                     if let Ok(v) = std::sync::Arc::try_unwrap(a) {
                         recycle(v);
                     }
                 }
-                crate::storage::Storage::Cpu(CpuStorage::F64(a)) => {
+                Storage::Cpu(CpuStorage::F64(a)) => {
                     if let Ok(v) = std::sync::Arc::try_unwrap(a) {
                         recycle(v);
                     }

@@ -55,7 +55,7 @@ impl NDArray {
         let n = v.len();
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: smallvec::smallvec![n],
-            buf: crate::storage::Storage::from_vec(v.to_vec()),
+            buf: Storage::from_vec(v.to_vec()),
         }))
     }
 
@@ -63,7 +63,7 @@ impl NDArray {
     pub fn scalar<T: Element>(v: T) -> NDArray {
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::new(),
-            buf: crate::storage::Storage::from_vec(vec![v]),
+            buf: Storage::from_vec(vec![v]),
         }))
     }
 

@@ -7,6 +7,7 @@
 //! caller asked for.
 
 use crate::cpu::HostElement;
+use crate::storage::{IndexStorage, Storage};
 use std::sync::Arc;
 
 use super::{ArrayData, DenseData, NDArray, RowSparseData, Shape};
@@ -137,7 +138,7 @@ impl NDArray {
         }
         Ok(NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::from_slice(shape),
-            buf: crate::storage::Storage::from(T::shared_buffer(v)),
+            buf: Storage::from(T::shared_buffer(v)),
         })))
     }
 
@@ -154,7 +155,7 @@ impl NDArray {
         full: bool,
     ) -> Result<NDArray> {
         crate::sparse::checked_csr(
-            crate::storage::Storage::from(T::shared_buffer(values)),
+            Storage::from(T::shared_buffer(values)),
             indices.into(),
             indptr.into(),
             shape,
@@ -265,7 +266,7 @@ impl NDArray {
         }
         let r = RowSparseData {
             shape: shape.to_vec(),
-            indices: crate::storage::IndexStorage::from(indices),
+            indices: IndexStorage::from(indices),
             data: dd.buf,
         };
         crate::sparse::check_rsp(&r, true)?;

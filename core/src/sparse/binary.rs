@@ -10,6 +10,7 @@ use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
 use crate::ops::{sum_to_shape, BinaryOp};
+use crate::storage::{IndexStorage, Storage};
 use crate::{float_dispatch, NDArray};
 
 fn f<T: Float>(op: BinaryOp, a: T, b: T) -> T {
@@ -58,8 +59,8 @@ fn rsp_rsp<T: Float>(op: BinaryOp, a: &RowSparseData, b: &RowSparseData) -> RowS
     }
     RowSparseData {
         shape: a.shape.clone(),
-        indices: crate::storage::IndexStorage::from(idx),
-        data: crate::storage::Storage::from_vec(out),
+        indices: IndexStorage::from(idx),
+        data: Storage::from_vec(out),
     }
 }
 
@@ -96,9 +97,9 @@ fn csr_csr<T: Float>(op: BinaryOp, a: &CsrData, b: &CsrData) -> CsrData {
     }
     CsrData {
         shape: a.shape,
-        indptr: crate::storage::IndexStorage::from(indptr),
-        indices: crate::storage::IndexStorage::from(idx),
-        data: crate::storage::Storage::from_vec(out),
+        indptr: IndexStorage::from(indptr),
+        indices: IndexStorage::from(idx),
+        data: Storage::from_vec(out),
         offset: 0,
     }
 }
@@ -158,7 +159,7 @@ fn sparse_dense_add<T: Float>(
     });
     DenseData {
         shape: d.shape.clone(),
-        buf: crate::storage::Storage::from_vec(out),
+        buf: Storage::from_vec(out),
     }
 }
 
@@ -180,19 +181,19 @@ fn with_values<T: Element>(s: &ArrayData, vals: Vec<T>) -> ArrayData {
             indices: if c.offset == 0 {
                 c.indices.clone()
             } else {
-                crate::storage::IndexStorage::from(Arc::new(c.indices().to_vec()))
+                IndexStorage::from(Arc::new(c.indices().to_vec()))
             },
-            data: crate::storage::Storage::from_vec(vals),
+            data: Storage::from_vec(vals),
             offset: 0,
         }),
         ArrayData::RowSparse(r) => ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
             indices: r.indices.clone(),
-            data: crate::storage::Storage::from_vec(vals),
+            data: Storage::from_vec(vals),
         }),
         ArrayData::Dense(d) => ArrayData::Dense(DenseData {
             shape: d.shape.clone(),
-            buf: crate::storage::Storage::from_vec(vals),
+            buf: Storage::from_vec(vals),
         }),
     }
 }

@@ -5,6 +5,7 @@ use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, NDArray, RowSparseData};
+use crate::storage::{IndexStorage, Storage};
 use crate::SType;
 
 /// Check the invariants of csr parts. `full` adds the O(nnz) checks (monotone indptr, indices
@@ -188,7 +189,7 @@ impl NDArray {
         shape: [usize; 2],
     ) -> Result<NDArray> {
         checked_csr(
-            crate::storage::Storage::from(data),
+            Storage::from(data),
             indices.into(),
             indptr.into(),
             shape,
@@ -207,9 +208,9 @@ impl NDArray {
     ) -> NDArray {
         NDArray::from_data(ArrayData::Csr(CsrData {
             shape,
-            indptr: crate::storage::IndexStorage::from(indptr),
-            indices: crate::storage::IndexStorage::from(indices),
-            data: crate::storage::Storage::from_vec(data),
+            indptr: IndexStorage::from(indptr),
+            indices: IndexStorage::from(indices),
+            data: Storage::from_vec(data),
             offset: 0,
         }))
     }
@@ -223,8 +224,8 @@ impl NDArray {
     ) -> Result<NDArray> {
         let r = RowSparseData {
             shape: shape.to_vec(),
-            indices: crate::storage::IndexStorage::from(indices),
-            data: crate::storage::Storage::from_vec(data),
+            indices: IndexStorage::from(indices),
+            data: Storage::from_vec(data),
         };
         check_rsp(&r, true)?;
         Ok(NDArray::from_data(ArrayData::RowSparse(r)))
@@ -238,8 +239,8 @@ impl NDArray {
     ) -> NDArray {
         NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: shape.to_vec(),
-            indices: crate::storage::IndexStorage::from(indices),
-            data: crate::storage::Storage::from_vec(data),
+            indices: IndexStorage::from(indices),
+            data: Storage::from_vec(data),
         }))
     }
 

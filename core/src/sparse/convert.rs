@@ -1,6 +1,7 @@
 //! Conversions between storage types (MXNet's `cast_storage` / `tostype`).
 
 use crate::cpu::HostElement;
+use crate::storage::{IndexStorage, Storage};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -17,29 +18,22 @@ pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
     let data = match stype {
         SType::Dense => ArrayData::Dense(DenseData {
             shape: crate::Shape::from_slice(shape),
-            buf: crate::storage::Storage::zeros(dtype, shape.iter().product()),
+            buf: Storage::zeros(dtype, shape.iter().product()),
         }),
         SType::Csr => ArrayData::Csr(CsrData {
             shape: [
                 shape.first().copied().unwrap_or(0),
                 shape.get(1).copied().unwrap_or(0),
             ],
-            indptr: crate::storage::IndexStorage::from(Arc::new(vec![
-                0;
-                shape
-                    .first()
-                    .copied()
-                    .unwrap_or(0)
-                    + 1
-            ])),
-            indices: crate::storage::IndexStorage::from(Arc::new(Vec::new())),
-            data: crate::storage::Storage::zeros(dtype, 0),
+            indptr: IndexStorage::from(Arc::new(vec![0; shape.first().copied().unwrap_or(0) + 1])),
+            indices: IndexStorage::from(Arc::new(Vec::new())),
+            data: Storage::zeros(dtype, 0),
             offset: 0,
         }),
         SType::RowSparse => ArrayData::RowSparse(RowSparseData {
             shape: shape.to_vec(),
-            indices: crate::storage::IndexStorage::from(Arc::new(Vec::new())),
-            data: crate::storage::Storage::zeros(dtype, 0),
+            indices: IndexStorage::from(Arc::new(Vec::new())),
+            data: Storage::zeros(dtype, 0),
         }),
     };
     NDArray::from_data(data)
@@ -66,7 +60,7 @@ pub(crate) fn densify(d: &ArrayData) -> Result<DenseData> {
             });
             Ok(DenseData {
                 shape: smallvec::smallvec![rows, cols],
-                buf: crate::storage::Storage::from(buf),
+                buf: Storage::from(buf),
             })
         }
         ArrayData::RowSparse(r) => {
@@ -83,7 +77,7 @@ pub(crate) fn densify(d: &ArrayData) -> Result<DenseData> {
             });
             Ok(DenseData {
                 shape: crate::Shape::from_slice(&r.shape),
-                buf: crate::storage::Storage::from(buf),
+                buf: Storage::from(buf),
             })
         }
     }
@@ -115,8 +109,8 @@ fn dense_to_rsp(d: &DenseData) -> Result<RowSparseData> {
     });
     Ok(RowSparseData {
         shape: d.shape.to_vec(),
-        indices: crate::storage::IndexStorage::from(indices),
-        data: crate::storage::Storage::from(data),
+        indices: IndexStorage::from(indices),
+        data: Storage::from(data),
     })
 }
 
@@ -162,9 +156,9 @@ fn dense_to_csr(d: &DenseData) -> Result<CsrData> {
     });
     Ok(CsrData {
         shape: [rows, cols],
-        indptr: crate::storage::IndexStorage::from(indptr),
-        indices: crate::storage::IndexStorage::from(indices),
-        data: crate::storage::Storage::from(data),
+        indptr: IndexStorage::from(indptr),
+        indices: IndexStorage::from(indices),
+        data: Storage::from(data),
         offset: 0,
     })
 }
@@ -253,38 +247,23 @@ fn add_rsp(a: &RowSparseData, b: &RowSparseData) -> RowSparseData {
     }
     let rl = a.row_len();
     let (idx, data) = match (&a.data, &b.data) {
-        (
-            crate::storage::Storage::Cpu(CpuStorage::F32(p)),
-            crate::storage::Storage::Cpu(CpuStorage::F32(q)),
-        ) => {
+        (Storage::Cpu(CpuStorage::F32(p)), Storage::Cpu(CpuStorage::F32(q))) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, f32::into_buffer(d))
         }
-        (
-            crate::storage::Storage::Cpu(CpuStorage::F64(p)),
-            crate::storage::Storage::Cpu(CpuStorage::F64(q)),
-        ) => {
+        (Storage::Cpu(CpuStorage::F64(p)), Storage::Cpu(CpuStorage::F64(q))) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, f64::into_buffer(d))
         }
-        (
-            crate::storage::Storage::Cpu(CpuStorage::I64(p)),
-            crate::storage::Storage::Cpu(CpuStorage::I64(q)),
-        ) => {
+        (Storage::Cpu(CpuStorage::I64(p)), Storage::Cpu(CpuStorage::I64(q))) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, i64::into_buffer(d))
         }
-        (
-            crate::storage::Storage::Cpu(CpuStorage::I32(p)),
-            crate::storage::Storage::Cpu(CpuStorage::I32(q)),
-        ) => {
+        (Storage::Cpu(CpuStorage::I32(p)), Storage::Cpu(CpuStorage::I32(q))) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, i32::into_buffer(d))
         }
-        (
-            crate::storage::Storage::Cpu(CpuStorage::U8(p)),
-            crate::storage::Storage::Cpu(CpuStorage::U8(q)),
-        ) => {
+        (Storage::Cpu(CpuStorage::U8(p)), Storage::Cpu(CpuStorage::U8(q))) => {
             let (i, d) = merge(a, p, b, q, rl);
             (i, u8::into_buffer(d))
         }
@@ -292,7 +271,7 @@ fn add_rsp(a: &RowSparseData, b: &RowSparseData) -> RowSparseData {
     };
     RowSparseData {
         shape: a.shape.clone(),
-        indices: crate::storage::IndexStorage::from(idx),
-        data: crate::storage::Storage::from(data),
+        indices: IndexStorage::from(idx),
+        data: Storage::from(data),
     }
 }

@@ -16,6 +16,7 @@ use crate::cpu::segment::{fill_rows, for_each_row, segment_sum_grouped, PAR_WORK
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
 use crate::ops::as_f32;
+use crate::storage::{IndexStorage, Storage};
 use crate::{float_dispatch, Float, NDArray, SType};
 
 fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
@@ -149,8 +150,8 @@ pub(crate) fn csr_t_dense_rsp(
         let data = segment_sum_grouped(&gr.starts, &gr.order, &gr.rows, vals, gs, n);
         NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: vec![k, n],
-            indices: crate::storage::IndexStorage::from(gr.uniq.clone()),
-            data: crate::storage::Storage::from_vec(data),
+            indices: IndexStorage::from(gr.uniq.clone()),
+            data: Storage::from_vec(data),
         }))
     }))
 }

@@ -8,6 +8,7 @@ use crate::cpu::segment::segment_sum_rows;
 use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
+use crate::storage::{IndexStorage, Storage};
 use crate::{float_dispatch, with_buffer, Element, NDArray};
 
 /// Ids of an index array as i64, checked against `bound`. Float ids must be whole numbers (MXNet
@@ -86,8 +87,8 @@ pub fn embedding(table: &NDArray, ids: &NDArray) -> Result<NDArray> {
             let (uniq, data) = segment_sum_rows::<T>(&idv, &rows, None, gd.buf.as_slice::<T>().unwrap(), dim);
             NDArray::from_data(ArrayData::RowSparse(RowSparseData {
                 shape: shape.to_vec(),
-                indices: crate::storage::IndexStorage::from(uniq),
-                data: crate::storage::Storage::from_vec(data),
+                indices: IndexStorage::from(uniq),
+                data: Storage::from_vec(data),
             }))
         });
         Ok(vec![Some(gt), None])
@@ -142,8 +143,8 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
     let data = c.data.gather(positions());
     Ok(NDArray::from_data(ArrayData::Csr(CsrData {
         shape: [ids.len(), c.shape[1]],
-        indptr: crate::storage::IndexStorage::from(indptr),
-        indices: crate::storage::IndexStorage::from(indices),
+        indptr: IndexStorage::from(indptr),
+        indices: IndexStorage::from(indices),
         data,
         offset: 0,
     })))

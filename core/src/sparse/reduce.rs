@@ -7,6 +7,7 @@ use crate::autograd::record_op;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, RowSparseData};
+use crate::storage::Storage;
 use crate::{float_dispatch, NDArray, SType};
 
 /// Which axis a 2-D reduction runs over: `Some(0)`, `Some(1)` or all (`None`).
@@ -95,7 +96,7 @@ pub fn square_sum(a: &NDArray, axis: Option<i64>, keepdims: bool) -> Result<NDAr
             Some(1) => {
                 let sums: Vec<T> = (0..r.nnr()).map(|k| v[k * n..(k + 1) * n].iter().map(|&x| x * x).sum()).collect();
                 if keepdims {
-                    NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: vec![m, 1], indices: r.indices.clone(), data: crate::storage::Storage::from_vec(sums) }))
+                    NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: vec![m, 1], indices: r.indices.clone(), data: Storage::from_vec(sums) }))
                 } else {
                     let mut out = vec![T::zero(); m];
                     for (k, &row) in r.indices.iter().enumerate() { out[row as usize] = sums[k]; }
@@ -129,7 +130,7 @@ pub fn square_sum(a: &NDArray, axis: Option<i64>, keepdims: bool) -> Result<NDAr
                     out[k * n + e] = two * v[k * n + e] * gk;
                 }
             }
-            NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: x.shape.clone(), indices: x.indices.clone(), data: crate::storage::Storage::from_vec(out) }))
+            NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: x.shape.clone(), indices: x.indices.clone(), data: Storage::from_vec(out) }))
         });
         Ok(vec![Some(gx)])
     }))

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, RowSparseData};
+use crate::storage::IndexStorage;
 use crate::NDArray;
 
 /// Rows `row_ids` of a dense or row_sparse array `a` (ids sorted and deduplicated here) as a
@@ -66,7 +67,7 @@ pub fn retain_rows(a: &NDArray, row_ids: &[i64]) -> Result<NDArray> {
     };
     Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
         shape: shape.to_vec(),
-        indices: crate::storage::IndexStorage::from(indices),
+        indices: IndexStorage::from(indices),
         data,
     })))
 }

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
+use crate::storage::{IndexStorage, Storage};
 use crate::{CpuStorage, NDArray};
 
 fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
@@ -30,7 +31,7 @@ impl NDArray {
         let indptr: Vec<i64> = c.indptr[start..=end].iter().map(|&p| p - base).collect();
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [end - start, c.shape[1]],
-            indptr: crate::storage::IndexStorage::from(indptr),
+            indptr: IndexStorage::from(indptr),
             indices: c.indices.clone(),
             data: c.data.clone(),
             offset: c.offset + base as usize,
@@ -70,8 +71,8 @@ impl NDArray {
         let data = c.data.gather(keep.iter().map(|&p| p + c.offset));
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [c.shape[0], end - start],
-            indptr: crate::storage::IndexStorage::from(indptr),
-            indices: crate::storage::IndexStorage::from(indices),
+            indptr: IndexStorage::from(indptr),
+            indices: IndexStorage::from(indices),
             data,
             offset: 0,
         })))
@@ -112,7 +113,7 @@ impl NDArray {
             .gather(keep.iter().flat_map(|&k| k * rl..(k + 1) * rl));
         Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
-            indices: crate::storage::IndexStorage::from(indices),
+            indices: IndexStorage::from(indices),
             data,
         })))
     }
@@ -158,9 +159,9 @@ pub fn concat_rows(parts: &[NDArray]) -> Result<NDArray> {
     let data = concat_buffers(&chunks, dtype);
     Ok(NDArray::from_data(ArrayData::Csr(CsrData {
         shape: [rows, cols],
-        indptr: crate::storage::IndexStorage::from(indptr),
-        indices: crate::storage::IndexStorage::from(indices),
-        data: crate::storage::Storage::from(data),
+        indptr: IndexStorage::from(indptr),
+        indices: IndexStorage::from(indices),
+        data: Storage::from(data),
         offset: 0,
     })))
 }

@@ -9,6 +9,7 @@ use crate::dtype::{Element, Float};
 use crate::error::Result;
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
 use crate::ops::map_slice;
+use crate::storage::{IndexStorage, Storage};
 use crate::{float_dispatch, NDArray, SType};
 
 /// A zero-preserving unary op.
@@ -95,30 +96,24 @@ pub(crate) fn map_stored<T: Element>(d: &ArrayData, f: impl Fn(T) -> T + Sync + 
             let indices = if c.offset == 0 {
                 c.indices.clone()
             } else {
-                crate::storage::IndexStorage::from(Arc::new(c.indices().to_vec()))
+                IndexStorage::from(Arc::new(c.indices().to_vec()))
             };
             ArrayData::Csr(CsrData {
                 shape: c.shape,
                 indptr: c.indptr.clone(),
                 indices,
-                data: crate::storage::Storage::from_vec(map_slice(&vals[..nnz], f)),
+                data: Storage::from_vec(map_slice(&vals[..nnz], f)),
                 offset: 0,
             })
         }
         ArrayData::RowSparse(r) => ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
             indices: r.indices.clone(),
-            data: crate::storage::Storage::from_vec(map_slice(
-                r.data.as_slice::<T>().expect("dtype"),
-                f,
-            )),
+            data: Storage::from_vec(map_slice(r.data.as_slice::<T>().expect("dtype"), f)),
         }),
         ArrayData::Dense(dd) => ArrayData::Dense(crate::ndarray::DenseData {
             shape: dd.shape.clone(),
-            buf: crate::storage::Storage::from_vec(map_slice(
-                dd.buf.as_slice::<T>().expect("dtype"),
-                f,
-            )),
+            buf: Storage::from_vec(map_slice(dd.buf.as_slice::<T>().expect("dtype"), f)),
         }),
     }
 }

@@ -12,6 +12,7 @@
 use crate::autograd::record_op;
 use crate::cpu::HostElement;
 use crate::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
+use crate::storage::Storage;
 use crate::{float_dispatch, ArrayData, DenseData, Float, NDArray, Result, SType, Shape};
 
 /// Row length from which [`bias_act`] adds the bias and applies the activation in one pass per
@@ -240,7 +241,7 @@ fn add_bias_act(yd: &DenseData, bd: &DenseData, act: Option<FusedAct>) -> Result
     });
     Ok(DenseData {
         shape: Shape::from_slice(&yd.shape),
-        buf: crate::storage::Storage::from(buf),
+        buf: Storage::from(buf),
     })
 }
 
