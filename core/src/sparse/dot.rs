@@ -35,6 +35,40 @@ fn dense2(a: &NDArray, op: &'static str) -> Result<DenseData> {
     Ok(d)
 }
 
+/// `x^T . g` as row_sparse for a csr `x` and a dense (or densified) `g`, each read once under
+/// its lock, borrowed, not cloned: the row_sparse weight gradient of a csr product, computed
+/// once per layer per training step. Not recorded.
+fn csr_t_dense_of(x: &NDArray, g: &NDArray) -> Result<NDArray> {
+    if x.same_array(g) {
+        return Err(Error::stype(
+            "dot",
+            "needs a csr and a dense operand, got one array twice",
+        ));
+    }
+    let (xg, gg) = (x.read(), g.read());
+    let ArrayData::Csr(c) = &*xg else {
+        return Err(Error::stype(
+            "dot",
+            format!("needs a csr operand, got {:?}", xg.stype()),
+        ));
+    };
+    if xg.dtype() != gg.dtype() {
+        return Err(Error::dtype_mismatch("dot", xg.dtype(), gg.dtype()));
+    }
+    let gd = crate::ndarray::dense_cow(&gg)?;
+    check_2d(&gd, "dot")?;
+    csr_t_dense_rsp(c, &gd, x.cached_groups_for(c))
+}
+
+/// `a` as a dense array: itself when dense, else densified (no graph).
+fn dense_of(a: &NDArray) -> Result<NDArray> {
+    if a.stype() == SType::Dense {
+        Ok(a.clone())
+    } else {
+        crate::sparse::cast_storage(a, SType::Dense)
+    }
+}
+
 fn check_2d(d: &DenseData, op: &'static str) -> Result<()> {
     if d.shape.len() != 2 {
         return Err(Error::shape(
@@ -250,7 +284,7 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
             "needs a csr and a dense operand, got one array twice",
         ));
     }
-    let (c, out) = {
+    let out = {
         let (xg, wg) = (x.read(), w.read());
         if xg.dtype() != wg.dtype() {
             return Err(Error::dtype_mismatch("dot", xg.dtype(), wg.dtype()));
@@ -263,18 +297,15 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
         };
         let wd = crate::ndarray::dense_cow(&wg)?;
         check_2d(&wd, "dot")?;
-        (c.clone(), csr_dense_raw(c, &wd)?)
+        csr_dense_raw(c, &wd)?
     };
+    // The backward is written with operators on the operands' handles (the batch's handle
+    // keeps its prepared column grouping), so it runs wherever the operands live.
     let (xc, wc) = (x.clone(), w.clone());
     Ok(record_op("dot_csr_dense", out, &[x, w], move |g| {
-        let gd = dense2(g, "dot backward")?;
-        let gw = csr_t_dense_rsp(&c, &gd, xc.cached_groups_for(&c))?;
+        let gw = csr_t_dense_of(&xc, g)?;
         let gx = if xc.requires_grad() {
-            Some(
-                g.dense_data()
-                    .map(|d| NDArray::from_data(ArrayData::Dense(d)))?
-                    .dot_t(&wc, false, true)?,
-            )
+            Some(dense_of(g)?.dot_t(&wc, false, true)?)
         } else {
             None
         };
@@ -299,10 +330,14 @@ pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDA
             ))
         }
     };
+    drop(c);
+    let xc = x.clone();
     Ok(record_op("dot_csr_t_dense", out, &[x, g], move |dy| {
-        let gg = match &*dy.read() {
-            ArrayData::RowSparse(r) => csr_rsp_raw(&c, r)?,
-            other => csr_dense_raw(&c, &crate::sparse::densify(other)?)?,
+        // x . dy: the csr x row_sparse kernel for a row_sparse head gradient, csr x dense
+        // otherwise.
+        let gg = match dy.stype() {
+            SType::RowSparse => dot_csr_rsp(&xc, dy)?,
+            _ => dot_csr_dense(&xc, &dense_of(dy)?)?,
         };
         Ok(vec![None, Some(gg)])
     }))
@@ -322,13 +357,10 @@ pub fn dot_csr_rsp(x: &NDArray, w: &NDArray) -> Result<NDArray> {
         }
     };
     let out = csr_rsp_raw(&c, &r)?;
+    drop(c);
     let xc = x.clone();
     Ok(record_op("dot_csr_rsp", out, &[x, w], move |g| {
-        let groups = xc.cached_groups_for(&c);
-        Ok(vec![
-            None,
-            Some(csr_t_dense_rsp(&c, &dense2(g, "dot backward")?, groups)?),
-        ])
+        Ok(vec![None, Some(csr_t_dense_of(&xc, g)?)])
     }))
 }
 
@@ -338,9 +370,13 @@ pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDAr
     same_dtype("dot", a, x)?;
     let c = csr_of(x, "dot")?;
     let out = dense_csr_raw(&dense2(a, "dot")?, &c, transpose_b)?;
+    drop(c);
+    let xc = x.clone();
     Ok(record_op("dot_dense_csr", out, &[a, x], move |g| {
-        let ga = dense_csr_raw(&dense2(g, "dot backward")?, &c, !transpose_b)?;
-        Ok(vec![Some(ga), None])
+        Ok(vec![
+            Some(dot_dense_csr(&dense_of(g)?, &xc, !transpose_b)?),
+            None,
+        ])
     }))
 }
 
