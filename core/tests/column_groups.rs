@@ -4,7 +4,7 @@
 
 use sparrow_core::autograd::{self, GradReq};
 use sparrow_core::testing::{test_array, test_csr as csr};
-use sparrow_core::{DType, NDArray, SType};
+use sparrow_core::{device_test, DType, NDArray, SType};
 
 /// Row ids and values of the row_sparse gradient of `w` in `sum(dot(x, w) * head)`.
 /// The column ids of a csr array's non-zeros.
@@ -25,7 +25,7 @@ fn weight_grad(x: &NDArray, w0: &NDArray, head: &NDArray) -> (Vec<i64>, Vec<f64>
     (g.row_ids().unwrap(), g.to_f64_vec())
 }
 
-#[test]
+device_test! {
 fn prepared_groups_give_the_same_gradient_bit_for_bit() {
     for (seed, dtype) in [(1, DType::F32), (2, DType::F64), (3, DType::F32)] {
         // 10-row batches over many columns (the tutorial's shape, scaled) and a denser one
@@ -60,8 +60,9 @@ fn prepared_groups_give_the_same_gradient_bit_for_bit() {
         }
     }
 }
+}
 
-#[test]
+device_test! {
 fn a_row_slice_does_not_use_its_parents_grouping() {
     let x = csr(12, 300, 0.05, 4, DType::F64);
     assert!(x.prepare_csr_transpose());
@@ -86,8 +87,9 @@ fn a_row_slice_does_not_use_its_parents_grouping() {
     cols.dedup();
     assert_eq!(rows, cols);
 }
+}
 
-#[test]
+device_test! {
 fn replaced_data_invalidates_the_grouping() {
     let x = csr(8, 100, 0.1, 7, DType::F64);
     let other = csr(8, 100, 0.1, 8, DType::F64);
@@ -101,12 +103,14 @@ fn replaced_data_invalidates_the_grouping() {
     let head = test_array(&[8, 3], -1.0, 1.0, 10);
     assert_eq!(weight_grad(&x, &w, &head), weight_grad(&other, &w, &head));
 }
+}
 
-#[test]
+device_test! {
 fn dense_and_row_sparse_arrays_have_no_grouping() {
     let d = test_array(&[3, 4], -1.0, 1.0, 11);
     assert!(!d.prepare_csr_transpose());
     assert!(d.csr_column_groups().is_none());
     let r = d.tostype(SType::RowSparse).unwrap();
     assert!(!r.prepare_csr_transpose());
+}
 }

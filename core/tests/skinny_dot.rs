@@ -3,7 +3,8 @@
 //! large output). Both are checked through the public API against f64 references, with and
 //! without a gradient on the batch.
 
-use sparrow_core::{autograd, NDArray};
+use sparrow_core::testing::test_device;
+use sparrow_core::{autograd, device_test, NDArray};
 
 /// Deterministic values in [-1, 1).
 fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -41,7 +42,7 @@ fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     }
 }
 
-#[test]
+device_test! {
 fn wide_dense_layer_forward_and_weight_gradient() {
     // m = 4 rows, k = 20,003 features (odd: vector tails), 300 units: the forward product has
     // m = 4 <= 16 with k >= 2^14, the weight gradient 300 x 20,003 with inner size 4.
@@ -50,8 +51,8 @@ fn wide_dense_layer_forward_and_weight_gradient() {
     let wv = values(units * k, 2);
     let gv = values(m * units, 3);
     for batch_grad in [false, true] {
-        let x = NDArray::from_vec(xv.clone(), &[m, k]).unwrap();
-        let w = NDArray::from_vec(wv.clone(), &[units, k]).unwrap();
+        let x = NDArray::from_vec(xv.clone(), &[m, k]).and_then(|a| a.to_device(test_device())).unwrap();
+        let w = NDArray::from_vec(wv.clone(), &[units, k]).and_then(|a| a.to_device(test_device())).unwrap();
         w.attach_grad();
         if batch_grad {
             x.attach_grad();
@@ -63,7 +64,7 @@ fn wide_dense_layer_forward_and_weight_gradient() {
         // |sum| of 20,003 products in [-1, 1]: f32 rounding of partial sums, a few 1e-3.
         assert_close(&y.to_vec::<f32>().unwrap(), &want_y, 2e-2, "X W^T");
 
-        let g = NDArray::from_vec(gv.clone(), &[m, units]).unwrap();
+        let g = NDArray::from_vec(gv.clone(), &[m, units]).and_then(|a| a.to_device(test_device())).unwrap();
         y.backward_with_grad(&g).unwrap();
         let want_dw = reference(units, k, m, |j, p, i| {
             gv[i * units + j] as f64 * xv[i * k + p] as f64
@@ -85,4 +86,5 @@ fn wide_dense_layer_forward_and_weight_gradient() {
             );
         }
     }
+}
 }

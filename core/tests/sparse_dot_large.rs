@@ -5,7 +5,8 @@
 //! the COO triplets (no sparrow kernel involved).
 
 use sparrow_core::autograd::{self, GradReq};
-use sparrow_core::{sparse, NDArray, SType};
+use sparrow_core::testing::test_device;
+use sparrow_core::{device_test, sparse, NDArray, SType};
 
 /// Deterministic xorshift stream in [-1, 1).
 struct Stream(u64);
@@ -83,16 +84,28 @@ fn check(rows: usize, cols: usize, per_row: usize, n: usize, f32: bool, seed: u6
     let (x, wa, ga, tol) = if f32 {
         let cast = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
         (
-            NDArray::csr_from_coo(&r, &c, &cast(&v), [rows, cols]).unwrap(),
-            NDArray::from_vec(cast(&w), &[cols, n]).unwrap(),
-            NDArray::from_vec(cast(&g), &[rows, n]).unwrap(),
+            NDArray::csr_from_coo(&r, &c, &cast(&v), [rows, cols])
+                .and_then(|a| a.to_device(test_device()))
+                .unwrap(),
+            NDArray::from_vec(cast(&w), &[cols, n])
+                .and_then(|a| a.to_device(test_device()))
+                .unwrap(),
+            NDArray::from_vec(cast(&g), &[rows, n])
+                .and_then(|a| a.to_device(test_device()))
+                .unwrap(),
             1e-4,
         )
     } else {
         (
-            NDArray::csr_from_coo(&r, &c, &v, [rows, cols]).unwrap(),
-            NDArray::from_vec(w.clone(), &[cols, n]).unwrap(),
-            NDArray::from_vec(g.clone(), &[rows, n]).unwrap(),
+            NDArray::csr_from_coo(&r, &c, &v, [rows, cols])
+                .and_then(|a| a.to_device(test_device()))
+                .unwrap(),
+            NDArray::from_vec(w.clone(), &[cols, n])
+                .and_then(|a| a.to_device(test_device()))
+                .unwrap(),
+            NDArray::from_vec(g.clone(), &[rows, n])
+                .and_then(|a| a.to_device(test_device()))
+                .unwrap(),
             1e-12,
         )
     };
@@ -119,7 +132,7 @@ fn check(rows: usize, cols: usize, per_row: usize, n: usize, f32: bool, seed: u6
     }
 }
 
-#[test]
+device_test! {
 fn f32_fast_paths_match_the_reference() {
     // Widths around the 8- and 64-column blocks of the AVX2 kernel.
     for (k, &n) in [1usize, 7, 8, 9, 63, 64, 65, 128, 130].iter().enumerate() {
@@ -134,24 +147,26 @@ fn f32_fast_paths_match_the_reference() {
     // Small: the sequential branch and the comparison sort (< 512 entries).
     check(10, 1000, 5, 128, true, 33);
 }
+}
 
-#[test]
+device_test! {
 fn f64_portable_path_matches_the_reference() {
     for (k, &n) in [1usize, 5, 128].iter().enumerate() {
         check(600, 100_000, 30, n, false, 40 + k as u64);
     }
     check(10, 1000, 5, 16, false, 43);
 }
+}
 
-#[test]
+device_test! {
 fn embedding_backward_sums_duplicates_on_the_fast_path() {
     // 20,000 ids over a 3,000-row table: radix-sorted, parallel segment sum, f32 AVX2 gather.
     let (vocab, dim, n) = (3000usize, 128usize, 20_000usize);
-    let table = NDArray::from_vec(vec![0.5f32; vocab * dim], &[vocab, dim]).unwrap();
+    let table = NDArray::from_vec(vec![0.5f32; vocab * dim], &[vocab, dim]).and_then(|a| a.to_device(test_device())).unwrap();
     table.attach_grad_with(GradReq::Write, SType::RowSparse);
     let mut s = Stream(7);
     let ids: Vec<i64> = (0..n).map(|_| (s.next() % vocab as u64) as i64).collect();
-    let idarr = NDArray::from_vec(ids.clone(), &[n]).unwrap();
+    let idarr = NDArray::from_vec(ids.clone(), &[n]).and_then(|a| a.to_device(test_device())).unwrap();
     let y = autograd::record(|| sparse::embedding(&table, &idarr)).unwrap();
     y.backward().unwrap();
     let g = table.grad().unwrap();
@@ -164,4 +179,5 @@ fn embedding_backward_sums_duplicates_on_the_fast_path() {
     let want: Vec<f64> = count.values().flat_map(|&c| vec![c; dim]).collect();
     let got = values.to_f64_vec();
     assert_close(&got, &want, 0.0, "embedding grad");
+}
 }
