@@ -2,7 +2,9 @@
 
 mod util;
 
-use sparrow_core::{autograd, sparse, testing::test_array, DType, Device, NDArray, SType};
+use sparrow_core::{
+    autograd, device_test, sparse, testing::test_array, DType, Device, NDArray, SType,
+};
 use sparrow_nn::{BatchNorm, Block, Dense, Embedding, Initializer, LayerNorm, SparseEmbedding};
 use util::{check_input_grad, check_param_grads};
 
@@ -27,7 +29,7 @@ fn csr_batch() -> (NDArray, NDArray) {
     (sparse::cast_storage(&d, SType::Csr).unwrap(), d)
 }
 
-#[test]
+device_test! {
 fn dense_gradients_dense_input() {
     let x = test_array(&[3, 2, 2], -1.0, 1.0, 11);
     for layer in [
@@ -51,8 +53,9 @@ fn dense_gradients_dense_input() {
     );
     check_param_grads(&nf, &x, 1e-6, 1e-6);
 }
+}
 
-#[test]
+device_test! {
 fn dense_csr_input_matches_dense_and_grads_are_row_sparse() {
     let (xc, xd) = csr_batch();
     // Gluon layout: dense gradient computed from the non-zeros.
@@ -80,8 +83,9 @@ fn dense_csr_input_matches_dense_and_grads_are_row_sparse() {
     assert_eq!(g.stype(), SType::RowSparse);
     assert_eq!(g.row_ids().unwrap(), vec![0, 1, 4, 6]);
 }
+}
 
-#[test]
+device_test! {
 fn embedding_gradients() {
     let ids = NDArray::from_vec(vec![3.0f64, 0.0, 3.0, 5.0], &[2, 2]).unwrap();
     let e = Embedding::with_options(6, 3, false, DType::F64);
@@ -104,8 +108,9 @@ fn embedding_gradients() {
     let bad = NDArray::from_vec(vec![10.0f32], &[1]).unwrap();
     assert!(sp.forward(&bad).is_err());
 }
+}
 
-#[test]
+device_test! {
 fn norm_layers_gradients_and_modes() {
     let x = test_array(&[4, 3, 2], -1.0, 2.0, 21);
     let bn = BatchNorm::with_options(1, 0.9, 1e-5, 0, DType::F64);
@@ -132,8 +137,9 @@ fn norm_layers_gradients_and_modes() {
     check_param_grads(&ln, &x, 1e-6, 1e-5);
     check_input_grad(&ln, &x);
 }
+}
 
-#[test]
+device_test! {
 fn parameter_free_layers_gradients() {
     use sparrow_nn::{Activation, Dropout, Flatten, Identity, Lambda, LeakyReLU};
     let x = test_array(&[3, 2, 2], -1.5, 1.5, 31);
@@ -156,4 +162,5 @@ fn parameter_free_layers_gradients() {
         .unwrap();
     assert_eq!(ones.grad().unwrap().to_f64_vec(), yv);
     assert!(yv.contains(&0.0) && yv.iter().any(|&v| (v - 1.0 / 0.7).abs() < 1e-12));
+}
 }

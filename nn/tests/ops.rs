@@ -2,10 +2,11 @@
 
 use sparrow_core::ops::fused::bias_add;
 use sparrow_core::{
-    autograd, testing::check_grad_on_devices, testing::test_array, DType, NDArray, SType,
+    autograd, device_test, testing::check_grad_on_devices, testing::test_array, DType, NDArray,
+    SType,
 };
 
-#[test]
+device_test! {
 fn bias_add_matches_broadcast_add_and_its_gradient_checks() {
     for (rows, units, seed) in [(4, 3, 1), (1, 7, 2), (9, 1, 3), (0, 5, 4), (10, 128, 5)] {
         let y = test_array(&[rows, units], -2.0, 2.0, seed);
@@ -26,6 +27,7 @@ fn bias_add_matches_broadcast_add_and_its_gradient_checks() {
             .unwrap();
         }
     }
+}
 }
 
 /// Gradients of fresh copies of `y` and `b` after `out = f(y, b)` and a backward with head
@@ -50,7 +52,7 @@ fn grads_of(
     )
 }
 
-#[test]
+device_test! {
 fn bias_add_gradients_equal_the_broadcast_adds() {
     let y = test_array(&[6, 4], -2.0, 2.0, 7);
     let b = test_array(&[4], -1.0, 1.0, 8);
@@ -64,8 +66,9 @@ fn bias_add_gradients_equal_the_broadcast_adds() {
     });
     assert_eq!(fused, composed);
 }
+}
 
-#[test]
+device_test! {
 fn bias_add_declines_other_layouts() {
     let y = test_array(&[3, 4], -1.0, 1.0, 9);
     // Wrong bias length, 2-D bias, 1-D input, sparse input, dtype mismatch: the caller falls
@@ -89,8 +92,9 @@ fn bias_add_declines_other_layouts() {
     let b32 = NDArray::from_vec(vec![1.0f32; 4], &[4]).unwrap();
     assert!(bias_add(&y, &b32).unwrap().is_none());
 }
+}
 
-#[test]
+device_test! {
 fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
     use sparrow_core::ops::fused::{bias_act, FusedAct};
     let acts = [
@@ -141,6 +145,7 @@ fn bias_act_matches_the_composed_ops_and_its_gradient_checks() {
         }
     }
 }
+}
 
 /// `g * (y (1 - y))` in the fused backward against `(g y)(1 - y)` in the composed one: equal
 /// to rounding.
@@ -150,7 +155,7 @@ fn assert_close_grads(f: (Vec<f64>, Vec<f64>), c: (Vec<f64>, Vec<f64>)) {
     }
 }
 
-#[test]
+device_test! {
 fn bias_act_gradients_equal_the_composed_ops() {
     use sparrow_core::ops::fused::{bias_act, FusedAct};
     let y = test_array(&[6, 4], -2.0, 2.0, 17);
@@ -165,8 +170,9 @@ fn bias_act_gradients_equal_the_composed_ops() {
     });
     assert_close_grads(fused, composed);
 }
+}
 
-#[test]
+device_test! {
 fn bias_act_takes_a_row_sparse_head_gradient() {
     use sparrow_core::ops::fused::{bias_act, FusedAct};
     let y = test_array(&[6, 4], -2.0, 2.0, 19);
@@ -196,8 +202,9 @@ fn bias_act_takes_a_row_sparse_head_gradient() {
         assert_close_grads(fused, composed);
     }
 }
+}
 
-#[test]
+device_test! {
 fn dense_with_activation_equals_dense_then_activation() {
     use sparrow_nn::layers::{Activation, Dense};
     use sparrow_nn::{Block, Initializer, Sequential};
@@ -239,8 +246,9 @@ fn dense_with_activation_equals_dense_then_activation() {
         }
     }
 }
+}
 
-#[test]
+device_test! {
 fn bias_act_on_a_large_batch_matches_the_composed_ops() {
     use sparrow_core::ops::fused::{bias_act, FusedAct};
     // 300 x 256 = 76,800 elements: above core's parallel threshold, so the activation runs
@@ -251,8 +259,9 @@ fn bias_act_on_a_large_batch_matches_the_composed_ops() {
     let composed = y.add(&b).unwrap().sigmoid().unwrap();
     assert_eq!(fused.to_f64_vec(), composed.to_f64_vec());
 }
+}
 
-#[test]
+device_test! {
 fn dense_records_one_node_per_layer() {
     use sparrow_nn::layers::Dense;
     use sparrow_nn::{Block, Initializer};
@@ -281,4 +290,5 @@ fn dense_records_one_node_per_layer() {
     // Without recording nothing is attached.
     let z = autograd::pause(|| layer.forward(&x)).unwrap();
     assert!(z.node().is_none());
+}
 }

@@ -4,7 +4,7 @@
 //! sparrow's optimizers and requires the same weights to 1e-5 relative. No Python needed.
 
 use serde_json::Value;
-use sparrow_core::NDArray;
+use sparrow_core::{device_test, NDArray};
 use sparrow_optim::*;
 
 struct Data {
@@ -99,7 +99,7 @@ fn make(name: &str, p: &Value) -> Box<dyn Optimizer> {
     opt
 }
 
-#[test]
+device_test! {
 fn optimizers_match_mxnet_1_9_1() {
     let text = include_str!("data/mxnet_conformance.json");
     let j: Value = serde_json::from_str(text).unwrap();
@@ -165,4 +165,5 @@ fn optimizers_match_mxnet_1_9_1() {
         }
         eprintln!("{name}: worst relative difference {worst:.2e}");
     }
+}
 }

@@ -3,7 +3,7 @@
 //! clipping, rescaling and momentum on. Lazy mode must leave absent rows of the weight and of
 //! every state array bit-identical.
 
-use sparrow_core::NDArray;
+use sparrow_core::{device_test, NDArray};
 use sparrow_optim::*;
 
 const ROWS: usize = 12;
@@ -352,23 +352,26 @@ fn run_case(kind: Kind, mode: Mode) {
     }
 }
 
-#[test]
+device_test! {
 fn dense_gradients_match_reference() {
     for k in ALL {
         run_case(k, Mode::Dense);
     }
 }
+}
 
-#[test]
+device_test! {
 fn row_sparse_lazy_matches_reference_and_keeps_absent_rows() {
     for k in ALL {
         run_case(k, Mode::Lazy);
     }
 }
+}
 
-#[test]
+device_test! {
 fn row_sparse_standard_matches_reference() {
     for k in ALL {
         run_case(k, Mode::Standard);
     }
+}
 }

@@ -2,7 +2,7 @@
 //! clipping; and the Estimator `fit` loop.
 
 use sparrow_core::autograd::GradReq;
-use sparrow_core::{DType, Device, NDArray, SType};
+use sparrow_core::{device_test, DType, Device, NDArray, SType};
 use sparrow_nn::{Block, Dense, Initializer, Parameter};
 use sparrow_optim::*;
 
@@ -19,7 +19,7 @@ fn rs(shape: &[usize], rows: Vec<i64>, data: Vec<f32>) -> NDArray {
     NDArray::row_sparse_unchecked(data, rows, shape)
 }
 
-#[test]
+device_test! {
 fn step_rescales_by_batch_and_handles_grad_req() {
     let a = param("a", vec![1.0, 2.0], &[2]);
     let b = param("b", vec![1.0, 2.0], &[2]);
@@ -62,8 +62,9 @@ fn step_rescales_by_batch_and_handles_grad_req() {
     assert!(t.step(0).is_err());
     assert!(Trainer::new(vec![a.clone(), a.clone()], Sgd::new(0.1)).is_err());
 }
+}
 
-#[test]
+device_test! {
 fn lr_and_wd_mult_come_from_parameters() {
     let a = param("a", vec![1.0], &[1])
         .with_lr_mult(2.0)
@@ -78,8 +79,9 @@ fn lr_and_wd_mult_come_from_parameters() {
     // lr 0.2, wd 0: 1 - 0.2
     assert!((a.data().unwrap().to_vec::<f32>().unwrap()[0] - 0.8).abs() < 1e-7);
 }
+}
 
-#[test]
+device_test! {
 fn row_sparse_grads_update_only_their_rows() {
     let e = param("e", vec![1.0; 8], &[4, 2]).with_grad_stype(SType::RowSparse);
     let mut t = Trainer::new(vec![e.clone()], Adam::new(0.1)).unwrap();
@@ -92,8 +94,9 @@ fn row_sparse_grads_update_only_their_rows() {
     assert_eq!(&w[4..6], &[1.0, 1.0]);
     assert!(w[2] < 1.0 && w[6] > 1.0);
 }
+}
 
-#[test]
+device_test! {
 fn save_and_load_states_resume_bit_identically() {
     let dir = std::env::temp_dir().join(format!("sparrow-optim-states-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -140,8 +143,9 @@ fn save_and_load_states_resume_bit_identically() {
     assert!(tb.load_states(dir.join("missing")).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+}
 
-#[test]
+device_test! {
 fn clip_global_norm_counts_row_sparse_values() {
     let d = NDArray::from_vec(vec![3.0f32, 0.0], &[2]).unwrap();
     let r = rs(&[5, 2], vec![4], vec![0.0, 4.0]);
@@ -158,8 +162,9 @@ fn clip_global_norm_counts_row_sparse_values() {
     assert!((clip_global_norm(std::slice::from_ref(&d), 10.0).unwrap() - 0.6).abs() < 1e-6);
     assert!(clip_global_norm(&[d], -1.0).is_err());
 }
+}
 
-#[test]
+device_test! {
 fn optimizer_rejects_bad_inputs_without_panicking() {
     let w = NDArray::from_vec(vec![1.0f32; 6], &[3, 2]).unwrap();
     let mut opt = Adam::new(0.1);
@@ -196,8 +201,9 @@ fn optimizer_rejects_bad_inputs_without_panicking() {
     let m = msg(&w.copy(), &w, &mut st_other);
     assert!(m.contains("state") && m.contains("[2, 2]"), "{m}");
 }
+}
 
-#[test]
+device_test! {
 fn f64_weights_are_updated_in_f64() {
     let w = NDArray::from_vec(vec![1.0f64, 2.0], &[2]).unwrap();
     let g = NDArray::from_vec(vec![0.5f64, -0.5], &[2]).unwrap();
@@ -210,8 +216,9 @@ fn f64_weights_are_updated_in_f64() {
     assert!((got[0] - 0.855).abs() < 1e-15);
     assert_eq!(st.array("momentum").unwrap().dtype(), DType::F64);
 }
+}
 
-#[test]
+device_test! {
 fn fit_trains_checkpoints_and_stops_early() {
     // y = 1 when x0 + x1 > 0: linearly separable.
     let n = 64;
@@ -276,8 +283,9 @@ fn fit_trains_checkpoints_and_stops_early() {
     assert!(dir.join("model-epoch2.states").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+}
 
-#[test]
+device_test! {
 fn step_called_directly_rejects_gradient_rows_of_another_length() {
     // Optimizer::step skips update()'s bookkeeping; a row_sparse gradient whose rows are longer
     // than the weight's must still be an error from the core operator, not writes past the
@@ -297,8 +305,9 @@ fn step_called_directly_rejects_gradient_rows_of_another_length() {
     assert!(e.contains("weight [3, 2] vs gradient [3, 4]"), "{e}");
     assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0; 6]);
 }
+}
 
-#[test]
+device_test! {
 fn step_reports_unusable_parameters_before_changing_any_weight() {
     let grad_of = |p: &Parameter, v: Vec<f32>, shape: &[usize]| {
         p.data()
@@ -337,4 +346,5 @@ fn step_reports_unusable_parameters_before_changing_any_weight() {
     t = Trainer::new(vec![a.clone()], Sgd::new(0.5)).unwrap();
     t.step(1).unwrap();
     assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 1.5]);
+}
 }
