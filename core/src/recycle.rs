@@ -94,7 +94,7 @@ fn fresh_zeroed<T: Copy>(n: usize, zero: T) -> Vec<T> {
 
 /// `n` zeros of `T`: a recycled buffer cleared in parallel when the pool has one of that length
 /// (already faulted in: clearing it is one write pass, where fresh pages cost a kernel fault and
-/// clear each, ~2 s for 512 MB in the project's VM), else a zeroed allocation (`calloc`, advised
+/// clear each, ~2 s for 512 MB), else a zeroed allocation (`calloc`, advised
 /// for huge pages). Dense gradients densified from row_sparse ones are such buffers.
 pub fn zeroed_vec<T: Send + Sync + Copy + Default + 'static>(n: usize) -> Vec<T> {
     use rayon::prelude::*;

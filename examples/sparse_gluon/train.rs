@@ -196,7 +196,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     // The loader thread groups each batch's columns for (c)'s row_sparse weight gradient.
     params.prepare_transpose = v == Variant::RowSparse;
     // (c)'s 20-us steps: a woken producer must not preempt the training thread (see
-    // LibSVMIterParams::idle_priority; ~0.15 ms per epoch on the 2-vCPU VM).
+    // LibSVMIterParams::idle_priority; ~0.15 ms per epoch on two cores).
     params.idle_priority = v == Variant::RowSparse && args.idle_loader;
     let mut iter = LibSVMIter::new(params)?;
 
@@ -232,7 +232,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     if v == Variant::RowSparse {
         // Warm-up: whole epochs until `--warmup-ms` of training have passed (at least one),
         // then `--epochs` timed epochs. A time rather than a count: the training thread waits,
-        // blocked, while the pool initializes the weight, and on the project's VM its vCPU then
+        // blocked, while the pool initializes the weight, and its core then
         // runs ~1.3x slower for the first ~15 ms of work (the first 7 epochs after a one-epoch
         // warm-up against epochs 9-40: median 1.31x per run over 10 runs; a 100 ms busy loop
         // before training brought it to ~1.0x, a 100 ms sleep did not). One ~2 ms epoch did not
@@ -300,7 +300,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     } else {
         // DENSE_WARMUP warm-up batches, then `dense_batches` timed batches scaled to a full
         // epoch. Two, because the first two steps allocate the two 512 MB gradient buffers
-        // that later steps recycle (fresh pages fault in at ~0.25 GB/s in the project's VM);
+        // that later steps recycle (fresh pages fault in at ~0.25 GB/s );
         // PyTorch's reference script warms up on 5 batches.
         iter.reset();
         let mut batches = Vec::new();

@@ -1,5 +1,5 @@
 //! Initializer fill speed: a 1,000,000 x 128 f32 weight (the sparse Dense of the tutorial).
-//! MXNet 1.9.1 takes 1.2-2.1 s for this on the project machine (issue 4); the goal is < 0.3 s.
+//! MXNet 1.9.1 takes 1.2-2.1 s for this (see BENCHMARKS.md); the goal is < 0.3 s.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sparrow_core::DType;

@@ -40,7 +40,7 @@ pub fn backward_with(
     // Post-order DFS (iterative, graphs can be deep) gives a topological order. Each array's
     // autograd state is locked once, here: the backward loop below reuses what was read (the
     // node, whether a gradient is attached, whether it takes part in the graph). Every lock and
-    // reference count is an atomic read-modify-write, ~3 ns apiece on the project's VM, and a
+    // reference count is an atomic read-modify-write, ~3 ns apiece, and a
     // tutorial step took ~170 of them in this function before.
     // Sized for a typical training step's graph (tens of nodes), so the vectors do not grow
     // several times per backward; larger graphs grow them as usual.

@@ -15,7 +15,7 @@ use crate::dtype::Float;
 const SMALL_MNK: usize = 64 * 64 * 64;
 
 /// Products with `m * n * k` at or above this (about 8 MFLOP) are split over rayon's threads.
-/// Below it, waking the second thread costs more than it saves on this 2-core VM: 64x128x64
+/// Below it, waking the second thread costs more than it saves on two cores: 64x128x64
 /// went from 18 to 53 us and 128^3 from 61 to 91 us when split; 64x784x128 (6.4M): 206 -> 167 us.
 pub(crate) const PARALLEL_MNK: usize = 1 << 22;
 

@@ -50,7 +50,7 @@ pub struct LibSVMIterParams {
     /// Run the producer thread (and the block reader it starts) at idle scheduling priority
     /// ([`sparrow_core::sys::set_idle_priority`], Linux `SCHED_IDLE`), so that waking it never
     /// preempts the training thread. Worth it when the training loop is a tight loop of small
-    /// steps on a machine with few cores: on the project's 2-vCPU VM the woken producer landed
+    /// steps on a machine with few cores: on two cores the woken producer landed
     /// on the training thread's core and took ~0.2 ms per 100-batch epoch of the sparse
     /// tutorial. Off by default: with more busy threads than cores an idle-priority producer
     /// gets almost no CPU and the consumer waits for its batches.
@@ -60,7 +60,7 @@ pub struct LibSVMIterParams {
     /// normal priority: the `prepare_transpose` grouping always, the parsing when rows are
     /// neither shuffled nor labelled from a second file (the direct path; the other path still
     /// parses as pool tasks). Waking the pool three times per tutorial epoch made its (c)
-    /// 1.1-1.3x slower with 2 pool threads than with 1 on the 2-vCPU VM (the woken threads ran
+    /// 1.1-1.3x slower with 2 pool threads than with 1 on two cores (the woken threads ran
     /// and spun, ~100 `sched_yield` calls per epoch, beside the training thread); keeping that
     /// work here: 0.89x at 2 threads, unchanged at 1 (16 interleaved rounds). Larger epochs
     /// still parse as pool tasks, where parallelism pays.

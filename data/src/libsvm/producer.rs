@@ -57,7 +57,7 @@ pub(super) fn spawn(
 /// of an epoch, or a drop) or an error. Going straight on to the next epoch means its first
 /// batches are parsed while the consumer still works through this epoch's last ones, and no
 /// thread is started per epoch: a new thread waited up to ~3 ms for a core in the project's
-/// 2-core VM (CFS placed it behind the training thread), about a whole sparse Gluon tutorial
+/// two-core machine (CFS placed it behind the training thread), about a whole sparse Gluon tutorial
 /// epoch. The queue bounds how far ahead it runs: at most one group in the channel and one
 /// being filled.
 fn produce(
@@ -107,7 +107,7 @@ fn produce_inner(
     //
     // A part of one small block (the sparse tutorial's 177 KB file) is read on this thread
     // instead: a new thread per epoch sometimes first ran milliseconds after `spawn` on the
-    // project's 2-vCPU VM, and the training loop waited for it at the start of the epoch.
+    // two-core machine, and the training loop waited for it at the start of the epoch.
     let spans: Vec<Span> = order.iter().map(|&i| sh.blocks[i].data).collect();
     let inline = match spans[..] {
         [] => true,
