@@ -8,19 +8,31 @@
 #                     binary of benches/dense.rs, `cargo bench --no-run --bench dense` prints it)
 #   FILE:   a LibSVM file with feature ids below 10,000,000 (scripts/gen_libsvm.py writes one)
 #   ROUNDS: default 6
+#   ONLY:   environment variable, the benchmarks to run, default "gluon dot libsvm matmul"
 # Summary (median of the per-round new/old ratios): python3 scripts/summarize_ab.py OUT_DIR
 set -euo pipefail
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 [ $# -ge 4 ] || usage
 OLD=$1 NEW=$2 FILE=$3 OUT=$4 ROUNDS=${5:-6}
 mkdir -p "$OUT"
+ONLY=" ${ONLY:-gluon dot libsvm matmul} "
+want() { [[ $ONLY == *" $1 "* ]]; }
 run() { # build-label bin-dir round
     local tag=$1 dir=$2 r=$3
-    "$dir/sparse_gluon" --json --variants c --epochs 7 --threads 1 > "$OUT/gluon_${tag}_$r.json" 2>/dev/null
-    RAYON_NUM_THREADS=2 "$dir/sparse_dot" --json > "$OUT/dot_${tag}_$r.json" 2>/dev/null
-    "$dir/libsvm_read" "$FILE" --data-shape 10000000 --batch-size 1024 --json > "$OUT/libsvm_${tag}_$r.json" 2>/dev/null
-    "$dir/dense" --bench --warm-up-time 1 --measurement-time 3 "matmul_f32/1024" \
-        > "$OUT/matmul_${tag}_$r.txt" 2>/dev/null
+    if want gluon; then
+        "$dir/sparse_gluon" --json --variants c --epochs 7 --threads 1 > "$OUT/gluon_${tag}_$r.json" 2>/dev/null
+    fi
+    if want dot; then
+        RAYON_NUM_THREADS=2 "$dir/sparse_dot" --json > "$OUT/dot_${tag}_$r.json" 2>/dev/null
+    fi
+    if want libsvm; then
+        "$dir/libsvm_read" "$FILE" --data-shape 10000000 --batch-size 1024 --json \
+            > "$OUT/libsvm_${tag}_$r.json" 2>/dev/null
+    fi
+    if want matmul; then
+        "$dir/dense" --bench --warm-up-time 1 --measurement-time 3 "matmul_f32/1024" \
+            > "$OUT/matmul_${tag}_$r.txt" 2>/dev/null
+    fi
 }
 for r in $(seq 1 "$ROUNDS"); do
     if [ $((r % 2)) -eq 1 ]; then run old "$OLD" "$r"; run new "$NEW" "$r"; else run new "$NEW" "$r"; run old "$OLD" "$r"; fi
