@@ -32,6 +32,8 @@ struct State {
     /// Fan-in is `shape[0]` instead of `shape[1]` (weights stored as `(in, out)`).
     fan_in_first: bool,
     data: Option<NDArray>,
+    /// Where the weight (and its gradient) is created: the device `initialize` was given.
+    device: Device,
     /// `initialize` was called while the shape had unknown dims: the initializer and seed to
     /// run once the first forward fixes the shape.
     deferred: Option<(Initializer, u64)>,
@@ -104,6 +106,7 @@ impl Parameter {
                     wd_mult: 1.0,
                     fan_in_first: false,
                     data: None,
+                    device: Device::Cpu,
                     deferred: None,
                 }),
             }),
@@ -226,6 +229,10 @@ impl Parameter {
         let s = self.state();
         s.shape.iter().all(|&d| d > 0)
     }
+    /// The device the weight is (or will be) created on.
+    pub fn device(&self) -> Device {
+        self.state().device
+    }
     /// Whether the weight has been created.
     pub fn is_initialized(&self) -> bool {
         self.state().data.is_some()
@@ -239,13 +246,24 @@ impl Parameter {
     /// attach its gradient. With unknown dims the initialization waits for the first forward.
     /// Calling it again on an initialized parameter is a no-op, as in Gluon (use
     /// [`Parameter::reinitialize`] to overwrite).
+    /// The weight is created on `device` (an unavailable device is an error, before anything
+    /// is created).
     pub fn initialize(&self, default: &Initializer, device: Device) -> Result<()> {
-        let _ = device; // Only the CPU exists; the argument keeps Gluon's signature.
+        if !device.is_available() {
+            return Err(Error::arg(
+                "Parameter::initialize",
+                format!(
+                    "parameter '{}': device {device:?} is not available",
+                    self.inner.name
+                ),
+            ));
+        }
         let seed = init::next_seed();
         let mut s = self.state_mut();
         if s.data.is_some() {
             return Ok(());
         }
+        s.device = device;
         let chosen = s.init.clone().unwrap_or_else(|| default.clone());
         if s.shape.contains(&0) {
             s.deferred = Some((chosen, seed));
@@ -268,7 +286,7 @@ impl Parameter {
 
     fn create(name: &str, s: &mut State, init: &Initializer, seed: u64) -> Result<()> {
         let desc = InitDesc::new(name, &s.shape, s.fan_in_first);
-        let arr = init.generate(&desc, s.dtype, seed)?;
+        let arr = init.generate(&desc, s.dtype, seed)?.to_device(s.device)?;
         match &s.data {
             // Keep the handle: holders of `data()` see the new values.
             Some(d) => d.assign(&arr),
@@ -498,6 +516,16 @@ mod tests {
         assert_eq!(rs.row_ids().unwrap(), vec![3, 7]);
         assert_eq!(rs.nnz(), 16);
         assert!(p.row_sparse_data(&[1000]).is_err());
+    }
+
+    #[test]
+    fn weight_and_gradient_live_on_the_initialize_device() {
+        let p = Parameter::new("weight", &[4, 2]);
+        p.initialize(&Initializer::Constant(1.0), Device::Cpu)
+            .unwrap();
+        assert_eq!(p.device(), Device::Cpu);
+        assert_eq!(p.data().unwrap().device(), Device::Cpu);
+        assert_eq!(p.grad().unwrap().device(), Device::Cpu);
     }
 
     #[test]
