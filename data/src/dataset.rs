@@ -27,31 +27,32 @@ pub trait Dataset: Send + Sync {
     fn batch(&self, idx: &[usize]) -> Result<(NDArray, Option<NDArray>)>;
 }
 
-/// A dataset over arrays (dense or CSR) whose first axis indexes samples.
+/// A dataset over arrays (dense or CSR) whose first axis indexes samples: Gluon's array
+/// dataset, under PyTorch's name (`TensorDataset`), which keeps core's storage names apart.
 #[derive(Clone)]
-pub struct ArrayDataset {
+pub struct TensorDataset {
     data: NDArray,
     label: Option<NDArray>,
     n: usize,
 }
 
-impl ArrayDataset {
+impl TensorDataset {
     /// Samples are the rows of `data` (and of `label`, which must have as many rows).
     pub fn new(data: NDArray, label: Option<NDArray>) -> Result<Self> {
         let n = num_rows(&data)?;
         if let Some(l) = &label {
             if num_rows(l)? != n {
                 return Err(DataError::arg(
-                    "ArrayDataset",
+                    "TensorDataset",
                     format!("data has {n} rows, label shape is {:?}", l.shape()),
                 ));
             }
         }
-        Ok(ArrayDataset { data, label, n })
+        Ok(TensorDataset { data, label, n })
     }
 }
 
-impl Dataset for ArrayDataset {
+impl Dataset for TensorDataset {
     fn len(&self) -> usize {
         self.n
     }
@@ -67,13 +68,13 @@ impl Dataset for ArrayDataset {
 }
 
 /// A LibSVM file loaded into memory as a CSR dataset (labels: one per row, dense).
-pub struct LibSvmDataset(ArrayDataset);
+pub struct LibSvmDataset(TensorDataset);
 
 impl LibSvmDataset {
     /// Load `path` (file or directory) with `opts`.
     pub fn new(path: impl AsRef<Path>, opts: &LibSvmOptions) -> Result<Self> {
         let d = load_libsvm(path, opts)?;
-        Ok(LibSvmDataset(ArrayDataset::new(
+        Ok(LibSvmDataset(TensorDataset::new(
             d.csr()?,
             Some(d.labels()?),
         )?))
@@ -149,9 +150,9 @@ impl BatchSampler {
 ///
 /// ```
 /// use sparrow_core::NDArray;
-/// use sparrow_data::dataset::{ArrayDataset, DataLoader};
+/// use sparrow_data::dataset::{TensorDataset, DataLoader};
 /// let x = NDArray::from_vec(vec![1.0f32; 12], &[6, 2])?;
-/// let ds = ArrayDataset::new(x, None)?;
+/// let ds = TensorDataset::new(x, None)?;
 /// let mut dl = DataLoader::new(ds, 4, true, true, 2);
 /// assert_eq!(dl.iter().count(), 1); // drop_last: 6 rows -> one batch of 4
 /// # Ok::<(), sparrow_data::DataError>(())
@@ -320,7 +321,7 @@ mod tests {
     fn csr_batches_stay_csr_and_workers_keep_order() {
         let (x, y) = data();
         for workers in [0, 1, 3] {
-            let ds = ArrayDataset::new(x.clone(), Some(y.clone())).unwrap();
+            let ds = TensorDataset::new(x.clone(), Some(y.clone())).unwrap();
             let mut dl = DataLoader::new(ds, 3, false, false, workers);
             let bs: Vec<Batch> = dl.iter().map(|b| b.unwrap()).collect();
             assert_eq!(bs.len(), 4);
@@ -345,7 +346,7 @@ mod tests {
     #[test]
     fn drop_last_shuffle_and_samplers() {
         let (x, y) = data();
-        let ds = ArrayDataset::new(x, Some(y)).unwrap();
+        let ds = TensorDataset::new(x, Some(y)).unwrap();
         let mut dl = DataLoader::new(ds.clone(), 3, true, true, 2);
         let e0: Vec<f32> = dl
             .iter()
@@ -367,7 +368,7 @@ mod tests {
         assert_eq!(carry, vec![8, 9]);
         let (b1, _, _) = s.epoch(10, 1, &carry, 0);
         assert_eq!(b1[0].0, vec![8, 9, 0, 1]);
-        assert!(ArrayDataset::new(
+        assert!(TensorDataset::new(
             ds.batch(&[0]).unwrap().0,
             Some(ds.batch(&[0, 1]).unwrap().0)
         )
