@@ -23,4 +23,4 @@ pub(crate) use cpu::{with_buffer, CpuStorage};
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};
 pub(crate) use ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
-pub use ndarray::{CsrView, NDArray, RowSparseView, Shape};
+pub use ndarray::{CsrView, NDArray, Shape};

@@ -87,22 +87,6 @@ pub fn test_devices() -> Vec<Device> {
     Device::available()
 }
 
-/// Run `f` once per test device; the first failure is returned with the device named.
-pub fn on_each_device(mut f: impl FnMut(Device) -> Result<()>) -> Result<()> {
-    for device in test_devices() {
-        f(device).map_err(|e| Error::arg("test", format!("on {device:?}: {e}")))?;
-    }
-    Ok(())
-}
-
-/// Inputs moved to `device` (fresh handles there; the originals are untouched).
-pub fn to_device_all(inputs: &[NDArray], device: Device) -> Result<Vec<NDArray>> {
-    inputs
-        .iter()
-        .map(|x| x.detach().to_device(device))
-        .collect()
-}
-
 /// [`check_grad`] on every test device, the inputs moved to each in turn. Returns the largest
 /// relative error over all devices.
 pub fn check_grad_on_devices<F>(
@@ -116,11 +100,14 @@ where
     F: Fn(&[NDArray]) -> Result<NDArray>,
 {
     let mut worst = 0.0f64;
-    on_each_device(|device| {
-        let xs = to_device_all(inputs, device)?;
-        worst = worst.max(with_test_device(device, || {
-            check_grad(&f, &xs, eps, rtol, atol)
-        })?);
+    for_each_test_device(|device| {
+        let xs = inputs
+            .iter()
+            .map(|x| x.detach().to_device(device))
+            .collect::<Result<Vec<_>>>()?;
+        let err = check_grad(&f, &xs, eps, rtol, atol)
+            .map_err(|e| Error::Autograd(format!("on {device:?}: {e}")))?;
+        worst = worst.max(err);
         Ok(())
     })?;
     Ok(worst)

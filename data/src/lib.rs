@@ -18,6 +18,6 @@ mod ndarray_iter;
 mod rows;
 pub mod synthetic;
 
-pub use dataset::{TensorDataset, BatchSampler, DataLoader, Dataset, LibSvmDataset, Sampler};
+pub use dataset::{BatchSampler, DataLoader, Dataset, LibSvmDataset, Sampler, TensorDataset};
 pub use ndarray_iter::NDArrayIter;
 pub use rows::take_rows;

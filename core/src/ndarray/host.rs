@@ -28,25 +28,6 @@ pub struct CsrView<'a, T> {
     pub values: &'a [T],
 }
 
-/// The parts of a row_sparse array, borrowed: stored row `k` is row `indices[k]` of the
-/// logical array, held at `values[k * row_len..(k + 1) * row_len]`.
-#[derive(Debug, Clone, Copy)]
-pub struct RowSparseView<'a, T> {
-    /// Logical shape.
-    pub shape: &'a [usize],
-    /// Sorted unique row ids.
-    pub indices: &'a [i64],
-    /// The stored rows, row-major.
-    pub values: &'a [T],
-}
-
-impl<T> RowSparseView<'_, T> {
-    /// Elements per row (product of `shape[1..]`).
-    pub fn row_len(&self) -> usize {
-        self.shape[1..].iter().product()
-    }
-}
-
 fn dtype_error(op: &'static str, has: DType, want: DType) -> Error {
     Error::dtype(
         op,
@@ -78,29 +59,6 @@ impl NDArray {
             shape: c.shape,
             indptr: &c.indptr,
             indices: c.indices(),
-            values,
-        }))
-    }
-
-    /// Run `f` on the parts of a row_sparse array with values of type `T`.
-    pub fn with_row_sparse<T: Element, R>(
-        &self,
-        f: impl FnOnce(RowSparseView<'_, T>) -> R,
-    ) -> Result<R> {
-        let d = self.read();
-        let ArrayData::RowSparse(r) = &*d else {
-            return Err(Error::stype(
-                "with_row_sparse",
-                format!("needs a row_sparse array, got {:?}", d.stype()),
-            ));
-        };
-        let values = r
-            .data
-            .as_slice::<T>()
-            .ok_or_else(|| dtype_error("with_row_sparse", r.data.dtype(), T::DTYPE))?;
-        Ok(f(RowSparseView {
-            shape: &r.shape,
-            indices: &r.indices,
             values,
         }))
     }
@@ -271,5 +229,87 @@ impl NDArray {
         };
         crate::sparse::check_rsp(&r, true)?;
         Ok(NDArray::from_data(ArrayData::RowSparse(r)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SType;
+
+    /// Bytes round-trip for every dtype; a byte count that does not fit the shape is an error.
+    #[test]
+    fn le_bytes_round_trip_and_bad_lengths_are_errors() {
+        let a = NDArray::from_vec(vec![1.5f32, -2.0, 3.25, 0.0], &[2, 2]).unwrap();
+        for dt in [DType::F32, DType::F64, DType::I64, DType::I32, DType::U8] {
+            let x = a.astype(dt).unwrap();
+            let back = NDArray::from_le_bytes(&x.to_le_bytes().unwrap(), dt, &[2, 2]).unwrap();
+            assert_eq!(back.dtype(), dt);
+            assert_eq!(back.to_f64_vec(), x.to_f64_vec());
+        }
+        assert!(NDArray::from_le_bytes(&[0u8; 15], DType::F32, &[2, 2]).is_err());
+        assert!(NDArray::from_le_bytes(&[0u8; 8], DType::F64, &[usize::MAX, 2]).is_err());
+    }
+
+    /// A shared-vector csr is checked for lengths and end points even without the full check;
+    /// the full check also catches unsorted columns.
+    #[test]
+    fn csr_from_shared_checks_its_parts() {
+        let ok = NDArray::csr_from_shared(
+            Arc::new(vec![1.0f32, 2.0]),
+            Arc::new(vec![0, 2]),
+            Arc::new(vec![0, 1, 2]),
+            [2, 3],
+            false,
+        )
+        .unwrap();
+        assert_eq!(ok.to_vec::<f32>().unwrap(), vec![1., 0., 0., 0., 0., 2.]);
+        let bad_len = NDArray::csr_from_shared(
+            Arc::new(vec![1.0f32]),
+            Arc::new(vec![0, 2]),
+            Arc::new(vec![0, 1, 2]),
+            [2, 3],
+            false,
+        );
+        assert!(bad_len.is_err());
+        let bad_end = NDArray::csr_from_shared(
+            Arc::new(vec![1.0f32, 2.0]),
+            Arc::new(vec![0, 2]),
+            Arc::new(vec![0, 1, 3]),
+            [2, 3],
+            false,
+        );
+        assert!(bad_end.is_err());
+        let unsorted = || {
+            NDArray::csr_from_shared(
+                Arc::new(vec![1.0f32, 2.0]),
+                Arc::new(vec![2, 0]),
+                Arc::new(vec![0, 2, 2]),
+                [2, 3],
+                true,
+            )
+        };
+        assert!(unsorted().is_err());
+        assert!(NDArray::from_shared_vec(Arc::new(vec![1u8; 5]), &[2, 2]).is_err());
+    }
+
+    /// `row_sparse_parts` and `row_sparse_from_arrays` are inverses; `assign` replaces the value
+    /// seen through every handle.
+    #[test]
+    fn row_sparse_parts_round_trip_and_assign_is_seen_by_all_handles() {
+        let r = NDArray::row_sparse_from_parts(vec![1.0f32, 2.0, 3.0, 4.0], vec![1, 3], &[5, 2])
+            .unwrap();
+        let (ids, values) = r.row_sparse_parts().unwrap();
+        assert_eq!(ids, vec![1, 3]);
+        assert_eq!(values.shape(), vec![2, 2]);
+        let back = NDArray::row_sparse_from_arrays(&values, ids, &[5, 2]).unwrap();
+        assert_eq!(back.to_f64_vec(), r.to_f64_vec());
+        assert!(NDArray::row_sparse_from_arrays(&values, vec![3, 1], &[5, 2]).is_err());
+        assert!(NDArray::row_sparse_from_arrays(&values, vec![1], &[5, 2]).is_err());
+        let w = NDArray::zeros(&[5, 2], DType::F32).unwrap();
+        let other = w.clone();
+        w.assign_dense(&r).unwrap();
+        assert_eq!(other.stype(), SType::Dense);
+        assert_eq!(other.to_f64_vec(), r.to_f64_vec());
     }
 }

@@ -10,7 +10,7 @@ mod create;
 mod data;
 mod host;
 
-pub use host::{CsrView, RowSparseView};
+pub use host::CsrView;
 
 pub use data::Shape;
 pub(crate) use data::{ArrayData, CsrData, DenseData, RowSparseData};

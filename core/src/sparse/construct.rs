@@ -11,12 +11,6 @@ use crate::SType;
 /// Check the invariants of csr parts. `full` adds the O(nnz) checks (monotone indptr, indices
 /// sorted, unique and in range); without it only the lengths and end points are checked.
 pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
-    if c.indptr.device() != c.data.device() || c.indices.device() != c.data.device() {
-        return Err(Error::format(
-            SType::Csr,
-            "indptr, indices and values must live on one device".to_string(),
-        ));
-    }
     let f = |m: String| Err(Error::format(SType::Csr, m));
     let [rows, cols] = c.shape;
     if c.indptr.len() != rows + 1 {
@@ -123,12 +117,6 @@ pub(crate) fn checked_csr(
 }
 
 pub(crate) fn check_rsp(r: &RowSparseData, full: bool) -> Result<()> {
-    if r.indices.device() != r.data.device() {
-        return Err(Error::format(
-            SType::RowSparse,
-            "row ids and values must live on one device".to_string(),
-        ));
-    }
     let f = |m: String| Err(Error::format(SType::RowSparse, m));
     if r.shape.is_empty() {
         return f("row_sparse needs at least one dimension".into());

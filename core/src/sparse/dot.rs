@@ -36,26 +36,27 @@ fn dense2(a: &NDArray, op: &'static str) -> Result<DenseData> {
 }
 
 /// `x^T . g` as row_sparse for a csr `x` and a dense (or densified) `g`, each read once under
-/// its lock, borrowed, not cloned: the row_sparse weight gradient of a csr product, computed
-/// once per layer per training step. Not recorded.
+/// its lock, borrowed, not cloned: the forward of `dot(x^T, g)` and the row_sparse weight
+/// gradient of a csr product (once per layer per training step). Not recorded. `g` may be `x`
+/// itself (`x^T . x`), read through the one guard.
 fn csr_t_dense_of(x: &NDArray, g: &NDArray) -> Result<NDArray> {
-    if x.same_array(g) {
-        return Err(Error::stype(
-            "dot",
-            "needs a csr and a dense operand, got one array twice",
-        ));
+    let xg = x.read();
+    let gg = if x.same_array(g) {
+        None
+    } else {
+        Some(g.read())
+    };
+    let gdata = gg.as_deref().unwrap_or(&xg);
+    if xg.dtype() != gdata.dtype() {
+        return Err(Error::dtype_mismatch("dot", xg.dtype(), gdata.dtype()));
     }
-    let (xg, gg) = (x.read(), g.read());
     let ArrayData::Csr(c) = &*xg else {
         return Err(Error::stype(
             "dot",
             format!("needs a csr operand, got {:?}", xg.stype()),
         ));
     };
-    if xg.dtype() != gg.dtype() {
-        return Err(Error::dtype_mismatch("dot", xg.dtype(), gg.dtype()));
-    }
-    let gd = crate::ndarray::dense_cow(&gg)?;
+    let gd = crate::ndarray::dense_cow(gdata)?;
     check_2d(&gd, "dot")?;
     csr_t_dense_rsp(c, &gd, x.cached_groups_for(c))
 }
@@ -317,9 +318,7 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
 /// only the rows of the columns present in `x`, as row_sparse (`out_stype = RowSparse`) or
 /// dense. Recorded: the gradient of `g` is `x . dy`.
 pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDArray> {
-    same_dtype("dot", x, g)?;
-    let c = csr_of(x, "dot")?;
-    let rsp = csr_t_dense_rsp(&c, &dense2(g, "dot")?, x.cached_groups_for(&c))?;
+    let rsp = csr_t_dense_of(x, g)?;
     let out = match out_stype {
         SType::RowSparse => rsp,
         SType::Dense => super::cast_storage(&rsp, SType::Dense)?,
@@ -330,7 +329,6 @@ pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDA
             ))
         }
     };
-    drop(c);
     let xc = x.clone();
     Ok(record_op("dot_csr_t_dense", out, &[x, g], move |dy| {
         // x . dy: the csr x row_sparse kernel for a row_sparse head gradient, csr x dense
@@ -357,7 +355,6 @@ pub fn dot_csr_rsp(x: &NDArray, w: &NDArray) -> Result<NDArray> {
         }
     };
     let out = csr_rsp_raw(&c, &r)?;
-    drop(c);
     let xc = x.clone();
     Ok(record_op("dot_csr_rsp", out, &[x, w], move |g| {
         Ok(vec![None, Some(csr_t_dense_of(&xc, g)?)])
@@ -370,7 +367,6 @@ pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDAr
     same_dtype("dot", a, x)?;
     let c = csr_of(x, "dot")?;
     let out = dense_csr_raw(&dense2(a, "dot")?, &c, transpose_b)?;
-    drop(c);
     let xc = x.clone();
     Ok(record_op("dot_dense_csr", out, &[a, x], move |g| {
         Ok(vec![

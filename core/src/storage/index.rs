@@ -14,12 +14,6 @@ pub(crate) enum IndexStorage {
 }
 
 impl IndexStorage {
-    /// The device whose memory holds the indices.
-    pub(crate) fn device(&self) -> crate::Device {
-        match self {
-            IndexStorage::Cpu(_) => crate::Device::Cpu,
-        }
-    }
     /// The host vector, shared (the reference count a reader that recycles its vectors
     /// watches, and the identity a cached column grouping is checked against).
     pub(crate) fn host_arc(&self) -> &Arc<Vec<i64>> {
