@@ -1,7 +1,7 @@
 """Summarize scripts/ab_binaries.sh: per benchmark, the per-round new/old ratio of the time
-(MB/s inverted, so above 1 is always slower) and its median.
+(MB/s inverted, so above 1 is always slower) and its median, pooled over every OUT_DIR given.
 
-Usage: python3 scripts/summarize_ab.py OUT_DIR
+Usage: python3 scripts/summarize_ab.py OUT_DIR [OUT_DIR ...]
 """
 import glob
 import json
@@ -52,29 +52,33 @@ def matmul(path):
     return float(m.group(1)) * UNITS[m.group(2)]
 
 
-def main(out):
-    rounds = sorted({int(re.search(r"_(\d+)\.", f).group(1)) for f in glob.glob(f"{out}/*_old_*")})
-    benches = {
-        "tutorial (c), ms per epoch": lambda t, r: gluon(f"{out}/gluon_{t}_{r}.json"),
-        "dot(X, W128) -> dense, ms": lambda t, r: dot(f"{out}/dot_{t}_{r}.json", "dot(X, W128)"),
-        "dot(X^T, G) -> row_sparse, ms": lambda t, r: dot(f"{out}/dot_{t}_{r}.json", "dot(X^T, G)"),
-        "LibSVMIter, 1 / (MB/s)": lambda t, r: libsvm(f"{out}/libsvm_{t}_{r}.json"),
-        "matmul f32 1024, ms": lambda t, r: matmul(f"{out}/matmul_{t}_{r}.txt"),
+def benches():
+    return {
+        "tutorial (c), ms per epoch": lambda o, t, r: gluon(f"{o}/gluon_{t}_{r}.json"),
+        "dot(X, W128) -> dense, ms": lambda o, t, r: dot(f"{o}/dot_{t}_{r}.json", "dot(X, W128)"),
+        "dot(X^T, G) -> row_sparse, ms": lambda o, t, r: dot(f"{o}/dot_{t}_{r}.json", "dot(X^T, G)"),
+        "LibSVMIter, 1 / (MB/s)": lambda o, t, r: libsvm(f"{o}/libsvm_{t}_{r}.json"),
+        "matmul f32 1024, ms": lambda o, t, r: matmul(f"{o}/matmul_{t}_{r}.txt"),
     }
+
+
+def main(outs):
     print(f"{'benchmark':34} {'rounds':>6}  median new/old  (per round)")
-    for name, get in benches.items():
+    for name, get in benches().items():
         ratios = []
-        for r in rounds:
-            try:
-                ratios.append(get("new", r) / get("old", r))
-            except (OSError, ValueError, StopIteration, AttributeError, KeyError) as e:
-                print(f"  {name}: round {r} skipped ({e})", file=sys.stderr)
+        for out in outs:
+            rounds = sorted({int(re.search(r"_(\d+)\.", f).group(1)) for f in glob.glob(f"{out}/*_old_*")})
+            for r in rounds:
+                try:
+                    ratios.append(get(out, "new", r) / get(out, "old", r))
+                except (OSError, ValueError, StopIteration, AttributeError, KeyError):
+                    pass  # this benchmark did not run in this round (ONLY=...)
         if ratios:
             per = " ".join(f"{x:.3f}" for x in ratios)
             print(f"{name:34} {len(ratios):6}  {statistics.median(ratios):.3f}  ({per})")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+    if len(sys.argv) < 2 or not all(os.path.isdir(d) for d in sys.argv[1:]):
         sys.exit(__doc__)
-    main(sys.argv[1])
+    main(sys.argv[1:])
