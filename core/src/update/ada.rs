@@ -5,6 +5,7 @@ use crate::{float_dispatch, Float, NDArray};
 
 use super::args::{check_finite, UpdateArgs};
 use super::check::check_arrays;
+use super::Scalars;
 use super::{cast, clip};
 use crate::cpu::update::apply_elementwise;
 
@@ -87,13 +88,13 @@ fn adagrad<T: Float>(
     history: &NDArray,
     args: &UpdateArgs<AdaGradParams>,
 ) -> Result<()> {
-    let (lr, wd, rg, eps): (T, T, T, T) = (
-        cast(args.lr),
-        cast(args.wd),
-        cast(args.rescale_grad),
-        cast(args.hyper.epsilon),
-    );
-    let c: Option<T> = args.clip_gradient.map(cast);
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
+    let eps: T = cast(args.hyper.epsilon);
     apply_elementwise::<T, 1, _>(
         "adagrad_update",
         w,

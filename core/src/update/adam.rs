@@ -7,6 +7,7 @@ use super::args::{check_count, check_finite, UpdateArgs};
 use super::cast;
 use super::check::check_arrays;
 use super::clip;
+use super::Scalars;
 use crate::cpu::update::apply_elementwise;
 
 /// The hyper-parameters of [`adam_update`] and [`adamw_update`].
@@ -104,10 +105,14 @@ fn adam<T: Float>(
     states: [&NDArray; 2],
     args: &UpdateArgs<AdamParams>,
 ) -> Result<()> {
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let h = &args.hyper;
     let (b1, b2, eps): (T, T, T) = (cast(h.beta1), cast(h.beta2), cast(h.epsilon));
-    let c: Option<T> = args.clip_gradient.map(cast);
     let one = T::one();
     apply_elementwise::<T, 2, _>(
         "adam_update",
@@ -150,10 +155,14 @@ fn adamw<T: Float>(
     states: [&NDArray; 2],
     args: &UpdateArgs<AdamParams>,
 ) -> Result<()> {
-    let (eta, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
+    let Scalars {
+        lr: eta,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let h = &args.hyper;
     let (b1, b2, eps): (T, T, T) = (cast(h.beta1), cast(h.beta2), cast(h.epsilon));
-    let c: Option<T> = args.clip_gradient.map(cast);
     let one = T::one();
     apply_elementwise::<T, 2, _>(
         "adamw_update",
@@ -197,9 +206,13 @@ fn adamax<T: Float>(
     states: [&NDArray; 2],
     args: &UpdateArgs<AdamaxParams>,
 ) -> Result<()> {
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let (b1, b2): (T, T) = (cast(args.hyper.beta1), cast(args.hyper.beta2));
-    let c: Option<T> = args.clip_gradient.map(cast);
     let one = T::one();
     apply_elementwise::<T, 2, _>(
         "adamax_update",

@@ -5,6 +5,7 @@ use crate::{float_dispatch, Float, NDArray};
 
 use super::args::{check_count, check_finite, UpdateArgs};
 use super::check::check_arrays;
+use super::Scalars;
 use super::{cast, clip, sign};
 use crate::cpu::update::apply_elementwise;
 
@@ -65,9 +66,13 @@ fn ftrl<T: Float>(
     states: [&NDArray; 2],
     args: &UpdateArgs<FtrlParams>,
 ) -> Result<()> {
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let (l1, beta): (T, T) = (cast(args.hyper.lambda1), cast(args.hyper.beta));
-    let c: Option<T> = args.clip_gradient.map(cast);
     apply_elementwise::<T, 2, _>(
         "ftrl_update",
         w,
@@ -121,11 +126,15 @@ fn ftml<T: Float>(
     args: &UpdateArgs<FtmlParams>,
 ) -> Result<()> {
     let p = &args.hyper;
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let (b1, b2, eps): (T, T, T) = (cast(p.beta1), cast(p.beta2), cast(p.epsilon));
     let t: T = cast(p.t as f64);
     let (c1, c2) = (T::one() - b1.powf(t), T::one() - b2.powf(t));
-    let c: Option<T> = args.clip_gradient.map(cast);
     let one = T::one();
     apply_elementwise::<T, 3, _>(
         "ftml_update",

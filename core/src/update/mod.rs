@@ -69,6 +69,28 @@ fn cast<T: Float>(v: f64) -> T {
     <T as crate::Element>::from_f64(v)
 }
 
+/// The arguments every update rule reads, in the kernel's element type.
+struct Scalars<T> {
+    lr: T,
+    wd: T,
+    /// `rescale_grad`.
+    rg: T,
+    /// `clip_gradient`.
+    clip: Option<T>,
+}
+
+impl<P> UpdateArgs<P> {
+    /// lr, wd, rescale_grad and clip_gradient rounded to `T`.
+    fn scalars<T: Float>(&self) -> Scalars<T> {
+        Scalars {
+            lr: cast(self.lr),
+            wd: cast(self.wd),
+            rg: cast(self.rescale_grad),
+            clip: self.clip_gradient.map(cast),
+        }
+    }
+}
+
 /// MXNet's `clip::Map`: clamp to `[-c, c]` when clipping is on.
 #[inline]
 fn clip<T: Float>(x: T, c: Option<T>) -> T {

@@ -6,6 +6,7 @@ use crate::{float_dispatch, Float, NDArray};
 
 use super::args::{check_finite, UpdateArgs};
 use super::check::check_arrays;
+use super::Scalars;
 use super::{cast, clip, sign};
 use crate::cpu::update::{apply_elementwise, apply_zip};
 
@@ -48,8 +49,12 @@ pub fn sgd_update(weight: &NDArray, grad: &NDArray, args: &UpdateArgs) -> Result
 
 fn sgd<T: Float>(w: &NDArray, g: &NDArray, args: &UpdateArgs) -> Result<()> {
     const OP: &str = "sgd_update";
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
-    let c: Option<T> = args.clip_gradient.map(cast);
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let one = T::one();
     // The clip test is hoisted out of the element loop so the common unclipped update is a
     // straight-line fused multiply-add LLVM vectorizes.
@@ -103,8 +108,12 @@ fn sgd_mom<T: Float>(
     mom: &NDArray,
     args: &UpdateArgs<MomentumParams>,
 ) -> Result<()> {
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
-    let c: Option<T> = args.clip_gradient.map(cast);
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let mu: T = cast(args.hyper.momentum);
     apply_elementwise::<T, 1, _>(
         "sgd_mom_update",
@@ -147,8 +156,12 @@ fn nag_mom<T: Float>(
     mom: &NDArray,
     args: &UpdateArgs<MomentumParams>,
 ) -> Result<()> {
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
-    let c: Option<T> = args.clip_gradient.map(cast);
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let mu: T = cast(args.hyper.momentum);
     let one = T::one();
     apply_elementwise::<T, 1, _>(
@@ -212,8 +225,12 @@ fn signum<T: Float>(
     mom: &NDArray,
     args: &UpdateArgs<SignumParams>,
 ) -> Result<()> {
-    let (lr, wd, rg): (T, T, T) = (cast(args.lr), cast(args.wd), cast(args.rescale_grad));
-    let c: Option<T> = args.clip_gradient.map(cast);
+    let Scalars {
+        lr,
+        wd,
+        rg,
+        clip: c,
+    } = args.scalars::<T>();
     let mu: T = cast(args.hyper.momentum);
     let wd_lh: T = cast(args.hyper.wd_lh);
     let one = T::one();
