@@ -28,6 +28,10 @@ pub enum Error {
     /// An invalid argument value (negative count, empty list, bad step, ...).
     #[error("{op}: invalid argument: {msg}")]
     Arg { op: &'static str, msg: String },
+    /// Operands on different devices, or an operator with no kernel for the device that holds
+    /// its operands.
+    #[error("{op}: device error: {msg}")]
+    Device { op: &'static str, msg: String },
     /// Autograd misuse: backward on an array that is not part of a recorded graph, etc.
     #[error("autograd: {0}")]
     Autograd(String),
@@ -77,6 +81,13 @@ impl Error {
         Error::Format {
             stype,
             msg: msg.into(),
+        }
+    }
+    /// Two operands on different devices (copies between devices are explicit: `to_device`).
+    pub fn device_mismatch(op: &'static str, a: crate::Device, b: crate::Device) -> Self {
+        Error::Device {
+            op,
+            msg: format!("operands are on {a:?} and {b:?}; move one with to_device"),
         }
     }
     /// A dtype mismatch between two operands.

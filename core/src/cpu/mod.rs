@@ -6,12 +6,14 @@
 //! sparse inner loops (`gather`, `segment`, `rows`, `radix`), and the span loop of the
 //! optimizer update operators (`update`).
 
+pub(crate) mod broadcast;
 pub(crate) mod cast;
 mod element;
 pub(crate) mod elementwise;
 pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
+pub(crate) mod map;
 pub(crate) mod radix;
 pub(crate) mod rows;
 pub(crate) mod segment;

@@ -1,14 +1,10 @@
 //! Elementwise binary arithmetic with broadcasting, and scalar arithmetic.
 
-use super::broadcast::{broadcast_apply, broadcast_shapes};
+use super::broadcast::broadcast_shapes;
 use super::reduce::sum_to_shape;
 use crate::autograd::record_op;
-use crate::dtype::Float;
 use crate::error::{Error, Result};
-use crate::float_dispatch;
 use crate::NDArray;
-#[allow(unused_imports)]
-use num_traits::{One, Zero};
 
 /// Which binary operator (shared kernel, per-op formula and backward).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +26,8 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
-    fn name(self) -> &'static str {
+    /// The operator's name in errors and on the tape.
+    pub(crate) fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
             BinaryOp::Sub => "sub",
@@ -39,29 +36,6 @@ impl BinaryOp {
             BinaryOp::Pow => "pow",
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
-        }
-    }
-    fn apply<T: Float>(self, a: T, b: T) -> T {
-        match self {
-            BinaryOp::Add => a + b,
-            BinaryOp::Sub => a - b,
-            BinaryOp::Mul => a * b,
-            BinaryOp::Div => a / b,
-            BinaryOp::Pow => a.powf(b),
-            BinaryOp::Maximum => {
-                if a >= b {
-                    a
-                } else {
-                    b
-                }
-            }
-            BinaryOp::Minimum => {
-                if a <= b {
-                    a
-                } else {
-                    b
-                }
-            }
         }
     }
 }
@@ -77,37 +51,10 @@ pub(crate) fn binary_raw(op: BinaryOp, a: &NDArray, b: &NDArray) -> Result<NDArr
         ));
     }
     let out_shape = broadcast_shapes(op.name(), &da.shape, &db.shape)?;
-    Ok(float_dispatch!(da.buf.dtype(), op.name(), T => {
-        let (x, y) = (da.buf.as_slice::<T>().unwrap(), db.buf.as_slice::<T>().unwrap());
-        let v = binary_kernel(op, x, &da.shape, y, &db.shape, &out_shape);
-        NDArray::from_vec(v, &out_shape)?
-    }))
-}
-
-/// Run `op` over broadcast operands with the operator chosen once, outside the loop: each arm
-/// is its own monomorphized kernel, so the inner loop is a plain (vectorizable) slice loop
-/// instead of a `match` per element.
-fn binary_kernel<T: Float>(
-    op: BinaryOp,
-    x: &[T],
-    xs: &[usize],
-    y: &[T],
-    ys: &[usize],
-    out: &[usize],
-) -> Vec<T> {
-    match op {
-        BinaryOp::Add => broadcast_apply(x, xs, y, ys, out, |p, q| p + q),
-        BinaryOp::Sub => broadcast_apply(x, xs, y, ys, out, |p, q| p - q),
-        BinaryOp::Mul => broadcast_apply(x, xs, y, ys, out, |p, q| p * q),
-        BinaryOp::Div => broadcast_apply(x, xs, y, ys, out, |p, q| p / q),
-        BinaryOp::Pow => broadcast_apply(x, xs, y, ys, out, |p, q| BinaryOp::Pow.apply(p, q)),
-        BinaryOp::Maximum => {
-            broadcast_apply(x, xs, y, ys, out, |p, q| BinaryOp::Maximum.apply(p, q))
-        }
-        BinaryOp::Minimum => {
-            broadcast_apply(x, xs, y, ys, out, |p, q| BinaryOp::Minimum.apply(p, q))
-        }
-    }
+    NDArray::from_buffer(
+        da.buf.zip(&da.shape, &db.buf, &db.shape, &out_shape, op)?,
+        &out_shape,
+    )
 }
 
 /// A broadcasting binary op with its backward.

@@ -1,7 +1,9 @@
-//! NumPy broadcasting: shape rules, the strided binary kernel, and the reduction that undoes a
-//! broadcast in backward.
+//! NumPy broadcasting: shape rules and the axes a backward sums to undo a broadcast. The strided
+//! kernel is `crate::cpu::broadcast`.
 
 use crate::error::{Error, Result};
+
+pub(crate) use crate::cpu::broadcast::broadcast_strides;
 
 /// The broadcast shape of two shapes (NumPy rules), or an error naming `op`.
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
@@ -32,86 +34,6 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
     Ok(out)
 }
 
-/// Row-major strides of `shape` aligned to an output of rank `n`, with 0 for broadcast dims.
-pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
-    let n = out.len();
-    let mut strides = vec![0; n];
-    let mut s = 1;
-    for i in (0..shape.len()).rev() {
-        let oi = i + n - shape.len();
-        strides[oi] = if shape[i] == 1 && out[oi] != 1 { 0 } else { s };
-        s *= shape[i];
-    }
-    strides
-}
-
-/// Apply `f` elementwise with broadcasting. Fast paths for equal shapes and scalar operands.
-pub(crate) fn broadcast_apply<A, B, D>(
-    a: &[A],
-    ash: &[usize],
-    b: &[B],
-    bsh: &[usize],
-    out_shape: &[usize],
-    f: impl Fn(A, B) -> D + Sync + Send,
-) -> Vec<D>
-where
-    A: Copy + Send + Sync,
-    B: Copy + Send + Sync,
-    D: Send + Copy,
-{
-    let n: usize = out_shape.iter().product();
-    if ash == bsh && a.len() == n {
-        return super::zip_slices(a, b, f);
-    }
-    if b.len() == 1 && a.len() == n {
-        let y = b[0];
-        return super::map_slice(a, |x| f(x, y));
-    }
-    if a.len() == 1 && b.len() == n {
-        let x = a[0];
-        return super::map_slice(b, |y| f(x, y));
-    }
-    if n == 0 {
-        return Vec::new();
-    }
-    let sa = broadcast_strides(ash, out_shape);
-    let sb = broadcast_strides(bsh, out_shape);
-    let nd = out_shape.len();
-    let inner = out_shape[nd - 1];
-    let (ia, ib) = (sa[nd - 1], sb[nd - 1]);
-    // Writes output elements [start, start + dst.len()) row piece by row piece; the offsets of a
-    // row start in a and b come from its outer multi-index, computed once per row piece.
-    let fill = |start: usize, dst: &mut [std::mem::MaybeUninit<D>]| {
-        let mut pos = start;
-        let mut k = 0;
-        while k < dst.len() {
-            let (row, j0) = (pos / inner, pos % inner);
-            let (mut oa, mut ob, mut rem) = (0, 0, row);
-            for d in (0..nd - 1).rev() {
-                let idx = rem % out_shape[d];
-                rem /= out_shape[d];
-                oa += idx * sa[d];
-                ob += idx * sb[d];
-            }
-            let len = (inner - j0).min(dst.len() - k);
-            for (j, o) in (j0..j0 + len).zip(&mut dst[k..k + len]) {
-                o.write(f(a[oa + j * ia], b[ob + j * ib]));
-            }
-            k += len;
-            pos += len;
-        }
-    };
-    if n >= super::PAR_THRESHOLD {
-        crate::cpu::elementwise::fill_parallel(n, fill)
-    } else {
-        let mut out = Vec::with_capacity(n);
-        fill(0, &mut out.spare_capacity_mut()[..n]);
-        // SAFETY: `fill` wrote all n slots (the loop runs until k == n); capacity is n.
-        unsafe { out.set_len(n) };
-        out
-    }
-}
-
 /// The axes of `out_shape` that were broadcast from `shape` (to be summed in backward), as
 /// positions in `out_shape`, plus whether leading axes were added.
 pub(crate) fn reduced_axes(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
@@ -119,63 +41,4 @@ pub(crate) fn reduced_axes(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
     (0..out_shape.len())
         .filter(|&i| i < lead || (shape[i - lead] == 1 && out_shape[i] != 1))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::broadcast_apply;
-
-    /// Naive reference: the output element at every multi-index, read through broadcast indices.
-    fn reference(a: &[f64], ash: &[usize], b: &[f64], bsh: &[usize], out: &[usize]) -> Vec<f64> {
-        let n: usize = out.iter().product();
-        let at = |v: &[f64], sh: &[usize], mut flat: usize| {
-            let (mut off, mut stride) = (0, 1);
-            for d in (0..out.len()).rev() {
-                let idx = flat % out[d];
-                flat /= out[d];
-                if let Some(k) = (d + sh.len()).checked_sub(out.len()) {
-                    if sh[k] != 1 {
-                        off += idx * stride;
-                    }
-                    stride *= sh[k];
-                }
-            }
-            v[off]
-        };
-        (0..n)
-            .map(|i| at(a, ash, i) * 10.0 + at(b, bsh, i))
-            .collect()
-    }
-
-    fn check(ash: &[usize], bsh: &[usize]) {
-        let out = super::broadcast_shapes("test", ash, bsh).unwrap();
-        let a: Vec<f64> = (0..ash.iter().product::<usize>())
-            .map(|i| i as f64)
-            .collect();
-        let b: Vec<f64> = (0..bsh.iter().product::<usize>())
-            .map(|i| -(i as f64))
-            .collect();
-        let got = broadcast_apply(&a, ash, &b, bsh, &out, |x, y| x * 10.0 + y);
-        assert_eq!(got, reference(&a, ash, &b, bsh, &out), "{ash:?} {bsh:?}");
-    }
-
-    #[test]
-    fn general_path_matches_reference_small_and_parallel() {
-        // Small (sequential), and above PAR_THRESHOLD with rows that straddle the parallel
-        // chunks (inner 7 divides no chunk length), plus a > 2 MiB output that takes the
-        // huge-page-aligned chunking with a head piece.
-        check(&[3, 1, 4], &[1, 5, 4]);
-        check(&[300, 1, 7], &[1, 50, 7]);
-        check(&[1, 7], &[40_000, 1]);
-        check(&[3000, 1], &[1, 333]);
-    }
-
-    #[test]
-    fn contiguous_and_scalar_paths_match_reference() {
-        // 3M f64 = 24 MiB: several huge-page chunks and an unaligned head.
-        check(&[3 << 20], &[3 << 20]);
-        check(&[3 << 20], &[1]);
-        check(&[1], &[100_003]);
-        check(&[0, 4], &[1, 4]);
-    }
 }

@@ -18,10 +18,10 @@ mod sort;
 mod transform;
 mod unary;
 
+pub use crate::cpu::map::sigmoid;
 pub use arith::BinaryOp;
 pub use broadcast::broadcast_shapes;
 pub use reduce::sum_to_shape;
-pub use unary::sigmoid;
 
 pub(crate) use crate::cpu::elementwise::{
     map_assign, map_slice, zip_assign, zip_assign_rows, zip_slices, PAR_THRESHOLD,

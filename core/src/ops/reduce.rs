@@ -154,7 +154,7 @@ impl NDArray {
         let out = crate::with_buffer!(&d.buf, v => {
             let zeros = [0u8; 1];
             let ones = [1usize];
-            let o = super::broadcast::broadcast_apply(v.as_slice(), &own, &zeros[..], &ones[..], shape, |x, _| x);
+            let o = crate::cpu::broadcast::broadcast_apply(v.as_slice(), &own, &zeros[..], &ones[..], shape, |x, _| x);
             NDArray::from_vec(o, shape)?
         });
         let own2 = own.clone();

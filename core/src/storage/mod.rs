@@ -11,16 +11,21 @@
 //! variant here, a storage type implementing [`BackendStorage`] in its own folder, and an arm
 //! in the operators that have a kernel for it; see ARCHITECTURE.md.
 
+mod elementwise;
 mod index;
 
+pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
 
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device, Element};
 
-/// What every backend's storage provides: the operations that move, allocate and convert
-/// elements without knowing what the array means.
-pub(crate) trait BackendStorage: Clone + std::fmt::Debug + Send + Sync + Sized {
+/// What every backend's storage provides: the structural operations that move, allocate and
+/// convert elements without knowing what the array means, and (as supertraits, one per family
+/// of operators, each in its own file of this folder) the kernels operators call.
+pub(crate) trait BackendStorage:
+    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps
+{
     /// The device whose memory holds the elements.
     fn device(&self) -> Device;
     /// The element type.
@@ -68,14 +73,30 @@ pub(crate) enum Storage {
     Cpu(CpuStorage),
 }
 
-/// Dispatch a structural operation to the backend's [`BackendStorage`] implementation.
+/// Dispatch an operation on one storage to its backend's implementation: `$body` runs with
+/// `$b` bound to the backend's storage type (wrap a storage result with `Storage::from`).
 macro_rules! on_backend {
     ($s:expr, $b:ident => $body:expr) => {
         match $s {
-            Storage::Cpu($b) => $body,
+            $crate::storage::Storage::Cpu($b) => $body,
         }
     };
 }
+pub(crate) use on_backend;
+
+/// Dispatch an operation on two storages that must share a backend: `$body` runs with `$x`
+/// and `$y` bound to that backend's storage type; operands on different devices are an
+/// [`Error::Device`](crate::Error::Device) naming `$op` (copies between devices are explicit).
+macro_rules! on_backends {
+    ($op:expr, ($a:expr, $b:expr), ($x:ident, $y:ident) => $body:expr) => {
+        match ($a, $b) {
+            ($crate::storage::Storage::Cpu($x), $crate::storage::Storage::Cpu($y)) => $body,
+            #[allow(unreachable_patterns)]
+            (a, b) => Err($crate::Error::device_mismatch($op, a.device(), b.device())),
+        }
+    };
+}
+pub(crate) use on_backends;
 
 impl Storage {
     /// A storage of `v` in host memory.
