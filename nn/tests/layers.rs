@@ -132,6 +132,27 @@ fn norm_layers_gradients_and_modes() {
         .zip(y.to_f64_vec())
         .any(|(a, b)| (a - b).abs() > 1e-3));
 
+    // One training step from fresh statistics (mean 0, var 1) with momentum 0.9: running =
+    // 0.9 * running + 0.1 * batch statistic, per channel.
+    let bn = BatchNorm::with_options(1, 0.9, 1e-5, 0, DType::F64);
+    init(&bn);
+    autograd::train_mode(|| bn.forward(&x)).unwrap();
+    let p = bn.collect_params().unwrap();
+    let bm = x.mean(Some(&[0, 2]), false).unwrap();
+    let bv = x
+        .sub(&x.mean(Some(&[0, 2]), true).unwrap())
+        .unwrap()
+        .square()
+        .unwrap()
+        .mean(Some(&[0, 2]), false)
+        .unwrap();
+    let rm = p.get("running_mean").unwrap().data().unwrap().to_f64_vec();
+    let rv = p.get("running_var").unwrap().data().unwrap().to_f64_vec();
+    for ((r, b), (s, v)) in rm.iter().zip(bm.to_f64_vec()).zip(rv.iter().zip(bv.to_f64_vec())) {
+        assert!((r - 0.1 * b).abs() < 1e-12, "running mean {r} vs batch mean {b}");
+        assert!((s - (0.9 + 0.1 * v)).abs() < 1e-12, "running var {s} vs batch var {v}");
+    }
+
     let ln = LayerNorm::with_options(-1, 1e-5, 0, DType::F64);
     init(&ln);
     check_param_grads(&ln, &x, 1e-6, 1e-5);

@@ -95,24 +95,18 @@ impl Block for BatchNorm {
         let (mean, var) = if autograd::is_training() {
             let mean = x.mean(Some(&red), true)?;
             let var = x.sub(&mean)?.square()?.mean(Some(&red), true)?;
-            // Running statistics: an in-place update outside the graph.
-            let (bm, bv) = autograd::pause(|| -> Result<_> {
-                Ok((
-                    mean.reshape(&[c])?.to_f64_vec(),
-                    var.reshape(&[c])?.to_f64_vec(),
-                ))
-            })?;
+            // Running statistics: `m * running + (1 - m) * batch`, outside the graph and with
+            // operators (no copy through host memory), so they stay where the parameters live.
             let m = self.momentum;
-            for (p, b) in [(&self.running_mean, bm), (&self.running_var, bv)] {
-                let d = p.data()?;
-                let cur = d.to_f64_vec();
-                let new: Vec<f64> = cur
-                    .iter()
-                    .zip(&b)
-                    .map(|(r, v)| m * r + (1.0 - m) * v)
-                    .collect();
-                p.set_data(&NDArray::from_vec(new, &[c])?.astype(d.dtype())?)?;
-            }
+            autograd::pause(|| -> Result<()> {
+                for (p, b) in [(&self.running_mean, &mean), (&self.running_var, &var)] {
+                    let cur = p.data()?;
+                    let batch = b.reshape(&[c])?.astype(cur.dtype())?;
+                    let new = cur.mul_scalar(m)?.add(&batch.mul_scalar(1.0 - m)?)?;
+                    p.set_data(&new)?;
+                }
+                Ok(())
+            })?;
             (mean, var)
         } else {
             (
