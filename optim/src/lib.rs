@@ -19,8 +19,8 @@ pub use fit::{Accuracy, EarlyStopping, EpochStats, Estimator, EventHandler, FitO
 pub use trainer::Trainer;
 
 pub use optimizer::{
-    AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag, Optimizer,
-    OptimizerOptions, ParamArgs, RMSProp, Sgd, Signum, State, StepCtx,
+    create, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag,
+    Optimizer, OptimizerOptions, ParamArgs, RMSProp, Sgd, Signum, State, StepCtx,
 };
 pub use schedule::{
     CosineScheduler, FactorScheduler, LrScheduler, MultiFactorScheduler, PolyScheduler, Warmup,

@@ -94,7 +94,17 @@ impl Trainer {
                 ));
             }
         }
-        let scale = optimizer.options().rescale_grad;
+        let o = optimizer.options();
+        if !o.lr_mult.is_empty() || !o.wd_mult.is_empty() {
+            // The trainer passes each parameter's own multipliers; maps on the optimizer would
+            // be ignored without a word.
+            return Err(Error::arg(
+                "Trainer::new",
+                "the optimizer has lr_mult / wd_mult maps by index; a Trainer takes the \
+                 multipliers from its parameters (Parameter::with_lr_mult / with_wd_mult)",
+            ));
+        }
+        let scale = o.rescale_grad;
         Ok(Trainer {
             states: vec![None; params.len()],
             consumed: vec![None; params.len()],

@@ -57,32 +57,70 @@ error_metric!(
 );
 
 /// Mean negative log-probability of the true class: `-log(p[label] + eps)` from `(n, classes)`
-/// probabilities (Gluon's `CrossEntropy`, eps 1e-12).
+/// probabilities (Gluon's `CrossEntropy`, eps 1e-12), or `(n,)` / `(n, 1)` probabilities of the
+/// positive class for binary labels. With [`CrossEntropy::from_logits`] the predictions are
+/// logits (what a network without a final softmax or sigmoid outputs) and the log-probability
+/// is computed from them stably: `log_softmax` over classes, or `-softplus(-x)` / `-softplus(x)`
+/// for a binary logit. A label that is not a class index is an error.
 #[derive(Debug, Clone, Default)]
 pub struct CrossEntropy {
     m: Mean,
+    from_logits: bool,
 }
 impl CrossEntropy {
-    /// Empty.
+    /// Empty, for probabilities.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Read predictions as logits (`true`) or probabilities (`false`, the default).
+    pub fn from_logits(mut self, yes: bool) -> Self {
+        self.from_logits = yes;
+        self
+    }
 }
-fn ce_update(m: &mut Mean, op: &'static str, labels: &NDArray, preds: &NDArray) -> Result<()> {
+
+/// `log(1 + exp(x))` without overflow.
+fn softplus(x: f64) -> f64 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
+}
+
+fn ce_update(
+    m: &mut Mean,
+    op: &'static str,
+    labels: &NDArray,
+    preds: &NDArray,
+    from_logits: bool,
+) -> Result<()> {
     let (l, p, k) = class_rows(op, labels, preds)?;
+    let mut sum = 0.0;
     for (i, &y) in l.iter().enumerate() {
-        let prob = if k == 1 {
-            // Binary probabilities of the positive class.
-            if y > 0.5 {
-                p[i]
-            } else {
-                1.0 - p[i]
+        sum += if k == 1 {
+            // The positive class's probability (or logit) of a binary label.
+            let positive = y > 0.5;
+            match (from_logits, positive) {
+                (false, true) => -(p[i] + 1e-12).ln(),
+                (false, false) => -(1.0 - p[i] + 1e-12).ln(),
+                (true, true) => softplus(-p[i]),
+                (true, false) => softplus(p[i]),
             }
         } else {
-            p[i * k + (y as usize).min(k - 1)]
+            if y.fract() != 0.0 || y < 0.0 || y >= k as f64 {
+                return Err(sparrow_core::Error::index(
+                    op,
+                    format!("label {y} at row {i} is not a class in [0, {k})"),
+                ));
+            }
+            let row = &p[i * k..(i + 1) * k];
+            if from_logits {
+                let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let lse = max + row.iter().map(|&v| (v - max).exp()).sum::<f64>().ln();
+                lse - row[y as usize]
+            } else {
+                -(row[y as usize] + 1e-12).ln()
+            }
         };
-        m.sum -= (prob + 1e-12).ln();
     }
+    m.sum += sum;
     m.n += l.len() as u64;
     Ok(())
 }
@@ -91,7 +129,7 @@ impl Metric for CrossEntropy {
         "cross-entropy".into()
     }
     fn update(&mut self, labels: &NDArray, preds: &NDArray) -> Result<()> {
-        ce_update(&mut self.m, "CrossEntropy", labels, preds)
+        ce_update(&mut self.m, "CrossEntropy", labels, preds, self.from_logits)
     }
     fn get(&self) -> f64 {
         self.m.sum / self.m.n as f64
@@ -101,18 +139,26 @@ impl Metric for CrossEntropy {
     }
 }
 
-/// Log loss: cross-entropy, also for `(n,)` binary probabilities.
+/// Log loss: cross-entropy, also for `(n,)` binary probabilities (or logits, with
+/// `LogLoss::new().from_logits(true)`).
 pub type LogLoss = CrossEntropy;
 
-/// `exp(cross-entropy)`.
+/// `exp(cross-entropy)`, from probabilities or (with [`Perplexity::from_logits`]) logits, as
+/// [`CrossEntropy`] reads them.
 #[derive(Debug, Clone, Default)]
 pub struct Perplexity {
     m: Mean,
+    from_logits: bool,
 }
 impl Perplexity {
-    /// Empty.
+    /// Empty, for probabilities.
     pub fn new() -> Self {
         Self::default()
+    }
+    /// Read predictions as logits (`true`) or probabilities (`false`, the default).
+    pub fn from_logits(mut self, yes: bool) -> Self {
+        self.from_logits = yes;
+        self
     }
 }
 impl Metric for Perplexity {
@@ -120,7 +166,7 @@ impl Metric for Perplexity {
         "perplexity".into()
     }
     fn update(&mut self, labels: &NDArray, preds: &NDArray) -> Result<()> {
-        ce_update(&mut self.m, "Perplexity", labels, preds)
+        ce_update(&mut self.m, "Perplexity", labels, preds, self.from_logits)
     }
     fn get(&self) -> f64 {
         (self.m.sum / self.m.n as f64).exp()

@@ -24,6 +24,7 @@
 
 mod ada;
 mod adam;
+mod build;
 mod ftrl;
 mod lamb;
 mod options;
@@ -32,6 +33,7 @@ mod state;
 
 pub use ada::{AdaDelta, AdaGrad, RMSProp};
 pub use adam::{Adam, AdamW, Adamax, Nadam};
+pub use build::{create, OPTIMIZER_NAMES};
 pub use ftrl::{Ftml, Ftrl};
 pub use lamb::Lamb;
 pub use options::{MultMap, OptimizerOptions, ParamArgs, StepCtx};
