@@ -20,13 +20,18 @@ use crate::persist;
 /// `lazy_update`). The multipliers and the rescale factor reach the optimizer as arguments of
 /// [`Optimizer::update_with`]; the trainer never writes them into the optimizer's options.
 /// With `grad_req = Write`
-/// the gradient is consumed: a later step without a new backward applies a zero gradient. A
-/// row_sparse gradient is cleared right away (it is small); a dense one keeps its values
-/// readable until the next backward replaces them, as in Gluon, and is only zeroed if a step
-/// finds it unchanged: writing zeros over a 512 MB gradient after every step cost a full pass
-/// over it (and its replacement by the next backward would overwrite them anyway). With `Add`
+/// the gradient is consumed: a row_sparse gradient is cleared right away (it is small); a dense
+/// one keeps its values readable until the next backward replaces them, as in Gluon (writing
+/// zeros over a 512 MB gradient after every step would cost a full pass over it). With `Add`
 /// the gradient is kept (the caller accumulates and clears). Parameters with
 /// `grad_req = Null` are not touched.
+///
+/// **Stale gradients**, as in Gluon: a step that finds a parameter's gradient unchanged since
+/// the previous step (no backward reached it: a bug, or a model that used only some of its
+/// blocks) is an error naming the parameters, and nothing is updated. With
+/// [`Trainer::set_ignore_stale_grad`] those parameters are skipped instead (no update, so no
+/// weight decay or momentum either) and the others are updated. Every backward delivers a new
+/// gradient array, which is how a fresh gradient is told from a stale one.
 ///
 /// ```
 /// use sparrow_core::{autograd, Device, NDArray};
@@ -45,9 +50,11 @@ pub struct Trainer {
     optimizer: Box<dyn Optimizer>,
     states: Vec<Option<State>>,
     scale: f64,
-    /// Per parameter, the id of the dense `Write` gradient the last update consumed: a step
-    /// that finds the same array again (no backward since) zeroes it first.
+    /// Per parameter, the id of the gradient array left in place by its last update: a step
+    /// that finds the same array again had no backward since (a stale gradient).
     consumed: Vec<Option<u64>>,
+    /// Skip parameters with stale gradients instead of failing (Gluon's `ignore_stale_grad`).
+    ignore_stale_grad: bool,
 }
 
 /// One trainable parameter as a step sees it ([`Trainer::gather`]).
@@ -108,10 +115,17 @@ impl Trainer {
         Ok(Trainer {
             states: vec![None; params.len()],
             consumed: vec![None; params.len()],
+            ignore_stale_grad: false,
             params,
             optimizer,
             scale,
         })
+    }
+
+    /// Skip parameters whose gradient is stale (no backward since the last step) instead of
+    /// failing the step (Gluon's `ignore_stale_grad=True`). Off by default.
+    pub fn set_ignore_stale_grad(&mut self, ignore: bool) {
+        self.ignore_stale_grad = ignore;
     }
 
     /// The parameters, in optimizer-index order.
@@ -156,6 +170,7 @@ impl Trainer {
 
     /// One optimization step: `allreduce_grads()` then `update(batch_size)`.
     pub fn step(&mut self, batch_size: usize) -> Result<()> {
+        check_batch_size(batch_size)?;
         let entries = self.gather("Trainer::allreduce_grads", true)?;
         self.apply(batch_size, entries)
     }
@@ -175,6 +190,7 @@ impl Trainer {
     /// Update every trainable parameter from its (already reduced) gradient, rescaled by
     /// `scale / batch_size`.
     pub fn update(&mut self, batch_size: usize) -> Result<()> {
+        check_batch_size(batch_size)?;
         let entries = self.gather("Trainer::update", false)?;
         self.apply(batch_size, entries)
     }
@@ -186,6 +202,7 @@ impl Trainer {
     /// and with `check_shapes` on a gradient whose shape is not the weight's.
     fn gather(&self, op: &'static str, check_shapes: bool) -> Result<Vec<Entry>> {
         let mut entries = Vec::with_capacity(self.params.len());
+        let mut stale = Vec::new();
         for (i, p) in self.params.iter().enumerate() {
             let view = p.update_view();
             if view.grad_req == GradReq::Null {
@@ -216,6 +233,10 @@ impl Trainer {
                     ),
                 ));
             }
+            if self.consumed[i] == Some(grad.id()) {
+                stale.push(p.name().to_string());
+                continue;
+            }
             entries.push(Entry {
                 index: i,
                 weight,
@@ -225,13 +246,25 @@ impl Trainer {
                 wd_mult: view.wd_mult,
             });
         }
+        if !stale.is_empty() && !self.ignore_stale_grad {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "the gradient of {} has not been updated by a backward since the last \
+                     step; if the model uses only some of its parameters on purpose, call \
+                     set_ignore_stale_grad(true) to skip them",
+                    stale
+                        .iter()
+                        .map(|n| format!("'{n}'"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
         Ok(entries)
     }
 
     fn apply(&mut self, batch_size: usize, entries: Vec<Entry>) -> Result<()> {
-        if batch_size == 0 {
-            return Err(Error::arg("Trainer::update", "batch_size must be >= 1"));
-        }
         let rescale_grad = self.scale / batch_size as f64;
         entries
             .into_iter()
@@ -239,18 +272,8 @@ impl Trainer {
     }
 
     fn apply_one(&mut self, e: Entry, rescale_grad: f64) -> Result<()> {
-        let (i, weight, mut grad) = (e.index, &e.weight, e.grad);
+        let (i, weight, grad) = (e.index, &e.weight, e.grad);
         let p = &self.params[i];
-        if e.write && self.consumed[i] == Some(grad.id()) {
-            // Already applied and no backward since: the consumed gradient counts as zero.
-            weight.zero_grad();
-            grad = weight.grad().ok_or_else(|| {
-                Error::arg(
-                    "Trainer::update",
-                    format!("parameter '{}' has no gradient", p.name()),
-                )
-            })?;
-        }
         if self.states[i].is_none() {
             self.states[i] = Some(self.optimizer.create_state(i, weight)?);
         }
@@ -263,13 +286,14 @@ impl Trainer {
         self.optimizer
             .update_with(weight, &grad, state, &args)
             .map_err(|e| Error::arg("Trainer::update", format!("parameter '{}': {e}", p.name())))?;
-        if e.write {
-            if grad.stype() == sparrow_core::SType::Dense {
-                self.consumed[i] = Some(grad.id());
-            } else {
-                weight.zero_grad();
-            }
-        }
+        // Remember the array a step without a backward would find again: the cleared one for
+        // a consumed row_sparse gradient, else the gradient itself.
+        self.consumed[i] = if e.write && grad.stype() != sparrow_core::SType::Dense {
+            weight.zero_grad();
+            weight.grad().map(|g| g.id())
+        } else {
+            Some(grad.id())
+        };
         Ok(())
     }
 
@@ -310,4 +334,12 @@ impl Trainer {
         self.states = states;
         Ok(())
     }
+}
+
+/// The batch size a step divides the gradients by, checked before anything is read.
+fn check_batch_size(batch_size: usize) -> Result<()> {
+    if batch_size == 0 {
+        return Err(Error::arg("Trainer::update", "batch_size must be >= 1"));
+    }
+    Ok(())
 }

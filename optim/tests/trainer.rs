@@ -37,18 +37,30 @@ fn step_rescales_by_batch_and_handles_grad_req() {
     // Write: consumed (still readable, as in Gluon); Add: kept for the caller to accumulate.
     assert_eq!(a.grad().unwrap().to_vec::<f32>().unwrap(), vec![4.0, -8.0]);
     assert_eq!(b.grad().unwrap().to_vec::<f32>().unwrap(), vec![4.0, -8.0]);
-    // A second step without a new gradient: the consumed Write gradient counts as zero (and
-    // now reads as zeros); the Add gradient is applied again.
-    t.step(4).unwrap();
+    // A second step without a new gradient is an error (a stale gradient, as in Gluon) that
+    // names the parameters and changes nothing.
+    let e = t.step(4).unwrap_err().to_string();
+    assert!(e.contains("'a', 'b'") && e.contains("set_ignore_stale_grad"), "{e}");
     assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
-    assert_eq!(a.grad().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
-    assert_eq!(b.data().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 4.0]);
-    // A new gradient (a new array, as every backward makes) is applied normally.
-    a.data()
+    assert_eq!(b.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
+    // Ignoring stale gradients skips those parameters; a fresh one is still applied.
+    t.set_ignore_stale_grad(true);
+    b.data()
         .unwrap()
         .set_grad(Some(NDArray::from_vec(vec![4.0f32, -8.0], &[2]).unwrap()));
     t.step(4).unwrap();
+    assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 3.0]);
+    assert_eq!(b.data().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 4.0]);
+    t.set_ignore_stale_grad(false);
+    // New gradients (new arrays, as every backward makes) are applied normally.
+    for p in [&a, &b] {
+        p.data()
+            .unwrap()
+            .set_grad(Some(NDArray::from_vec(vec![4.0f32, -8.0], &[2]).unwrap()));
+    }
+    t.step(4).unwrap();
     assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 4.0]);
+    assert_eq!(b.data().unwrap().to_vec::<f32>().unwrap(), vec![-0.5, 5.0]);
     b.set_data(&NDArray::from_vec(vec![0.5f32, 3.0], &[2]).unwrap())
         .unwrap();
     b.data()
@@ -59,7 +71,8 @@ fn step_rescales_by_batch_and_handles_grad_req() {
     assert_eq!(t.learning_rate(), 0.5);
     t.set_learning_rate(0.1).unwrap();
     assert_eq!(t.learning_rate(), 0.1);
-    assert!(t.step(0).is_err());
+    let e = t.step(0).unwrap_err().to_string();
+    assert!(e.contains("batch_size"), "{e}");
     assert!(Trainer::new(vec![a.clone(), a.clone()], Sgd::new(0.1)).is_err());
 }
 }
