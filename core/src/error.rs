@@ -32,6 +32,11 @@ pub enum Error {
     /// its operands.
     #[error("{op}: device error: {msg}")]
     Device { op: &'static str, msg: String },
+    /// A data source failed: a file that does not parse (its message names the file, line
+    /// and column) or cannot be read. sparrow-data's errors convert into this one, so a
+    /// training loop over its iterators can use `?` with sparrow's `Result`.
+    #[error("data: {0}")]
+    Data(String),
     /// Autograd misuse: backward on an array that is not part of a recorded graph, etc.
     #[error("autograd: {0}")]
     Autograd(String),

@@ -270,6 +270,10 @@ pub struct DataLoaderIter {
 
 impl Iterator for DataLoaderIter {
     type Item = Result<Batch>;
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.total.saturating_sub(self.next);
+        (left, Some(left))
+    }
     fn next(&mut self) -> Option<Result<Batch>> {
         if self.next >= self.total {
             return None;

@@ -68,3 +68,14 @@ impl DataError {
 
 /// Result alias for sparrow-data.
 pub type Result<T> = std::result::Result<T, DataError>;
+
+/// sparrow-core's errors pass through unchanged; parse, I/O and argument errors of a data
+/// source become [`sparrow_core::Error::Data`] with their full message (file, line, column).
+impl From<DataError> for sparrow_core::Error {
+    fn from(e: DataError) -> Self {
+        match e {
+            DataError::Core(e) => e,
+            other => sparrow_core::Error::Data(other.to_string()),
+        }
+    }
+}

@@ -170,6 +170,10 @@ impl NDArrayIter {
 
 impl Iterator for NDArrayIter {
     type Item = Result<Batch>;
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.plan.batches.len().saturating_sub(self.cursor);
+        (left, Some(left))
+    }
     fn next(&mut self) -> Option<Result<Batch>> {
         let idx = self.plan.batches.get(self.cursor)?;
         let pad = self.plan.pads[self.cursor];

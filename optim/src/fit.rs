@@ -6,9 +6,11 @@
 //! `record` the forward and loss, `backward`, `trainer.step(batch)` — and every piece it uses
 //! ([`Trainer`], [`crate::clip_global_norm`], `save_states`) is public.
 //!
-//! Data comes from a closure that returns a fresh iterator of `(data, label)` batches each
-//! epoch, so any source works (sparrow-data's iterators, a `Vec`, a generator) without this
-//! crate depending on a data crate.
+//! Data comes from any [`DataSource`]: sparrow-data's `LibSVMIter`, `DataLoader` and
+//! `NDArrayIter` directly (a new epoch resets them, so shuffling sources reshuffle), or a
+//! closure returning a fresh iterator of `(data, label)` batches each epoch. After each epoch
+//! one line with the loss and the metrics goes to stderr (Gluon's `LoggingHandler`), unless
+//! [`FitOptions::log`] is off.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,7 @@ use sparrow_core::{autograd, DType, Error, NDArray, Result};
 use sparrow_nn::Block;
 
 use crate::persist::write_atomic;
+pub use crate::source::{DataSource, Epoch, LabelledBatch};
 use crate::Trainer;
 
 // Metrics are nn's (`sparrow_nn::metric`): one trait for hand-written loops and for `fit`.
@@ -85,8 +88,12 @@ pub struct EarlyStopping {
 pub struct FitOptions {
     /// Number of epochs.
     pub epochs: usize,
-    /// Show a progress bar (still hidden when stderr is not a terminal or `CI` is set).
+    /// Show a progress bar (still hidden when stderr is not a terminal or `CI` is set). With a
+    /// source that knows its length it shows the total and an ETA.
     pub progress: bool,
+    /// Print one line per epoch to stderr: its number, time, samples/s, loss and metrics, and
+    /// the validation values (Gluon's `LoggingHandler`). Default on.
+    pub log: bool,
     /// Save parameters and trainer state every this many epochs into `checkpoint_dir`.
     pub checkpoint_every: Option<usize>,
     /// Folder of the checkpoints (`<prefix>-epoch<N>.params` / `.states`, safetensors).
@@ -102,6 +109,7 @@ impl Default for FitOptions {
         FitOptions {
             epochs: 1,
             progress: true,
+            log: true,
             checkpoint_every: None,
             checkpoint_dir: PathBuf::from("."),
             checkpoint_prefix: "model".into(),
@@ -123,10 +131,6 @@ pub struct Estimator<'a, B: Block + ?Sized> {
     val_metrics: Vec<Box<dyn Metric + 'a>>,
     handlers: Vec<Box<dyn EventHandler + 'a>>,
 }
-
-/// A batch source: called once per epoch for a fresh iterator of `(data, label)` batches.
-pub type Batches<'a> =
-    Box<dyn FnMut() -> Box<dyn Iterator<Item = Result<(NDArray, NDArray)>> + 'a> + 'a>;
 
 impl<'a, B: Block + ?Sized> Estimator<'a, B> {
     /// An estimator for `net` with `loss`, stepping `trainer`.
@@ -163,12 +167,30 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         self.trainer
     }
 
-    /// Train for `opts.epochs` epochs over `train` batches, evaluating on `val` batches after
-    /// each epoch when given. Returns the per-epoch history.
+    /// Train for `opts.epochs` epochs over `train`, evaluating on `val` after each epoch when
+    /// given. Returns the per-epoch history.
+    ///
+    /// ```no_run
+    /// # use sparrow_core::Result;
+    /// # use sparrow_data::libsvm::{LibSVMIter, LibSVMIterParams};
+    /// # use sparrow_nn::{loss::{Loss, SigmoidBinaryCrossEntropyLoss}, Block, Dense};
+    /// # use sparrow_optim::{Estimator, FitOptions, Sgd, Trainer};
+    /// # fn main() -> Result<()> {
+    /// # let net = Dense::new(1);
+    /// # let mut trainer = Trainer::from_params(&net.collect_params()?, Sgd::new(0.1))?;
+    /// let mut train = LibSVMIter::new(LibSVMIterParams::new("train.libsvm", 1000, 256))?;
+    /// let mut val = LibSVMIter::new(LibSVMIterParams::new("val.libsvm", 1000, 256))?;
+    /// let bce = SigmoidBinaryCrossEntropyLoss::new();
+    /// let mut est = Estimator::new(&net, |p, y| bce.forward(p, y), &mut trainer);
+    /// let opts = FitOptions { epochs: 5, ..Default::default() };
+    /// let history = est.fit(&mut train, Some(&mut val), &opts)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fit(
         &mut self,
-        mut train: impl FnMut() -> Box<dyn Iterator<Item = Result<(NDArray, NDArray)>> + 'a>,
-        mut val: Option<Batches<'a>>,
+        train: &mut dyn DataSource,
+        mut val: Option<&mut dyn DataSource>,
         opts: &FitOptions,
     ) -> Result<Vec<EpochStats>> {
         let mut history: Vec<EpochStats> = Vec::new();
@@ -182,13 +204,14 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
             for h in &mut self.handlers {
                 h.epoch_begin(epoch)?;
             }
-            let bar = progress_bar(show, epoch);
+            let batches = train.epoch(epoch)?;
+            let bar = progress_bar(show, epoch, batches.len);
             self.metrics.iter_mut().for_each(|m| m.reset());
             let (mut loss_sum, mut samples) = (0.0f64, 0usize);
             let start = Instant::now();
             let mut stop = false;
-            for (b, batch) in train().enumerate() {
-                let (data, label) = batch?;
+            for (b, batch) in batches.batches.enumerate() {
+                let (data, label, _pad) = batch?;
                 let n = data.shape().first().copied().unwrap_or(1).max(1);
                 let (pred, total) = autograd::record(|| -> Result<(NDArray, NDArray)> {
                     let pred = self.net.forward(&data)?;
@@ -227,8 +250,11 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
             for m in &self.metrics {
                 stats.values.push((m.name(), m.get()));
             }
-            if let Some(val) = val.as_mut() {
-                self.evaluate(val, &mut stats)?;
+            if let Some(val) = val.as_deref_mut() {
+                self.evaluate(val, epoch, &mut stats)?;
+            }
+            if opts.log {
+                eprintln!("{}", log_line(&stats, start.elapsed().as_secs_f64()));
             }
             if let Some(every) = opts.checkpoint_every.filter(|e| *e > 0) {
                 if (epoch + 1) % every == 0 {
@@ -276,11 +302,16 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         Ok(history)
     }
 
-    fn evaluate(&mut self, val: &mut Batches<'a>, stats: &mut EpochStats) -> Result<()> {
+    fn evaluate(
+        &mut self,
+        val: &mut dyn DataSource,
+        epoch: usize,
+        stats: &mut EpochStats,
+    ) -> Result<()> {
         self.val_metrics.iter_mut().for_each(|m| m.reset());
         let (mut loss_sum, mut samples) = (0.0f64, 0usize);
-        for batch in val() {
-            let (data, label) = batch?;
+        for batch in val.epoch(epoch)?.batches {
+            let (data, label) = crate::source::without_padding(batch?)?;
             let pred = self.net.forward(&data)?;
             loss_sum += (self.loss)(&pred, &label)?.sum_all()?.item()?;
             samples += data.shape().first().copied().unwrap_or(1).max(1);
@@ -352,15 +383,37 @@ pub fn save_params(params: &sparrow_nn::ParamDict, path: &Path) -> Result<()> {
     write_atomic("save_params", path, &bytes)
 }
 
-fn progress_bar(show: bool, epoch: usize) -> ProgressBar {
-    let bar = ProgressBar::no_length();
+/// The epoch's line, as Gluon's `LoggingHandler` prints it: `[Epoch 3] 1.24 s, 81234
+/// samples/s: loss 0.6931, accuracy 0.5000, val_loss 0.6929, ...`.
+pub fn log_line(stats: &EpochStats, seconds: f64) -> String {
+    let values: Vec<String> = stats
+        .values
+        .iter()
+        .map(|(n, v)| format!("{n} {v:.4}"))
+        .collect();
+    format!(
+        "[Epoch {}] {seconds:.2} s, {:.0} samples/s: {}",
+        stats.epoch,
+        stats.samples_per_sec,
+        values.join(", ")
+    )
+}
+
+fn progress_bar(show: bool, epoch: usize, len: Option<usize>) -> ProgressBar {
+    let bar = match len {
+        Some(n) => ProgressBar::new(n as u64),
+        None => ProgressBar::no_length(),
+    };
     if !show {
         bar.set_draw_target(ProgressDrawTarget::hidden());
         return bar;
     }
-    if let Ok(style) = ProgressStyle::with_template(
-        "{spinner} epoch {prefix} [{elapsed_precise}] batch {pos} {msg}",
-    ) {
+    let template = if len.is_some() {
+        "{spinner} epoch {prefix} [{elapsed_precise}] {bar:30} {pos}/{len} batches, ETA {eta} {msg}"
+    } else {
+        "{spinner} epoch {prefix} [{elapsed_precise}] batch {pos} {msg}"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
         bar.set_style(style);
     }
     bar.set_prefix(epoch.to_string());

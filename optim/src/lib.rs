@@ -12,10 +12,14 @@ pub mod fit;
 pub mod optimizer;
 mod persist;
 pub mod schedule;
+mod source;
 mod trainer;
 
 pub use clip::clip_global_norm;
-pub use fit::{Accuracy, EarlyStopping, EpochStats, Estimator, EventHandler, FitOptions, Metric};
+pub use fit::{
+    Accuracy, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler, FitOptions,
+    LabelledBatch, Metric,
+};
 pub use trainer::Trainer;
 
 pub use optimizer::{

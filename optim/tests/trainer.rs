@@ -283,8 +283,8 @@ fn fit_trains_checkpoints_and_stops_early() {
             }),
             ..FitOptions::default()
         };
-        let val = batches.clone();
-        est.fit(batches, Some(Box::new(val)), &opts).unwrap()
+        let (mut train, mut val) = (batches.clone(), batches);
+        est.fit(&mut train, Some(&mut val), &opts).unwrap()
     };
     assert!(history.len() < 40, "early stopping should end the run");
     assert_eq!(count.0, history.len());

@@ -1,0 +1,114 @@
+//! What [`crate::Estimator::fit`] trains on: any source that can start an epoch of
+//! `(data, label)` batches — sparrow-data's [`LibSVMIter`], [`DataLoader`] and [`NDArrayIter`]
+//! directly, or a closure returning a fresh iterator each epoch.
+
+use sparrow_core::{Error, NDArray, Result};
+use sparrow_data::libsvm::LibSVMIter;
+use sparrow_data::{Batch, DataLoader, NDArrayIter};
+
+/// A batch for `fit`: data, labels, and how many rows at the end are padding (`Batch::pad`).
+pub type LabelledBatch = (NDArray, NDArray, usize);
+
+/// One epoch of batches, with its length when the source knows it (the progress bar then
+/// shows the total and an ETA).
+pub struct Epoch<'s> {
+    /// The batches.
+    pub batches: Box<dyn Iterator<Item = Result<LabelledBatch>> + 's>,
+    /// Number of batches, when known.
+    pub len: Option<usize>,
+}
+
+/// A source of training or validation batches for `fit`.
+///
+/// Epoch `0` reads the source as it is (pass a fresh iterator); each later epoch starts a new
+/// pass — `reset` for the iterators, the next `iter` for a [`DataLoader`] — so a shuffling
+/// source reshuffles every epoch with a stream derived from its seed and the epoch number.
+/// Batches without labels are an error. Padding rows are trained on as they come (as MXNet's
+/// `fit` does: with the default `RoundBatch` they are the next pass's first rows, which that
+/// pass then skips) and cut off in validation, so each validation sample counts once. Give
+/// validation a source with `LastBatch::Pad` or `Keep`, so that every pass reads every row: with
+/// `RoundBatch` a later pass skips the rows the previous one borrowed.
+pub trait DataSource {
+    /// The batches of epoch `epoch` (0-based).
+    fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>>;
+}
+
+/// `(data, label, pad)` of a batch: labels required.
+fn labelled(batch: sparrow_data::Result<Batch>) -> Result<LabelledBatch> {
+    let b = batch?;
+    let label = b.label.ok_or_else(|| {
+        Error::arg(
+            "fit",
+            "the data source yields batches without labels; fit needs (data, label) pairs",
+        )
+    })?;
+    Ok((b.data, label, b.pad))
+}
+
+/// A batch without its `pad` last rows.
+pub(crate) fn without_padding(b: LabelledBatch) -> Result<(NDArray, NDArray)> {
+    let (data, label, pad) = b;
+    if pad == 0 {
+        return Ok((data, label));
+    }
+    let rows = data.shape().first().copied().unwrap_or(0);
+    let keep: Vec<i64> = (0..rows.saturating_sub(pad) as i64).collect();
+    Ok((data.take_rows(&keep)?, label.take_rows(&keep)?))
+}
+
+impl DataSource for LibSVMIter {
+    fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {
+        if epoch > 0 {
+            self.reset();
+        }
+        Ok(Epoch {
+            batches: Box::new(self.map(labelled)),
+            len: None,
+        })
+    }
+}
+
+impl DataSource for NDArrayIter {
+    fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {
+        if epoch > 0 {
+            self.reset();
+        }
+        let len = self.size_hint().1;
+        Ok(Epoch {
+            batches: Box::new(self.map(labelled)),
+            len,
+        })
+    }
+}
+
+impl DataSource for DataLoader {
+    fn epoch(&mut self, _epoch: usize) -> Result<Epoch<'_>> {
+        // Every `iter` call is a new epoch of the loader's own count.
+        let it = self.iter();
+        let len = it.size_hint().1;
+        Ok(Epoch {
+            batches: Box::new(it.map(labelled)),
+            len,
+        })
+    }
+}
+
+/// A closure returning a fresh iterator of `(data, label)` batches per epoch. The iterator
+/// owns what it reads (`move` the arrays in, or clone them per epoch).
+impl<F, I> DataSource for F
+where
+    F: FnMut() -> I,
+    I: Iterator<Item = Result<(NDArray, NDArray)>> + 'static,
+{
+    fn epoch(&mut self, _epoch: usize) -> Result<Epoch<'_>> {
+        let it = self();
+        let len = match it.size_hint() {
+            (lo, Some(hi)) if lo == hi => Some(hi),
+            _ => None,
+        };
+        Ok(Epoch {
+            batches: Box::new(it.map(|b| b.map(|(d, l)| (d, l, 0)))),
+            len,
+        })
+    }
+}
