@@ -62,7 +62,7 @@ fn create_by_name_matches_the_built_optimizer() {
             Box::new(RMSProp::centered(0.01)),
         ),
         (
-            create("ftrl", &[("lambda1", 0.02), ("beta", 0.5)]).unwrap(),
+            create("ftrl", &[("lamda1", 0.02), ("beta", 0.5)]).unwrap(),
             Box::new(Ftrl::new(0.1).lambda1(0.02).beta(0.5)),
         ),
     ];
@@ -132,5 +132,7 @@ fn trainer_refuses_multiplier_maps_it_would_ignore() {
     opt.opts.wd_mult.insert(0, 0.0);
     let e = Trainer::new(vec![p.clone()], opt).err().expect("an error");
     assert!(e.to_string().contains("with_wd_mult"), "{e}");
-    assert!(Trainer::new(vec![p], Sgd::new(0.1)).is_ok());
+    assert!(Trainer::new(vec![p.clone()], Sgd::new(0.1)).is_ok());
+    // A boxed optimizer from `create` goes into a Trainer as a typed one does.
+    assert!(Trainer::new(vec![p], create("adam", &[]).unwrap()).is_ok());
 }

@@ -156,6 +156,8 @@ fn configured<O: Optimizer + 'static>(
     keywords: &[&str],
 ) -> Result<Box<dyn Optimizer>> {
     for &(key, value) in options {
+        // MXNet spells FTRL's L1 strength `lamda1`; accept its spelling too.
+        let key = if key == "lamda1" { "lambda1" } else { key };
         if !value.is_finite() {
             return Err(Error::arg(
                 "optimizer::create",

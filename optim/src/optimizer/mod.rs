@@ -141,6 +141,41 @@ pub trait Optimizer: Send {
     }
 }
 
+/// A boxed optimizer (what [`create`] returns) is an optimizer, so it goes wherever a typed one
+/// does (`Trainer::new`, `Trainer::from_params`).
+impl Optimizer for Box<dyn Optimizer> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn options(&self) -> &OptimizerOptions {
+        (**self).options()
+    }
+    fn options_mut(&mut self) -> &mut OptimizerOptions {
+        (**self).options_mut()
+    }
+    fn create_state(&self, index: usize, weight: &NDArray) -> Result<State> {
+        (**self).create_state(index, weight)
+    }
+    fn step(
+        &self,
+        ctx: &StepCtx,
+        weight: &NDArray,
+        grad: &NDArray,
+        state: &mut State,
+    ) -> Result<()> {
+        (**self).step(ctx, weight, grad, state)
+    }
+    fn update_with(
+        &mut self,
+        weight: &NDArray,
+        grad: &NDArray,
+        state: &mut State,
+        args: &ParamArgs,
+    ) -> Result<()> {
+        (**self).update_with(weight, grad, state, args)
+    }
+}
+
 /// What each built-in optimizer defines; [`declare_optimizers!`] turns it into its
 /// [`Optimizer`] implementation, so all of them are declared alike.
 trait Rule {
