@@ -7,6 +7,7 @@
 
 pub mod autograd;
 pub(crate) mod cpu;
+mod device;
 mod dtype;
 mod error;
 mod ndarray;
@@ -20,6 +21,7 @@ pub mod testing;
 pub mod update;
 
 pub(crate) use cpu::{with_buffer, CpuStorage};
+pub use device::with_device;
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};
 pub(crate) use ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
