@@ -554,6 +554,30 @@ mod tests {
     }
 
     #[test]
+    fn without_a_device_initialize_uses_the_default_device_at_the_call() {
+        // `None` means the scope's device when `initialize` runs, also for a deferred weight
+        // created later outside the scope. With the CPU as the only device the device checks
+        // all read Cpu; a backend's devices join through `Device::available`.
+        for device in Device::available() {
+            let (p, q) = sparrow_core::with_device(device, || {
+                let p = Parameter::new("w", &[2, 3]);
+                p.initialize(&Initializer::Constant(0.5), None).unwrap();
+                let q = Parameter::new("q", &[0, 3]);
+                q.initialize(&Initializer::One, None).unwrap();
+                (p, q)
+            })
+            .unwrap();
+            assert_eq!(p.device(), device);
+            assert_eq!(p.data().unwrap().device(), device);
+            assert_eq!(p.grad().unwrap().device(), device);
+            assert_eq!(p.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5; 6]);
+            let late = q.data_for_shape(&[4, 3]).unwrap();
+            assert_eq!((q.device(), late.device()), (device, device));
+            assert_eq!(late.to_vec::<f32>().unwrap(), vec![1.0; 12]);
+        }
+    }
+
+    #[test]
     fn grad_req_null_has_no_grad() {
         let p = Parameter::new("running_mean", &[3]).with_grad_req(GradReq::Null);
         p.initialize(&Initializer::Zero, Device::Cpu).unwrap();
