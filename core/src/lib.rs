@@ -4,6 +4,8 @@
 //! CPU kernels (`cpu`), the operators (`ops`, `sparse`, `update`) and autograd. Everything
 //! that can fail on user input returns [`Result`]. Nothing here knows a layer, an optimizer's
 //! API or state, or a file format; the optimizers' update arithmetic lives here as operators.
+//! The public constructors make arrays on the calling thread's default device
+//! ([`Device::current`], set for a closure by [`with_device`]).
 
 pub mod autograd;
 pub(crate) mod cpu;
