@@ -4,9 +4,12 @@
 //! CPU kernels (`cpu`), the operators (`ops`, `sparse`, `update`) and autograd. Everything
 //! that can fail on user input returns [`Result`]. Nothing here knows a layer, an optimizer's
 //! API or state, or a file format; the optimizers' update arithmetic lives here as operators.
+//! The public constructors make arrays on the calling thread's default device
+//! ([`Device::current`], set for a closure by [`with_device`]).
 
 pub mod autograd;
 pub(crate) mod cpu;
+mod device;
 mod dtype;
 mod error;
 mod ndarray;
@@ -20,6 +23,7 @@ pub mod testing;
 pub mod update;
 
 pub(crate) use cpu::{with_buffer, CpuStorage};
+pub use device::with_device;
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};
 pub(crate) use ndarray::{ArrayData, CsrData, DenseData, RowSparseData};

@@ -4,6 +4,10 @@
 //! generator that [`seed`] resets (MXNet's `mx.random.seed`); an explicit [`Rng`] value gives a
 //! private stream that no other code can disturb.
 //!
+//! Every draw makes its array on the calling thread's default device ([`crate::Device::current`],
+//! set by [`crate::with_device`]): the values are drawn in host memory and moved only when that
+//! device is not the CPU, so a seed gives the same values on every device.
+//!
 //! Large arrays are filled in parallel. Every draw takes one 64-bit key from the generator and
 //! fills fixed-size chunks of [`CHUNK`] elements, chunk `c` from its own xoshiro256++ stream
 //! seeded by `(key, c)`. The chunking never depends on the thread count, so a seed gives the same
@@ -127,13 +131,16 @@ impl Rng {
     {
         let n = check_shape(op, shape)?;
         match dtype {
-            DType::F32 => NDArray::from_vec(self.fill(n, |r| d32.sample(r)), shape),
-            DType::F64 => NDArray::from_vec(self.fill(n, |r| d64.sample(r)), shape),
-            other => Err(Error::dtype(
-                op,
-                format!("needs float32 or float64, got {}", other.name()),
-            )),
+            DType::F32 => NDArray::host_vec(self.fill(n, |r| d32.sample(r)), shape)?,
+            DType::F64 => NDArray::host_vec(self.fill(n, |r| d64.sample(r)), shape)?,
+            other => {
+                return Err(Error::dtype(
+                    op,
+                    format!("needs float32 or float64, got {}", other.name()),
+                ))
+            }
         }
+        .on_current_device()
     }
 
     /// Uniform values in `[low, high)`.
@@ -233,7 +240,7 @@ impl Rng {
             d: &Poisson<f64>,
             shape: &[usize],
         ) -> Result<NDArray> {
-            NDArray::from_vec(rng.fill(n, |r| T::from_f64(d.sample(r))), shape)
+            NDArray::host_vec(rng.fill(n, |r| T::from_f64(d.sample(r))), shape)
         }
         match dtype {
             DType::F32 => typed::<f32>(self, n, &d, shape),
@@ -241,7 +248,8 @@ impl Rng {
             DType::I64 => typed::<i64>(self, n, &d, shape),
             DType::I32 => typed::<i32>(self, n, &d, shape),
             DType::U8 => typed::<u8>(self, n, &d, shape),
-        }
+        }?
+        .on_current_device()
     }
 
     /// Integers uniform in `[low, high)` (exact i64 arithmetic, bounds past 2^32 are fine),
@@ -277,12 +285,13 @@ impl Rng {
         }
         let d = Uniform::new(low, high).map_err(|e| bad(op, e))?;
         match dtype {
-            DType::I64 => NDArray::from_vec(self.fill(n, |r| d.sample(r)), shape),
-            DType::I32 => NDArray::from_vec(self.fill(n, |r| d.sample(r) as i32), shape),
-            DType::U8 => NDArray::from_vec(self.fill(n, |r| d.sample(r) as u8), shape),
-            DType::F32 => NDArray::from_vec(self.fill(n, |r| d.sample(r) as f32), shape),
-            DType::F64 => NDArray::from_vec(self.fill(n, |r| d.sample(r) as f64), shape),
-        }
+            DType::I64 => NDArray::host_vec(self.fill(n, |r| d.sample(r)), shape),
+            DType::I32 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as i32), shape),
+            DType::U8 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as u8), shape),
+            DType::F32 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as f32), shape),
+            DType::F64 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as f64), shape),
+        }?
+        .on_current_device()
     }
 
     /// 1 with probability `p`, else 0, in any dtype.
@@ -293,24 +302,32 @@ impl Rng {
         }
         let n = check_shape(op, shape)?;
         let v: Vec<u8> = self.fill(n, |r| r.random_bool(p) as u8);
-        NDArray::from_vec(v, shape)?.astype(dtype)
+        // Cast on the host, then move once.
+        NDArray::host_vec(v, shape)?
+            .astype(dtype)?
+            .on_current_device()
     }
 
     /// A random permutation of `0..n` as an i64 array.
     pub fn permutation(&mut self, n: usize) -> Result<NDArray> {
+        self.host_permutation(n)?.on_current_device()
+    }
+
+    fn host_permutation(&mut self, n: usize) -> Result<NDArray> {
         use rand::seq::SliceRandom;
         let mut idx: Vec<i64> = (0..n as i64).collect();
         idx.shuffle(&mut self.core);
-        NDArray::from_vec(idx, &[n])
+        NDArray::host_vec(idx, &[n])
     }
 
-    /// A copy of `a` with its slices along axis 0 randomly permuted (MXNet's `shuffle`).
+    /// A copy of `a` with its slices along axis 0 randomly permuted (MXNet's `shuffle`), on
+    /// `a`'s device (an operator on `a`, not a constructor: the default device plays no part).
     pub fn shuffle(&mut self, a: &NDArray) -> Result<NDArray> {
         let shape = a.shape();
         if shape.is_empty() {
             return Err(Error::shape("shuffle", "cannot shuffle a 0-D array"));
         }
-        let perm = self.permutation(shape[0])?;
+        let perm = self.host_permutation(shape[0])?.to_device(a.device())?;
         crate::autograd::pause(|| a.take(&perm, 0))
     }
 }

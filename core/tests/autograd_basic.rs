@@ -1,7 +1,7 @@
 use sparrow_core::testing::{check_grad_on_devices, test_array};
-use sparrow_core::{autograd, DType, NDArray};
+use sparrow_core::{autograd, device_test, DType, NDArray};
 
-#[test]
+device_test! {
 fn square_sum_grad() {
     let x = NDArray::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
     x.attach_grad();
@@ -9,6 +9,7 @@ fn square_sum_grad() {
     y.backward().unwrap();
     let g = x.grad().expect("grad attached");
     assert_eq!(g.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+}
 }
 
 #[test]
@@ -59,7 +60,7 @@ fn dot_grads() {
     let _ = DType::F32;
 }
 
-#[test]
+device_test! {
 fn dot_backward_computes_only_the_gradients_inputs_need() {
     // A data batch without attach_grad gets no gradient product (in a Dense layer on a wide
     // input that product is as large as the forward one); an attached one does.
@@ -78,8 +79,9 @@ fn dot_backward_computes_only_the_gradients_inputs_need() {
         assert!(grads[1].is_some(), "gradient of the weight");
     }
 }
+}
 
-#[test]
+device_test! {
 fn a_stored_gradient_is_never_an_array_someone_else_holds() {
     // The engine stores a leaf's gradient without a new handle when the backward pass created
     // it and holds it alone; a head gradient handed through (x + 0, x * 1 pass it on) or one
@@ -114,8 +116,9 @@ fn a_stored_gradient_is_never_an_array_someone_else_holds() {
         assert!(w.grad().unwrap().node().is_none());
     }
 }
+}
 
-#[test]
+device_test! {
 fn retain_graph_keeps_the_graph_and_the_default_releases_it() {
     use sparrow_core::autograd::{backward_with, GradReq};
     use sparrow_core::SType;
@@ -157,8 +160,9 @@ fn retain_graph_keeps_the_graph_and_the_default_releases_it() {
         vec![9.0, -9.0, 21.0]
     );
 }
+}
 
-#[test]
+device_test! {
 fn backward_outside_a_graph_is_an_error_and_inputs_without_gradients_get_none() {
     let x = NDArray::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
     let plain = x.mul(&x).unwrap().sum_all().unwrap();
@@ -173,8 +177,9 @@ fn backward_outside_a_graph_is_an_error_and_inputs_without_gradients_get_none() 
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![2.0, -9.0]);
     assert!(c.grad().is_none());
 }
+}
 
-#[test]
+device_test! {
 fn a_node_is_freed_as_soon_as_its_backward_has_run() {
     use sparrow_core::autograd::record_op;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -207,6 +212,7 @@ fn a_node_is_freed_as_soon_as_its_backward_has_run() {
         "`second`'s node outlived its backward"
     );
     assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+}
 }
 
 #[test]

@@ -1,17 +1,21 @@
 //! An array of more than 2^31 elements: write and read past index 2^31, slice across the
 //! boundary, sum and argmax, with exact results. The array is a u8 of 2^31 + 1000 elements
 //! (2 GiB); it is created zeroed (calloc, untouched pages cost nothing) and written in place
-//! through `with_slice_mut`, so no full copy is ever made.
+//! through `with_slice_mut`, so no full copy is ever made on the CPU. On another device the
+//! array is written in host memory and moved there once, and the operators run there.
 
-use sparrow_core::{DType, NDArray};
+use sparrow_core::{device_test, testing::test_device, with_device, DType, Device, NDArray};
 
 const BOUND: usize = 1 << 31;
 const N: usize = BOUND + 1000;
 
-#[test]
+device_test! {
 fn u8_array_past_2_pow_31() {
-    let a = NDArray::zeros(&[N], DType::U8).unwrap();
-    assert_eq!(a.size(), N);
+    // Written through a host view, so made in host memory whatever the device under test.
+    let host = with_device(Device::Cpu, || NDArray::zeros(&[N], DType::U8))
+        .unwrap()
+        .unwrap();
+    assert_eq!(host.size(), N);
     // A few values below and past the boundary; the maximum sits past 2^31.
     let writes: [(usize, u8); 6] = [
         (10, 3),
@@ -21,19 +25,22 @@ fn u8_array_past_2_pow_31() {
         (BOUND + 500, 7),
         (N - 1, 9),
     ];
-    a.with_slice_mut::<u8, _>(|s| {
+    host.with_slice_mut::<u8, _>(|s| {
         for &(i, v) in &writes {
             s[i] = v;
         }
     })
     .unwrap();
-    a.with_slice::<u8, _>(|s| {
+    host.with_slice::<u8, _>(|s| {
         for &(i, v) in &writes {
             assert_eq!(s[i], v, "element {i}");
         }
         assert_eq!(s[BOUND + 1], 0);
     })
     .unwrap();
+    // The operators below run on the device under test (on the CPU `a` is `host` itself).
+    let a = host.to_device(test_device()).unwrap();
+    assert_eq!(a.device(), test_device());
 
     // Slice across the boundary: [2^31 - 2, 2^31 + 3).
     let b = BOUND as i64;
@@ -69,4 +76,5 @@ fn u8_array_past_2_pow_31() {
     // Reading one element past the boundary through take with an i64 index.
     let idx = NDArray::from_vec(vec![(BOUND + 500) as i64, -1], &[2]).unwrap();
     assert_eq!(a.take(&idx, 0).unwrap().to_vec::<u8>().unwrap(), vec![7, 9]);
+}
 }

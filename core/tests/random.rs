@@ -1,7 +1,7 @@
 //! Reproducibility and rough distribution checks of `sparrow_core::random`.
 
 use sparrow_core::random::{self, Rng};
-use sparrow_core::{DType, NDArray};
+use sparrow_core::{device_test, testing::test_device, with_device, DType, NDArray};
 
 fn mean_var(a: &NDArray) -> (f64, f64) {
     let v = a.to_f64_vec();
@@ -10,7 +10,7 @@ fn mean_var(a: &NDArray) -> (f64, f64) {
     (m, v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n)
 }
 
-#[test]
+device_test! {
 fn explicit_rng_is_reproducible_and_independent_of_threads() {
     // 300k elements: several parallel chunks.
     let shape = [300, 1000];
@@ -21,7 +21,15 @@ fn explicit_rng_is_reproducible_and_independent_of_threads() {
         .num_threads(1)
         .build()
         .unwrap();
-    let c = single.install(|| Rng::new(7).uniform(-1.0, 1.0, &shape, DType::F32).unwrap());
+    // `install` runs the closure on the pool's thread, and the default device is per thread:
+    // that thread enters the device under test's scope itself.
+    let device = test_device();
+    let c = single.install(|| {
+        with_device(device, || Rng::new(7).uniform(-1.0, 1.0, &shape, DType::F32))
+            .unwrap()
+            .unwrap()
+    });
+    assert_eq!((a.device(), c.device()), (device, device));
     assert_eq!(a.to_vec::<f32>().unwrap(), c.to_vec::<f32>().unwrap());
     let d = Rng::new(8).uniform(-1.0, 1.0, &shape, DType::F32).unwrap();
     assert_ne!(a.to_vec::<f32>().unwrap(), d.to_vec::<f32>().unwrap());
@@ -35,8 +43,9 @@ fn explicit_rng_is_reproducible_and_independent_of_threads() {
     );
     assert!(v.iter().all(|&x| (-1.0..1.0).contains(&x)));
 }
+}
 
-#[test]
+device_test! {
 fn global_seed_reproduces() {
     random::seed(123);
     let a = random::normal(2.0, 3.0, &[1000], DType::F64).unwrap();
@@ -47,8 +56,9 @@ fn global_seed_reproduces() {
     assert_eq!(a.to_vec::<f64>().unwrap(), b.to_vec::<f64>().unwrap());
     assert_eq!(p.to_vec::<i64>().unwrap(), q.to_vec::<i64>().unwrap());
 }
+}
 
-#[test]
+device_test! {
 fn distributions_have_the_right_moments() {
     let mut r = Rng::new(1);
     let n = [200_000];
@@ -79,8 +89,9 @@ fn distributions_have_the_right_moments() {
     let (m, _) = mean_var(&r.bernoulli(0.3, &n, DType::U8).unwrap());
     assert!((m - 0.3).abs() < 0.01, "bernoulli {m}");
 }
+}
 
-#[test]
+device_test! {
 fn randint_with_wide_bounds() {
     let mut r = Rng::new(5);
     let lo = 1i64 << 40;
@@ -93,8 +104,9 @@ fn randint_with_wide_bounds() {
     assert!(r.randint(0, 300, &[3], DType::U8).is_err());
     assert!(r.randint(5, 5, &[3], DType::I64).is_err());
 }
+}
 
-#[test]
+device_test! {
 fn shuffle_permutes_rows() {
     let mut r = Rng::new(9);
     let a = NDArray::arange(0.0, 20.0, 1.0, DType::F32)
@@ -102,6 +114,7 @@ fn shuffle_permutes_rows() {
         .reshape(&[10, 2])
         .unwrap();
     let s = r.shuffle(&a).unwrap();
+    assert_eq!(s.device(), a.device());
     let v = s.to_vec::<f32>().unwrap();
     assert_ne!(v, a.to_vec::<f32>().unwrap());
     let mut firsts: Vec<i64> = v
@@ -118,8 +131,9 @@ fn shuffle_permutes_rows() {
     q.sort();
     assert_eq!(q, vec![0, 1, 2, 3, 4]);
 }
+}
 
-#[test]
+device_test! {
 fn bad_parameters_are_errors() {
     let mut r = Rng::new(0);
     assert!(r.uniform(1.0, 1.0, &[2], DType::F32).is_err());
@@ -130,4 +144,5 @@ fn bad_parameters_are_errors() {
     assert!(r.poisson(-1.0, &[2], DType::F32).is_err());
     assert!(r.bernoulli(1.5, &[2], DType::F32).is_err());
     assert!(r.shuffle(&NDArray::scalar(1.0f32)).is_err());
+}
 }

@@ -4,13 +4,13 @@
 use sparrow_core::autograd::{self, GradReq};
 use sparrow_core::sparse;
 use sparrow_core::testing::{check_grad_on_devices, test_array, test_csr};
-use sparrow_core::{DType, NDArray, SType};
+use sparrow_core::{device_test, DType, NDArray, SType};
 
 fn csr_f64(rows: usize, cols: usize, density: f64, seed: u64) -> NDArray {
     test_csr(rows, cols, density, seed, DType::F64)
 }
 
-#[test]
+device_test! {
 fn dot_csr_dense_weight_grad_is_row_sparse_over_batch_columns() {
     let x = csr_f64(4, 50, 0.06, 1);
     let w = test_array(&[50, 3], -1.0, 1.0, 2);
@@ -32,6 +32,7 @@ fn dot_csr_dense_weight_grad_is_row_sparse_over_batch_columns() {
     for (a, b) in got.iter().zip(&want) {
         assert!((a - b).abs() < 1e-12);
     }
+}
 }
 
 #[test]
@@ -123,7 +124,7 @@ fn embedding_grad_sums_duplicates_into_row_sparse() {
     assert!(sparse::embedding(&table, &bad).is_err());
 }
 
-#[test]
+device_test! {
 fn accumulating_two_row_sparse_grads_coalesces() {
     let x1 = csr_f64(3, 20, 0.1, 14);
     let x2 = csr_f64(3, 20, 0.1, 15);
@@ -151,6 +152,7 @@ fn accumulating_two_row_sparse_grads_coalesces() {
     let y = autograd::record(|| x1.dot(&w)).unwrap();
     y.backward().unwrap();
     assert_eq!(w.grad().unwrap().stype(), SType::Dense);
+}
 }
 
 /// Values in [-1, -0.2] or [0.2, 1]: away from the kinks of abs / relu / sign at zero.
@@ -292,7 +294,7 @@ fn sparse_reductions_finite_differences() {
     .unwrap();
 }
 
-#[test]
+device_test! {
 fn dot_csr_dense_rejects_bad_operands_with_errors() {
     let x = csr_f64(3, 4, 0.5, 21);
     let w = test_array(&[4, 2], -1.0, 1.0, 22);
@@ -310,4 +312,5 @@ fn dot_csr_dense_rejects_bad_operands_with_errors() {
     let w1 = test_array(&[4], -1.0, 1.0, 23);
     let e = sparse::dot_csr_dense(&x, &w1).unwrap_err().to_string();
     assert!(e.contains("2-D"), "{e}");
+}
 }

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use sparrow_core::sparse::{self, concat_rows, square_sum};
-use sparrow_core::{DType, NDArray, SType};
+use sparrow_core::{device_test, testing::test_device, DType, NDArray, SType};
 
 fn close(got: &NDArray, want: &NDArray) -> Result<(), TestCaseError> {
     prop_assert_eq!(got.shape(), want.shape());
@@ -228,9 +228,12 @@ proptest! {
     }
 }
 
-#[test]
+device_test! {
 fn single_nonzero_and_empty() {
-    let x = NDArray::csr_from_parts(vec![2.5f64], vec![3], vec![0, 0, 1, 1], [3, 5]).unwrap();
+    // Sparse constructors do not follow the default-device scope: move by hand.
+    let x = NDArray::csr_from_parts(vec![2.5f64], vec![3], vec![0, 0, 1, 1], [3, 5])
+        .and_then(|x| x.to_device(test_device()))
+        .unwrap();
     let w = sparrow_core::testing::test_array(&[5, 2], -1.0, 1.0, 1);
     let d = x.tostype(SType::Dense).unwrap();
     assert_eq!(
@@ -240,7 +243,9 @@ fn single_nonzero_and_empty() {
     let g = sparrow_core::testing::test_array(&[3, 2], -1.0, 1.0, 2);
     let t = x.dot_t(&g, true, false).unwrap();
     assert_eq!(t.row_ids().unwrap(), vec![3]);
-    let z = NDArray::zeros_stype(&[4, 6], DType::F64, SType::Csr).unwrap();
+    let z = NDArray::zeros_stype(&[4, 6], DType::F64, SType::Csr)
+        .and_then(|z| z.to_device(test_device()))
+        .unwrap();
     assert_eq!(z.nnz(), 0);
     let zt = z
         .dot_t(
@@ -253,8 +258,9 @@ fn single_nonzero_and_empty() {
     assert_eq!(zt.shape(), vec![6, 2]);
     assert_eq!(z.sum(None, false).unwrap().item().unwrap(), 0.0);
 }
+}
 
-#[test]
+device_test! {
 fn f32_csr_products_match_dense_at_simd_widths() {
     // csr^T G -> row_sparse and csr W -> dense in f32 at row lengths where the AVX2 loops run
     // (multiples of 8: single-entry groups, multi-entry groups, 64-column blocks and their
@@ -325,4 +331,5 @@ fn f32_csr_products_match_dense_at_simd_widths() {
             );
         }
     }
+}
 }

@@ -1,11 +1,14 @@
 //! Strict storage-type mode (its own test binary: the switch is process-global).
 
 use sparrow_core::sparse;
-use sparrow_core::NDArray;
+use sparrow_core::{device_test, testing::test_device, NDArray};
 
-#[test]
+device_test! {
 fn strict_mode_rejects_fallback() {
-    let x = NDArray::csr_from_parts(vec![1.0f64], vec![0], vec![0, 1], [1, 2]).unwrap();
+    // Sparse constructors do not follow the default-device scope: move by hand.
+    let x = NDArray::csr_from_parts(vec![1.0f64], vec![0], vec![0, 1], [1, 2])
+        .and_then(|x| x.to_device(test_device()))
+        .unwrap();
     let prev = sparse::set_strict_stype(true);
     let e = x.exp();
     let p = x.pow(&x);
@@ -14,4 +17,5 @@ fn strict_mode_rejects_fallback() {
     // csr arrays has no kernel and must be refused in strict mode.
     assert!(e.is_ok());
     assert!(p.is_err());
+}
 }

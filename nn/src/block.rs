@@ -71,8 +71,11 @@ pub trait Block: Send + Sync {
         Ok(self.collect_params()?.filter(pattern))
     }
 
-    /// Initialize every parameter with `init` unless it has its own initializer. Parameters with
-    /// unknown dims are initialized at the first forward.
+    /// Initialize every parameter with `init` unless it has its own initializer, on `device`.
+    /// Parameters with unknown dims are initialized at the first forward, on that device. Pass
+    /// [`Device::current`]`()` for the default-device scope's device ([`sparrow_core::with_device`]);
+    /// `device` is a plain [`Device`] here, not an `Option`, to keep `Block` usable as
+    /// `dyn Block`.
     fn initialize(&self, init: &Initializer, device: Device) -> Result<()> {
         self.collect_params()?.initialize(init, device)
     }

@@ -405,11 +405,13 @@ mod tests {
         (mean, var)
     }
 
-    #[test]
+    sparrow_core::device_test! {
     fn xavier_uniform_statistics() {
         // (200, 300): scale = sqrt(3 / 250); uniform variance = scale^2 / 3 = 1/250.
         let d = InitDesc::new("w", &[200, 300], false);
         let a = Initializer::xavier().generate(&d, DType::F32, 1).unwrap();
+        // Generated where the default device is: the device under test.
+        assert_eq!(a.device(), sparrow_core::testing::test_device());
         let v = a.to_vec::<f32>().unwrap();
         let (m, var) = stats(&v);
         let s = (3.0f64 / 250.0).sqrt();
@@ -418,8 +420,9 @@ mod tests {
         assert!((var - 1.0 / 250.0).abs() < 0.02 / 250.0 * 3.0, "var {var}");
         assert!(v.iter().all(|&x| (x as f64).abs() <= s));
     }
+    }
 
-    #[test]
+    sparrow_core::device_test! {
     fn xavier_gaussian_in_and_normal_statistics() {
         let d = InitDesc::new("w", &[100, 400], false);
         let x = Initializer::Xavier {
@@ -434,6 +437,7 @@ mod tests {
         let (m, var) = stats(&n.generate(&d, DType::F32, 3).unwrap().to_vec().unwrap());
         assert!(m.abs() < 0.01, "mean {m}");
         assert!((var.sqrt() - 0.5).abs() < 0.01, "sd {}", var.sqrt());
+    }
     }
 
     #[test]
@@ -456,7 +460,7 @@ mod tests {
         assert_eq!(s1, (next_seed(), next_seed()));
     }
 
-    #[test]
+    sparrow_core::device_test! {
     fn orthogonal_rows_are_orthonormal() {
         for shape in [[4usize, 6], [6, 4]] {
             let d = InitDesc::new("w", &shape, false);
@@ -482,8 +486,9 @@ mod tests {
             }
         }
     }
+    }
 
-    #[test]
+    sparrow_core::device_test! {
     fn msra_and_constants() {
         let d = InitDesc::new("w", &[50, 800], false);
         let x = Initializer::MsraPrelu {
@@ -499,5 +504,6 @@ mod tests {
         assert!(Initializer::xavier()
             .generate(&InitDesc::new("b", &[5], false), DType::F32, 0)
             .is_err());
+    }
     }
 }

@@ -111,8 +111,10 @@ impl ParamDict {
         }
     }
 
-    /// Initialize every parameter with `init` (a parameter's own initializer wins).
-    pub fn initialize(&self, init: &Initializer, device: Device) -> Result<()> {
+    /// Initialize every parameter with `init` (a parameter's own initializer wins) on `device`,
+    /// or with `None` on the calling thread's default device ([`Device::current`]).
+    pub fn initialize(&self, init: &Initializer, device: impl Into<Option<Device>>) -> Result<()> {
+        let device = device.into().unwrap_or_else(Device::current);
         for (_, p) in &self.items {
             p.initialize(init, device)?;
         }

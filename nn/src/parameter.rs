@@ -246,9 +246,16 @@ impl Parameter {
     /// attach its gradient. With unknown dims the initialization waits for the first forward.
     /// Calling it again on an initialized parameter is a no-op, as in Gluon (use
     /// [`Parameter::reinitialize`] to overwrite).
-    /// The weight is created on `device` (an unavailable device is an error, before anything
-    /// is created).
-    pub fn initialize(&self, default: &Initializer, device: Device) -> Result<()> {
+    /// The weight is created on `device`: a [`Device`], or `None` for the calling thread's
+    /// default device at this call ([`Device::current`], set by [`sparrow_core::with_device`];
+    /// MXNet's `initialize(ctx=None)`). A deferred initialization keeps the device chosen here.
+    /// An unavailable device is an error, before anything is created.
+    pub fn initialize(
+        &self,
+        default: &Initializer,
+        device: impl Into<Option<Device>>,
+    ) -> Result<()> {
+        let device = device.into().unwrap_or_else(Device::current);
         if !device.is_available() {
             return Err(Error::arg(
                 "Parameter::initialize",
@@ -286,7 +293,10 @@ impl Parameter {
 
     fn create(name: &str, s: &mut State, init: &Initializer, seed: u64) -> Result<()> {
         let desc = InitDesc::new(name, &s.shape, s.fan_in_first);
-        let arr = init.generate(&desc, s.dtype, seed)?.to_device(s.device)?;
+        // Generate inside the weight's device scope, so the initializer's constructors make it
+        // there directly; `to_device` then only moves what an initializer made elsewhere.
+        let arr = sparrow_core::with_device(s.device, || init.generate(&desc, s.dtype, seed))??
+            .to_device(s.device)?;
         match &s.data {
             // Keep the handle: holders of `data()` see the new values.
             Some(d) => d.assign(&arr),
@@ -391,6 +401,8 @@ impl Parameter {
 
     /// Replace the weight's values in place (same shape and dtype; the handle is kept so
     /// optimizers and blocks keep seeing it). A parameter with unknown dims takes the shape.
+    /// The weight stays on the device `initialize` chose (`value` is copied there when it
+    /// lives elsewhere); a parameter never initialized takes `value`'s device.
     pub fn set_data(&self, value: &NDArray) -> Result<()> {
         let mut s = self.state_mut();
         let (vshape, vdtype) = (value.shape(), value.dtype());
@@ -416,6 +428,19 @@ impl Parameter {
                 ),
             ));
         }
+        // `initialize` chose a device (the weight exists, or waits for its shape): keep it.
+        let placed = s.data.is_some() || s.deferred.is_some();
+        let moved;
+        let value = match value.device() {
+            d if placed && d != s.device => {
+                moved = value.to_device(s.device)?;
+                &moved
+            }
+            d => {
+                s.device = d;
+                value
+            }
+        };
         s.shape = vshape;
         s.deferred = None;
         match &s.data {
@@ -526,6 +551,30 @@ mod tests {
         assert_eq!(p.device(), Device::Cpu);
         assert_eq!(p.data().unwrap().device(), Device::Cpu);
         assert_eq!(p.grad().unwrap().device(), Device::Cpu);
+    }
+
+    #[test]
+    fn without_a_device_initialize_uses_the_default_device_at_the_call() {
+        // `None` means the scope's device when `initialize` runs, also for a deferred weight
+        // created later outside the scope. With the CPU as the only device the device checks
+        // all read Cpu; a backend's devices join through `Device::available`.
+        for device in Device::available() {
+            let (p, q) = sparrow_core::with_device(device, || {
+                let p = Parameter::new("w", &[2, 3]);
+                p.initialize(&Initializer::Constant(0.5), None).unwrap();
+                let q = Parameter::new("q", &[0, 3]);
+                q.initialize(&Initializer::One, None).unwrap();
+                (p, q)
+            })
+            .unwrap();
+            assert_eq!(p.device(), device);
+            assert_eq!(p.data().unwrap().device(), device);
+            assert_eq!(p.grad().unwrap().device(), device);
+            assert_eq!(p.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5; 6]);
+            let late = q.data_for_shape(&[4, 3]).unwrap();
+            assert_eq!((q.device(), late.device()), (device, device));
+            assert_eq!(late.to_vec::<f32>().unwrap(), vec![1.0; 12]);
+        }
     }
 
     #[test]

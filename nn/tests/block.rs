@@ -1,7 +1,7 @@
 //! Block, Sequential, parameter names, initialization and summary.
 
 use sparrow_core::autograd::{self, GradReq};
-use sparrow_core::{DType, Device, NDArray, SType};
+use sparrow_core::{device_test, DType, Device, NDArray, SType};
 use sparrow_nn::{
     init, Activation, Block, Dense, Dropout, Flatten, Identity, Initializer, Lambda, Sequential,
 };
@@ -46,10 +46,10 @@ fn hierarchical_names_and_filters() {
     );
 }
 
-#[test]
+device_test! {
 fn deferred_shapes_are_inferred_and_bias_starts_at_zero() {
     let net = mlp();
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    net.initialize(&Initializer::xavier(), Device::current()).unwrap();
     let p = net.collect_params().unwrap();
     assert!(p.get("dense0.weight").unwrap().data().is_err());
     // dense1 knows its input size: initialized right away.
@@ -73,8 +73,9 @@ fn deferred_shapes_are_inferred_and_bias_starts_at_zero() {
         .unwrap();
     assert!(b.iter().all(|&v| v == 0.0));
 }
+}
 
-#[test]
+device_test! {
 fn same_seed_same_weights_and_overrides() {
     let build = || {
         init::seed(123);
@@ -84,7 +85,7 @@ fn same_seed_same_weights_and_overrides() {
             .get("dense1.weight")
             .unwrap()
             .set_init(Some(Initializer::Constant(0.25)));
-        net.initialize(&Initializer::Normal { sigma: 1.0 }, Device::Cpu)
+        net.initialize(&Initializer::Normal { sigma: 1.0 }, Device::current())
             .unwrap();
         net.forward(&NDArray::ones(&[1, 5], DType::F32).unwrap())
             .unwrap();
@@ -110,11 +111,12 @@ fn same_seed_same_weights_and_overrides() {
         .unwrap();
     assert!(w.iter().all(|&v| v == 0.25));
 }
+}
 
-#[test]
+device_test! {
 fn backward_through_sequential_fills_grads() {
     let net = mlp();
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    net.initialize(&Initializer::xavier(), Device::current()).unwrap();
     let x = NDArray::from_vec((0..10).map(|i| i as f32 / 10.0).collect(), &[2, 5]).unwrap();
     let loss = autograd::record(|| net.forward(&x)?.sum_all()).unwrap();
     loss.backward().unwrap();
@@ -126,11 +128,12 @@ fn backward_through_sequential_fills_grads() {
     p.set_grad_req(GradReq::Null);
     assert!(p.get("dense0.weight").unwrap().grad().is_none());
 }
+}
 
-#[test]
+device_test! {
 fn summary_lists_layers_shapes_and_counts() {
     let net = mlp();
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    net.initialize(&Initializer::xavier(), Device::current()).unwrap();
     let s = net
         .summary(&NDArray::ones(&[4, 5], DType::F32).unwrap())
         .unwrap();
@@ -143,8 +146,9 @@ fn summary_lists_layers_shapes_and_counts() {
     // 5*8+8 + 8*6+6 + 6*3+3 = 123 params, 492 bytes.
     assert!(s.contains("Total params: 123 (492 bytes)"), "{s}");
 }
+}
 
-#[test]
+device_test! {
 fn dropout_train_vs_predict_and_lambda_identity() {
     let d = Dropout::new(0.5).unwrap();
     let x = NDArray::ones(&[1000], DType::F32).unwrap();
@@ -166,6 +170,7 @@ fn dropout_train_vs_predict_and_lambda_identity() {
     );
     assert!(Activation::new("nope").is_err());
 }
+}
 
 #[test]
 fn add_named_rejects_duplicates_and_dots() {
@@ -176,11 +181,11 @@ fn add_named_rejects_duplicates_and_dots() {
     assert_eq!(SType::default(), SType::Dense);
 }
 
-#[test]
+device_test! {
 fn data_for_shape_infers_a_deferred_parameter_once_and_rejects_other_shapes() {
     use sparrow_nn::Parameter;
     let p = Parameter::new("w", &[0, 3]);
-    p.initialize(&Initializer::Constant(0.5), Device::Cpu)
+    p.initialize(&Initializer::Constant(0.5), None)
         .unwrap();
     // Deferred: the first call infers the shape and creates the weight.
     let a = p.data_for_shape(&[2, 3]).unwrap();
@@ -200,4 +205,5 @@ fn data_for_shape_infers_a_deferred_parameter_once_and_rejects_other_shapes() {
     assert_eq!(view.grad_req, GradReq::Write);
     assert_eq!((view.lr_mult, view.wd_mult), (1.0, 1.0));
     assert!(q.update_view().data.is_none());
+}
 }

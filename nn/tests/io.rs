@@ -1,7 +1,7 @@
 //! Parameter files: round trip, row_sparse pairs, atomicity, every failure leaves the model
 //! unchanged, and the file the Python check script reads.
 
-use sparrow_core::{autograd, DType, Device, NDArray, SType};
+use sparrow_core::{autograd, device_test, DType, Device, NDArray, SType};
 use sparrow_nn::{
     Block, BlockIo, Dense, Embedding, Initializer, LoadOptions, SaveOptions, Sequential,
     SparseEmbedding,
@@ -29,14 +29,14 @@ fn tmp(name: &str) -> std::path::PathBuf {
     d.join(name)
 }
 
-#[test]
+device_test! {
 fn round_trip_gives_identical_outputs() {
     let a = model();
-    a.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    a.initialize(&Initializer::xavier(), Device::current()).unwrap();
     let path = tmp("roundtrip.safetensors");
     a.save_parameters(&path).unwrap();
     let b = model();
-    b.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+    b.initialize(&Initializer::Zero, Device::current()).unwrap();
     b.load_parameters(&path).unwrap();
     let x = NDArray::from_vec((0..8).map(|i| i as f32 * 0.3 - 1.0).collect(), &[2, 4]).unwrap();
     let (ya, yb) = (a.forward(&x).unwrap(), b.forward(&x).unwrap());
@@ -58,11 +58,12 @@ fn round_trip_gives_identical_outputs() {
         .count();
     assert_eq!(leftovers, 0);
 }
+}
 
-#[test]
+device_test! {
 fn row_sparse_weights_as_pairs_round_trip_to_same_stype() {
     let e = SparseEmbedding::new(50, 4);
-    e.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+    e.initialize(&Initializer::Zero, Device::current()).unwrap();
     let w = e.weight().data().unwrap();
     w.with_slice_mut::<f32, _>(|s| {
         for r in [3usize, 17, 49] {
@@ -87,7 +88,7 @@ fn row_sparse_weights_as_pairs_round_trip_to_same_stype() {
     assert_eq!(names, vec!["weight@data", "weight@indices"]);
     assert_eq!(st.tensor("weight@data").unwrap().shape(), &[3, 4]);
     let f = SparseEmbedding::new(50, 4);
-    f.initialize(&Initializer::One, Device::Cpu).unwrap();
+    f.initialize(&Initializer::One, Device::current()).unwrap();
     f.load_parameters(&path).unwrap();
     assert_eq!(f.weight().stype(), SType::RowSparse);
     assert_eq!(
@@ -95,17 +96,18 @@ fn row_sparse_weights_as_pairs_round_trip_to_same_stype() {
         w.to_vec::<f32>().unwrap()
     );
 }
+}
 
-#[test]
+device_test! {
 fn failures_are_clear_and_leave_the_model_unchanged() {
     let a = model();
-    a.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    a.initialize(&Initializer::xavier(), Device::current()).unwrap();
     let path = tmp("good.safetensors");
     a.save_parameters(&path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
 
     let b = model();
-    b.initialize(&Initializer::Constant(7.0), Device::Cpu)
+    b.initialize(&Initializer::Constant(7.0), Device::current())
         .unwrap();
     let before = values(&b);
 
@@ -135,7 +137,7 @@ fn failures_are_clear_and_leave_the_model_unchanged() {
     let mut other = Sequential::new();
     other.add(Dense::new(5).in_units(4));
     other.add(Dense::new(3).in_units(5).grad_stype(SType::RowSparse));
-    other.initialize(&Initializer::One, Device::Cpu).unwrap();
+    other.initialize(&Initializer::One, Device::current()).unwrap();
     let p = tmp("othershape.safetensors");
     other.save_parameters(&p).unwrap();
     let e = b.load_parameters(&p).unwrap_err().to_string();
@@ -149,7 +151,7 @@ fn failures_are_clear_and_leave_the_model_unchanged() {
     // dtype mismatch.
     let mut f64net = Sequential::new();
     f64net.add(Dense::new(6).in_units(4).dtype(DType::F64));
-    f64net.initialize(&Initializer::One, Device::Cpu).unwrap();
+    f64net.initialize(&Initializer::One, Device::current()).unwrap();
     let p = tmp("f64.safetensors");
     f64net.save_parameters(&p).unwrap();
     let e = b
@@ -170,7 +172,7 @@ fn failures_are_clear_and_leave_the_model_unchanged() {
     // Missing / extra names, and the options that allow them.
     let mut small = Sequential::new();
     small.add(Dense::new(6).in_units(4).activation("relu"));
-    small.initialize(&Initializer::One, Device::Cpu).unwrap();
+    small.initialize(&Initializer::One, Device::current()).unwrap();
     let e = small.load_parameters(&path).unwrap_err().to_string();
     assert!(
         e.contains("'dense1.weight' in the file matches no parameter"),
@@ -195,16 +197,17 @@ fn failures_are_clear_and_leave_the_model_unchanged() {
         .is_err());
     assert_eq!(values(&b), before);
 }
+}
 
+device_test! {
 /// Writes the file `scripts/check_safetensors.py` reads (path in SPARROW_SAFETENSORS_OUT, or
 /// target/sparrow_nn_check.safetensors), with a dense MLP, a row_sparse Dense and an embedding.
-#[test]
 fn writes_file_for_python_check() {
     let mut net = Sequential::new();
     net.add(Embedding::new(100, 8));
     net.add(Dense::new(16).activation("relu"));
     net.add(Dense::new(2).in_units(16).grad_stype(SType::RowSparse));
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    net.initialize(&Initializer::xavier(), Device::current()).unwrap();
     let x = NDArray::from_vec(vec![1.0f32, 5.0, 7.0, 99.0], &[2, 2]).unwrap();
     autograd::pause(|| net.forward(&x)).unwrap();
     let out = std::env::var("SPARROW_SAFETENSORS_OUT")
@@ -219,4 +222,5 @@ fn writes_file_for_python_check() {
     assert_eq!(st.tensor("embedding0.weight").unwrap().shape(), &[100, 8]);
     assert_eq!(st.tensor("dense0.weight").unwrap().shape(), &[16, 16]);
     assert_eq!(st.tensor("dense1.weight").unwrap().shape(), &[16, 2]);
+}
 }

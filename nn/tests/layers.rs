@@ -9,7 +9,7 @@ use sparrow_nn::{BatchNorm, Block, Dense, Embedding, Initializer, LayerNorm, Spa
 use util::{check_input_grad, check_param_grads};
 
 fn init(b: &dyn Block) {
-    b.initialize(&Initializer::Normal { sigma: 0.5 }, Device::Cpu)
+    b.initialize(&Initializer::Normal { sigma: 0.5 }, Device::current())
         .unwrap();
 }
 
@@ -26,6 +26,7 @@ fn csr_batch() -> (NDArray, NDArray) {
         dense[r * 7 + c] = v;
     }
     let d = NDArray::from_vec(dense, &[3, 7]).unwrap();
+    // cast_storage is an operator: the csr batch is made where `d` is, the device under test.
     (sparse::cast_storage(&d, SType::Csr).unwrap(), d)
 }
 

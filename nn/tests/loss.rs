@@ -1,7 +1,7 @@
 //! Losses: values against Gluon's formulas, gradient checks, stability at extreme logits.
 
 use sparrow_core::{
-    autograd,
+    autograd, device_test,
     testing::{check_grad, test_array},
     DType, NDArray, SType,
 };
@@ -22,7 +22,7 @@ fn grad_ok(loss: &dyn Loss, pred: &NDArray, label: &NDArray) {
     .unwrap();
 }
 
-#[test]
+device_test! {
 fn gradient_checks_for_every_loss() {
     let pred = test_array(&[4, 3], -2.0, 2.0, 1);
     let real = test_array(&[4, 3], -1.0, 1.0, 2);
@@ -75,8 +75,9 @@ fn gradient_checks_for_every_loss() {
     )
     .unwrap();
 }
+}
 
-#[test]
+device_test! {
 fn values_match_gluon_formulas() {
     let pred = f64v(vec![1.0, -2.0, 0.5, 3.0], &[2, 2]);
     let label = f64v(vec![0.0, 1.0, 1.0, 1.0], &[2, 2]);
@@ -133,8 +134,9 @@ fn values_match_gluon_formulas() {
         .to_f64_vec();
     assert!(c[0].abs() < 1e-12 && (c[1] - 0.8).abs() < 1e-12, "{c:?}");
 }
+}
 
-#[test]
+device_test! {
 fn sigmoid_bce_is_stable_at_extreme_logits() {
     let x =
         NDArray::from_vec(vec![-1000.0f32, -200.0, -101.0, 101.0, 200.0, 1000.0], &[6]).unwrap();
@@ -179,11 +181,13 @@ fn sigmoid_bce_is_stable_at_extreme_logits() {
         .unwrap();
     assert!(lg.iter().all(|v| v.is_finite()));
 }
+}
 
-#[test]
+device_test! {
 fn sigmoid_bce_gradient_reaches_soft_labels_too() {
     // The fused logits path returns a label gradient (-x) when the labels are in the graph.
     bce_grads_check(&[3, 2], &[3, 2], 5);
+}
 }
 
 /// Finite-difference check of sigmoid BCE on logits with respect to both the predictions and
@@ -201,7 +205,7 @@ fn bce_grads_check(pred_shape: &[usize], label_shape: &[usize], seed: u64) {
     .unwrap();
 }
 
-#[test]
+device_test! {
 fn a_loss_with_single_element_non_batch_axes_is_reshaped_not_reduced() {
     // (batch, 1), (batch, 1, 1) and, with batch_axis 1, (1, batch): the batch mean is a
     // reshape to (batch,); values equal the per-sample losses, gradients pass through.
@@ -239,8 +243,9 @@ fn a_loss_with_single_element_non_batch_axes_is_reshaped_not_reduced() {
     )
     .unwrap();
 }
+}
 
-#[test]
+device_test! {
 fn sigmoid_bce_on_per_sample_logits_matches_the_general_path() {
     // (batch, 1) logits with (batch,) labels, (1, batch) with batch_axis 1 and (batch, 1, 1):
     // the fused per-sample path. A sample weight of ones takes the general path (label
@@ -300,8 +305,9 @@ fn sigmoid_bce_on_per_sample_logits_matches_the_general_path() {
         .to_string();
     assert!(err.contains("label shape"), "{err}");
 }
+}
 
-#[test]
+device_test! {
 fn sigmoid_bce_logits_takes_a_sparse_head_gradient_through_the_general_ops() {
     // A head gradient that is not a dense array of the output's shape (here row_sparse) goes
     // through the general ops; the gradients must equal the direct loops' with the same
@@ -329,4 +335,5 @@ fn sigmoid_bce_logits_takes_a_sparse_head_gradient_through_the_general_ops() {
             assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{a:?} vs {b:?}");
         }
     }
+}
 }

@@ -1,6 +1,6 @@
 //! Metrics: AUC against a brute-force pair count (with ties), classification counts, errors.
 
-use sparrow_core::NDArray;
+use sparrow_core::{device_test, NDArray};
 use sparrow_nn::metric::*;
 
 fn arr(v: Vec<f64>, shape: &[usize]) -> NDArray {
@@ -27,7 +27,7 @@ fn brute_auc(scores: &[f64], labels: &[f64]) -> f64 {
     num / den
 }
 
-#[test]
+device_test! {
 fn auc_matches_brute_force_with_ties_over_batches() {
     let mut s = 12345u64;
     let mut rnd = || {
@@ -67,8 +67,9 @@ fn auc_matches_brute_force_with_ties_over_batches() {
         .unwrap();
     assert!(auc.get().is_nan());
 }
+}
 
-#[test]
+device_test! {
 fn classification_metrics() {
     let labels = arr(vec![0.0, 1.0, 2.0, 1.0], &[4]);
     let scores = arr(
@@ -98,8 +99,9 @@ fn classification_metrics() {
     assert!(ba.get().is_nan());
     assert!(acc.update(&labels, &arr(vec![0.0; 5], &[5])).is_err());
 }
+}
 
-#[test]
+device_test! {
 fn regression_and_probability_metrics_and_composite() {
     let y = arr(vec![1.0, 2.0, 3.0, 4.0], &[4]);
     let p = arr(vec![1.5, 2.0, 2.0, 6.0], &[4]);
@@ -126,4 +128,5 @@ fn regression_and_probability_metrics_and_composite() {
     ll.update(&arr(vec![1.0, 0.0], &[2]), &arr(vec![0.8, 0.3], &[2]))
         .unwrap();
     assert!((ll.get() + ((0.8f64 + 1e-12).ln() + (0.7f64 + 1e-12).ln()) / 2.0).abs() < 1e-12);
+}
 }

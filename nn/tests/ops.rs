@@ -213,14 +213,14 @@ fn dense_with_activation_equals_dense_then_activation() {
         fused
             .initialize(
                 &Initializer::Uniform { scale: 0.5 },
-                sparrow_core::Device::Cpu,
+                sparrow_core::Device::current(),
             )
             .unwrap();
         let plain = Dense::new(5).in_units(6);
         plain
             .initialize(
                 &Initializer::Uniform { scale: 0.5 },
-                sparrow_core::Device::Cpu,
+                sparrow_core::Device::current(),
             )
             .unwrap();
         // Same weights and a non-zero bias in both.
@@ -271,7 +271,7 @@ fn dense_records_one_node_per_layer() {
     layer
         .initialize(
             &Initializer::Uniform { scale: 0.5 },
-            sparrow_core::Device::Cpu,
+            sparrow_core::Device::current(),
         )
         .unwrap();
     let x = test_array(&[2, 3], -1.0, 1.0, 41)

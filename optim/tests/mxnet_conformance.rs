@@ -4,7 +4,7 @@
 //! sparrow's optimizers and requires the same weights to 1e-5 relative. No Python needed.
 
 use serde_json::Value;
-use sparrow_core::{device_test, NDArray};
+use sparrow_core::{device_test, testing::test_device, NDArray};
 use sparrow_optim::*;
 
 struct Data {
@@ -139,7 +139,10 @@ fn optimizers_match_mxnet_1_9_1() {
                 &b.to_vec::<f32>().unwrap(),
                 &e.to_vec::<f32>().unwrap(),
             );
-            let ge = NDArray::row_sparse_from_parts(ge, rows, &[d.vocab, d.edim]).unwrap();
+            // Sparse constructors do not follow the default-device scope: move by hand.
+            let ge = NDArray::row_sparse_from_parts(ge, rows, &[d.vocab, d.edim])
+                .and_then(|g| g.to_device(test_device()))
+                .unwrap();
             let grads = [
                 NDArray::from_vec(gw, &[d.out, d.inp]).unwrap(),
                 NDArray::from_vec(gb, &[d.out]).unwrap(),

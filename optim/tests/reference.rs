@@ -3,7 +3,7 @@
 //! clipping, rescaling and momentum on. Lazy mode must leave absent rows of the weight and of
 //! every state array bit-identical.
 
-use sparrow_core::{device_test, NDArray};
+use sparrow_core::{device_test, testing::test_device, NDArray};
 use sparrow_optim::*;
 
 const ROWS: usize = 12;
@@ -312,7 +312,10 @@ fn run_case(kind: Kind, mode: Mode) {
                     }
                 }
                 let ids = rows.iter().map(|&r| r as i64).collect();
-                let g = NDArray::row_sparse_from_parts(data, ids, &[ROWS, COLS]).unwrap();
+                // Sparse constructors do not follow the default-device scope: move by hand.
+                let g = NDArray::row_sparse_from_parts(data, ids, &[ROWS, COLS])
+                    .and_then(|g| g.to_device(test_device()))
+                    .unwrap();
                 (g, g_ref, mask)
             }
         };

@@ -2,21 +2,25 @@
 //! clipping; and the Estimator `fit` loop.
 
 use sparrow_core::autograd::GradReq;
-use sparrow_core::{device_test, DType, Device, NDArray, SType};
+use sparrow_core::{device_test, testing::test_device, DType, Device, NDArray, SType};
 use sparrow_nn::{Block, Dense, Initializer, Parameter};
 use sparrow_optim::*;
 
 fn param(name: &str, vals: Vec<f32>, shape: &[usize]) -> Parameter {
     let p = Parameter::new(name, shape);
-    p.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+    p.initialize(&Initializer::Zero, None).unwrap();
     p.set_data(&NDArray::from_vec(vals, shape).unwrap())
         .unwrap();
     p
 }
 
 /// A row_sparse array, unchecked: some tests hand the optimizers invalid row ids on purpose.
+/// Moved to the device under test by hand: the sparse constructors do not follow the
+/// default-device scope.
 fn rs(shape: &[usize], rows: Vec<i64>, data: Vec<f32>) -> NDArray {
     NDArray::row_sparse_unchecked(data, rows, shape)
+        .to_device(test_device())
+        .unwrap()
 }
 
 device_test! {
@@ -251,7 +255,7 @@ fn fit_trains_checkpoints_and_stops_early() {
         }))
     };
     let net = Dense::new(1).in_units(2);
-    net.initialize(&Initializer::Constant(0.0), Device::Cpu)
+    net.initialize(&Initializer::Constant(0.0), Device::current())
         .unwrap();
     let mut trainer = Trainer::from_params(&net.collect_params().unwrap(), Sgd::new(0.5)).unwrap();
     let dir = std::env::temp_dir().join(format!("sparrow-fit-{}", std::process::id()));

@@ -1,9 +1,16 @@
 //! Array creation: zeros, ones, full, arange, linspace, eye, from vectors.
+//!
+//! The public constructors make their array on the calling thread's default device
+//! ([`Device::current`], set by [`crate::with_device`]): they build it in host memory, as the
+//! CPU kernels need, and move it only when that device is not the CPU, so the CPU path costs
+//! one thread-local read and copies nothing. Code inside the crate that wraps a kernel's host
+//! output uses the `host_*` constructors (and `from_buffer`), which the scope does not touch:
+//! an operator's output lives where its inputs live.
 
 use super::{ArrayData, DenseData, NDArray, Shape};
 use crate::cpu::CpuStorage;
 use crate::cpu::HostElement;
-use crate::dtype::{DType, Element};
+use crate::dtype::{DType, Device, Element};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 
@@ -39,7 +46,32 @@ impl NDArray {
         })))
     }
 
-    /// A dense array from a vector and a shape.
+    /// `self`, a host array a public constructor just built, on the calling thread's default
+    /// device: itself on the CPU (one thread-local read, no copy), else its copy there.
+    #[inline]
+    pub(crate) fn on_current_device(self) -> Result<NDArray> {
+        let device = Device::current();
+        if device == Device::Cpu {
+            Ok(self)
+        } else {
+            self.to_device(device)
+        }
+    }
+
+    /// [`NDArray::on_current_device`] for the constructors that cannot return an error.
+    #[inline]
+    fn on_current_device_or_panic(self, op: &str) -> NDArray {
+        self.on_current_device()
+            .unwrap_or_else(|e| panic!("NDArray::{op}: {e}"))
+    }
+
+    /// A dense host array from a vector and a shape, whatever the default device: for code
+    /// that wraps a CPU kernel's output.
+    pub(crate) fn host_vec<T: Element>(v: Vec<T>, shape: &[usize]) -> Result<NDArray> {
+        NDArray::from_buffer(T::into_buffer(v), shape)
+    }
+
+    /// A dense array from a vector and a shape, on the default device ([`Device::current`]).
     ///
     /// ```
     /// use sparrow_core::NDArray;
@@ -47,39 +79,56 @@ impl NDArray {
     /// assert_eq!(a.shape(), vec![2, 2]);
     /// ```
     pub fn from_vec<T: Element>(v: Vec<T>, shape: &[usize]) -> Result<NDArray> {
-        NDArray::from_buffer(T::into_buffer(v), shape)
+        NDArray::host_vec(v, shape)?.on_current_device()
     }
 
-    /// A 1-D dense array copied from a slice.
+    /// A 1-D dense array copied from a slice, on the default device ([`Device::current`]).
+    ///
+    /// # Panics
+    /// When the copy to a default device other than the CPU fails (the device cannot hold
+    /// it); [`NDArray::from_vec`] returns that error instead.
     pub fn from_slice<T: Element>(v: &[T]) -> NDArray {
         let n = v.len();
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: smallvec::smallvec![n],
             buf: Storage::from_vec(v.to_vec()),
         }))
+        .on_current_device_or_panic("from_slice")
     }
 
-    /// A 0-D (scalar) array.
+    /// A 0-D (scalar) array, on the default device ([`Device::current`]).
+    ///
+    /// # Panics
+    /// When the copy to a default device other than the CPU fails (the device cannot hold
+    /// it); [`NDArray::from_vec`] with shape `[]` returns that error instead.
     pub fn scalar<T: Element>(v: T) -> NDArray {
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::new(),
             buf: Storage::from_vec(vec![v]),
         }))
+        .on_current_device_or_panic("scalar")
     }
 
-    /// Zeros of a shape and dtype.
+    /// Zeros of a shape and dtype, allocated on the default device ([`Device::current`]).
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<NDArray> {
         let n = checked_size("zeros", shape)?;
-        NDArray::from_buffer(Storage::zeros(dtype, n), shape)
+        // Zeros need no host values: the device's own allocation fills them.
+        NDArray::from_buffer(Storage::zeros_on(dtype, n, Device::current()), shape)
     }
 
-    /// Ones of a shape and dtype.
+    /// Ones of a shape and dtype, on the default device ([`Device::current`]).
     pub fn ones(shape: &[usize], dtype: DType) -> Result<NDArray> {
         NDArray::full(shape, 1.0, dtype)
     }
 
-    /// An array filled with `value` (converted to the dtype).
+    /// An array filled with `value` (converted to the dtype), on the default device
+    /// ([`Device::current`]).
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<NDArray> {
+        NDArray::host_full(shape, value, dtype)?.on_current_device()
+    }
+
+    /// [`NDArray::full`] in host memory, whatever the default device.
+    fn host_full(shape: &[usize], value: f64, dtype: DType) -> Result<NDArray> {
         let n = checked_size("full", shape)?;
         let buf = match dtype {
             DType::F32 => f32::into_buffer(vec![value as f32; n]),
@@ -100,14 +149,32 @@ impl NDArray {
         }))
     }
 
-    /// Ones with this array's shape and dtype (always dense).
+    /// Ones with this array's shape and dtype (always dense), on this array's device.
+    ///
+    /// # Panics
+    /// When the copy to this array's device fails (not on the CPU).
     pub fn ones_like(&self) -> NDArray {
-        let (shape, dtype) = (self.shape(), self.dtype());
-        NDArray::full(&shape, 1.0, dtype).expect("shape of an existing array is valid")
+        let (shape, dtype, device) = {
+            let d = self.read();
+            (Shape::from_slice(d.shape()), d.dtype(), d.device())
+        };
+        let ones =
+            NDArray::host_full(&shape, 1.0, dtype).expect("shape of an existing array is valid");
+        if device == Device::Cpu {
+            ones
+        } else {
+            ones.to_device(device)
+                .unwrap_or_else(|e| panic!("NDArray::ones_like: {e}"))
+        }
     }
 
-    /// `[start, stop)` with `step`, as f32 or f64 (`dtype` must be a float type).
+    /// `[start, stop)` with `step`, as f32 or f64 (`dtype` must be a float type), on the
+    /// default device ([`Device::current`]).
     pub fn arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<NDArray> {
+        NDArray::host_arange(start, stop, step, dtype)?.on_current_device()
+    }
+
+    fn host_arange(start: f64, stop: f64, step: f64, dtype: DType) -> Result<NDArray> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !stop.is_finite() {
             return Err(Error::arg(
                 "arange",
@@ -116,22 +183,27 @@ impl NDArray {
         }
         let n = ((stop - start) / step).ceil().max(0.0) as usize;
         match dtype {
-            DType::F32 => NDArray::from_vec(
+            DType::F32 => NDArray::host_vec(
                 (0..n).map(|i| (start + i as f64 * step) as f32).collect(),
                 &[n],
             ),
             DType::F64 => {
-                NDArray::from_vec((0..n).map(|i| start + i as f64 * step).collect(), &[n])
+                NDArray::host_vec((0..n).map(|i| start + i as f64 * step).collect(), &[n])
             }
             DType::I64 | DType::I32 | DType::U8 => {
-                let a = NDArray::arange_i64(start as i64, stop.ceil() as i64, step as i64)?;
+                let a = NDArray::host_arange_i64(start as i64, stop.ceil() as i64, step as i64)?;
                 a.astype(dtype)
             }
         }
     }
 
-    /// `[start, stop)` with `step` in exact i64 arithmetic (bounds past 2^32 are fine).
+    /// `[start, stop)` with `step` in exact i64 arithmetic (bounds past 2^32 are fine), on the
+    /// default device ([`Device::current`]).
     pub fn arange_i64(start: i64, stop: i64, step: i64) -> Result<NDArray> {
+        NDArray::host_arange_i64(start, stop, step)?.on_current_device()
+    }
+
+    fn host_arange_i64(start: i64, stop: i64, step: i64) -> Result<NDArray> {
         if step == 0 {
             return Err(Error::arg("arange_i64", "step must be non-zero"));
         }
@@ -142,10 +214,11 @@ impl NDArray {
             ((start as i128 - stop as i128).max(0) as u128).div_ceil((-(step as i128)) as u128)
         };
         let n = usize::try_from(n).map_err(|_| Error::arg("arange_i64", "too many elements"))?;
-        NDArray::from_vec((0..n as i64).map(|i| start + i * step).collect(), &[n])
+        NDArray::host_vec((0..n as i64).map(|i| start + i * step).collect(), &[n])
     }
 
-    /// `num` evenly spaced values over `[start, stop]` (`endpoint` includes stop).
+    /// `num` evenly spaced values over `[start, stop]` (`endpoint` includes stop), on the
+    /// default device ([`Device::current`]).
     pub fn linspace(
         start: f64,
         stop: f64,
@@ -160,13 +233,19 @@ impl NDArray {
             (stop - start) / div as f64
         };
         let v: Vec<f64> = (0..num).map(|i| start + i as f64 * step).collect();
-        NDArray::from_vec(v, &[num])?.astype(dtype)
+        // Cast on the host, then move once.
+        NDArray::host_vec(v, &[num])?
+            .astype(dtype)?
+            .on_current_device()
     }
 
-    /// `n x m` identity-like matrix with ones on diagonal `k`.
+    /// `n x m` identity-like matrix with ones on diagonal `k`, on the default device
+    /// ([`Device::current`]).
     pub fn eye(n: usize, m: Option<usize>, k: i64, dtype: DType) -> Result<NDArray> {
         let m = m.unwrap_or(n);
-        let a = NDArray::zeros(&[n, m], dtype)?;
+        let size = checked_size("eye", &[n, m])?;
+        // The ones are written through host memory, then the array moves once.
+        let a = NDArray::from_buffer(Storage::zeros(dtype, size), &[n, m])?;
         {
             let mut g = a.write();
             let d = g.as_dense_mut().expect("dense");
@@ -177,7 +256,7 @@ impl NDArray {
                 }
             }
         }
-        Ok(a)
+        a.on_current_device()
     }
 }
 

@@ -15,14 +15,12 @@ pub struct State {
 }
 
 impl State {
-    /// A state with zero-filled arrays of the weight's shape and dtype, one per name.
+    /// A state with zero-filled dense arrays of the weight's shape and dtype, one per name, on
+    /// the weight's device (not the default device: the update operators need both together).
     pub fn zeros_like(weight: &NDArray, names: &[&str]) -> Result<State> {
         let mut arrays = Vec::with_capacity(names.len());
         for n in names {
-            arrays.push((
-                n.to_string(),
-                NDArray::zeros(&weight.shape(), weight.dtype())?,
-            ));
+            arrays.push((n.to_string(), weight.zeros_like()));
         }
         Ok(State {
             t: 0,
