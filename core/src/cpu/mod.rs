@@ -16,6 +16,7 @@ pub(crate) mod gemm;
 pub(crate) mod layout;
 pub(crate) mod map;
 pub(crate) mod radix;
+pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod rows;
 pub(crate) mod segment;
