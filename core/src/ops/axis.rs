@@ -63,7 +63,10 @@ pub(crate) fn positions_array(idx: &[usize], device: crate::Device) -> Result<ND
     NDArray::from_buffer(Storage::positions_on(v, device), &[idx.len()])
 }
 
-/// The values of an index array as i64 (floats are truncated, as MXNet does).
+/// The values of an index array as i64 (floats are truncated, as MXNet does). Read on the
+/// host on purpose: operators validate indices there (an out-of-range index is an error naming
+/// the op, not a fault inside a kernel), and the checked positions then move to the array's
+/// backend once ([`positions_array`]).
 pub(crate) fn index_values(a: &NDArray) -> Result<Vec<i64>> {
     match a.dtype() {
         DType::I64 => a.to_vec::<i64>(),

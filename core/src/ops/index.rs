@@ -14,6 +14,7 @@ use super::axis::{
 use crate::autograd::record_op;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 use crate::NDArray;
 
 /// Python slice semantics: the positions `begin:end:step` selects from an axis of length `n`.
@@ -177,17 +178,21 @@ impl NDArray {
         let shape = d.shape.clone();
         Ok(record_op(op, out, &[self, new], move |g| {
             let mshape = mshape_for(shape[0], shape.len());
+            // Made on the gradient's device, where `index` lives too.
+            let dev = g.device();
+            let zeros = |n: usize, dtype: DType| {
+                NDArray::from_buffer(Storage::zeros_on(dtype, n, dev), &[n])
+            };
             let (mask, keep) = crate::autograd::pause(|| -> Result<(NDArray, NDArray)> {
                 // Rows that were overwritten get no gradient in `self`; `new` gets those rows.
-                let ones = NDArray::ones(&[shape[0]], g.dtype())?;
-                let zeros = NDArray::zeros(&[index.size()], g.dtype())?;
-                let mask = ones.index_copy(&index, &zeros)?;
+                let ones = zeros(shape[0], g.dtype())?.add_scalar(1.0)?;
+                let mask = ones.index_copy(&index, &zeros(index.size(), g.dtype())?)?;
                 // With repeated indices only the last write of a row reaches the output: write
                 // each index's position j into its row (the last write wins, as in the
                 // forward), read the rows back and keep the j that survived.
                 let n = index.size();
-                let j = NDArray::arange_i64(0, n as i64, 1)?;
-                let winner = NDArray::zeros(&[shape[0]], DType::I64)?.index_copy(&index, &j)?;
+                let j = positions_array(&(0..n).collect::<Vec<usize>>(), dev)?;
+                let winner = zeros(shape[0], DType::I64)?.index_copy(&index, &j)?;
                 let keep = winner.take(&index, 0)?.equal(&j)?.astype(g.dtype())?;
                 Ok((mask, keep.reshape(&mshape_for(n, shape.len()))?))
             })?;
