@@ -9,9 +9,10 @@
 //! device is not the CPU, so a seed gives the same values on every device.
 //!
 //! Large arrays are filled in parallel. Every draw takes one 64-bit key from the generator and
-//! fills fixed-size chunks of [`CHUNK`] elements, chunk `c` from its own xoshiro256++ stream
-//! seeded by `(key, c)`. The chunking never depends on the thread count, so a seed gives the same
-//! array on 1 or 64 threads, and a 1,000,000 x 128 initialisation runs on every core.
+//! the array's backend fills it from that key alone (`Storage::random_on`): the CPU fills
+//! fixed-size chunks of [`CHUNK`] elements, chunk `c` from its own xoshiro256++ stream seeded by
+//! `(key, c)`. The chunking never depends on the thread count, so a seed gives the same array on
+//! 1 or 64 threads, and a 1,000,000 x 128 initialisation runs on every core.
 //!
 //! ```
 //! use sparrow_core::{random, DType};
@@ -24,14 +25,14 @@
 
 use std::sync::Mutex;
 
-use rand::distr::{Distribution, Uniform};
+use rand::distr::Uniform;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
-use rand_distr::{Exp, Gamma, Normal, Poisson, StandardNormal};
-use rayon::prelude::*;
+use rand_distr::{Exp, Gamma, Normal, Poisson};
 
-use crate::dtype::{DType, Element};
+use crate::dtype::{DType, Device};
 use crate::error::{Error, Result};
+use crate::storage::{RandomDist, Storage};
 use crate::NDArray;
 
 /// Elements per independently seeded chunk of a parallel fill. Fixed so that results do not
@@ -87,60 +88,36 @@ impl Rng {
         self.core.random()
     }
 
-    /// Fill `n` values in parallel, chunk by chunk, each chunk from its own stream.
-    fn fill<T, F>(&mut self, n: usize, draw: F) -> Vec<T>
-    where
-        T: Copy + Default + Send,
-        F: Fn(&mut Core) -> T + Sync,
-    {
+    /// `n` values of `dtype` from `dist` as an array of `shape`, from one key of this
+    /// generator. The key is drawn only once the operator has accepted every argument, so a
+    /// refused call leaves the stream where it was. Arrays are made in host memory: the API
+    /// has no device argument yet, and one would be passed on here.
+    fn draw(
+        &mut self,
+        dist: RandomDist,
+        shape: &[usize],
+        n: usize,
+        dtype: DType,
+    ) -> Result<NDArray> {
         let key = self.next_u64();
-        // Uninitialised and huge-page advised: the draws are the first and only writes, so a
-        // large array is neither zero-filled first nor left on 4 KiB pages (which would make
-        // every later pass over it pay TLB misses).
-        let mut out: Vec<T> = crate::sys::uninit_vec(n);
-        let fill_chunk = |(c, dst): (usize, &mut [std::mem::MaybeUninit<T>])| {
-            // splitmix inside seed_from_u64 decorrelates neighbouring chunk seeds.
-            let mut r = Core::seed_from_u64(key ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            for x in dst.iter_mut() {
-                x.write(draw(&mut r));
-            }
-        };
-        let spare = &mut out.spare_capacity_mut()[..n];
-        if n > CHUNK {
-            spare.par_chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
-        } else {
-            spare.chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
-        }
-        // SAFETY: the chunks cover all n slots and each slot was written above; capacity >= n.
-        unsafe { out.set_len(n) };
-        out
+        // On the calling thread's default device, as every public constructor.
+        NDArray::from_buffer(
+            Storage::random_on(dist, dtype, n, key, Device::current())?,
+            shape,
+        )
     }
 
-    /// Draw a float array from `dist` (given for f32 and f64), converted to `dtype`.
-    fn float_array<D32, D64>(
-        &mut self,
-        op: &'static str,
-        shape: &[usize],
-        dtype: DType,
-        d32: D32,
-        d64: D64,
-    ) -> Result<NDArray>
-    where
-        D32: Distribution<f32> + Sync,
-        D64: Distribution<f64> + Sync,
-    {
+    /// Draw a float array from `dist` (whose parameters the caller checked) as `dtype`.
+    fn float_array(&mut self, dist: RandomDist, shape: &[usize], dtype: DType) -> Result<NDArray> {
+        let op = dist.name();
         let n = check_shape(op, shape)?;
-        match dtype {
-            DType::F32 => NDArray::host_vec(self.fill(n, |r| d32.sample(r)), shape)?,
-            DType::F64 => NDArray::host_vec(self.fill(n, |r| d64.sample(r)), shape)?,
-            other => {
-                return Err(Error::dtype(
-                    op,
-                    format!("needs float32 or float64, got {}", other.name()),
-                ))
-            }
+        if !dtype.is_float() {
+            return Err(Error::dtype(
+                op,
+                format!("needs float32 or float64, got {}", dtype.name()),
+            ));
         }
-        .on_current_device()
+        self.draw(dist, shape, n, dtype)
     }
 
     /// Uniform values in `[low, high)`.
@@ -159,9 +136,11 @@ impl Rng {
                 format!("needs finite low < high, got [{low}, {high})"),
             ));
         }
-        let d32 = Uniform::new(low as f32, high as f32).map_err(|e| bad(op, e))?;
-        let d64 = Uniform::new(low, high).map_err(|e| bad(op, e))?;
-        self.float_array(op, shape, dtype, d32, d64)
+        // Constructed here to refuse what rand_distr refuses before a key is drawn (the
+        // backend constructs them again to draw).
+        Uniform::new(low as f32, high as f32).map_err(|e| bad(op, e))?;
+        Uniform::new(low, high).map_err(|e| bad(op, e))?;
+        self.float_array(RandomDist::Uniform { low, high }, shape, dtype)
     }
 
     /// Normal values with mean `loc` and standard deviation `scale`.
@@ -180,14 +159,16 @@ impl Rng {
                 format!("needs finite loc and scale >= 0, got {loc}, {scale}"),
             ));
         }
-        let d32 = Normal::new(loc as f32, scale as f32).map_err(|e| bad(op, e))?;
-        let d64 = Normal::new(loc, scale).map_err(|e| bad(op, e))?;
-        self.float_array(op, shape, dtype, d32, d64)
+        // Constructed here to refuse what rand_distr refuses before a key is drawn (the
+        // backend constructs them again to draw).
+        Normal::new(loc as f32, scale as f32).map_err(|e| bad(op, e))?;
+        Normal::new(loc, scale).map_err(|e| bad(op, e))?;
+        self.float_array(RandomDist::Normal { loc, scale }, shape, dtype)
     }
 
     /// Standard normal values (mean 0, std 1).
     pub fn randn(&mut self, shape: &[usize], dtype: DType) -> Result<NDArray> {
-        self.float_array("randn", shape, dtype, StandardNormal, StandardNormal)
+        self.float_array(RandomDist::StandardNormal, shape, dtype)
     }
 
     /// Exponential values with mean `scale` (NumPy/MXNet parametrisation, rate = 1/scale).
@@ -200,9 +181,11 @@ impl Rng {
                 format!("needs finite scale > 0, got {scale}"),
             ));
         }
-        let d32 = Exp::new(1.0 / scale as f32).map_err(|e| bad(op, e))?;
-        let d64 = Exp::new(1.0 / scale).map_err(|e| bad(op, e))?;
-        self.float_array(op, shape, dtype, d32, d64)
+        // Constructed here to refuse what rand_distr refuses before a key is drawn (the
+        // backend constructs them again to draw).
+        Exp::new(1.0 / scale as f32).map_err(|e| bad(op, e))?;
+        Exp::new(1.0 / scale).map_err(|e| bad(op, e))?;
+        self.float_array(RandomDist::Exponential { scale }, shape, dtype)
     }
 
     /// Gamma values with shape `alpha` and scale `beta` (mean `alpha * beta`).
@@ -221,9 +204,11 @@ impl Rng {
                 format!("needs alpha > 0 and beta > 0, got {alpha}, {beta}"),
             ));
         }
-        let d32 = Gamma::new(alpha as f32, beta as f32).map_err(|e| bad(op, e))?;
-        let d64 = Gamma::new(alpha, beta).map_err(|e| bad(op, e))?;
-        self.float_array(op, shape, dtype, d32, d64)
+        // Constructed here to refuse what rand_distr refuses before a key is drawn (the
+        // backend constructs them again to draw).
+        Gamma::new(alpha as f32, beta as f32).map_err(|e| bad(op, e))?;
+        Gamma::new(alpha, beta).map_err(|e| bad(op, e))?;
+        self.float_array(RandomDist::Gamma { alpha, beta }, shape, dtype)
     }
 
     /// Poisson counts with mean `lam`, in any dtype (counts are exact integers).
@@ -233,23 +218,8 @@ impl Rng {
         if lam == 0.0 {
             return NDArray::zeros(shape, dtype);
         }
-        let d = Poisson::new(lam).map_err(|e| bad(op, format!("lam {lam}: {e}")))?;
-        fn typed<T: Element>(
-            rng: &mut Rng,
-            n: usize,
-            d: &Poisson<f64>,
-            shape: &[usize],
-        ) -> Result<NDArray> {
-            NDArray::host_vec(rng.fill(n, |r| T::from_f64(d.sample(r))), shape)
-        }
-        match dtype {
-            DType::F32 => typed::<f32>(self, n, &d, shape),
-            DType::F64 => typed::<f64>(self, n, &d, shape),
-            DType::I64 => typed::<i64>(self, n, &d, shape),
-            DType::I32 => typed::<i32>(self, n, &d, shape),
-            DType::U8 => typed::<u8>(self, n, &d, shape),
-        }?
-        .on_current_device()
+        Poisson::new(lam).map_err(|e| bad(op, format!("lam {lam}: {e}")))?;
+        self.draw(RandomDist::Poisson { lam }, shape, n, dtype)
     }
 
     /// Integers uniform in `[low, high)` (exact i64 arithmetic, bounds past 2^32 are fine),
@@ -283,15 +253,8 @@ impl Rng {
                 format!("bounds [{low}, {high}) do not fit dtype {}", dtype.name()),
             ));
         }
-        let d = Uniform::new(low, high).map_err(|e| bad(op, e))?;
-        match dtype {
-            DType::I64 => NDArray::host_vec(self.fill(n, |r| d.sample(r)), shape),
-            DType::I32 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as i32), shape),
-            DType::U8 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as u8), shape),
-            DType::F32 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as f32), shape),
-            DType::F64 => NDArray::host_vec(self.fill(n, |r| d.sample(r) as f64), shape),
-        }?
-        .on_current_device()
+        Uniform::new(low, high).map_err(|e| bad(op, e))?;
+        self.draw(RandomDist::RandInt { low, high }, shape, n, dtype)
     }
 
     /// 1 with probability `p`, else 0, in any dtype.
@@ -301,11 +264,7 @@ impl Rng {
             return Err(Error::arg(op, format!("probability {p} is outside [0, 1]")));
         }
         let n = check_shape(op, shape)?;
-        let v: Vec<u8> = self.fill(n, |r| r.random_bool(p) as u8);
-        // Cast on the host, then move once.
-        NDArray::host_vec(v, shape)?
-            .astype(dtype)?
-            .on_current_device()
+        self.draw(RandomDist::Bernoulli { p }, shape, n, dtype)
     }
 
     /// A random permutation of `0..n` as an i64 array.

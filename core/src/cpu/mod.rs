@@ -13,8 +13,11 @@ pub(crate) mod elementwise;
 pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
+pub(crate) mod layout;
 pub(crate) mod map;
 pub(crate) mod radix;
+pub(crate) mod random;
+pub(crate) mod reduce;
 pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]

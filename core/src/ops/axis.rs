@@ -1,12 +1,11 @@
-//! Shared kernels for operators that work along one axis: an array of shape
-//! `[..before, n, ..after]` is viewed as `[outer, n, inner]` (row-major), so an axis operator is
-//! a loop over `outer` blocks of `n * inner` contiguous elements.
+//! Shared helpers for operators that work along one axis: an array of shape
+//! `[..before, n, ..after]` is viewed as `[outer, n, inner]` (row-major), so an axis kernel is
+//! a loop over `outer` blocks of `n * inner` contiguous elements. Axis and index validation
+//! lives here; the kernels are the backends' (`crate::storage::layout`, `reduce`).
 
-use rayon::prelude::*;
-
-use crate::cpu::CpuStorage;
-use crate::dtype::{DType, Float};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 use crate::NDArray;
 
 /// Normalise one axis (negative counts from the end).
@@ -28,95 +27,46 @@ pub(crate) fn split3(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (outer, shape[axis], inner)
 }
 
-/// `out[o, j, i] = src[o, idx[j], i]` for `idx` already validated to be `< n`.
-pub(crate) fn gather_axis<T: Copy + Send + Sync + Default>(
-    src: &[T],
-    outer: usize,
-    n: usize,
-    inner: usize,
-    idx: &[usize],
-) -> Vec<T> {
-    let m = idx.len();
-    let mut out = vec![T::default(); outer * m * inner];
-    if out.is_empty() {
-        return out;
-    }
-    let fill = |(o, dst): (usize, &mut [T])| {
-        let base = o * n * inner;
-        for (j, &k) in idx.iter().enumerate() {
-            let s = base + k * inner;
-            dst[j * inner..(j + 1) * inner].copy_from_slice(&src[s..s + inner]);
-        }
-    };
-    if out.len() >= super::PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(m * inner).enumerate().for_each(fill);
+/// An error naming `op` unless `dtype` is a float type (gradients and float-only kernels).
+pub(crate) fn float_only(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
     } else {
-        out.chunks_mut(m * inner).enumerate().for_each(fill);
+        Err(Error::dtype(
+            op,
+            format!("needs a float32 or float64 array, got {}", dtype.name()),
+        ))
     }
-    out
 }
 
-/// The adjoint of [`gather_axis`]: `out[o, idx[j], i] += g[o, j, i]` into zeros of
-/// `[outer, n, inner]` (repeated indices accumulate).
-pub(crate) fn scatter_add_axis<T: Float>(
-    g: &[T],
-    outer: usize,
-    n: usize,
-    inner: usize,
-    idx: &[usize],
-) -> Vec<T> {
-    let m = idx.len();
-    let mut out = vec![T::zero(); outer * n * inner];
-    if out.is_empty() || m == 0 {
-        return out;
-    }
-    let add = |(o, dst): (usize, &mut [T])| {
-        let gb = &g[o * m * inner..(o + 1) * m * inner];
-        for (j, &k) in idx.iter().enumerate() {
-            for (d, &s) in dst[k * inner..(k + 1) * inner]
-                .iter_mut()
-                .zip(&gb[j * inner..(j + 1) * inner])
-            {
-                *d = *d + s;
-            }
-        }
-    };
-    if out.len() >= super::PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(n * inner).enumerate().for_each(add);
-    } else {
-        out.chunks_mut(n * inner).enumerate().for_each(add);
-    }
-    out
-}
-
-/// [`gather_axis`] on a buffer of any dtype.
-pub(crate) fn gather_buf(
-    buf: &CpuStorage,
-    outer: usize,
-    n: usize,
-    inner: usize,
-    idx: &[usize],
-) -> CpuStorage {
-    crate::with_buffer!(buf, v => crate::cpu::HostElement::into_buffer(gather_axis(v.as_slice(), outer, n, inner, idx)))
-}
-
-/// Scatter-add a float gradient back along an axis, as an array of `in_shape`.
+/// Scatter-add a float gradient `g` of `[outer, len(positions), inner]` back along `axis`, as
+/// an array of `in_shape` (the backward of a gather at the i64 `positions`). A crate-private
+/// operator, so the backward runs on whichever backend holds `g`.
 pub(crate) fn scatter_grad(
     op: &'static str,
     g: &NDArray,
     in_shape: &[usize],
     axis: usize,
-    idx: &[usize],
+    positions: &NDArray,
 ) -> Result<NDArray> {
-    let (outer, n, inner) = split3(in_shape, axis);
+    let dims = split3(in_shape, axis);
     let gd = g.dense_data()?;
-    Ok(crate::float_dispatch!(gd.buf.dtype(), op, T => {
-        let v = scatter_add_axis(gd.buf.as_slice::<T>().unwrap(), outer, n, inner, idx);
-        NDArray::from_vec(v, in_shape)?
-    }))
+    float_only(op, gd.buf.dtype())?;
+    let pd = positions.dense_data()?;
+    NDArray::from_buffer(gd.buf.index_add(dims, &pd.buf)?, in_shape)
 }
 
-/// The values of an index array as i64 (floats are truncated, as MXNet does).
+/// Host positions (validated, `< n`) as an i64 array on `device`, where the gathers that read
+/// them run.
+pub(crate) fn positions_array(idx: &[usize], device: crate::Device) -> Result<NDArray> {
+    let v: Vec<i64> = idx.iter().map(|&i| i as i64).collect();
+    NDArray::from_buffer(Storage::positions_on(v, device), &[idx.len()])
+}
+
+/// The values of an index array as i64 (floats are truncated, as MXNet does). Read on the
+/// host on purpose: operators validate indices there (an out-of-range index is an error naming
+/// the op, not a fault inside a kernel), and the checked positions then move to the array's
+/// backend once ([`positions_array`]).
 pub(crate) fn index_values(a: &NDArray) -> Result<Vec<i64>> {
     match a.dtype() {
         DType::I64 => a.to_vec::<i64>(),

@@ -2,12 +2,19 @@
 //!
 //! Every dtype works for the data movement; gradients flow for float arrays. Indices are i64
 //! (float index arrays are accepted and truncated, as in MXNet).
+//!
+//! Index values are read on the host only to validate them (`take_positions`, `index_copy`);
+//! the validated positions move to the array's backend once, and the gathers, scatters and
+//! copies run there (`crate::storage::layout`). Backward closures hold array handles and call
+//! operators.
 
-use super::axis::{gather_buf, index_values, norm_axis, resolve_indices, scatter_grad, split3};
+use super::axis::{
+    index_values, norm_axis, positions_array, resolve_indices, scatter_grad, split3,
+};
 use crate::autograd::record_op;
-use crate::cpu::CpuStorage;
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 use crate::NDArray;
 
 /// Python slice semantics: the positions `begin:end:step` selects from an axis of length `n`.
@@ -52,23 +59,34 @@ fn gather_positions(
     idx_shape: &[usize],
 ) -> Result<NDArray> {
     let d = a.dense_data()?;
-    let (outer, n, inner) = split3(&d.shape, axis);
+    let dims = split3(&d.shape, axis);
+    let inner = dims.2;
     let mut out_shape = d.shape[..axis].to_vec();
     out_shape.extend_from_slice(idx_shape);
     out_shape.extend_from_slice(&d.shape[axis + 1..]);
+    let positions = positions_array(&idx, d.buf.device())?;
     // A step-1 run along axis 0 is one contiguous block: copy it in one go.
     let contiguous = axis == 0 && !idx.is_empty() && idx.windows(2).all(|w| w[1] == w[0] + 1);
     let buf = if contiguous {
         let (s, e) = (idx[0] * inner, (idx[idx.len() - 1] + 1) * inner);
-        crate::with_buffer!(&d.buf, v => crate::cpu::HostElement::into_buffer(v[s..e].to_vec()))
+        d.buf.copy_range(s, e)?
     } else {
-        gather_buf(d.buf.host(), outer, n, inner, &idx)
+        positions.with_dense(|p| d.buf.index_select(dims, &p.buf))?
     };
     let out = NDArray::from_buffer(buf, &out_shape)?;
     let in_shape = d.shape.clone();
     Ok(record_op(op, out, &[a], move |g| {
-        Ok(vec![Some(scatter_grad(op, g, &in_shape, axis, &idx)?)])
+        Ok(vec![Some(scatter_grad(
+            op, g, &in_shape, axis, &positions,
+        )?)])
     }))
+}
+
+/// The positions `take` gathers along an axis of length `n`: `indices` read as i64 (integral
+/// floats are accepted) and checked to be in range (negative ones count from the end). Kept
+/// apart from `take` so that index validation changes in one place.
+fn take_positions(indices: &NDArray, n: usize) -> Result<Vec<usize>> {
+    resolve_indices("take", &index_values(indices)?, n)
 }
 
 impl NDArray {
@@ -85,7 +103,7 @@ impl NDArray {
     pub fn take(&self, indices: &NDArray, axis: i64) -> Result<NDArray> {
         let shape = self.shape();
         let ax = norm_axis("take", axis, shape.len())?;
-        let idx = resolve_indices("take", &index_values(indices)?, shape[ax])?;
+        let idx = take_positions(indices, shape[ax])?;
         gather_positions("take", self, ax, idx, &indices.shape())
     }
 
@@ -153,38 +171,32 @@ impl NDArray {
             ));
         }
         let row: usize = d.shape[1..].iter().product();
-        let mut buf = d.buf.clone();
-        crate::with_buffer!(&mut buf, v => {
-            let src = nd.buf.as_slice().unwrap();
-            let dst = std::sync::Arc::make_mut(v);
-            for (j, &k) in idx.iter().enumerate() {
-                dst[k * row..(k + 1) * row].copy_from_slice(&src[j * row..(j + 1) * row]);
-            }
-        });
-        let out = NDArray::from_buffer(buf, &d.shape)?;
-        let index = NDArray::from_vec(idx.iter().map(|&i| i as i64).collect(), &[idx.len()])?;
+        let index = positions_array(&idx, d.buf.device())?;
+        let out = index.with_dense(|p| {
+            NDArray::from_buffer(d.buf.index_copy(row, &p.buf, &nd.buf)?, &d.shape)
+        })?;
         let shape = d.shape.clone();
         Ok(record_op(op, out, &[self, new], move |g| {
-            // Rows that were overwritten get no gradient in `self`; `new` gets those rows.
-            let mask = NDArray::ones(&[shape[0]], g.dtype())?;
-            let zeros = NDArray::zeros(&[index.size()], g.dtype())?;
-            let mask = crate::autograd::pause(|| mask.index_copy(&index, &zeros))?;
-            let mut mshape = vec![shape[0]];
-            mshape.extend(std::iter::repeat_n(1, shape.len() - 1));
+            let mshape = mshape_for(shape[0], shape.len());
+            // Made on the gradient's device, where `index` lives too.
+            let dev = g.device();
+            let zeros = |n: usize, dtype: DType| {
+                NDArray::from_buffer(Storage::zeros_on(dtype, n, dev), &[n])
+            };
+            let (mask, keep) = crate::autograd::pause(|| -> Result<(NDArray, NDArray)> {
+                // Rows that were overwritten get no gradient in `self`; `new` gets those rows.
+                let ones = zeros(shape[0], g.dtype())?.add_scalar(1.0)?;
+                let mask = ones.index_copy(&index, &zeros(index.size(), g.dtype())?)?;
+                // With repeated indices only the last write of a row reaches the output: write
+                // each index's position j into its row (the last write wins, as in the
+                // forward), read the rows back and keep the j that survived.
+                let n = index.size();
+                let j = positions_array(&(0..n).collect::<Vec<usize>>(), dev)?;
+                let winner = zeros(shape[0], DType::I64)?.index_copy(&index, &j)?;
+                let keep = winner.take(&index, 0)?.equal(&j)?.astype(g.dtype())?;
+                Ok((mask, keep.reshape(&mshape_for(n, shape.len()))?))
+            })?;
             let g_old = g.mul(&mask.reshape(&mshape)?)?;
-            // With repeated indices only the last write of a row reaches the output.
-            let mut last = vec![usize::MAX; shape[0]];
-            let iv = index.to_vec::<i64>()?;
-            for (j, &k) in iv.iter().enumerate() {
-                last[k as usize] = j;
-            }
-            let keep: Vec<f64> = iv
-                .iter()
-                .enumerate()
-                .map(|(j, &k)| (last[k as usize] == j) as u8 as f64)
-                .collect();
-            let keep =
-                NDArray::from_vec(keep, &mshape_for(iv.len(), shape.len()))?.astype(g.dtype())?;
             let g_new = g.take(&index, 0)?.mul(&keep)?;
             Ok(vec![Some(g_old), Some(g_new)])
         }))
@@ -200,26 +212,16 @@ impl NDArray {
         off_value: f64,
         dtype: DType,
     ) -> Result<NDArray> {
-        let idx = index_values(self)?;
-        let mut shape = self.shape();
+        let d = self.dense_data()?;
+        let mut shape = d.shape.to_vec();
         shape.push(depth);
-        let out = NDArray::full(&shape, off_value, dtype)?;
-        let on = NDArray::scalar(on_value).astype(dtype)?;
-        {
-            let mut g = out.write();
-            let dd = g.as_dense_mut().expect("full creates dense arrays");
-            let on_buf = on.dense_data()?.buf;
-            crate::with_buffer!(&mut dd.buf, v => {
-                let onv = on_buf.as_slice().unwrap()[0];
-                let dst = std::sync::Arc::make_mut(v);
-                for (r, &i) in idx.iter().enumerate() {
-                    if i >= 0 && (i as usize) < depth {
-                        dst[r * depth + i as usize] = onv;
-                    }
-                }
-            });
+        if d.buf.len().checked_mul(depth).is_none() {
+            return Err(Error::shape(
+                "one_hot",
+                format!("shape {shape:?} has more elements than usize can count"),
+            ));
         }
-        Ok(out)
+        NDArray::from_buffer(d.buf.one_hot(depth, on_value, off_value, dtype)?, &shape)
     }
 
     /// `where(cond, x, y)`: `x` where `cond` is non-zero, else `y`, with broadcasting of all
@@ -241,20 +243,12 @@ impl NDArray {
                 y.detach().broadcast_to(&shape)?,
             ))
         })?;
-        let cv = c.dense_data()?.buf;
-        let (xd, yd) = (xb.dense_data()?.buf, yb.dense_data()?.buf);
-        let cs = cv.as_slice::<u8>().expect("mask is u8");
-        let mut out = xd.clone();
-        crate::with_buffer!(&mut out, v => {
-            let ys = yd.as_slice().unwrap();
-            let dst = std::sync::Arc::make_mut(v);
-            for ((d, &m), &b) in dst.iter_mut().zip(cs).zip(ys) {
-                if m == 0 {
-                    *d = b;
-                }
-            }
-        });
-        let out = NDArray::from_buffer(out, &shape)?;
+        let (cv, xd, yd) = (
+            c.dense_data()?.buf,
+            xb.dense_data()?.buf,
+            yb.dense_data()?.buf,
+        );
+        let out = NDArray::from_buffer(cv.select(&xd, &yd)?, &shape)?;
         let (xs, ys) = (dx.shape.clone(), dy.shape.clone());
         Ok(record_op(op, out, &[x, y], move |g| {
             let m = c.astype(g.dtype())?;
@@ -267,14 +261,11 @@ impl NDArray {
     /// 1 where the element is non-zero, else 0, as u8 (any dtype).
     pub(crate) fn ne_zero_u8(&self) -> Result<NDArray> {
         let d = self.dense_data()?;
-        let v: Vec<u8> = crate::with_buffer!(&d.buf, s => {
-            let z = Element::from_f64(0.0);
-            super::map_slice(s.as_slice(), |x| (x != z) as u8)
-        });
-        NDArray::from_buffer(CpuStorage::U8(std::sync::Arc::new(v)), &d.shape)
+        NDArray::from_buffer(d.buf.nonzero_mask()?, &d.shape)
     }
 }
 
+/// `[n, 1, 1, ...]` of rank `ndim`: a per-row factor that broadcasts over the row.
 fn mshape_for(n: usize, ndim: usize) -> Vec<usize> {
     let mut s = vec![n];
     s.extend(std::iter::repeat_n(1, ndim - 1));

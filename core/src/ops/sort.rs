@@ -1,79 +1,28 @@
 //! sort, argsort and topk along an axis, with i64 indices. Sorting is stable; NaNs compare
-//! as equal to everything (their order is unspecified).
+//! as equal to everything (their order is unspecified). The order is found and applied on the
+//! array's backend (`Storage::argsort`, `Storage::gather_along`).
 
-use rayon::prelude::*;
-
-use super::axis::{norm_axis, split3};
+use super::axis::{float_only, norm_axis, split3};
 use crate::autograd::record_op;
-use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::{float_dispatch, NDArray};
+use crate::NDArray;
 
-/// For every line along the middle axis of `[outer, n, inner]`, the positions of its `k` first
-/// elements in sorted order, laid out as `[outer, k, inner]`.
-fn argsort_kernel<T: Element>(
-    src: &[T],
-    (outer, n, inner): (usize, usize, usize),
+/// The gradient of gathering `[outer, k, inner]` elements at `positions` along `axis` of an
+/// array of `in_shape` (a sort or topk): each element of `g` added back where it was taken
+/// from. A crate-private operator, so the backward runs on whichever backend holds `g`.
+fn scatter_along_grad(
+    op: &'static str,
+    g: &NDArray,
+    positions: &NDArray,
+    in_shape: &[usize],
+    axis: usize,
     k: usize,
-    ascending: bool,
-) -> Vec<i64> {
-    let mut out = vec![0i64; outer * k * inner];
-    if out.is_empty() {
-        return out;
-    }
-    let block = |(o, dst): (usize, &mut [i64])| {
-        let s = &src[o * n * inner..(o + 1) * n * inner];
-        let mut idx: Vec<usize> = Vec::with_capacity(n);
-        for i in 0..inner {
-            idx.clear();
-            idx.extend(0..n);
-            let key = |p: &usize| s[p * inner + i];
-            let cmp = |a: &usize, b: &usize| {
-                let o = key(a)
-                    .partial_cmp(&key(b))
-                    .unwrap_or(std::cmp::Ordering::Equal);
-                if ascending {
-                    o
-                } else {
-                    o.reverse()
-                }
-            };
-            if k < n {
-                // Partial selection first, then order the k winners (stable by position).
-                idx.select_nth_unstable_by(k, |a, b| cmp(a, b).then(a.cmp(b)));
-                idx.truncate(k);
-            }
-            idx.sort_by(|a, b| cmp(a, b).then(a.cmp(b)));
-            for (j, &p) in idx.iter().enumerate() {
-                dst[j * inner + i] = p as i64;
-            }
-        }
-    };
-    if src.len() >= super::PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(k * inner).enumerate().for_each(block);
-    } else {
-        out.chunks_mut(k * inner).enumerate().for_each(block);
-    }
-    out
-}
-
-/// `out[o, j, i] = src[o, idx[o, j, i], i]`.
-fn take_along<T: Copy + Default>(
-    src: &[T],
-    (outer, n, inner): (usize, usize, usize),
-    idx: &[i64],
-    k: usize,
-) -> Vec<T> {
-    let mut out = vec![T::default(); idx.len()];
-    for o in 0..outer {
-        for j in 0..k {
-            for i in 0..inner {
-                let q = (o * k + j) * inner + i;
-                out[q] = src[(o * n + idx[q] as usize) * inner + i];
-            }
-        }
-    }
-    out
+) -> Result<NDArray> {
+    let gd = g.dense_data()?;
+    float_only(op, gd.buf.dtype())?;
+    let pd = positions.dense_data()?;
+    let dims = split3(in_shape, axis);
+    NDArray::from_buffer(gd.buf.scatter_add_along(dims, &pd.buf, k)?, in_shape)
 }
 
 /// Values and indices of the `k` first elements along `axis` in sorted order.
@@ -99,30 +48,17 @@ fn sorted(
     }
     let mut oshape = d.shape.clone();
     oshape[ax] = k;
-    let idx = crate::with_buffer!(&d.buf, s => argsort_kernel(s.as_slice(), dims, k, ascending));
-    let vals = crate::with_buffer!(&d.buf, s => crate::cpu::HostElement::into_buffer(take_along(s.as_slice(), dims, &idx, k)));
-    let values = NDArray::from_buffer(vals, &oshape)?;
+    let idx = d.buf.argsort(dims, k, ascending)?;
+    let values = NDArray::from_buffer(d.buf.gather_along(dims, &idx, k)?, &oshape)?;
+    let idx_arr = NDArray::from_buffer(idx, &oshape)?;
+    // A detached handle: the caller may write into the returned indices in place, which
+    // copies them first instead of changing what the backward scatters by.
+    let positions = idx_arr.detach();
     let in_shape = d.shape.clone();
-    let idx_arr = NDArray::from_vec(idx.clone(), &oshape)?;
     let values = record_op(op, values, &[a], move |g| {
-        // Scatter each output gradient back to the position it was taken from.
-        let gd = g.dense_data()?;
-        let (outer, n, inner) = split3(&in_shape, ax);
-        let gx = float_dispatch!(gd.buf.dtype(), op, T => {
-            let gs = gd.buf.as_slice::<T>().unwrap();
-            let mut out = vec![<T as num_traits::Zero>::zero(); outer * n * inner];
-            for o in 0..outer {
-                for j in 0..k {
-                    for i in 0..inner {
-                        let q = (o * k + j) * inner + i;
-                        let p = (o * n + idx[q] as usize) * inner + i;
-                        out[p] += gs[q];
-                    }
-                }
-            }
-            NDArray::from_vec(out, &in_shape)?
-        });
-        Ok(vec![Some(gx)])
+        Ok(vec![Some(scatter_along_grad(
+            op, g, &positions, &in_shape, ax, k,
+        )?)])
     });
     Ok((values, idx_arr))
 }

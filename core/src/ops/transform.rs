@@ -1,54 +1,14 @@
 //! Shape transforms: transpose/swapaxes, expand_dims/squeeze, concat/stack/split, tile.
 //!
 //! All work for every dtype; all are differentiable for float arrays. Ops that only change the
-//! shape go through `reshape` and share the buffer.
-
-use rayon::prelude::*;
+//! shape go through `reshape` and share the buffer; the copies (`Storage::permute`,
+//! `Storage::concat`) run on the arrays' backend.
 
 use super::axis::{norm_axis, split3};
 use crate::autograd::record_op;
-use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
+use crate::storage::Storage;
 use crate::NDArray;
-
-/// Copy `src` (row-major `shape`) into the axis order `perm`.
-pub(crate) fn permute<T: Copy + Send + Sync + Default>(
-    src: &[T],
-    shape: &[usize],
-    perm: &[usize],
-) -> Vec<T> {
-    let nd = shape.len();
-    let n = src.len();
-    let mut out = vec![T::default(); n];
-    if n == 0 || nd == 0 {
-        out.copy_from_slice(src);
-        return out;
-    }
-    let mut in_strides = vec![1usize; nd];
-    for i in (0..nd.saturating_sub(1)).rev() {
-        in_strides[i] = in_strides[i + 1] * shape[i + 1];
-    }
-    let oshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let ostr: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
-    let inner = oshape[nd - 1];
-    let istep = ostr[nd - 1];
-    let fill_row = |(row, dst): (usize, &mut [T])| {
-        let (mut off, mut rem) = (0, row);
-        for d in (0..nd - 1).rev() {
-            off += (rem % oshape[d]) * ostr[d];
-            rem /= oshape[d];
-        }
-        for (j, o) in dst.iter_mut().enumerate() {
-            *o = src[off + j * istep];
-        }
-    };
-    if n >= super::PAR_THRESHOLD {
-        out.par_chunks_mut(inner).enumerate().for_each(fill_row);
-    } else {
-        out.chunks_mut(inner).enumerate().for_each(fill_row);
-    }
-    out
-}
 
 impl NDArray {
     /// Permute the axes (`None` reverses them, as NumPy's `transpose`). Differentiable.
@@ -75,7 +35,7 @@ impl NDArray {
             }
         };
         let oshape: Vec<usize> = perm.iter().map(|&p| d.shape[p]).collect();
-        let buf = crate::with_buffer!(&d.buf, v => crate::cpu::HostElement::into_buffer(permute(v.as_slice(), &d.shape, &perm)));
+        let buf = d.buf.permute(&d.shape, &perm)?;
         let out = NDArray::from_buffer(buf, &oshape)?;
         let mut inv = vec![0; nd];
         for (i, &p) in perm.iter().enumerate() {
@@ -168,20 +128,8 @@ impl NDArray {
         let (outer, _, inner) = split3(&s0, ax);
         let mut out_shape = s0.clone();
         out_shape[ax] = total;
-        let mut buf = CpuStorage::zeros(data[0].buf.dtype(), outer * total * inner);
-        crate::with_buffer!(&mut buf, v => {
-            let dst = std::sync::Arc::make_mut(v);
-            let mut off = 0;
-            for (d, &m) in data.iter().zip(&sizes) {
-                let src = d.buf.as_slice().unwrap();
-                let blk = m * inner;
-                for o in 0..outer {
-                    let at = o * total * inner + off;
-                    dst[at..at + blk].copy_from_slice(&src[o * blk..(o + 1) * blk]);
-                }
-                off += blk;
-            }
-        });
+        let parts: Vec<&Storage> = data.iter().map(|d| &d.buf).collect();
+        let buf = Storage::concat(&parts, &sizes, outer, inner)?;
         let out = NDArray::from_buffer(buf, &out_shape)?;
         Ok(record_op(op, out, arrays, move |g| {
             let mut off = 0i64;

@@ -13,9 +13,15 @@
 
 mod elementwise;
 mod index;
+mod layout;
+mod random;
+mod reduce;
 
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
+pub(crate) use layout::LayoutOps;
+pub(crate) use random::{RandomDist, RandomOps};
+pub(crate) use reduce::{ArgReduceOp, ReduceOp, ReduceOps, SoftmaxOp};
 
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device, Element};
@@ -24,7 +30,7 @@ use crate::dtype::{DType, Device, Element};
 /// convert elements without knowing what the array means, and (as supertraits, one per family
 /// of operators, each in its own file of this folder) the kernels operators call.
 pub(crate) trait BackendStorage:
-    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps
+    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps + LayoutOps + RandomOps + ReduceOps
 {
     /// The device whose memory holds the elements.
     fn device(&self) -> Device;
