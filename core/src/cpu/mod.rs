@@ -13,6 +13,7 @@ pub(crate) mod elementwise;
 pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
+pub(crate) mod linalg;
 pub(crate) mod map;
 pub(crate) mod radix;
 pub(crate) mod rows;

@@ -24,7 +24,7 @@ pub use broadcast::broadcast_shapes;
 pub use reduce::sum_to_shape;
 
 pub(crate) use crate::cpu::elementwise::{
-    map_assign, map_slice, zip_assign, zip_assign_rows, zip_slices, PAR_THRESHOLD,
+    map_assign, map_slice, zip_assign, zip_assign_rows, PAR_THRESHOLD,
 };
 
 /// Run `$body` with type alias `$T` bound to f32 or f64 according to `$dtype`; other dtypes are

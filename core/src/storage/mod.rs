@@ -13,9 +13,11 @@
 
 mod elementwise;
 mod index;
+mod linalg;
 
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
+pub(crate) use linalg::{LinalgOps, MatMul};
 
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device, Element};
@@ -24,7 +26,7 @@ use crate::dtype::{DType, Device, Element};
 /// convert elements without knowing what the array means, and (as supertraits, one per family
 /// of operators, each in its own file of this folder) the kernels operators call.
 pub(crate) trait BackendStorage:
-    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps
+    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps + LinalgOps
 {
     /// The device whose memory holds the elements.
     fn device(&self) -> Device;
