@@ -20,6 +20,7 @@ pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod skinny;
+pub(crate) mod sparse_dot;
 mod storage;
 pub(crate) mod tiny;
 pub(crate) mod update;

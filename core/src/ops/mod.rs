@@ -8,7 +8,6 @@ pub use crate::cpu::expf;
 pub mod fused;
 mod index;
 mod linalg;
-pub(crate) use crate::cpu::cast::as_f32;
 mod matmul;
 pub(crate) mod reduce;
 mod reduce_more;

@@ -14,10 +14,12 @@
 mod elementwise;
 mod index;
 mod linalg;
+mod sparse_dot;
 
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
 pub(crate) use linalg::{LinalgOps, MatMul};
+pub(crate) use sparse_dot::{CsrIndex, CsrView, SparseDotOps};
 
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device, Element};
@@ -26,7 +28,7 @@ use crate::dtype::{DType, Device, Element};
 /// convert elements without knowing what the array means, and (as supertraits, one per family
 /// of operators, each in its own file of this folder) the kernels operators call.
 pub(crate) trait BackendStorage:
-    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps + LinalgOps
+    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps + LinalgOps + SparseDotOps
 {
     /// The device whose memory holds the elements.
     fn device(&self) -> Device;
