@@ -1,7 +1,9 @@
 //! Sparse matrix products: csr x dense, csr^T x dense -> row_sparse, csr x row_sparse,
-//! dense x csr (and x csr^T), with their backwards. Multi-threaded with rayon: the work and the
-//! memory traffic are proportional to the non-zeros and the rows they touch, never to the
-//! logical size of a huge weight matrix.
+//! dense x csr (and x csr^T), with their backwards. These operators validate, dispatch and
+//! record; the kernels are the storage's (`crate::storage::sparse_dot`; on the CPU
+//! `crate::cpu::sparse_dot`, multi-threaded with rayon: the work and the memory traffic are
+//! proportional to the non-zeros and the rows they touch, never to the logical size of a huge
+//! weight matrix).
 
 use std::sync::Arc;
 

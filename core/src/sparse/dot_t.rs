@@ -1,6 +1,7 @@
 //! `dot(csr, W^T)` for a Gluon-layout `(units, in_features)` weight: the product core's sparse
 //! dispatch does not cover (it has csr x dense, which the row_sparse-gradient layout uses).
-//! Gluon-layout Dense layers call it for a csr input.
+//! Gluon-layout Dense layers call it for a csr input. The forward and the weight gradient are
+//! the storage's kernels (`Storage::csr_dense_t`, `Storage::csr_dense_t_grad`).
 
 use super::dot::csr_index;
 use crate::autograd::record_op;

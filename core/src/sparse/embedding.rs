@@ -1,5 +1,6 @@
 //! Embedding lookup (rows of a table by id) with a row_sparse table gradient, and `take` of csr
-//! rows.
+//! rows. The lookup's id conversion, gather and gradient segment sum are the storage's kernels
+//! (`Storage::to_ids`, `gather_rows`, `segment_sum`).
 
 use crate::autograd::record_op;
 use crate::error::{Error, Result};

@@ -7,7 +7,9 @@
 //! tutorial's 10-row steps those small ops are mostly per-op overhead. Here the forward is a row
 //! loop plus one in-place activation pass, and the backward scales the incoming gradient by the
 //! activation's derivative (a function of the saved output) and sums its rows for the bias.
-//! With no activation the incoming gradient is handed through unchanged (no copy).
+//! With no activation the incoming gradient is handed through unchanged (no copy). Those loops
+//! are the storage's kernels (`Storage::bias_act`, `bias_act_grad`, `column_sums`; on the CPU
+//! `crate::cpu::linalg`); this file validates, absorbs the product's node and records.
 
 use crate::autograd::record_op;
 use crate::ops::sum_to_shape;

@@ -3,7 +3,8 @@
 //! The composite form `relu(x) - x z + softrelu(-|x|)` is seven recorded ops (seven outputs
 //! allocated forward, more in backward) for what is one pass over the batch; in a small-batch
 //! sparse training step (the tutorial's 10 rows) that bookkeeping dominated the loss. Fused, the
-//! forward is one pass and the backward is the textbook `sigmoid(x) - z`.
+//! forward is one pass and the backward is the textbook `sigmoid(x) - z`, each one kernel of
+//! the storage (`Storage::sigmoid_bce`, `sigmoid_bce_grad`; on the CPU `crate::cpu::linalg`).
 
 use crate::autograd::record_op;
 use crate::{ArrayData, DenseData, NDArray, Result, Shape};
