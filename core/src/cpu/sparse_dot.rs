@@ -3,6 +3,7 @@
 //! loops, so every loop is monomorphized as it was in the operators.
 
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 use num_traits::Zero;
 use rayon::prelude::*;
@@ -16,15 +17,15 @@ use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
 use crate::float_dispatch;
 use crate::sparse::ColumnGroups;
-use crate::storage::{IndexStorage, SparseDotOps};
+use crate::storage::SparseDotOps;
 
 /// A csr matrix on the CPU.
-type Csr<'a> = crate::storage::CsrView<'a, [i64]>;
+type Csr<'a> = crate::storage::CsrView<'a, Arc<Vec<i64>>>;
 
 /// The csr's number of non-zeros, row pointers and own column ids (from its offset).
 fn parts<'a>(x: &Csr<'a>) -> (usize, &'a [i64], &'a [i64]) {
     let nnz = *x.indptr.last().unwrap_or(&0) as usize;
-    (nnz, x.indptr, &x.indices[x.offset..x.offset + nnz])
+    (nnz, &x.indptr[..], &x.indices[x.offset..x.offset + nnz])
 }
 
 /// The csr's own values, typed (from its offset), or a dtype error naming `op`.
@@ -147,7 +148,7 @@ fn dense_csr_typed<T: Float + std::ops::AddAssign>(
 }
 
 impl SparseDotOps for CpuStorage {
-    type Index = [i64];
+    type Index = Arc<Vec<i64>>;
 
     fn csr_dense(&self, x: Csr<'_>, w: &Self, n: usize) -> Result<Self> {
         let (nnz, ptr, idx) = parts(&x);
@@ -168,7 +169,7 @@ impl SparseDotOps for CpuStorage {
         }))
     }
 
-    fn csr_rsp(&self, x: Csr<'_>, w_data: &Self, w_rows: &[i64], n: usize) -> Result<Self> {
+    fn csr_rsp(&self, x: Csr<'_>, w_data: &Self, w_rows: &Arc<Vec<i64>>, n: usize) -> Result<Self> {
         let (nnz, ptr, idx) = parts(&x);
         let m = x.shape[0];
         Ok(float_dispatch!(self.dtype(), "dot", T => {
@@ -251,7 +252,8 @@ impl SparseDotOps for CpuStorage {
         }))
     }
 
-    fn gather_rows(&self, ids: &[i64], dim: usize) -> Result<Self> {
+    fn gather_rows(&self, ids: &Arc<Vec<i64>>, dim: usize) -> Result<Self> {
+        let ids: &[i64] = ids;
         Ok(with_buffer!(self, tv => {
             let mut out = vec![Default::default(); ids.len() * dim];
             if dim > 0 {
@@ -264,20 +266,20 @@ impl SparseDotOps for CpuStorage {
         }))
     }
 
-    fn segment_sum(&self, ids: &[i64], dim: usize) -> Result<(IndexStorage, Self)> {
+    fn segment_sum(&self, ids: &Arc<Vec<i64>>, dim: usize) -> Result<(Arc<Vec<i64>>, Self)> {
         let rows: Vec<usize> = (0..ids.len()).collect();
         Ok(float_dispatch!(self.dtype(), "embedding backward", T => {
-            let (uniq, data) = segment_sum_rows::<T>(ids, &rows, None, T::slice(self).unwrap(), dim);
-            (IndexStorage::from(uniq), T::into_buffer(data))
+            let (uniq, data) = segment_sum_rows::<T>(&ids[..], &rows, None, T::slice(self).unwrap(), dim);
+            (Arc::new(uniq), T::into_buffer(data))
         }))
     }
 
-    fn to_ids(&self, op: &'static str, bound: usize) -> Result<IndexStorage> {
-        let ids: IndexStorage = match self {
+    fn to_ids(&self, op: &'static str, bound: usize) -> Result<Arc<Vec<i64>>> {
+        let ids: Arc<Vec<i64>> = match self {
             // Already i64: shared, not copied (the buffer is copy-on-write).
-            CpuStorage::I64(v) => IndexStorage::Cpu(v.clone()),
-            CpuStorage::I32(v) => v.iter().map(|&x| x as i64).collect::<Vec<_>>().into(),
-            CpuStorage::U8(v) => v.iter().map(|&x| x as i64).collect::<Vec<_>>().into(),
+            CpuStorage::I64(v) => v.clone(),
+            CpuStorage::I32(v) => Arc::new(v.iter().map(|&x| x as i64).collect()),
+            CpuStorage::U8(v) => Arc::new(v.iter().map(|&x| x as i64).collect()),
             other => with_buffer!(other, v => {
                 let mut out = Vec::with_capacity(v.len());
                 for &x in v.iter() {
@@ -287,7 +289,7 @@ impl SparseDotOps for CpuStorage {
                     }
                     out.push(f as i64);
                 }
-                out.into()
+                Arc::new(out)
             }),
         };
         if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= bound) {

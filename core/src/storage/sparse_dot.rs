@@ -3,8 +3,8 @@
 //! gradient) and the embedding's gather and segment sum.
 //!
 //! A csr operand reaches a backend as its values storage (the method's receiver) and a
-//! [`CsrView`] of its structure, whose index arrays are the backend's own ([`SparseDotOps::Index`];
-//! host slices on the CPU). The forwarders here match the values, the index arrays and every
+//! [`CsrView`] of its structure, whose index arrays are the backend's own ([`SparseDotOps::Index`]:
+//! what [`IndexStorage`]'s variant for that backend holds). The forwarders here match the values, the index arrays and every
 //! other operand together, so operands on different devices are an
 //! [`Error::Device`](crate::Error::Device), never a kernel reading foreign memory. Every method
 //! validates nothing about shapes: the operator did that.
@@ -28,11 +28,11 @@ pub(crate) struct CsrIndex<'a> {
     pub(crate) offset: usize,
 }
 
-/// A csr matrix's structure on one backend: `I` is that backend's index array (`[i64]` on the
-/// CPU). Non-zero `p` of row `r` (`indptr[r] <= p < indptr[r + 1]`) is at position
+/// A csr matrix's structure on one backend: `I` is that backend's index array (the shared
+/// host vector on the CPU). Non-zero `p` of row `r` (`indptr[r] <= p < indptr[r + 1]`) is at position
 /// `offset + p` of `indices` and of the values.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct CsrView<'a, I: ?Sized> {
+pub(crate) struct CsrView<'a, I> {
     /// `[rows, cols]`.
     pub(crate) shape: [usize; 2],
     /// Row pointers.
@@ -46,8 +46,10 @@ pub(crate) struct CsrView<'a, I: ?Sized> {
 /// What a backend implements for the sparse products and the embedding. In each csr method
 /// `self` is the csr operand's values; the other operands share its dtype (float) and device.
 pub(crate) trait SparseDotOps: Sized {
-    /// The backend's i64 index array, borrowed (a host slice on the CPU).
-    type Index: ?Sized;
+    /// The backend's form of an i64 index array: what [`IndexStorage`]'s variant for this
+    /// backend holds (the shared host vector on the CPU). Methods that make index arrays
+    /// return it, and the forwarder wraps it in that variant.
+    type Index;
 
     /// `x (m x k) . w (k x n)` for a csr `x` and a dense row-major `w`, as a dense `m x n`.
     fn csr_dense(&self, x: CsrView<'_, Self::Index>, w: &Self, n: usize) -> Result<Self>;
@@ -85,10 +87,10 @@ pub(crate) trait SparseDotOps: Sized {
     fn gather_rows(&self, ids: &Self::Index, dim: usize) -> Result<Self>;
     /// The sum of the rows of `self` (row `e` has `dim` elements) that share an id in `ids`
     /// (one per row): the sorted unique ids and their summed rows (row_sparse parts).
-    fn segment_sum(&self, ids: &Self::Index, dim: usize) -> Result<(IndexStorage, Self)>;
+    fn segment_sum(&self, ids: &Self::Index, dim: usize) -> Result<(Self::Index, Self)>;
     /// The elements of `self` as ids (i64, i32, u8, or whole-valued floats, as MXNet passes
     /// ids in float arrays), each checked to lie in `0..bound`; errors name `op`.
-    fn to_ids(&self, op: &'static str, bound: usize) -> Result<IndexStorage>;
+    fn to_ids(&self, op: &'static str, bound: usize) -> Result<Self::Index>;
 }
 
 /// The device of an index array.
@@ -121,8 +123,8 @@ macro_rules! on_csr {
             (IndexStorage::Cpu(p), IndexStorage::Cpu(i), Storage::Cpu($vb) $(, Storage::Cpu($b))*) => {
                 let $x = CsrView {
                     shape: ix.shape,
-                    indptr: &p[..],
-                    indices: &i[..],
+                    indptr: p,
+                    indices: i,
                     offset: ix.offset,
                 };
                 $body
@@ -158,7 +160,7 @@ impl Storage {
         n: usize,
     ) -> Result<Storage> {
         on_csr!("dot", x, (self => v, w_data => w), x => match w_rows {
-            IndexStorage::Cpu(r) => Ok(Storage::from(v.csr_rsp(x, w, &r[..], n)?)),
+            IndexStorage::Cpu(r) => Ok(Storage::from(v.csr_rsp(x, w, r, n)?)),
             #[allow(unreachable_patterns)]
             _ => Err(mismatch("dot", &[self, w_data], &[w_rows])),
         })
@@ -210,7 +212,7 @@ impl Storage {
         match (self, ids) {
             (Storage::Cpu(g), IndexStorage::Cpu(i)) => {
                 let (uniq, data) = g.segment_sum(i, dim)?;
-                Ok((uniq, Storage::from(data)))
+                Ok((IndexStorage::Cpu(uniq), Storage::from(data)))
             }
             #[allow(unreachable_patterns)]
             _ => Err(mismatch("embedding backward", &[self], &[ids])),
@@ -218,6 +220,6 @@ impl Storage {
     }
     /// See [`SparseDotOps::to_ids`].
     pub(crate) fn to_ids(&self, op: &'static str, bound: usize) -> Result<IndexStorage> {
-        super::on_backend!(self, b => b.to_ids(op, bound))
+        super::on_backend!(self, b => Ok(IndexStorage::Cpu(b.to_ids(op, bound)?)))
     }
 }
