@@ -89,10 +89,12 @@ fn device_mismatch3(op: &'static str, a: Device, b: Device, c: Device) -> Error 
 
 impl Storage {
     /// See [`LinalgOps::matmul`].
+    #[inline]
     pub(crate) fn matmul(&self, rhs: &Storage, mm: &MatMul) -> Result<Storage> {
         super::on_backends!("dot", (self, rhs), (a, b) => Ok(Storage::from(a.matmul(b, mm)?)))
     }
     /// See [`LinalgOps::batched_matmul`].
+    #[inline]
     pub(crate) fn batched_matmul(
         &self,
         rhs: &Storage,
@@ -103,6 +105,7 @@ impl Storage {
             Ok(Storage::from(a.batched_matmul(b, mm, offsets)?)))
     }
     /// See [`LinalgOps::bias_act`].
+    #[inline]
     pub(crate) fn bias_act(
         &self,
         bias: &Storage,
@@ -113,6 +116,7 @@ impl Storage {
             Ok(Storage::from(y.bias_act(b, units, act)?)))
     }
     /// See [`LinalgOps::bias_act_grad`].
+    #[inline]
     pub(crate) fn bias_act_grad(
         &self,
         out: &Storage,
@@ -125,19 +129,23 @@ impl Storage {
         })
     }
     /// See [`LinalgOps::act_derivative`].
+    #[inline]
     pub(crate) fn act_derivative(&self, act: FusedAct) -> Result<Storage> {
         super::on_backend!(self, y => Ok(Storage::from(y.act_derivative(act)?)))
     }
     /// See [`LinalgOps::column_sums`].
+    #[inline]
     pub(crate) fn column_sums(&self, units: usize) -> Result<Storage> {
         super::on_backend!(self, g => Ok(Storage::from(g.column_sums(units)?)))
     }
     /// See [`LinalgOps::sigmoid_bce`].
+    #[inline]
     pub(crate) fn sigmoid_bce(&self, z: &Storage) -> Result<Storage> {
         super::on_backends!("SigmoidBinaryCrossEntropyLoss", (self, z), (x, z) =>
             Ok(Storage::from(x.sigmoid_bce(z)?)))
     }
     /// See [`LinalgOps::sigmoid_bce_grad`].
+    #[inline]
     pub(crate) fn sigmoid_bce_grad(
         &self,
         x: &Storage,

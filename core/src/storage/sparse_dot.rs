@@ -137,10 +137,12 @@ macro_rules! on_csr {
 
 impl Storage {
     /// See [`SparseDotOps::csr_dense`]; `self` is the csr's values.
+    #[inline]
     pub(crate) fn csr_dense(&self, x: &CsrIndex<'_>, w: &Storage, n: usize) -> Result<Storage> {
         on_csr!("dot", x, (self => v, w => w), x => Ok(Storage::from(v.csr_dense(x, w, n)?)))
     }
     /// See [`SparseDotOps::csr_t_dense`]; `self` is the csr's values.
+    #[inline]
     pub(crate) fn csr_t_dense(
         &self,
         x: &CsrIndex<'_>,
@@ -152,6 +154,7 @@ impl Storage {
             Ok(Storage::from(v.csr_t_dense(x, g, n, groups)?)))
     }
     /// See [`SparseDotOps::csr_rsp`]; `self` is the csr's values.
+    #[inline]
     pub(crate) fn csr_rsp(
         &self,
         x: &CsrIndex<'_>,
@@ -166,6 +169,7 @@ impl Storage {
         })
     }
     /// See [`SparseDotOps::dense_csr`]; `self` is the csr's values.
+    #[inline]
     pub(crate) fn dense_csr(
         &self,
         x: &CsrIndex<'_>,
@@ -176,6 +180,7 @@ impl Storage {
         on_csr!("dot", x, (self => v, a => a), x => Ok(Storage::from(v.dense_csr(x, a, m, tb)?)))
     }
     /// See [`SparseDotOps::csr_dense_t`]; `self` is the csr's values.
+    #[inline]
     pub(crate) fn csr_dense_t(
         &self,
         x: &CsrIndex<'_>,
@@ -186,6 +191,7 @@ impl Storage {
             Ok(Storage::from(v.csr_dense_t(x, w, units)?)))
     }
     /// See [`SparseDotOps::csr_dense_t_grad`]; `self` is the csr's values.
+    #[inline]
     pub(crate) fn csr_dense_t_grad(
         &self,
         x: &CsrIndex<'_>,
@@ -196,6 +202,7 @@ impl Storage {
             Ok(Storage::from(v.csr_dense_t_grad(x, g, units)?)))
     }
     /// See [`SparseDotOps::gather_rows`].
+    #[inline]
     pub(crate) fn gather_rows(&self, ids: &IndexStorage, dim: usize) -> Result<Storage> {
         match (self, ids) {
             (Storage::Cpu(t), IndexStorage::Cpu(i)) => Ok(Storage::from(t.gather_rows(i, dim)?)),
@@ -204,6 +211,7 @@ impl Storage {
         }
     }
     /// See [`SparseDotOps::segment_sum`].
+    #[inline]
     pub(crate) fn segment_sum(
         &self,
         ids: &IndexStorage,
@@ -219,6 +227,7 @@ impl Storage {
         }
     }
     /// See [`SparseDotOps::to_ids`].
+    #[inline]
     pub(crate) fn to_ids(&self, op: &'static str, bound: usize) -> Result<IndexStorage> {
         super::on_backend!(self, b => Ok(IndexStorage::Cpu(b.to_ids(op, bound)?)))
     }
