@@ -14,6 +14,7 @@ pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
 pub(crate) mod layout;
+pub(crate) mod linalg;
 pub(crate) mod map;
 pub(crate) mod radix;
 pub(crate) mod random;
@@ -22,6 +23,7 @@ pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod skinny;
+pub(crate) mod sparse_dot;
 mod storage;
 pub(crate) mod tiny;
 pub(crate) mod update;

@@ -1,10 +1,9 @@
-//! Matrix products: validation, dispatch and recording. The CPU kernel is
-//! `crate::cpu::gemm::gemm_into`.
+//! Matrix products: validation, dispatch and recording. The kernel is the storage's
+//! [`Storage::matmul`](crate::storage::Storage::matmul) (on the CPU, `crate::cpu::linalg`).
 
 use crate::autograd::attach_node;
-use crate::cpu::gemm::{gemm_into, strides};
 use crate::error::{Error, Result};
-use crate::float_dispatch;
+use crate::storage::MatMul;
 use crate::{DenseData, NDArray};
 
 /// Dense 2-D product with optional transposes, no autograd.
@@ -38,22 +37,8 @@ fn dot_dense_data(da: &DenseData, db: &DenseData, ta: bool, tb: bool) -> Result<
             ),
         ));
     }
-    let (a_rs, a_cs) = strides(ac, ta);
-    let (b_rs, b_cs) = strides(bc, tb);
-    Ok(float_dispatch!(da.buf.dtype(), "dot", T => {
-        let (av, bv) = (da.buf.as_slice::<T>().unwrap(), db.buf.as_slice::<T>().unwrap());
-        let out = match crate::cpu::tiny::product(m, n, k, av, a_rs, a_cs, bv, b_rs, b_cs) {
-            Some(out) => out,
-            None => {
-                // gemm overwrites every element (it never reads dst), so a recycled buffer
-                // serves: large weight gradients (X^T G) then reuse the previous step's memory.
-                let mut out = crate::recycle::overwritable_vec::<T>(m * n);
-                gemm_into(m, n, k, av, a_rs, a_cs, bv, b_rs, b_cs, &mut out);
-                out
-            }
-        };
-        NDArray::from_vec(out, &[m, n])?
-    }))
+    let mm = MatMul { m, n, k, ta, tb };
+    NDArray::from_buffer(da.buf.matmul(&db.buf, &mm)?, &[m, n])
 }
 
 impl NDArray {
@@ -101,8 +86,7 @@ impl NDArray {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::cpu::gemm::GemmScalar;
+    use crate::cpu::gemm::{gemm_into, strides, GemmScalar};
     use rand::rngs::Xoshiro256PlusPlus;
     use rand::{RngExt, SeedableRng};
 

@@ -1,13 +1,13 @@
-//! `matmul`: NumPy-style matrix product, 2-D and batched with broadcast batch dimensions,
-//! every matrix through `cpu::gemm::gemm_into` (the `gemm` and `matrixmultiply` crates).
-
-use rayon::prelude::*;
+//! `matmul`: NumPy-style matrix product, 2-D and batched with broadcast batch dimensions: the
+//! operator validates and lays out the batch, the storage's
+//! [`Storage::batched_matmul`](crate::storage::Storage::batched_matmul) computes (on the CPU
+//! every matrix through `cpu::gemm::gemm_into`, the `gemm` and `matrixmultiply` crates).
 
 use super::broadcast::{broadcast_shapes, broadcast_strides};
 use crate::autograd::record_op;
-use crate::cpu::gemm::{gemm_into, strides, PARALLEL_MNK};
 use crate::error::{Error, Result};
-use crate::{float_dispatch, NDArray};
+use crate::storage::MatMul;
+use crate::NDArray;
 
 /// Batched `op(a) @ op(b)` over the last two dims, batch dims broadcast; no autograd.
 fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
@@ -42,7 +42,7 @@ fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
         broadcast_strides(&da.shape[..ra], &batch),
         broadcast_strides(&db.shape[..rb], &batch),
     );
-    // Offsets (in matrices) of each batch entry's operands.
+    // Element offsets of each batch entry's operands.
     let offsets: Vec<(usize, usize)> = (0..nb)
         .map(|mut r| {
             let (mut oa, mut ob) = (0, 0);
@@ -55,28 +55,10 @@ fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
             (oa * ar * ac, ob * br * bc)
         })
         .collect();
-    let (a_rs, a_cs) = strides(ac, ta);
-    let (b_rs, b_cs) = strides(bc, tb);
     let mut shape = batch.clone();
     shape.extend([m, n]);
-    Ok(float_dispatch!(da.buf.dtype(), op, T => {
-        let (x, y) = (da.buf.as_slice::<T>().unwrap(), db.buf.as_slice::<T>().unwrap());
-        let mut out = vec![<T as num_traits::Zero>::zero(); nb * m * n];
-        let one = |(i, dst): (usize, &mut [T])| {
-            let (oa, ob) = offsets[i];
-            gemm_into(m, n, k, &x[oa..oa + ar * ac], a_rs, a_cs, &y[ob..ob + br * bc], b_rs, b_cs, dst);
-        };
-        if m * n > 0 {
-            // Big matrices parallelise inside gemm_into; smaller ones (which gemm_into runs on
-            // one thread) parallelise over the batch.
-            if nb > 1 && m.saturating_mul(n).saturating_mul(k) < PARALLEL_MNK {
-                out.par_chunks_mut(m * n).enumerate().for_each(one);
-            } else {
-                out.chunks_mut(m * n).enumerate().for_each(one);
-            }
-        }
-        NDArray::from_vec(out, &shape)?
-    }))
+    let mm = MatMul { m, n, k, ta, tb };
+    NDArray::from_buffer(da.buf.batched_matmul(&db.buf, &mm, &offsets)?, &shape)
 }
 
 impl NDArray {

@@ -8,7 +8,6 @@ pub use crate::cpu::expf;
 pub mod fused;
 mod index;
 mod linalg;
-pub(crate) use crate::cpu::cast::as_f32;
 mod matmul;
 pub(crate) mod reduce;
 mod reduce_more;
@@ -23,9 +22,7 @@ pub use arith::BinaryOp;
 pub use broadcast::broadcast_shapes;
 pub use reduce::sum_to_shape;
 
-pub(crate) use crate::cpu::elementwise::{
-    map_assign, map_slice, zip_assign, zip_assign_rows, zip_slices, PAR_THRESHOLD,
-};
+pub(crate) use crate::cpu::elementwise::{map_assign, map_slice, zip_assign, zip_assign_rows};
 
 /// Run `$body` with type alias `$T` bound to f32 or f64 according to `$dtype`; other dtypes are
 /// an error naming `$op`.

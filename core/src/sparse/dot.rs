@@ -1,23 +1,28 @@
 //! Sparse matrix products: csr x dense, csr^T x dense -> row_sparse, csr x row_sparse,
-//! dense x csr (and x csr^T), with their backwards. Multi-threaded with rayon: the work and the
-//! memory traffic are proportional to the non-zeros and the rows they touch, never to the
-//! logical size of a huge weight matrix.
+//! dense x csr (and x csr^T), with their backwards. These operators validate, dispatch and
+//! record; the kernels are the storage's (`crate::storage::sparse_dot`; on the CPU
+//! `crate::cpu::sparse_dot`, multi-threaded with rayon: the work and the memory traffic are
+//! proportional to the non-zeros and the rows they touch, never to the logical size of a huge
+//! weight matrix).
 
-use std::mem::MaybeUninit;
 use std::sync::Arc;
-
-use num_traits::Zero;
 
 use super::groups::ColumnGroups;
 use crate::autograd::record_op;
-use crate::cpu::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
-use crate::cpu::rows::axpy;
-use crate::cpu::segment::{fill_rows, for_each_row, segment_sum_grouped, PAR_WORK};
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
-use crate::ops::as_f32;
-use crate::storage::{IndexStorage, Storage};
-use crate::{float_dispatch, Float, NDArray, SType};
+use crate::storage::{CsrIndex, IndexStorage};
+use crate::{NDArray, SType};
+
+/// The structure of `c` as the storage seam takes it.
+pub(crate) fn csr_index(c: &CsrData) -> CsrIndex<'_> {
+    CsrIndex {
+        shape: c.shape,
+        indptr: &c.indptr,
+        indices: &c.indices,
+        offset: c.offset,
+    }
+}
 
 fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
     match &*a.read() {
@@ -87,8 +92,8 @@ fn same_dtype(op: &'static str, a: &NDArray, b: &NDArray) -> Result<()> {
     Ok(())
 }
 
-/// `csr (m x k) . dense (k x n)` -> dense, no autograd. Parallel over output rows; each row is
-/// the sum of the rows of `w` picked by its non-zeros, written once.
+/// `csr (m x k) . dense (k x n)` -> dense, no autograd. On the CPU: parallel over output rows;
+/// each row is the sum of the rows of `w` picked by its non-zeros, written once.
 pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
     let [m, k] = c.shape;
     if w.shape[0] != k {
@@ -101,55 +106,7 @@ pub(crate) fn csr_dense_raw(c: &CsrData, w: &DenseData) -> Result<NDArray> {
         ));
     }
     let n = w.shape[1];
-    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
-        let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
-        let ws = w.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), w.buf.dtype()))?;
-        let work = idx.len() * n;
-        if work < PAR_WORK {
-            if let Some(out) = small_f32(m, n, ws, ptr, idx, vals) {
-                return NDArray::from_vec(out, &[m, n]);
-            }
-        }
-        let out = fill_rows(m, n, 8, work, |r, orow| {
-            let s = ptr[r] as usize;
-            gather_sum_row(
-                orow,
-                ws,
-                ptr[r + 1] as usize - s,
-                |q| (idx[s + q] as usize, vals[s + q]),
-                // Prefetch across row ends too: a task handles consecutive rows.
-                |q| idx.get(s + q + PREFETCH_AHEAD).map(|&j| j as usize),
-            );
-        });
-        NDArray::from_vec(out, &[m, n])?
-    }))
-}
-
-/// A product small enough for the calling thread, in f32 on an AVX2 machine: all rows in one
-/// loop nest ([`csr_rows_f32`]). `None` for other element types, CPUs or widths.
-fn small_f32<T: Float>(
-    m: usize,
-    n: usize,
-    ws: &[T],
-    ptr: &[i64],
-    idx: &[i64],
-    vals: &[T],
-) -> Option<Vec<T>> {
-    let (ws, vals) = (as_f32(ws)?, as_f32(vals)?);
-    let mut out: Vec<T> = Vec::with_capacity(m * n);
-    // SAFETY: T is f32 (as_f32 succeeded), so the cast only renames the element type.
-    let o = unsafe {
-        std::slice::from_raw_parts_mut(
-            out.spare_capacity_mut().as_mut_ptr() as *mut MaybeUninit<f32>,
-            m * n,
-        )
-    };
-    if !csr_rows_f32(o, ws, n, ptr, idx, vals) {
-        return None;
-    }
-    // SAFETY: `csr_rows_f32` wrote all m * n elements.
-    unsafe { out.set_len(m * n) };
-    Some(out)
+    NDArray::from_buffer(c.data.csr_dense(&csr_index(c), &w.buf, n)?, &[m, n])
 }
 
 /// `csr^T (k x m) . dense (m x n)` -> row_sparse `k x n` over exactly the columns present in
@@ -179,16 +136,12 @@ pub(crate) fn csr_t_dense_rsp(
             &computed
         }
     };
-    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
-        let gs = g.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), g.buf.dtype()))?;
-        let vals = Some(c.values::<T>().unwrap());
-        let data = segment_sum_grouped(&gr.starts, &gr.order, &gr.rows, vals, gs, n);
-        NDArray::from_data(ArrayData::RowSparse(RowSparseData {
-            shape: vec![k, n],
-            indices: IndexStorage::from(gr.uniq.clone()),
-            data: Storage::from_vec(data),
-        }))
-    }))
+    let data = c.data.csr_t_dense(&csr_index(c), &g.buf, n, gr)?;
+    Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+        shape: vec![k, n],
+        indices: IndexStorage::from(gr.uniq.clone()),
+        data,
+    })))
 }
 
 /// `csr (m x k) . row_sparse (k x n)` -> dense: a non-zero at column j meets stored row j of
@@ -205,22 +158,10 @@ pub(crate) fn csr_rsp_raw(c: &CsrData, w: &RowSparseData) -> Result<NDArray> {
         ));
     }
     let n = w.shape[1];
-    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
-        let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
-        let ws = w.data.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", c.data.dtype(), w.data.dtype()))?;
-        let wid = &w.indices;
-        let mut out = vec![T::zero(); m * n];
-        if n > 0 {
-            for_each_row(&mut out, n, 8, c.nnz() * n, |r, orow| {
-                for p in ptr[r] as usize..ptr[r + 1] as usize {
-                    if let Ok(q) = wid.binary_search(&idx[p]) {
-                        axpy(orow, vals[p], &ws[q * n..(q + 1) * n]);
-                    }
-                }
-            });
-        }
-        NDArray::from_vec(out, &[m, n])?
-    }))
+    NDArray::from_buffer(
+        c.data.csr_rsp(&csr_index(c), &w.data, &w.indices, n)?,
+        &[m, n],
+    )
 }
 
 /// `dense (m x k) . csr (k x n)` (or `. csr^T` when `tb`, csr then `n x k`) -> dense `m x n`.
@@ -239,37 +180,7 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
             ),
         ));
     }
-    Ok(float_dispatch!(c.data.dtype(), "dot", T => {
-        let (vals, idx, ptr) = (c.values::<T>().unwrap(), c.indices(), &c.indptr);
-        let xs = a.buf.as_slice::<T>().ok_or_else(|| Error::dtype_mismatch("dot", a.buf.dtype(), c.data.dtype()))?;
-        let mut out = vec![T::zero(); m * n];
-        if n > 0 {
-            let work = c.nnz() * m;
-            for_each_row(&mut out, n, 4, work, |i, orow| {
-                let arow = &xs[i * k..(i + 1) * k];
-                for r in 0..cr {
-                    let (s, e) = (ptr[r] as usize, ptr[r + 1] as usize);
-                    if tb {
-                        // out[i, r] = sum_p a[i, col p] * v_p
-                        let mut acc = T::zero();
-                        for p in s..e {
-                            acc += arow[idx[p] as usize] * vals[p];
-                        }
-                        orow[r] = acc;
-                    } else {
-                        let av = arow[r];
-                        if av != T::zero() {
-                            for p in s..e {
-                                let j = idx[p] as usize;
-                                orow[j] += av * vals[p];
-                            }
-                        }
-                    }
-                }
-            });
-        }
-        NDArray::from_vec(out, &[m, n])?
-    }))
+    NDArray::from_buffer(c.data.dense_csr(&csr_index(c), &a.buf, m, tb)?, &[m, n])
 }
 
 /// `dot(x, w)` for a csr `x` and a dense `w` -> dense, recorded: the gradient of `w` is

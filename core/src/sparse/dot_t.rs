@@ -1,10 +1,11 @@
 //! `dot(csr, W^T)` for a Gluon-layout `(units, in_features)` weight: the product core's sparse
 //! dispatch does not cover (it has csr x dense, which the row_sparse-gradient layout uses).
-//! Gluon-layout Dense layers call it for a csr input.
+//! Gluon-layout Dense layers call it for a csr input. The forward and the weight gradient are
+//! the storage's kernels (`Storage::csr_dense_t`, `Storage::csr_dense_t_grad`).
 
+use super::dot::csr_index;
 use crate::autograd::record_op;
-use crate::{float_dispatch, ArrayData, CsrData, Error, NDArray, Result};
-use rayon::prelude::*;
+use crate::{ArrayData, CsrData, Error, NDArray, Result};
 
 fn csr_of(x: &NDArray) -> Result<CsrData> {
     match &*x.read() {
@@ -39,50 +40,29 @@ pub fn dot_csr_dense_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
         ));
     }
     let units = wd.shape[0];
-    let out = float_dispatch!(wd.buf.dtype(), "dot_csr_dense_t", T => {
-        let wv = wd.buf.as_slice::<T>().unwrap();
-        let (vals, idx) = (c.values::<T>().unwrap(), c.indices());
-        let mut out = vec![0.0 as T; rows * units];
-        let work = |(r, dst): (usize, &mut [T])| {
-            for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
-                let (col, v) = (idx[p] as usize, vals[p]);
-                for (u, o) in dst.iter_mut().enumerate() {
-                    *o += v * wv[u * feats + col];
-                }
-            }
-        };
-        if units > 0 && c.nnz() * units >= 1 << 15 {
-            out.par_chunks_mut(units).enumerate().for_each(work);
-        } else if units > 0 {
-            out.chunks_mut(units).enumerate().for_each(work);
-        }
-        NDArray::from_vec(out, &[rows, units])?
-    });
-    let wshape = wd.shape.clone();
-    // The csr input as a graph-free handle: the backward reads it when it runs, through this
-    // crate's storage access, not through host memory captured here.
+    let out = NDArray::from_buffer(
+        c.data.csr_dense_t(&csr_index(&c), &wd.buf, units)?,
+        &[rows, units],
+    )?;
+    let wshape = [units, feats];
+    // The csr input as a graph-free handle: the backward is an operator on it and the head
+    // gradient, so it runs wherever they live.
     let xs = x.detach();
     drop(c);
     Ok(record_op("dot_csr_dense_t", out, &[x, w], move |g| {
-        let c = csr_of(&xs)?;
-        let gd = g.dense_data()?;
-        let idx = c.indices();
-        let gw = float_dispatch!(gd.buf.dtype(), "dot_csr_dense_t backward", T => {
-            let gv = gd.buf.as_slice::<T>().unwrap();
-            let vals = c.values::<T>().ok_or_else(|| Error::dtype("dot_csr_dense_t backward", "csr and gradient dtypes differ"))?;
-            // Recycled from the previous step's gradient when there is one (see core's
-            // `recycle`): fresh 512 MB every step cost a page fault per 2 MB page.
-            let mut data: Vec<T> = crate::recycle::zeroed_vec(units * feats);
-            for r in 0..rows {
-                for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
-                    let (col, v) = (idx[p] as usize, vals[p]);
-                    for u in 0..units {
-                        data[u * feats + col] += v * gv[r * units + u];
-                    }
-                }
-            }
-            NDArray::from_vec(data, &wshape)?
-        });
-        Ok(vec![None, Some(gw)])
+        Ok(vec![None, Some(csr_dense_t_grad(&xs, g, wshape)?)])
     }))
+}
+
+/// `g^T . x` for a csr `x` `(batch, in_features)` and a dense (or densified) head gradient `g`
+/// `(batch, units)`: the dense `(units, in_features)` weight gradient of [`dot_csr_dense_t`],
+/// from the non-zeros only, in a buffer recycled from the previous step's gradient when there
+/// is one. Not recorded.
+pub(crate) fn csr_dense_t_grad(x: &NDArray, g: &NDArray, wshape: [usize; 2]) -> Result<NDArray> {
+    let c = csr_of(x)?;
+    let gd = g.dense_data()?;
+    let data = c
+        .data
+        .csr_dense_t_grad(&csr_index(&c), &gd.buf, wshape[0])?;
+    NDArray::from_buffer(data, &wshape)
 }

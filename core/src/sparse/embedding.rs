@@ -1,38 +1,17 @@
 //! Embedding lookup (rows of a table by id) with a row_sparse table gradient, and `take` of csr
-//! rows.
-
-use rayon::prelude::*;
+//! rows. The lookup's id conversion, gather and gradient segment sum are the storage's kernels
+//! (`Storage::to_ids`, `gather_rows`, `segment_sum`).
 
 use crate::autograd::record_op;
-use crate::cpu::segment::segment_sum_rows;
-use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
-use crate::storage::{IndexStorage, Storage};
-use crate::{float_dispatch, with_buffer, Element, NDArray};
+use crate::storage::IndexStorage;
+use crate::NDArray;
 
-/// Ids of an index array as i64, checked against `bound`. Float ids must be whole numbers (MXNet
-/// passes ids as float32 arrays).
-pub(crate) fn ids_of(op: &'static str, ids: &NDArray, bound: usize) -> Result<Vec<i64>> {
-    let d = ids.dense_data()?;
-    let v: Vec<i64> = match d.buf.host() {
-        CpuStorage::I64(v) => v.to_vec(),
-        CpuStorage::I32(v) => v.iter().map(|&x| x as i64).collect(),
-        CpuStorage::U8(v) => v.iter().map(|&x| x as i64).collect(),
-        other => with_buffer!(other, v => {
-            let mut out = Vec::with_capacity(v.len());
-            for &x in v.iter() {
-                let f = x.to_f64();
-                if f.fract() != 0.0 || !f.is_finite() {
-                    return Err(Error::index(op, format!("id {f} is not a whole number")));
-                }
-                out.push(f as i64);
-            }
-            out
-        }),
-    };
-    check_ids(op, &v, bound)?;
-    Ok(v)
+/// Ids of an index array as an index storage on the array's device, checked against `bound`.
+/// Float ids must be whole numbers (MXNet passes ids as float32 arrays).
+pub(crate) fn ids_of(op: &'static str, ids: &NDArray, bound: usize) -> Result<IndexStorage> {
+    ids.with_dense(|d| d.buf.to_ids(op, bound))
 }
 
 fn check_ids(op: &'static str, ids: &[i64], bound: usize) -> Result<()> {
@@ -69,35 +48,36 @@ pub fn embedding(table: &NDArray, ids: &NDArray) -> Result<NDArray> {
     let idv = ids_of("embedding", ids, vocab)?;
     let mut out_shape = ids.shape();
     out_shape.push(dim);
-    let out = with_buffer!(&t.buf, tv => {
-        let mut out = vec![Default::default(); idv.len() * dim];
-        if dim > 0 {
-            out.par_chunks_mut(dim).with_min_len((4096 / dim).max(1)).zip(idv.par_iter()).for_each(|(o, &i)| {
-                let s = i as usize * dim;
-                o.copy_from_slice(&tv[s..s + dim]);
-            });
-        }
-        NDArray::from_vec(out, &out_shape)?
-    });
-    let shape = [vocab, dim];
+    let out = NDArray::from_buffer(t.buf.gather_rows(&idv, dim)?, &out_shape)?;
+    // The ids as a graph-free handle: the backward is an operator on them and the head
+    // gradient, so it runs wherever they live.
+    let ids_h = ids.detach();
     Ok(record_op("embedding", out, &[table, ids], move |g| {
-        let gd = g.dense_data()?;
-        let rows: Vec<usize> = (0..idv.len()).collect();
-        let gt = float_dispatch!(gd.buf.dtype(), "embedding backward", T => {
-            let (uniq, data) = segment_sum_rows::<T>(&idv, &rows, None, gd.buf.as_slice::<T>().unwrap(), dim);
-            NDArray::from_data(ArrayData::RowSparse(RowSparseData {
-                shape: shape.to_vec(),
-                indices: IndexStorage::from(uniq),
-                data: Storage::from_vec(data),
-            }))
-        });
-        Ok(vec![Some(gt), None])
+        Ok(vec![Some(embedding_grad(&ids_h, g, [vocab, dim])?), None])
     }))
+}
+
+/// The row_sparse gradient of an embedding table of `shape` (`vocab x dim`) for the `ids` of
+/// the lookup and its head gradient `g` (`ids.shape + [dim]`): the rows of `g` summed per
+/// unique id, over the sorted unique ids. Not recorded.
+pub(crate) fn embedding_grad(ids: &NDArray, g: &NDArray, shape: [usize; 2]) -> Result<NDArray> {
+    let idv = ids_of("embedding backward", ids, shape[0])?;
+    let gd = g.dense_data()?;
+    let (indices, data) = gd.buf.segment_sum(&idv, shape[1])?;
+    Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+        shape: shape.to_vec(),
+        indices,
+        data,
+    })))
 }
 
 /// Rows `ids` (first axis) of a csr or dense array, in the given order (repeats allowed), as a
 /// new array of the same storage type: how data loaders cut a batch out of an in-memory
 /// dataset. Not differentiable (it reads data, not parameters).
+// Reads the csr structure through `IndexStorage`'s host view (the ids arrive as a host slice
+// from a data loader, and the batch it cuts is host data until moved with `to_device`); the
+// values go through the storage's own `gather`. A device-resident dataset would make this an
+// index-gather kernel of the seam.
 pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
     let c = match &*a.read() {
         ArrayData::Csr(c) => c.clone(),

@@ -40,6 +40,10 @@ pub struct ColumnGroups {
 
 impl ColumnGroups {
     /// Group the non-zeros of `c`.
+    // On the host, through `IndexStorage`'s host view: the grouping is a sort that a data
+    // loader's thread runs ahead of the step, and the csr products' kernels receive it through
+    // the storage seam (`Storage::csr_t_dense`). A device backend would upload it, or group
+    // with its own sort kernel.
     pub(crate) fn compute(c: &CsrData) -> ColumnGroups {
         let (uniq, starts, order) = group_by_key(c.indices());
         ColumnGroups {

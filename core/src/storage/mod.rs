@@ -14,14 +14,18 @@
 mod elementwise;
 mod index;
 mod layout;
+mod linalg;
 mod random;
 mod reduce;
+mod sparse_dot;
 
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
 pub(crate) use layout::LayoutOps;
+pub(crate) use linalg::{LinalgOps, MatMul};
 pub(crate) use random::{RandomDist, RandomOps};
 pub(crate) use reduce::{ArgReduceOp, ReduceOp, ReduceOps, SoftmaxOp};
+pub(crate) use sparse_dot::{CsrIndex, CsrView, SparseDotOps};
 
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device, Element};
@@ -30,7 +34,17 @@ use crate::dtype::{DType, Device, Element};
 /// convert elements without knowing what the array means, and (as supertraits, one per family
 /// of operators, each in its own file of this folder) the kernels operators call.
 pub(crate) trait BackendStorage:
-    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps + LayoutOps + RandomOps + ReduceOps
+    Clone
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + Sized
+    + ElementwiseOps
+    + LayoutOps
+    + LinalgOps
+    + RandomOps
+    + ReduceOps
+    + SparseDotOps
 {
     /// The device whose memory holds the elements.
     fn device(&self) -> Device;

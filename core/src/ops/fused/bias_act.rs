@@ -7,17 +7,13 @@
 //! tutorial's 10-row steps those small ops are mostly per-op overhead. Here the forward is a row
 //! loop plus one in-place activation pass, and the backward scales the incoming gradient by the
 //! activation's derivative (a function of the saved output) and sums its rows for the bias.
-//! With no activation the incoming gradient is handed through unchanged (no copy).
+//! With no activation the incoming gradient is handed through unchanged (no copy). Those loops
+//! are the storage's kernels (`Storage::bias_act`, `bias_act_grad`, `column_sums`; on the CPU
+//! `crate::cpu::linalg`); this file validates, absorbs the product's node and records.
 
 use crate::autograd::record_op;
-use crate::cpu::HostElement;
-use crate::ops::{map_assign, sum_to_shape, zip_assign, zip_slices, PAR_THRESHOLD};
-use crate::storage::Storage;
-use crate::{float_dispatch, ArrayData, DenseData, Float, NDArray, Result, SType, Shape};
-
-/// Row length from which [`bias_act`] adds the bias and applies the activation in one pass per
-/// row: 32 floats are one iteration of the 4x-unrolled 8-lane loop `zip_assign` compiles to.
-const FUSE_MIN_UNITS: usize = 32;
+use crate::ops::sum_to_shape;
+use crate::{ArrayData, DenseData, NDArray, Result, SType, Shape};
 
 /// An activation [`bias_act`] applies in the same op: one whose derivative is a function of
 /// its output, so the backward needs nothing but the saved output.
@@ -40,64 +36,6 @@ impl FusedAct {
             "tanh" => Some(FusedAct::Tanh),
             "relu" => Some(FusedAct::Relu),
             _ => None,
-        }
-    }
-
-    /// `v[i] = act(v[i])`, in parallel chunks above core's [`PAR_THRESHOLD`] (as the
-    /// standalone activation ops are), on this thread below it.
-    fn apply_in_place<T: Float + Send>(self, v: &mut [T]) {
-        use rayon::prelude::*;
-        if v.len() >= PAR_THRESHOLD {
-            v.par_chunks_mut(PAR_THRESHOLD / 2)
-                .for_each(|c| self.apply_chunk(c));
-        } else {
-            self.apply_chunk(v);
-        }
-    }
-
-    /// The loop of [`FusedAct::apply_in_place`]. The match is outside the loop: with it
-    /// inside, the loop stayed scalar (callgrind: 7x the instructions of the vectorized map).
-    fn apply_chunk<T: Float>(self, v: &mut [T]) {
-        match self {
-            FusedAct::Sigmoid => map_assign(v, |x: T| crate::ops::sigmoid(x)),
-            FusedAct::Tanh => map_assign(v, |x: T| x.tanh()),
-            FusedAct::Relu => map_assign(v, |x: T| if x > T::zero() { x } else { T::zero() }),
-        }
-    }
-
-    /// `row[j] = act(row[j] + b[j])` for every `units`-long row of `v`, in one pass per row on
-    /// the calling thread (AVX2 through [`zip_assign`]); bit-identical to adding the bias and
-    /// then applying [`FusedAct::apply_in_place`]. The match is outside the loops, as there.
-    fn add_bias_apply<T: Float>(self, v: &mut [T], b: &[T]) {
-        fn rows<T: Float>(v: &mut [T], b: &[T], f: impl Fn(T, T) -> T + Copy) {
-            for row in v.chunks_exact_mut(b.len()) {
-                zip_assign(row, b, f);
-            }
-        }
-        match self {
-            FusedAct::Sigmoid => rows(v, b, |x: T, c: T| crate::ops::sigmoid(x + c)),
-            FusedAct::Tanh => rows(v, b, |x: T, c: T| (x + c).tanh()),
-            FusedAct::Relu => rows(v, b, |x: T, c: T| {
-                let y = x + c;
-                if y > T::zero() {
-                    y
-                } else {
-                    T::zero()
-                }
-            }),
-        }
-    }
-
-    /// `g[i] * act'(x_i)` from the outputs `y[i] = act(x_i)`.
-    fn grad_from_output<T: Float + Send + Sync>(self, g: &[T], y: &[T]) -> Vec<T> {
-        match self {
-            FusedAct::Sigmoid => zip_slices(g, y, |gv: T, yv: T| gv * (yv * (T::one() - yv))),
-            FusedAct::Tanh => zip_slices(g, y, |gv: T, yv: T| gv * (T::one() - yv * yv)),
-            FusedAct::Relu => zip_slices(
-                g,
-                y,
-                |gv: T, yv: T| if yv > T::zero() { gv } else { T::zero() },
-            ),
         }
     }
 }
@@ -184,11 +122,7 @@ fn bias_act_impl(
             let db = sum_to_shape(&gp, &[units])?;
             return Ok((gp, db));
         }
-        let db = gp.with_dense(|gd| {
-            float_dispatch!(gd.buf.dtype(), "bias_act backward", T => {
-                NDArray::from_vec(column_sums(gd.buf.as_slice::<T>().unwrap(), units), &[units])
-            })
-        })?;
+        let db = gp.with_dense(|gd| NDArray::from_buffer(gd.buf.column_sums(units)?, &[units]))?;
         Ok((gp, db))
     };
     Ok(Some(match inner {
@@ -212,36 +146,11 @@ fn bias_act_impl(
 }
 
 /// `act(y + b)` of a dense `(rows, units)` product and a `(units,)` bias of the same float
-/// dtype, as new dense storage.
+/// dtype, as new dense storage on their device.
 fn add_bias_act(yd: &DenseData, bd: &DenseData, act: Option<FusedAct>) -> Result<DenseData> {
-    let units = yd.shape[1];
-    let buf = float_dispatch!(yd.buf.dtype(), "bias_act", T => {
-        let (ys, bs) = (yd.buf.as_slice::<T>().unwrap(), bd.buf.as_slice::<T>().unwrap());
-        let mut out = ys.to_vec();
-        if units > 0 {
-            match act {
-                // Small outputs (a training step's few rows) with rows of at least one
-                // unrolled AVX2 iteration: bias and activation in one pass per row. Narrower
-                // rows would run the activation in the loop's scalar tail, so they (and large
-                // outputs) add the bias per row and map the activation over the whole buffer.
-                Some(a) if out.len() < PAR_THRESHOLD && units >= FUSE_MIN_UNITS => {
-                    a.add_bias_apply(&mut out, bs)
-                }
-                _ => {
-                    for row in out.chunks_exact_mut(units) {
-                        zip_assign(row, bs, |v: T, c: T| v + c);
-                    }
-                    if let Some(a) = act {
-                        a.apply_in_place(&mut out);
-                    }
-                }
-            }
-        }
-        T::into_buffer(out)
-    });
     Ok(DenseData {
         shape: Shape::from_slice(&yd.shape),
-        buf: Storage::from(buf),
+        buf: yd.buf.bias_act(&bd.buf, yd.shape[1], act)?,
     })
 }
 
@@ -257,34 +166,17 @@ fn fused_grads(g: &NDArray, yd: &DenseData, act: FusedAct) -> Result<Option<(NDA
     if gd.shape[..] != yd.shape[..] || gd.buf.dtype() != yd.buf.dtype() {
         return Ok(None);
     }
-    float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
-        let (gs, ys) = (gd.buf.as_slice::<T>().unwrap(), yd.buf.as_slice::<T>().unwrap());
-        let gp = act.grad_from_output(gs, ys);
-        let db = NDArray::from_vec(column_sums(&gp, units), &[units])?;
-        Ok(Some((NDArray::from_vec(gp, &yd.shape)?, db)))
-    })
+    let (gp, db) = gd.buf.bias_act_grad(&yd.buf, units, act)?;
+    Ok(Some((
+        NDArray::from_buffer(gp, &yd.shape)?,
+        NDArray::from_buffer(db, &[units])?,
+    )))
 }
 
 /// `g * act'(y)` for the saved output values `yd` when `g` is not a dense gradient shaped like
 /// `y`: `act'(y)` (the fused pass over a gradient of ones) through the general (broadcasting,
 /// sparse-aware) multiply.
 fn pre_activation_grad(g: &NDArray, yd: &DenseData, act: FusedAct) -> Result<NDArray> {
-    float_dispatch!(yd.buf.dtype(), "bias_act backward", T => {
-        let ys = yd.buf.as_slice::<T>().unwrap();
-        let deriv = NDArray::from_vec(act.grad_from_output(&vec![1.0 as T; ys.len()], ys), &yd.shape)?;
-        g.mul(&deriv)
-    })
-}
-
-/// Sums of the rows of a row-major `(len / units, units)` matrix.
-fn column_sums<T: Float>(g: &[T], units: usize) -> Vec<T> {
-    let mut acc = vec![T::zero(); units];
-    if units > 0 {
-        for row in g.chunks_exact(units) {
-            for (a, &v) in acc.iter_mut().zip(row) {
-                *a = *a + v;
-            }
-        }
-    }
-    acc
+    let deriv = NDArray::from_buffer(yd.buf.act_derivative(act)?, &yd.shape)?;
+    g.mul(&deriv)
 }

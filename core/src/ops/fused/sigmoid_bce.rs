@@ -3,19 +3,11 @@
 //! The composite form `relu(x) - x z + softrelu(-|x|)` is seven recorded ops (seven outputs
 //! allocated forward, more in backward) for what is one pass over the batch; in a small-batch
 //! sparse training step (the tutorial's 10 rows) that bookkeeping dominated the loss. Fused, the
-//! forward is one pass and the backward is the textbook `sigmoid(x) - z`.
+//! forward is one pass and the backward is the textbook `sigmoid(x) - z`, each one kernel of
+//! the storage (`Storage::sigmoid_bce`, `sigmoid_bce_grad`; on the CPU `crate::cpu::linalg`).
 
 use crate::autograd::record_op;
-use crate::ops::{sigmoid, zip_slices};
-use crate::{float_dispatch, ArrayData, DenseData, Float, NDArray, Result, Shape};
-
-#[inline]
-fn loss<T: Float>(x: T, z: T) -> T {
-    // max(x, 0) - x z + log(1 + exp(-|x|)): finite for any |x|.
-    let zero = T::zero();
-    let relu = if x > zero { x } else { zero };
-    relu - x * z + (-x.abs()).exp_fast_nonpos().ln_1p()
-}
+use crate::{ArrayData, DenseData, NDArray, Result, Shape};
 
 /// Elementwise `max(x, 0) - x z + log(1 + exp(-|x|))` for logits `x` and labels `z` of the same
 /// shape and dtype, recorded as one op: `dx = g (sigmoid(x) - z)`, `dz = -g x`.
@@ -60,10 +52,7 @@ fn sigmoid_bce_impl(
         (xd.clone(), zd.clone())
     };
     let oshape = Shape::from_slice(out_shape.unwrap_or(&xd.shape));
-    let out = float_dispatch!(xd.buf.dtype(), "SigmoidBinaryCrossEntropyLoss", T => {
-        let (xs, zs) = (xd.buf.as_slice::<T>().unwrap(), zd.buf.as_slice::<T>().unwrap());
-        NDArray::from_vec(zip_slices(xs, zs, loss::<T>), &oshape)?
-    });
+    let out = NDArray::from_buffer(xd.buf.sigmoid_bce(&zd.buf)?, &oshape)?;
     // Labels are data almost always; their gradient is only built when they are in a graph.
     let need_dz = z.requires_grad();
     // Graph-free handles sharing the operands' values as they are now (an in-place write to
@@ -97,27 +86,20 @@ fn sigmoid_bce_impl(
 }
 
 /// `dx = g (sigmoid(x) - z)` and (when wanted) `dz = -g x` in `x`'s and `z`'s shapes, for a
-/// dense head gradient `gd` of the same dtype and element count.
+/// dense head gradient `gd` of the same dtype and element count: one pass of the storage's
+/// fused kernel.
 fn direct_grads(
     gd: &DenseData,
     xd: &DenseData,
     zd: &DenseData,
     need_dz: bool,
 ) -> Result<Vec<Option<NDArray>>> {
-    Ok(
-        float_dispatch!(gd.buf.dtype(), "SigmoidBinaryCrossEntropyLoss backward", T => {
-            let gs = gd.buf.as_slice::<T>().unwrap();
-            let (xs, zs) = (xd.buf.as_slice::<T>().unwrap(), zd.buf.as_slice::<T>().unwrap());
-            let dx: Vec<T> = gs.iter().zip(xs).zip(zs).map(|((&g, &x), &z)| g * (sigmoid(x) - z)).collect();
-            let dx = NDArray::from_vec(dx, &xd.shape)?;
-            let dz = if need_dz {
-                Some(NDArray::from_vec(zip_slices(gs, xs, |g: T, x: T| -g * x), &zd.shape)?)
-            } else {
-                None
-            };
-            vec![Some(dx), dz]
-        }),
-    )
+    let (dx, dz) = gd.buf.sigmoid_bce_grad(&xd.buf, &zd.buf, need_dz)?;
+    let dz = match dz {
+        Some(dz) => Some(NDArray::from_buffer(dz, &zd.shape)?),
+        None => None,
+    };
+    Ok(vec![Some(NDArray::from_buffer(dx, &xd.shape)?), dz])
 }
 
 /// The same gradients for a broadcast or sparse head gradient `g`: the formula through general

@@ -1,0 +1,303 @@
+//! The CPU's sparse-product family ([`SparseDotOps`]): the row loops of the csr products and
+//! of the embedding, over host slices. Each method dispatches on the dtype once, outside its
+//! loops, so every loop is monomorphized as it was in the operators.
+
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use num_traits::Zero;
+use rayon::prelude::*;
+
+use super::cast::as_f32;
+use super::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
+use super::rows::axpy;
+use super::segment::{fill_rows, for_each_row, segment_sum_grouped, segment_sum_rows, PAR_WORK};
+use super::{with_buffer, CpuStorage, HostElement};
+use crate::dtype::{Element, Float};
+use crate::error::{Error, Result};
+use crate::float_dispatch;
+use crate::sparse::ColumnGroups;
+use crate::storage::SparseDotOps;
+
+/// A csr matrix on the CPU.
+type Csr<'a> = crate::storage::CsrView<'a, Arc<Vec<i64>>>;
+
+/// The csr's number of non-zeros, row pointers and own column ids (from its offset).
+fn parts<'a>(x: &Csr<'a>) -> (usize, &'a [i64], &'a [i64]) {
+    let nnz = *x.indptr.last().unwrap_or(&0) as usize;
+    (nnz, &x.indptr[..], &x.indices[x.offset..x.offset + nnz])
+}
+
+/// The csr's own values, typed (from its offset), or a dtype error naming `op`.
+fn values<'a, T: Element>(
+    op: &'static str,
+    v: &'a CpuStorage,
+    x: &Csr<'_>,
+    nnz: usize,
+) -> Result<&'a [T]> {
+    T::slice(v)
+        .map(|s| &s[x.offset..x.offset + nnz])
+        .ok_or_else(|| Error::dtype(op, "csr values of an unexpected dtype"))
+}
+
+/// `other` typed like the csr's values, or the dtype mismatch of `values` and `other`.
+fn typed<'a, T: HostElement>(
+    op: &'static str,
+    values: &CpuStorage,
+    other: &'a CpuStorage,
+) -> Result<&'a [T]> {
+    T::slice(other).ok_or_else(|| Error::dtype_mismatch(op, values.dtype(), other.dtype()))
+}
+
+/// A product small enough for the calling thread, in f32 on an AVX2 machine: all rows in one
+/// loop nest ([`csr_rows_f32`]). `None` for other element types, CPUs or widths.
+fn small_f32<T: Float>(
+    m: usize,
+    n: usize,
+    ws: &[T],
+    ptr: &[i64],
+    idx: &[i64],
+    vals: &[T],
+) -> Option<Vec<T>> {
+    let (ws, vals) = (as_f32(ws)?, as_f32(vals)?);
+    let mut out: Vec<T> = Vec::with_capacity(m * n);
+    // SAFETY: T is f32 (as_f32 succeeded), so the cast only renames the element type.
+    let o = unsafe {
+        std::slice::from_raw_parts_mut(
+            out.spare_capacity_mut().as_mut_ptr() as *mut MaybeUninit<f32>,
+            m * n,
+        )
+    };
+    if !csr_rows_f32(o, ws, n, ptr, idx, vals) {
+        return None;
+    }
+    // SAFETY: `csr_rows_f32` wrote all m * n elements.
+    unsafe { out.set_len(m * n) };
+    Some(out)
+}
+
+/// csr . dense: parallel over output rows; each row is the sum of the rows of `w` picked by
+/// its non-zeros, written once.
+fn csr_dense_typed<T: Float>(
+    m: usize,
+    n: usize,
+    ws: &[T],
+    ptr: &[i64],
+    idx: &[i64],
+    vals: &[T],
+) -> Vec<T> {
+    let work = idx.len() * n;
+    if work < PAR_WORK {
+        if let Some(out) = small_f32(m, n, ws, ptr, idx, vals) {
+            return out;
+        }
+    }
+    fill_rows(m, n, 8, work, |r, orow| {
+        let s = ptr[r] as usize;
+        gather_sum_row(
+            orow,
+            ws,
+            ptr[r + 1] as usize - s,
+            |q| (idx[s + q] as usize, vals[s + q]),
+            // Prefetch across row ends too: a task handles consecutive rows.
+            |q| idx.get(s + q + PREFETCH_AHEAD).map(|&j| j as usize),
+        );
+    })
+}
+
+/// dense . csr (or . csr^T when `tb`): each output row reads its row of `a` once.
+#[allow(clippy::too_many_arguments)]
+fn dense_csr_typed<T: Float + std::ops::AddAssign>(
+    m: usize,
+    n: usize,
+    k: usize,
+    cr: usize,
+    xs: &[T],
+    ptr: &[i64],
+    idx: &[i64],
+    vals: &[T],
+    tb: bool,
+) -> Vec<T> {
+    let mut out = vec![T::zero(); m * n];
+    if n > 0 {
+        let work = idx.len() * m;
+        for_each_row(&mut out, n, 4, work, |i, orow| {
+            let arow = &xs[i * k..(i + 1) * k];
+            for r in 0..cr {
+                let (s, e) = (ptr[r] as usize, ptr[r + 1] as usize);
+                if tb {
+                    // out[i, r] = sum_p a[i, col p] * v_p
+                    let mut acc = T::zero();
+                    for p in s..e {
+                        acc += arow[idx[p] as usize] * vals[p];
+                    }
+                    orow[r] = acc;
+                } else {
+                    let av = arow[r];
+                    if av != T::zero() {
+                        for p in s..e {
+                            let j = idx[p] as usize;
+                            orow[j] += av * vals[p];
+                        }
+                    }
+                }
+            }
+        });
+    }
+    out
+}
+
+impl SparseDotOps for CpuStorage {
+    type Index = Arc<Vec<i64>>;
+
+    fn csr_dense(&self, x: Csr<'_>, w: &Self, n: usize) -> Result<Self> {
+        let (nnz, ptr, idx) = parts(&x);
+        let m = x.shape[0];
+        Ok(float_dispatch!(self.dtype(), "dot", T => {
+            let vals = values::<T>("dot", self, &x, nnz)?;
+            let ws = typed::<T>("dot", self, w)?;
+            T::into_buffer(csr_dense_typed(m, n, ws, ptr, idx, vals))
+        }))
+    }
+
+    fn csr_t_dense(&self, x: Csr<'_>, g: &Self, n: usize, groups: &ColumnGroups) -> Result<Self> {
+        let (nnz, _, _) = parts(&x);
+        Ok(float_dispatch!(self.dtype(), "dot", T => {
+            let gs = typed::<T>("dot", self, g)?;
+            let vals = Some(values::<T>("dot", self, &x, nnz)?);
+            T::into_buffer(segment_sum_grouped(&groups.starts, &groups.order, &groups.rows, vals, gs, n))
+        }))
+    }
+
+    fn csr_rsp(&self, x: Csr<'_>, w_data: &Self, w_rows: &Arc<Vec<i64>>, n: usize) -> Result<Self> {
+        let (nnz, ptr, idx) = parts(&x);
+        let m = x.shape[0];
+        Ok(float_dispatch!(self.dtype(), "dot", T => {
+            let vals = values::<T>("dot", self, &x, nnz)?;
+            let ws = typed::<T>("dot", self, w_data)?;
+            let mut out = vec![T::zero(); m * n];
+            if n > 0 {
+                // A non-zero at column j meets stored row j of the weight, if any (binary
+                // search in the sorted row ids).
+                for_each_row(&mut out, n, 8, nnz * n, |r, orow| {
+                    for p in ptr[r] as usize..ptr[r + 1] as usize {
+                        if let Ok(q) = w_rows.binary_search(&idx[p]) {
+                            axpy(orow, vals[p], &ws[q * n..(q + 1) * n]);
+                        }
+                    }
+                });
+            }
+            T::into_buffer(out)
+        }))
+    }
+
+    fn dense_csr(&self, x: Csr<'_>, a: &Self, m: usize, tb: bool) -> Result<Self> {
+        let (nnz, ptr, idx) = parts(&x);
+        let [cr, cc] = x.shape;
+        let (k, n) = if tb { (cc, cr) } else { (cr, cc) };
+        Ok(float_dispatch!(self.dtype(), "dot", T => {
+            let vals = values::<T>("dot", self, &x, nnz)?;
+            let xs = T::slice(a).ok_or_else(|| Error::dtype_mismatch("dot", a.dtype(), self.dtype()))?;
+            T::into_buffer(dense_csr_typed(m, n, k, cr, xs, ptr, idx, vals, tb))
+        }))
+    }
+
+    fn csr_dense_t(&self, x: Csr<'_>, w: &Self, units: usize) -> Result<Self> {
+        const OP: &str = "dot_csr_dense_t";
+        let (nnz, ptr, idx) = parts(&x);
+        let [rows, feats] = x.shape;
+        Ok(float_dispatch!(w.dtype(), OP, T => {
+            let wv = T::slice(w).unwrap();
+            let vals = typed::<T>(OP, w, self)?;
+            let vals = &vals[x.offset..x.offset + nnz];
+            let mut out = vec![0.0 as T; rows * units];
+            let work = |(r, dst): (usize, &mut [T])| {
+                for p in ptr[r] as usize..ptr[r + 1] as usize {
+                    let (col, v) = (idx[p] as usize, vals[p]);
+                    for (u, o) in dst.iter_mut().enumerate() {
+                        *o += v * wv[u * feats + col];
+                    }
+                }
+            };
+            if units > 0 && nnz * units >= 1 << 15 {
+                out.par_chunks_mut(units).enumerate().for_each(work);
+            } else if units > 0 {
+                out.chunks_mut(units).enumerate().for_each(work);
+            }
+            T::into_buffer(out)
+        }))
+    }
+
+    fn csr_dense_t_grad(&self, x: Csr<'_>, g: &Self, units: usize) -> Result<Self> {
+        const OP: &str = "dot_csr_dense_t backward";
+        let (nnz, ptr, idx) = parts(&x);
+        let [rows, feats] = x.shape;
+        Ok(float_dispatch!(g.dtype(), OP, T => {
+            let gv = T::slice(g).unwrap();
+            let vals = T::slice(self)
+                .map(|s| &s[x.offset..x.offset + nnz])
+                .ok_or_else(|| Error::dtype(OP, "csr and gradient dtypes differ"))?;
+            // Recycled from the previous step's gradient when there is one (see core's
+            // `recycle`): fresh 512 MB every step cost a page fault per 2 MB page.
+            let mut data: Vec<T> = crate::recycle::zeroed_vec(units * feats);
+            for r in 0..rows {
+                for p in ptr[r] as usize..ptr[r + 1] as usize {
+                    let (col, v) = (idx[p] as usize, vals[p]);
+                    for u in 0..units {
+                        data[u * feats + col] += v * gv[r * units + u];
+                    }
+                }
+            }
+            T::into_buffer(data)
+        }))
+    }
+
+    fn gather_rows(&self, ids: &Arc<Vec<i64>>, dim: usize) -> Result<Self> {
+        let ids: &[i64] = ids;
+        Ok(with_buffer!(self, tv => {
+            let mut out = vec![Default::default(); ids.len() * dim];
+            if dim > 0 {
+                out.par_chunks_mut(dim).with_min_len((4096 / dim).max(1)).zip(ids.par_iter()).for_each(|(o, &i)| {
+                    let s = i as usize * dim;
+                    o.copy_from_slice(&tv[s..s + dim]);
+                });
+            }
+            HostElement::into_buffer(out)
+        }))
+    }
+
+    fn segment_sum(&self, ids: &Arc<Vec<i64>>, dim: usize) -> Result<(Arc<Vec<i64>>, Self)> {
+        let rows: Vec<usize> = (0..ids.len()).collect();
+        Ok(float_dispatch!(self.dtype(), "embedding backward", T => {
+            let (uniq, data) = segment_sum_rows::<T>(&ids[..], &rows, None, T::slice(self).unwrap(), dim);
+            (Arc::new(uniq), T::into_buffer(data))
+        }))
+    }
+
+    fn to_ids(&self, op: &'static str, bound: usize) -> Result<Arc<Vec<i64>>> {
+        let ids: Arc<Vec<i64>> = match self {
+            // Already i64: shared, not copied (the buffer is copy-on-write).
+            CpuStorage::I64(v) => v.clone(),
+            CpuStorage::I32(v) => Arc::new(v.iter().map(|&x| x as i64).collect()),
+            CpuStorage::U8(v) => Arc::new(v.iter().map(|&x| x as i64).collect()),
+            other => with_buffer!(other, v => {
+                let mut out = Vec::with_capacity(v.len());
+                for &x in v.iter() {
+                    let f = x.to_f64();
+                    if f.fract() != 0.0 || !f.is_finite() {
+                        return Err(Error::index(op, format!("id {f} is not a whole number")));
+                    }
+                    out.push(f as i64);
+                }
+                Arc::new(out)
+            }),
+        };
+        if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= bound) {
+            return Err(Error::index(
+                op,
+                format!("id {bad} out of range for {bound} rows"),
+            ));
+        }
+        Ok(ids)
+    }
+}

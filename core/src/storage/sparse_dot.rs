@@ -1,0 +1,234 @@
+//! The sparse-product family of the backend interface: the csr products (csr . dense,
+//! csr^T . dense as row_sparse, csr . row_sparse, dense . csr, csr . W^T and its weight
+//! gradient) and the embedding's gather and segment sum.
+//!
+//! A csr operand reaches a backend as its values storage (the method's receiver) and a
+//! [`CsrView`] of its structure, whose index arrays are the backend's own ([`SparseDotOps::Index`]:
+//! what [`IndexStorage`]'s variant for that backend holds). The forwarders here match the values, the index arrays and every
+//! other operand together, so operands on different devices are an
+//! [`Error::Device`](crate::Error::Device), never a kernel reading foreign memory. Every method
+//! validates nothing about shapes: the operator did that.
+
+use super::{IndexStorage, Storage};
+use crate::error::{Error, Result};
+use crate::sparse::ColumnGroups;
+use crate::Device;
+
+/// A csr matrix's structure as operators hold it: what a [`CsrView`] is made of before the
+/// forwarder has matched its index arrays to a backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CsrIndex<'a> {
+    /// `[rows, cols]`.
+    pub(crate) shape: [usize; 2],
+    /// Row pointers, `rows + 1` entries starting at 0.
+    pub(crate) indptr: &'a IndexStorage,
+    /// Column ids (shared; this matrix's start at `offset`).
+    pub(crate) indices: &'a IndexStorage,
+    /// Position of this matrix's first non-zero in `indices` and in the values.
+    pub(crate) offset: usize,
+}
+
+/// A csr matrix's structure on one backend: `I` is that backend's index array (the shared
+/// host vector on the CPU). Non-zero `p` of row `r` (`indptr[r] <= p < indptr[r + 1]`) is at position
+/// `offset + p` of `indices` and of the values.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CsrView<'a, I> {
+    /// `[rows, cols]`.
+    pub(crate) shape: [usize; 2],
+    /// Row pointers.
+    pub(crate) indptr: &'a I,
+    /// Column ids.
+    pub(crate) indices: &'a I,
+    /// Position of the first non-zero in `indices` and in the values.
+    pub(crate) offset: usize,
+}
+
+/// What a backend implements for the sparse products and the embedding. In each csr method
+/// `self` is the csr operand's values; the other operands share its dtype (float) and device.
+pub(crate) trait SparseDotOps: Sized {
+    /// The backend's form of an i64 index array: what [`IndexStorage`]'s variant for this
+    /// backend holds (the shared host vector on the CPU). Methods that make index arrays
+    /// return it, and the forwarder wraps it in that variant.
+    type Index;
+
+    /// `x (m x k) . w (k x n)` for a csr `x` and a dense row-major `w`, as a dense `m x n`.
+    fn csr_dense(&self, x: CsrView<'_, Self::Index>, w: &Self, n: usize) -> Result<Self>;
+    /// The values of `x^T (k x m) . g (m x n)` as row_sparse: one row of `n` per group of
+    /// `groups` (the columns present in `x`, ascending), each the sum of the rows of `g`
+    /// picked by that column's non-zeros, scaled by their values.
+    fn csr_t_dense(
+        &self,
+        x: CsrView<'_, Self::Index>,
+        g: &Self,
+        n: usize,
+        groups: &ColumnGroups,
+    ) -> Result<Self>;
+    /// `x (m x k) . w` for a csr `x` and a row_sparse `w` (`k x n`) given as its stored rows
+    /// `w_data` and their sorted ids `w_rows`, as a dense `m x n`.
+    fn csr_rsp(
+        &self,
+        x: CsrView<'_, Self::Index>,
+        w_data: &Self,
+        w_rows: &Self::Index,
+        n: usize,
+    ) -> Result<Self>;
+    /// `a (m x k) . x` (or `. x^T` when `tb`) for a dense row-major `a` and a csr `x`, as a
+    /// dense `m x n` (`n` is the csr's column count, or its row count when `tb`).
+    fn dense_csr(&self, x: CsrView<'_, Self::Index>, a: &Self, m: usize, tb: bool) -> Result<Self>;
+    /// `x (rows x feats) . w^T` for a csr `x` and a dense `w` of `(units, feats)`, as a dense
+    /// `rows x units`.
+    fn csr_dense_t(&self, x: CsrView<'_, Self::Index>, w: &Self, units: usize) -> Result<Self>;
+    /// `g^T . x` for a dense `g` of `(rows, units)` and a csr `x` of `(rows, feats)`: the
+    /// dense `(units, feats)` weight gradient of [`SparseDotOps::csr_dense_t`].
+    fn csr_dense_t_grad(&self, x: CsrView<'_, Self::Index>, g: &Self, units: usize)
+        -> Result<Self>;
+    /// The rows `ids` of `self`, a row-major table with rows of `dim` (any dtype), one after
+    /// another. The ids were checked against the table's rows.
+    fn gather_rows(&self, ids: &Self::Index, dim: usize) -> Result<Self>;
+    /// The sum of the rows of `self` (row `e` has `dim` elements) that share an id in `ids`
+    /// (one per row): the sorted unique ids and their summed rows (row_sparse parts).
+    fn segment_sum(&self, ids: &Self::Index, dim: usize) -> Result<(Self::Index, Self)>;
+    /// The elements of `self` as ids (i64, i32, u8, or whole-valued floats, as MXNet passes
+    /// ids in float arrays), each checked to lie in `0..bound`; errors name `op`.
+    fn to_ids(&self, op: &'static str, bound: usize) -> Result<Self::Index>;
+}
+
+/// The device of an index array.
+fn index_device(i: &IndexStorage) -> Device {
+    match i {
+        IndexStorage::Cpu(_) => Device::Cpu,
+    }
+}
+
+/// The error for operands of one operation on different devices: the first storage whose
+/// device differs from the first one's, else the index array that does.
+fn mismatch(op: &'static str, values: &[&Storage], index: &[&IndexStorage]) -> Error {
+    let first = values[0].device();
+    let other = values
+        .iter()
+        .map(|s| s.device())
+        .chain(index.iter().map(|i| index_device(i)))
+        .find(|&d| d != first)
+        .unwrap_or(first);
+    Error::device_mismatch(op, first, other)
+}
+
+/// Dispatch a csr operation: `$body` runs with `$x` bound to the [`CsrView`] of `$ix` on the
+/// backend that holds the csr values `$v` (bound to `$vb`) and each other storage `$s` (bound
+/// to `$b`); operands on different devices are an error naming `$op`.
+macro_rules! on_csr {
+    ($op:expr, $ix:expr, ($v:expr => $vb:ident $(, $s:expr => $b:ident)*), $x:ident => $body:expr) => {{
+        let ix: &CsrIndex<'_> = $ix;
+        match (ix.indptr, ix.indices, $v $(, $s)*) {
+            (IndexStorage::Cpu(p), IndexStorage::Cpu(i), Storage::Cpu($vb) $(, Storage::Cpu($b))*) => {
+                let $x = CsrView {
+                    shape: ix.shape,
+                    indptr: p,
+                    indices: i,
+                    offset: ix.offset,
+                };
+                $body
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch($op, &[$v $(, $s)*], &[ix.indptr, ix.indices])),
+        }
+    }};
+}
+
+impl Storage {
+    /// See [`SparseDotOps::csr_dense`]; `self` is the csr's values.
+    #[inline]
+    pub(crate) fn csr_dense(&self, x: &CsrIndex<'_>, w: &Storage, n: usize) -> Result<Storage> {
+        on_csr!("dot", x, (self => v, w => w), x => Ok(Storage::from(v.csr_dense(x, w, n)?)))
+    }
+    /// See [`SparseDotOps::csr_t_dense`]; `self` is the csr's values.
+    #[inline]
+    pub(crate) fn csr_t_dense(
+        &self,
+        x: &CsrIndex<'_>,
+        g: &Storage,
+        n: usize,
+        groups: &ColumnGroups,
+    ) -> Result<Storage> {
+        on_csr!("dot", x, (self => v, g => g), x =>
+            Ok(Storage::from(v.csr_t_dense(x, g, n, groups)?)))
+    }
+    /// See [`SparseDotOps::csr_rsp`]; `self` is the csr's values.
+    #[inline]
+    pub(crate) fn csr_rsp(
+        &self,
+        x: &CsrIndex<'_>,
+        w_data: &Storage,
+        w_rows: &IndexStorage,
+        n: usize,
+    ) -> Result<Storage> {
+        on_csr!("dot", x, (self => v, w_data => w), x => match w_rows {
+            IndexStorage::Cpu(r) => Ok(Storage::from(v.csr_rsp(x, w, r, n)?)),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("dot", &[self, w_data], &[w_rows])),
+        })
+    }
+    /// See [`SparseDotOps::dense_csr`]; `self` is the csr's values.
+    #[inline]
+    pub(crate) fn dense_csr(
+        &self,
+        x: &CsrIndex<'_>,
+        a: &Storage,
+        m: usize,
+        tb: bool,
+    ) -> Result<Storage> {
+        on_csr!("dot", x, (self => v, a => a), x => Ok(Storage::from(v.dense_csr(x, a, m, tb)?)))
+    }
+    /// See [`SparseDotOps::csr_dense_t`]; `self` is the csr's values.
+    #[inline]
+    pub(crate) fn csr_dense_t(
+        &self,
+        x: &CsrIndex<'_>,
+        w: &Storage,
+        units: usize,
+    ) -> Result<Storage> {
+        on_csr!("dot_csr_dense_t", x, (self => v, w => w), x =>
+            Ok(Storage::from(v.csr_dense_t(x, w, units)?)))
+    }
+    /// See [`SparseDotOps::csr_dense_t_grad`]; `self` is the csr's values.
+    #[inline]
+    pub(crate) fn csr_dense_t_grad(
+        &self,
+        x: &CsrIndex<'_>,
+        g: &Storage,
+        units: usize,
+    ) -> Result<Storage> {
+        on_csr!("dot_csr_dense_t backward", x, (self => v, g => g), x =>
+            Ok(Storage::from(v.csr_dense_t_grad(x, g, units)?)))
+    }
+    /// See [`SparseDotOps::gather_rows`].
+    #[inline]
+    pub(crate) fn gather_rows(&self, ids: &IndexStorage, dim: usize) -> Result<Storage> {
+        match (self, ids) {
+            (Storage::Cpu(t), IndexStorage::Cpu(i)) => Ok(Storage::from(t.gather_rows(i, dim)?)),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("embedding", &[self], &[ids])),
+        }
+    }
+    /// See [`SparseDotOps::segment_sum`].
+    #[inline]
+    pub(crate) fn segment_sum(
+        &self,
+        ids: &IndexStorage,
+        dim: usize,
+    ) -> Result<(IndexStorage, Storage)> {
+        match (self, ids) {
+            (Storage::Cpu(g), IndexStorage::Cpu(i)) => {
+                let (uniq, data) = g.segment_sum(i, dim)?;
+                Ok((IndexStorage::Cpu(uniq), Storage::from(data)))
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("embedding backward", &[self], &[ids])),
+        }
+    }
+    /// See [`SparseDotOps::to_ids`].
+    #[inline]
+    pub(crate) fn to_ids(&self, op: &'static str, bound: usize) -> Result<IndexStorage> {
+        super::on_backend!(self, b => Ok(IndexStorage::Cpu(b.to_ids(op, bound)?)))
+    }
+}
