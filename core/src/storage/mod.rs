@@ -13,9 +13,15 @@
 
 mod elementwise;
 mod index;
+mod sparse;
+mod update;
 
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
+pub(crate) use sparse::{
+    check_csr_layout, Layout, Merge, SparseOps, SparseParts, SquareSumAxis, StoredReduce, WithDense,
+};
+pub(crate) use update::{GradRef, UpdateOps, UpdateRule, UpdateScalars};
 
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device, Element};
@@ -24,7 +30,7 @@ use crate::dtype::{DType, Device, Element};
 /// convert elements without knowing what the array means, and (as supertraits, one per family
 /// of operators, each in its own file of this folder) the kernels operators call.
 pub(crate) trait BackendStorage:
-    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps
+    Clone + std::fmt::Debug + Send + Sync + Sized + ElementwiseOps + SparseOps + UpdateOps
 {
     /// The device whose memory holds the elements.
     fn device(&self) -> Device;
