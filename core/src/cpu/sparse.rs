@@ -697,9 +697,10 @@ impl SparseOps for CpuStorage {
         })
     }
 
-    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> Self::Index {
+    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> (Self::Index, i64) {
         let base = indptr[start];
-        Arc::new(indptr[start..=end].iter().map(|&p| p - base).collect())
+        let rebased = indptr[start..=end].iter().map(|&p| p - base).collect();
+        (Arc::new(rebased), base)
     }
 
     fn index_range(idx: &Self::Index, range: Range<usize>) -> Self::Index {

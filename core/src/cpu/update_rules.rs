@@ -417,7 +417,7 @@ impl UpdateOps for CpuStorage {
         }
     }
 
-    fn sum_sq(&self, range: Range<usize>) -> Result<f64> {
+    fn sum_sq_range(&self, range: Range<usize>) -> Result<f64> {
         fn sum<T: Float>(v: &[T]) -> f64 {
             v.iter()
                 .map(|&x| {
@@ -433,7 +433,7 @@ impl UpdateOps for CpuStorage {
         }
     }
 
-    fn scale(&mut self, range: Range<usize>, factor: f64) -> Result<()> {
+    fn scale_range(&mut self, range: Range<usize>, factor: f64) -> Result<()> {
         fn scale<T: Float>(v: &mut [T], f: f64) {
             let f = <T as Element>::from_f64(f);
             v.iter_mut().for_each(|x| *x = *x * f);

@@ -27,10 +27,10 @@ impl NDArray {
                 format!("rows {start}..{end} of an array with {} rows", c.shape[0]),
             ));
         }
-        let base = c.indptr[start];
+        let (indptr, base) = c.indptr.rebase_indptr(start, end);
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [end - start, c.shape[1]],
-            indptr: c.indptr.rebase_indptr(start, end),
+            indptr,
             indices: c.indices.clone(),
             data: c.data.clone(),
             offset: c.offset + base as usize,

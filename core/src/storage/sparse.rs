@@ -167,8 +167,9 @@ pub(crate) trait SparseOps: Sized {
     fn concat_csr(
         parts: &[(&Self, Layout<'_, Self::Index>)],
     ) -> Result<SparseParts<Self, Self::Index>>;
-    /// Row pointers `start..=end` of `indptr`, rebased to start at 0 (a csr row slice's).
-    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> Self::Index;
+    /// Row pointers `start..=end` of `indptr`, rebased to start at 0 (a csr row slice's), and
+    /// the base subtracted (`indptr[start]`, the slice's first non-zero).
+    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> (Self::Index, i64);
     /// Entries `range` of an index array, as a new one.
     fn index_range(idx: &Self::Index, range: Range<usize>) -> Self::Index;
     /// The csr invariants (`check_format`) of the index arrays, given `values_len` stored
@@ -395,10 +396,11 @@ impl Storage {
 
 impl IndexStorage {
     /// See [`SparseOps::rebase_indptr`].
-    pub(crate) fn rebase_indptr(&self, start: usize, end: usize) -> IndexStorage {
+    pub(crate) fn rebase_indptr(&self, start: usize, end: usize) -> (IndexStorage, i64) {
         match self {
             IndexStorage::Cpu(v) => {
-                IndexStorage::Cpu(crate::cpu::CpuStorage::rebase_indptr(v, start, end))
+                let (p, base) = crate::cpu::CpuStorage::rebase_indptr(v, start, end);
+                (IndexStorage::Cpu(p), base)
             }
         }
     }

@@ -240,9 +240,9 @@ pub(crate) trait UpdateOps: SparseOps {
         lazy: bool,
     ) -> Result<[f64; 2]>;
     /// The sum of the squares of the elements at `range`, accumulated in f64 (float dtypes).
-    fn sum_sq(&self, range: Range<usize>) -> Result<f64>;
+    fn sum_sq_range(&self, range: Range<usize>) -> Result<f64>;
     /// Multiply the elements at `range` by `factor` (rounded to the dtype first) in place.
-    fn scale(&mut self, range: Range<usize>, factor: f64) -> Result<()>;
+    fn scale_range(&mut self, range: Range<usize>, factor: f64) -> Result<()>;
 }
 
 impl Storage {
@@ -295,12 +295,12 @@ impl Storage {
             }
         }
     }
-    /// See [`UpdateOps::sum_sq`].
-    pub(crate) fn sum_sq(&self, range: Range<usize>) -> Result<f64> {
-        super::on_backend!(self, b => b.sum_sq(range))
+    /// See [`UpdateOps::sum_sq_range`].
+    pub(crate) fn sum_sq_range(&self, range: Range<usize>) -> Result<f64> {
+        super::on_backend!(self, b => b.sum_sq_range(range))
     }
-    /// See [`UpdateOps::scale`].
-    pub(crate) fn scale(&mut self, range: Range<usize>, factor: f64) -> Result<()> {
-        super::on_backend!(self, b => b.scale(range, factor))
+    /// See [`UpdateOps::scale_range`].
+    pub(crate) fn scale_range(&mut self, range: Range<usize>, factor: f64) -> Result<()> {
+        super::on_backend!(self, b => b.scale_range(range, factor))
     }
 }

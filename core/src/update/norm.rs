@@ -59,7 +59,7 @@ pub fn stored_sum_sq(array: &NDArray) -> Result<f64> {
     if !matches!(buf.dtype(), DType::F32 | DType::F64) {
         return Err(float_error("stored_sum_sq", buf));
     }
-    buf.sum_sq(range)
+    buf.sum_sq_range(range)
 }
 
 /// Multiply `array`'s stored values by `factor` in place (every element of a dense array, the
@@ -89,5 +89,5 @@ pub fn scale_stored(array: &NDArray, factor: f64) -> Result<()> {
     if !matches!(buf.dtype(), DType::F32 | DType::F64) {
         return Err(float_error(OP, buf));
     }
-    buf.scale(range, factor)
+    buf.scale_range(range, factor)
 }
