@@ -134,6 +134,7 @@ pub(crate) enum HostGrad<'a, T> {
 /// operators check shapes before they get here, but the raw spans below must not depend on a
 /// check made elsewhere, and a row_sparse array built unchecked may hold fewer values than its
 /// shape says.
+#[inline]
 pub(crate) fn host_grad<'a, T: Float>(
     op: &'static str,
     grad: GradRef<'a, CpuStorage, Arc<Vec<i64>>>,

@@ -401,6 +401,7 @@ fn float_error(op: &'static str, dtype: DType) -> Error {
 }
 
 impl UpdateOps for CpuStorage {
+    #[inline]
     fn update(
         &mut self,
         rows: usize,

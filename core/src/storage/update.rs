@@ -11,8 +11,6 @@
 
 use std::ops::Range;
 
-use smallvec::SmallVec;
-
 use super::sparse::index_device;
 use super::{IndexStorage, SparseOps, Storage};
 use crate::error::{Error, Result};
@@ -248,11 +246,12 @@ pub(crate) trait UpdateOps: SparseOps {
 impl Storage {
     /// See [`UpdateOps::update`]: the weight (`self`), the gradient's buffers and the states
     /// must share one backend (else [`Error::Device`]).
-    pub(crate) fn update(
+    #[inline]
+    pub(crate) fn update<const N: usize>(
         &mut self,
         rows: usize,
         grad: GradRef<'_, Storage, IndexStorage>,
-        states: &mut [&mut Storage],
+        states: [&mut Storage; N],
         scalars: &UpdateScalars,
         rule: &UpdateRule,
         lazy: bool,
@@ -282,15 +281,16 @@ impl Storage {
                         return Err(Error::device_mismatch(op, device, g.device()))
                     }
                 };
-                // The states as the backend's type, without a heap allocation per update.
-                let mut st: SmallVec<[&mut _; 4]> = SmallVec::new();
-                for s in states.iter_mut() {
-                    #[allow(unreachable_patterns)]
-                    match &mut **s {
-                        Storage::Cpu(c) => st.push(c),
-                        other => return Err(Error::device_mismatch(op, device, other.device())),
-                    }
+                // The states as the backend's type (an array: no allocation per update).
+                #[allow(unreachable_patterns)]
+                let st = states.map(|s| match s {
+                    Storage::Cpu(c) => Ok(c),
+                    other => Err(other.device()),
+                });
+                if let Some(Err(d)) = st.iter().find(|s| s.is_err()) {
+                    return Err(Error::device_mismatch(op, device, *d));
                 }
+                let mut st = st.map(|s| s.expect("every state checked on this backend above"));
                 w.update(rows, g, &mut st[..], scalars, rule, lazy)
             }
         }

@@ -81,7 +81,7 @@ pub fn adagrad_update(
     let rule = UpdateRule::AdaGrad {
         epsilon: args.hyper.epsilon,
     };
-    run(weight, grad, &[history], args, rule).map(drop)
+    run(weight, grad, [history], args, rule).map(drop)
 }
 
 /// AdaDelta (MXNet's Python `AdaDelta`), in place. Like MXNet it uses no learning rate
@@ -107,7 +107,7 @@ pub fn adadelta_update(
         rho: h.rho,
         epsilon: h.epsilon,
     };
-    run(weight, grad, &[acc_grad, acc_delta], args, rule).map(drop)
+    run(weight, grad, [acc_grad, acc_delta], args, rule).map(drop)
 }
 
 /// RMSProp as Tieleman & Hinton describe it (MXNet `rmsprop_update`), in place:
@@ -132,7 +132,7 @@ pub fn rmsprop_update(
         epsilon: h.epsilon,
         clip_weights: h.clip_weights,
     };
-    run(weight, grad, &[n], args, rule).map(drop)
+    run(weight, grad, [n], args, rule).map(drop)
 }
 
 /// Centered RMSProp as Graves describes it (MXNet `rmspropalex_update`), in place:
@@ -169,5 +169,5 @@ pub fn rmspropalex_update(
         epsilon: h.epsilon,
         clip_weights: h.clip_weights,
     };
-    run(weight, grad, &[n, g, delta], args, rule).map(drop)
+    run(weight, grad, [n, g, delta], args, rule).map(drop)
 }

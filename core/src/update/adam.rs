@@ -112,7 +112,7 @@ pub fn adam_update(
     args.check(OP)?;
     args.hyper.check(OP)?;
     check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    run(weight, grad, &[mean, var], args, args.hyper.rule(false)).map(drop)
+    run(weight, grad, [mean, var], args, args.hyper.rule(false)).map(drop)
 }
 
 /// AdamW with decoupled weight decay, as MXNet's `contrib.adamw_update` is driven by GluonNLP's
@@ -132,7 +132,7 @@ pub fn adamw_update(
     args.check(OP)?;
     args.hyper.check(OP)?;
     check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    run(weight, grad, &[mean, var], args, args.hyper.rule(true)).map(drop)
+    run(weight, grad, [mean, var], args, args.hyper.rule(true)).map(drop)
 }
 
 /// Adamax (MXNet's Python `Adamax`), in place: `h = clip(rescale*g + wd*w);
@@ -157,7 +157,7 @@ pub fn adamax_update(
         beta1: h.beta1,
         beta2: h.beta2,
     };
-    run(weight, grad, &[mean, inf_norm], args, rule).map(drop)
+    run(weight, grad, [mean, inf_norm], args, rule).map(drop)
 }
 
 /// Nadam (MXNet's Python `Nadam`), Adam with Nesterov momentum and a momentum schedule, in
@@ -207,6 +207,6 @@ pub fn nadam_update(
         c_g: 1.0 - mom_t,
         c_m: mom_t1,
     };
-    run(weight, grad, &[mean, var], args, rule)?;
+    run(weight, grad, [mean, var], args, rule)?;
     Ok(sched)
 }

@@ -60,7 +60,7 @@ pub fn ftrl_update(
         lambda1: h.lambda1,
         beta: h.beta,
     };
-    run(weight, grad, &[z, n], args, rule).map(drop)
+    run(weight, grad, [z, n], args, rule).map(drop)
 }
 
 /// FTML, Follow the Moving Leader (MXNet `ftml_update`), in place:
@@ -96,5 +96,5 @@ pub fn ftml_update(
         epsilon: h.epsilon,
         t: h.t,
     };
-    run(weight, grad, &[d, v, z], args, rule).map(drop)
+    run(weight, grad, [d, v, z], args, rule).map(drop)
 }

@@ -77,7 +77,7 @@ pub fn lamb_update(
         d1,
         d2,
     };
-    let [sw, su] = run(weight, grad, &[mean, var], args, phase1)?;
+    let [sw, su] = run(weight, grad, [mean, var], args, phase1)?;
     let mut r1 = sw.sqrt();
     if let Some(lb) = h.lower_bound {
         r1 = r1.max(lb);
@@ -97,5 +97,5 @@ pub fn lamb_update(
         d2,
         lr,
     };
-    run(weight, grad, &[mean, var], args, phase2).map(drop)
+    run(weight, grad, [mean, var], args, phase2).map(drop)
 }

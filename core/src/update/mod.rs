@@ -62,10 +62,8 @@ pub use sgd::{
     SignumParams,
 };
 
-use smallvec::SmallVec;
-
 use crate::error::{Error, Result};
-use crate::storage::{GradRef, Storage, UpdateRule, UpdateScalars};
+use crate::storage::{GradRef, UpdateRule, UpdateScalars};
 use crate::{ArrayData, NDArray};
 
 impl<P> UpdateArgs<P> {
@@ -84,10 +82,10 @@ impl<P> UpdateArgs<P> {
 /// gradient for reading (the order every update has always taken), and hand their buffers to
 /// the backend in one call. The operator has checked the arrays (`check::check_arrays`).
 /// Returns what the rule accumulates (LAMB's norms; zeros otherwise).
-fn run<P>(
+fn run<P, const N: usize>(
     weight: &NDArray,
     grad: &NDArray,
-    states: &[&NDArray],
+    states: [&NDArray; N],
     args: &UpdateArgs<P>,
     rule: UpdateRule,
 ) -> Result<[f64; 2]> {
@@ -98,14 +96,15 @@ fn run<P>(
         .as_dense_mut()
         .ok_or_else(|| Error::stype(op, "weight must be dense"))?
         .buf;
-    let mut sguards: SmallVec<[_; 4]> = states.iter().map(|s| s.write()).collect();
-    let mut sbufs: SmallVec<[&mut Storage; 4]> = SmallVec::new();
-    for g in sguards.iter_mut() {
-        let d = g
-            .as_dense_mut()
-            .ok_or_else(|| Error::stype(op, "state arrays must be dense"))?;
-        sbufs.push(&mut d.buf);
+    // Fixed-size arrays, not collections: this runs for every parameter of every step.
+    let mut sguards = states.map(|s| s.write());
+    let sbufs = sguards
+        .each_mut()
+        .map(|g| g.as_dense_mut().map(|d| &mut d.buf));
+    if sbufs.iter().any(Option::is_none) {
+        return Err(Error::stype(op, "state arrays must be dense"));
     }
+    let sbufs = sbufs.map(|b| b.expect("every state checked dense above"));
     let gguard = grad.read();
     let g = match &*gguard {
         ArrayData::Dense(d) => GradRef::Dense(&d.buf),
@@ -116,5 +115,5 @@ fn run<P>(
         },
         ArrayData::Csr(_) => return Err(Error::stype(op, "csr gradients are not supported")),
     };
-    w.update(rows, g, &mut sbufs, &args.scalars(), &rule, args.lazy())
+    w.update(rows, g, sbufs, &args.scalars(), &rule, args.lazy())
 }

@@ -42,7 +42,7 @@ pub fn sgd_update(weight: &NDArray, grad: &NDArray, args: &UpdateArgs) -> Result
     const OP: &str = "sgd_update";
     args.check(OP)?;
     check_arrays(OP, weight, grad, &[])?;
-    run(weight, grad, &[], args, UpdateRule::Sgd).map(drop)
+    run(weight, grad, [], args, UpdateRule::Sgd).map(drop)
 }
 
 /// SGD with momentum (MXNet `sgd_mom_update`), in place:
@@ -63,7 +63,7 @@ pub fn sgd_mom_update(
     let rule = UpdateRule::SgdMom {
         momentum: args.hyper.momentum,
     };
-    run(weight, grad, &[mom], args, rule).map(drop)
+    run(weight, grad, [mom], args, rule).map(drop)
 }
 
 /// Nesterov accelerated gradient (MXNet `nag_mom_update`), in place. Per element, with
@@ -85,7 +85,7 @@ pub fn nag_mom_update(
     let rule = UpdateRule::NagMom {
         momentum: args.hyper.momentum,
     };
-    run(weight, grad, &[mom], args, rule).map(drop)
+    run(weight, grad, [mom], args, rule).map(drop)
 }
 
 /// signSGD (MXNet `signsgd_update`), in place: `w <- (1 - lr*wd)*w - lr*sign(g)`.
@@ -96,7 +96,7 @@ pub fn signsgd_update(weight: &NDArray, grad: &NDArray, args: &UpdateArgs) -> Re
     const OP: &str = "signsgd_update";
     args.check(OP)?;
     check_arrays(OP, weight, grad, &[])?;
-    run(weight, grad, &[], args, UpdateRule::SignSgd).map(drop)
+    run(weight, grad, [], args, UpdateRule::SignSgd).map(drop)
 }
 
 /// Signum (MXNet `signum_update`), in place:
@@ -118,5 +118,5 @@ pub fn signum_update(
         momentum: h.momentum,
         wd_lh: h.wd_lh,
     };
-    run(weight, grad, &[mom], args, rule).map(drop)
+    run(weight, grad, [mom], args, rule).map(drop)
 }
