@@ -12,18 +12,19 @@ use crate::dtype::{DType, Element, Float, SType};
 use crate::error::{Error, Result};
 use crate::ops::BinaryOp;
 use crate::storage::{
-    Layout, Merge, SparseOps, SparseParts, SquareSumAxis, StoredReduce, WithDense,
+    Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce, WithDense,
 };
 use crate::{float_dispatch, with_buffer};
 
 /// A layout over host index vectors.
-type HostLayout<'a> = Layout<'a, Arc<Vec<i64>>>;
+type HostLayout<'a> = SparseLayout<'a, Arc<Vec<i64>>>;
 /// New host buffers of a sparse array.
 type HostParts = SparseParts<CpuStorage, Arc<Vec<i64>>>;
 
 /// Elements per parallel block when converting between dense and csr.
 const PAR_ROWS: usize = 1 << 14;
 
+/// `a op b` for the binary ops the sparse kernels have (add, sub, mul; div otherwise).
 fn f<T: Float>(op: BinaryOp, a: T, b: T) -> T {
     match op {
         BinaryOp::Add => a + b,
@@ -51,7 +52,7 @@ struct Csr<'a> {
 /// The parts of a csr layout (`None` for row_sparse).
 fn csr<'a>(l: &HostLayout<'a>) -> Option<Csr<'a>> {
     match *l {
-        Layout::Csr {
+        SparseLayout::Csr {
             shape,
             indptr,
             indices,
@@ -65,17 +66,17 @@ fn csr<'a>(l: &HostLayout<'a>) -> Option<Csr<'a>> {
                 range: offset..offset + nnz,
             })
         }
-        Layout::RowSparse { .. } => None,
+        SparseLayout::RowSparse { .. } => None,
     }
 }
 
 /// A row_sparse layout's row ids and row length (`None` for csr).
 fn rsp<'a>(l: &HostLayout<'a>) -> Option<(&'a [i64], usize)> {
     match *l {
-        Layout::RowSparse { shape, indices } => {
+        SparseLayout::RowSparse { shape, indices } => {
             Some((indices.as_slice(), shape[1..].iter().product()))
         }
-        Layout::Csr { .. } => None,
+        SparseLayout::Csr { .. } => None,
     }
 }
 
@@ -550,7 +551,7 @@ impl SparseOps for CpuStorage {
                 }))
             }
             (StoredReduce::SquareSum(axis), _, Some((ids, n))) => {
-                let Layout::RowSparse { shape, .. } = l else {
+                let SparseLayout::RowSparse { shape, .. } = l else {
                     return Err(layout_error("square_sum"));
                 };
                 Ok(float_dispatch!(self.dtype(), "square_sum", T => {
@@ -579,11 +580,11 @@ impl SparseOps for CpuStorage {
 
     fn densify(&self, l: HostLayout<'_>) -> Result<Self> {
         Ok(match l {
-            Layout::Csr { .. } => {
+            SparseLayout::Csr { .. } => {
                 let c = csr(&l).expect("csr");
                 with_buffer!(self, v => HostElement::into_buffer(csr_to_dense(&c, &v[c.range.clone()])))
             }
-            Layout::RowSparse { shape, indices } => {
+            SparseLayout::RowSparse { shape, indices } => {
                 let row_len = shape[1..].iter().product();
                 let n = shape.iter().product();
                 with_buffer!(self, v => HostElement::into_buffer(rsp_to_dense(indices, v, n, row_len)))
@@ -708,7 +709,7 @@ impl SparseOps for CpuStorage {
     }
 
     fn check_csr(l: HostLayout<'_>, values_len: usize, full: bool) -> Result<()> {
-        let Layout::Csr {
+        let SparseLayout::Csr {
             shape: [rows, cols],
             indptr,
             indices,

@@ -57,6 +57,7 @@ struct Scalars<T> {
     clip: Option<T>,
 }
 
+/// The shared scalars rounded to `T`, as every rule reads them.
 fn scalars<T: Float>(s: &UpdateScalars) -> Scalars<T> {
     Scalars {
         lr: cast(s.lr),

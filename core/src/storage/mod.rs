@@ -19,7 +19,8 @@ mod update;
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
 pub(crate) use sparse::{
-    check_csr_layout, Layout, Merge, SparseOps, SparseParts, SquareSumAxis, StoredReduce, WithDense,
+    check_csr_layout, Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce,
+    WithDense,
 };
 pub(crate) use update::{GradRef, UpdateOps, UpdateRule, UpdateScalars};
 

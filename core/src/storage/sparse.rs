@@ -2,7 +2,7 @@
 //! (`crate::sparse`: elementwise binary ops, reductions, conversions, slicing, format checks)
 //! and the form in which a backend holds index arrays.
 //!
-//! A kernel receives a sparse array as its value buffer (`self`) plus a [`Layout`], the index
+//! A kernel receives a sparse array as its value buffer (`self`) plus a [`SparseLayout`], the index
 //! arrays and shape that say where each stored value sits, and returns new buffers
 //! ([`SparseParts`] when the structure changes). Operators name what to compute with a small
 //! enum ([`Merge`], [`WithDense`], [`StoredReduce`]); the CPU matches it once outside its loops
@@ -19,7 +19,7 @@ use crate::ops::BinaryOp;
 /// Where the stored values of a sparse array sit, without the values (`I`: the index arrays'
 /// type, [`IndexStorage`] for operators, the backend's [`SparseOps::Index`] for kernels).
 #[derive(Debug)]
-pub(crate) enum Layout<'a, I> {
+pub(crate) enum SparseLayout<'a, I> {
     /// csr: the values of row `r` are positions `indptr[r]..indptr[r + 1]`, counted from
     /// `offset`, of the value buffer, their columns the same positions of `indices` (a row
     /// slice shares its parent's buffers from `offset`).
@@ -42,12 +42,12 @@ pub(crate) enum Layout<'a, I> {
     },
 }
 
-impl<I> Clone for Layout<'_, I> {
+impl<I> Clone for SparseLayout<'_, I> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<I> Copy for Layout<'_, I> {}
+impl<I> Copy for SparseLayout<'_, I> {}
 
 /// New buffers of a sparse array: csr (`indptr` set) or row_sparse (row ids in `indices`).
 #[derive(Debug)]
@@ -107,7 +107,7 @@ pub(crate) enum StoredReduce {
 }
 
 /// What a backend implements for sparse operators. `self` is the value buffer of the (first)
-/// sparse operand, laid out as its [`Layout`] says.
+/// sparse operand, laid out as its [`SparseLayout`] says.
 pub(crate) trait SparseOps: Sized {
     /// The backend's form of an index array (csr row pointers and column indices, row_sparse
     /// row ids): what [`IndexStorage`]'s variant for this backend holds.
@@ -116,9 +116,9 @@ pub(crate) trait SparseOps: Sized {
     /// Merge `self` (laid out as `la`) with `b` (as `lb`, same storage type and shape).
     fn merge(
         &self,
-        la: Layout<'_, Self::Index>,
+        la: SparseLayout<'_, Self::Index>,
         b: &Self,
-        lb: Layout<'_, Self::Index>,
+        lb: SparseLayout<'_, Self::Index>,
         op: Merge,
     ) -> Result<SparseParts<Self, Self::Index>>;
     /// `s op d` (`sparse_left`) or `d op s` for `Add` / `Sub`, with `d` dense of the sparse
@@ -126,32 +126,37 @@ pub(crate) trait SparseOps: Sized {
     /// over them (float dtypes).
     fn scatter_dense(
         &self,
-        l: Layout<'_, Self::Index>,
+        l: SparseLayout<'_, Self::Index>,
         dense: &Self,
         op: BinaryOp,
         sparse_left: bool,
     ) -> Result<Self>;
     /// The stored values combined with `dense` as `op` says (aligned with the stored values).
-    fn with_dense(&self, l: Layout<'_, Self::Index>, dense: &Self, op: WithDense) -> Result<Self>;
+    fn with_dense(
+        &self,
+        l: SparseLayout<'_, Self::Index>,
+        dense: &Self,
+        op: WithDense,
+    ) -> Result<Self>;
     /// A reduction of the stored values (float dtypes).
-    fn reduce_stored(&self, l: Layout<'_, Self::Index>, op: StoredReduce) -> Result<Self>;
+    fn reduce_stored(&self, l: SparseLayout<'_, Self::Index>, op: StoredReduce) -> Result<Self>;
     /// The gradient of [`StoredReduce::SquareSum`] over `axis` with respect to the stored
     /// values: `2 * x * g`, `g` the dense head gradient (aligned with the stored values).
     fn square_sum_grad(
         &self,
-        l: Layout<'_, Self::Index>,
+        l: SparseLayout<'_, Self::Index>,
         g: &Self,
         axis: SquareSumAxis,
     ) -> Result<Self>;
     /// The dense equivalent (absent entries 0).
-    fn densify(&self, l: Layout<'_, Self::Index>) -> Result<Self>;
+    fn densify(&self, l: SparseLayout<'_, Self::Index>) -> Result<Self>;
     /// The dense array `self` of `shape` as `to` (csr: 2-D, zeros dropped; row_sparse: the
     /// rows with a non-zero).
     fn sparsify(&self, shape: &[usize], to: SType) -> Result<SparseParts<Self, Self::Index>>;
     /// Columns `cols` of a csr array, renumbered from 0.
     fn slice_cols(
         &self,
-        l: Layout<'_, Self::Index>,
+        l: SparseLayout<'_, Self::Index>,
         cols: Range<usize>,
     ) -> Result<SparseParts<Self, Self::Index>>;
     /// The rows `ids` (sorted, unique, in range) of a row_sparse array that it stores.
@@ -159,13 +164,13 @@ pub(crate) trait SparseOps: Sized {
     /// sorted lists (`sparse::retain_rows`).
     fn retain_stored(
         &self,
-        l: Layout<'_, Self::Index>,
+        l: SparseLayout<'_, Self::Index>,
         ids: &[i64],
         search: bool,
     ) -> Result<SparseParts<Self, Self::Index>>;
     /// csr arrays with equal column counts stacked vertically.
     fn concat_csr(
-        parts: &[(&Self, Layout<'_, Self::Index>)],
+        parts: &[(&Self, SparseLayout<'_, Self::Index>)],
     ) -> Result<SparseParts<Self, Self::Index>>;
     /// Row pointers `start..=end` of `indptr`, rebased to start at 0 (a csr row slice's), and
     /// the base subtracted (`indptr[start]`, the slice's first non-zero).
@@ -175,7 +180,7 @@ pub(crate) trait SparseOps: Sized {
     /// The csr invariants (`check_format`) of the index arrays, given `values_len` stored
     /// values: lengths and end points always, plus monotone row pointers and sorted, unique,
     /// in-range column ids when `full`. A broken one is an [`Error::Format`] naming it.
-    fn check_csr(l: Layout<'_, Self::Index>, values_len: usize, full: bool) -> Result<()>;
+    fn check_csr(l: SparseLayout<'_, Self::Index>, values_len: usize, full: bool) -> Result<()>;
     /// The row_sparse invariant on its row ids when `full` (sorted, unique, inside
     /// `0..rows`), an [`Error::Format`] naming a broken one.
     fn check_row_ids(idx: &Self::Index, rows: usize) -> Result<()>;
@@ -190,8 +195,8 @@ pub(super) fn index_device(i: &IndexStorage) -> Device {
 
 impl CsrData {
     /// This array's layout, for the sparse kernels.
-    pub(crate) fn sparse_layout(&self) -> Layout<'_, IndexStorage> {
-        Layout::Csr {
+    pub(crate) fn sparse_layout(&self) -> SparseLayout<'_, IndexStorage> {
+        SparseLayout::Csr {
             shape: self.shape,
             indptr: &self.indptr,
             indices: &self.indices,
@@ -202,8 +207,8 @@ impl CsrData {
 
 impl RowSparseData {
     /// This array's layout, for the sparse kernels.
-    pub(crate) fn sparse_layout(&self) -> Layout<'_, IndexStorage> {
-        Layout::RowSparse {
+    pub(crate) fn sparse_layout(&self) -> SparseLayout<'_, IndexStorage> {
+        SparseLayout::RowSparse {
             shape: &self.shape,
             indices: &self.indices,
         }
@@ -229,21 +234,21 @@ mod host {
     /// The layout over host index vectors.
     pub(super) fn layout<'a>(
         op: &'static str,
-        l: Layout<'a, IndexStorage>,
-    ) -> Result<Layout<'a, Arc<Vec<i64>>>> {
+        l: SparseLayout<'a, IndexStorage>,
+    ) -> Result<SparseLayout<'a, Arc<Vec<i64>>>> {
         Ok(match l {
-            Layout::Csr {
+            SparseLayout::Csr {
                 shape,
                 indptr,
                 indices,
                 offset,
-            } => Layout::Csr {
+            } => SparseLayout::Csr {
                 shape,
                 indptr: idx(op, indptr)?,
                 indices: idx(op, indices)?,
                 offset,
             },
-            Layout::RowSparse { shape, indices } => Layout::RowSparse {
+            SparseLayout::RowSparse { shape, indices } => SparseLayout::RowSparse {
                 shape,
                 indices: idx(op, indices)?,
             },
@@ -275,9 +280,9 @@ impl Storage {
     /// See [`SparseOps::merge`].
     pub(crate) fn merge(
         &self,
-        la: Layout<'_, IndexStorage>,
+        la: SparseLayout<'_, IndexStorage>,
         b: &Storage,
-        lb: Layout<'_, IndexStorage>,
+        lb: SparseLayout<'_, IndexStorage>,
         op: Merge,
     ) -> Result<SparseParts<Storage, IndexStorage>> {
         const OP: &str = "sparse merge";
@@ -292,7 +297,7 @@ impl Storage {
     /// See [`SparseOps::scatter_dense`].
     pub(crate) fn scatter_dense(
         &self,
-        l: Layout<'_, IndexStorage>,
+        l: SparseLayout<'_, IndexStorage>,
         dense: &Storage,
         op: BinaryOp,
         sparse_left: bool,
@@ -305,7 +310,7 @@ impl Storage {
     /// See [`SparseOps::with_dense`].
     pub(crate) fn with_dense(
         &self,
-        l: Layout<'_, IndexStorage>,
+        l: SparseLayout<'_, IndexStorage>,
         dense: &Storage,
         op: WithDense,
     ) -> Result<Storage> {
@@ -318,7 +323,7 @@ impl Storage {
     /// See [`SparseOps::reduce_stored`].
     pub(crate) fn reduce_stored(
         &self,
-        l: Layout<'_, IndexStorage>,
+        l: SparseLayout<'_, IndexStorage>,
         op: StoredReduce,
     ) -> Result<Storage> {
         const OP: &str = "sparse reduce";
@@ -330,7 +335,7 @@ impl Storage {
     /// See [`SparseOps::square_sum_grad`].
     pub(crate) fn square_sum_grad(
         &self,
-        l: Layout<'_, IndexStorage>,
+        l: SparseLayout<'_, IndexStorage>,
         g: &Storage,
         axis: SquareSumAxis,
     ) -> Result<Storage> {
@@ -341,7 +346,7 @@ impl Storage {
         })
     }
     /// See [`SparseOps::densify`].
-    pub(crate) fn densify(&self, l: Layout<'_, IndexStorage>) -> Result<Storage> {
+    pub(crate) fn densify(&self, l: SparseLayout<'_, IndexStorage>) -> Result<Storage> {
         const OP: &str = "cast_storage";
         super::on_backend!(self, s => {
             let l = host::layout(OP, l)?;
@@ -359,7 +364,7 @@ impl Storage {
     /// See [`SparseOps::slice_cols`].
     pub(crate) fn slice_cols(
         &self,
-        l: Layout<'_, IndexStorage>,
+        l: SparseLayout<'_, IndexStorage>,
         cols: Range<usize>,
     ) -> Result<SparseParts<Storage, IndexStorage>> {
         const OP: &str = "slice_cols";
@@ -371,7 +376,7 @@ impl Storage {
     /// See [`SparseOps::retain_stored`].
     pub(crate) fn retain_stored(
         &self,
-        l: Layout<'_, IndexStorage>,
+        l: SparseLayout<'_, IndexStorage>,
         ids: &[i64],
         search: bool,
     ) -> Result<SparseParts<Storage, IndexStorage>> {
@@ -383,7 +388,7 @@ impl Storage {
     }
     /// See [`SparseOps::concat_csr`]; every part must be on the first part's backend.
     pub(crate) fn concat_csr(
-        parts: &[(&Storage, Layout<'_, IndexStorage>)],
+        parts: &[(&Storage, SparseLayout<'_, IndexStorage>)],
     ) -> Result<SparseParts<Storage, IndexStorage>> {
         const OP: &str = "concat_rows";
         let host: Vec<_> = parts
@@ -422,16 +427,16 @@ impl IndexStorage {
 
 /// See [`SparseOps::check_csr`], on the backend holding the layout's row pointers.
 pub(crate) fn check_csr_layout(
-    l: Layout<'_, IndexStorage>,
+    l: SparseLayout<'_, IndexStorage>,
     values_len: usize,
     full: bool,
 ) -> Result<()> {
     const OP: &str = "check_format";
     match l {
-        Layout::Csr {
+        SparseLayout::Csr {
             indptr: IndexStorage::Cpu(_),
             ..
         } => crate::cpu::CpuStorage::check_csr(host::layout(OP, l)?, values_len, full),
-        Layout::RowSparse { .. } => Err(Error::stype(OP, "needs a csr layout")),
+        SparseLayout::RowSparse { .. } => Err(Error::stype(OP, "needs a csr layout")),
     }
 }
