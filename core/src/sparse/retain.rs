@@ -40,7 +40,7 @@ pub fn retain_rows(a: &NDArray, row_ids: &[i64]) -> Result<NDArray> {
                 .iter()
                 .flat_map(|&r| (r as usize * row_len)..(r as usize + 1) * row_len);
             let data = dd.buf.gather(positions);
-            (IndexStorage::from(ids), data)
+            (IndexStorage::from_vec_on(ids, dd.buf.device()), data)
         }
         ArrayData::RowSparse(r) => {
             let p = r.data.retain_stored(r.sparse_layout(), &ids, false)?;

@@ -123,7 +123,7 @@ pub(crate) fn unary(op: ZeroOp, a: &NDArray) -> Result<NDArray> {
         let gx = match op {
             ZeroOp::Neg => g.neg()?,
             ZeroOp::Abs => g.mul(&xd.sign()?)?,
-            ZeroOp::Sign => NDArray::zeros(&x.shape(), x.dtype())?,
+            ZeroOp::Sign => x.zeros_like(),
             ZeroOp::Relu => g.mul(&xd.greater_scalar(0.0)?)?,
             ZeroOp::Sqrt => g.div(&y.tostype(SType::Dense)?.mul_scalar(2.0)?)?,
             ZeroOp::Square => g.mul(&xd.mul_scalar(2.0)?)?,

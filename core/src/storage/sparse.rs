@@ -400,6 +400,13 @@ impl Storage {
 }
 
 impl IndexStorage {
+    /// Host ids (given by a caller) as an index array on `device`, beside the values they
+    /// index.
+    pub(crate) fn from_vec_on(v: Vec<i64>, device: Device) -> IndexStorage {
+        match device {
+            Device::Cpu => IndexStorage::from(v),
+        }
+    }
     /// See [`SparseOps::rebase_indptr`].
     pub(crate) fn rebase_indptr(&self, start: usize, end: usize) -> (IndexStorage, i64) {
         match self {
