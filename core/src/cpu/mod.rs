@@ -23,10 +23,12 @@ pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod skinny;
+mod sparse;
 pub(crate) mod sparse_dot;
 mod storage;
 pub(crate) mod tiny;
 pub(crate) mod update;
+mod update_rules;
 
 pub use element::HostElement;
 pub(crate) use storage::with_buffer;

@@ -7,10 +7,14 @@
 //! - row_sparse gradient, lazy: exactly the gradient's rows — nothing else is read or written;
 //! - row_sparse gradient, standard: every row, runs of absent rows merged into one span.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
+use super::CpuStorage;
 use crate::error::{Error, Result};
-use crate::{ArrayData, Float, NDArray, RowSparseData, SType};
+use crate::storage::GradRef;
+use crate::{Float, SType};
 
 /// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
 const CHUNK: usize = 16 * 1024;
@@ -109,102 +113,97 @@ pub(crate) fn check_row_ids(op: &'static str, idx: &[i64], rows: usize) -> Resul
     Ok(())
 }
 
-/// The dense float values of a write-locked weight or state array; `what` names it in the
-/// error when it is not dense.
-fn dense_values<'a, T: Float>(
-    op: &'static str,
-    what: &'static str,
-    guard: &'a mut ArrayData,
-    dtype_err: impl Fn() -> Error,
-) -> Result<&'a mut [T]> {
-    guard
-        .as_dense_mut()
-        .ok_or_else(|| Error::stype(op, format!("{what} must be dense")))?
-        .buf
-        .as_mut_slice::<T>()
-        .ok_or_else(dtype_err)
+/// A gradient as typed host slices, checked against the weight (see [`host_grad`]).
+pub(crate) enum HostGrad<'a, T> {
+    /// As many values as the weight.
+    Dense(&'a [T]),
+    /// Sorted unique row ids inside the weight's rows and `idx.len() * row_len` values.
+    RowSparse {
+        /// Row ids.
+        idx: &'a [i64],
+        /// The stored rows.
+        vals: &'a [T],
+        /// Elements per row (the weight's too).
+        row_len: usize,
+    },
 }
 
-/// The dense float values of a write-locked weight and its row count (first dimension).
-fn weight_values<'a, T: Float>(
+/// The gradient's typed values, checked for the spans written from them: a dense one holds
+/// the weight's `n` values; a row_sparse one `rows x row_len` of them, rows as long as the
+/// weight's (`n` values in `rows` rows), and ids sorted, unique and inside `0..rows`. The
+/// operators check shapes before they get here, but the raw spans below must not depend on a
+/// check made elsewhere, and a row_sparse array built unchecked may hold fewer values than its
+/// shape says.
+#[inline]
+pub(crate) fn host_grad<'a, T: Float>(
     op: &'static str,
-    guard: &'a mut ArrayData,
-    dtype_err: impl Fn() -> Error,
-) -> Result<(&'a mut [T], usize)> {
-    let rows = guard.shape().first().copied().unwrap_or(0);
-    Ok((dense_values(op, "weight", guard, dtype_err)?, rows))
-}
-
-/// The values of a row_sparse gradient, checked to hold `rows x row_len` of them, and to have
-/// rows as long as the weight's (`n` values in `rows` rows): the row spans written from it rely
-/// on both. The operators check shapes before they get here, but the raw spans below must not
-/// depend on a check made elsewhere, and a row_sparse array built unchecked may hold fewer
-/// values than its shape says.
-fn rsp_values<'a, T: Float>(
-    op: &'static str,
-    r: &'a RowSparseData,
+    grad: GradRef<'a, CpuStorage, Arc<Vec<i64>>>,
     n: usize,
     rows: usize,
     dtype_err: impl Fn() -> Error,
-) -> Result<&'a [T]> {
-    let (k, rl) = (r.indices.len(), r.row_len());
-    let gd = r.data.as_slice::<T>().ok_or_else(dtype_err)?;
-    if gd.len() != k * rl {
-        return Err(Error::format(
-            SType::RowSparse,
-            format!("{k} rows of {rl} need {} values, got {}", k * rl, gd.len()),
-        ));
-    }
-    if rows * rl != n {
-        return Err(Error::shape(
-            op,
-            format!("gradient rows of {rl} values, the weight's {rows} rows hold {n}"),
-        ));
-    }
-    Ok(gd)
-}
-
-/// Run `f` over matching spans of `weight`, `grad` and the `N` dense `states`, in place.
-/// `lazy` selects the row_sparse semantics (ignored for a dense gradient). The states must be
-/// distinct arrays (each is write-locked for the whole update).
-pub(crate) fn apply_chunks<T, const N: usize, F>(
-    op: &'static str,
-    weight: &NDArray,
-    grad: &NDArray,
-    states: [&NDArray; N],
-    lazy: bool,
-    f: F,
-) -> Result<()>
-where
-    T: Float,
-    F: Fn(&mut [T], Option<&[T]>, [&mut [T]; N]) + Sync + Send,
-{
-    let dtype_err = || Error::dtype(op, "weight, gradient and states must share one float dtype");
-    let mut wguard = weight.write();
-    let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
-    let n = w.len();
-    let wp = Ptr(w.as_mut_ptr());
-    let mut sguards = states.map(|s| s.write());
-    let mut sp = [Ptr(std::ptr::null_mut::<T>()); N];
-    for (k, g) in sguards.iter_mut().enumerate() {
-        let s = dense_values::<T>(op, "state arrays", g, dtype_err)?;
-        if s.len() != n {
-            return Err(Error::shape(op, "state size differs from the weight's"));
-        }
-        sp[k] = Ptr(s.as_mut_ptr());
-    }
-    // SAFETY (all `span` calls below): every task receives a range of its own; ranges come from
-    // disjoint chunks or from sorted unique row ids checked above, and lie inside `0..n`.
-    let spans =
-        |start: usize, len: usize| unsafe { (wp.span(start, len), sp.map(|p| p.span(start, len))) };
-
-    let gguard = grad.read();
-    match &*gguard {
-        ArrayData::Dense(d) => {
-            let g = d.buf.as_slice::<T>().ok_or_else(dtype_err)?;
+) -> Result<HostGrad<'a, T>> {
+    match grad {
+        GradRef::Dense(g) => {
+            let g = g.as_slice::<T>().ok_or_else(dtype_err)?;
             if g.len() != n {
                 return Err(Error::shape(op, "gradient size differs from the weight's"));
             }
+            Ok(HostGrad::Dense(g))
+        }
+        GradRef::RowSparse {
+            indices,
+            values,
+            row_len: rl,
+        } => {
+            let k = indices.len();
+            let gd = values.as_slice::<T>().ok_or_else(dtype_err)?;
+            if gd.len() != k * rl {
+                return Err(Error::format(
+                    SType::RowSparse,
+                    format!("{k} rows of {rl} need {} values, got {}", k * rl, gd.len()),
+                ));
+            }
+            if rows * rl != n {
+                return Err(Error::shape(
+                    op,
+                    format!("gradient rows of {rl} values, the weight's {rows} rows hold {n}"),
+                ));
+            }
+            check_row_ids(op, indices, rows)?;
+            Ok(HostGrad::RowSparse {
+                idx: indices,
+                vals: gd,
+                row_len: rl,
+            })
+        }
+    }
+}
+
+/// Run `f` over matching spans of the weight `w` (`rows` rows), the gradient and the `N`
+/// `states` (each `w.len()` elements, distinct buffers), in place. `lazy` selects the
+/// row_sparse semantics (ignored for a dense gradient).
+pub(crate) fn apply_chunks<T, const N: usize, F>(
+    w: &mut [T],
+    rows: usize,
+    grad: &HostGrad<'_, T>,
+    states: [&mut [T]; N],
+    lazy: bool,
+    f: F,
+) where
+    T: Float,
+    F: Fn(&mut [T], Option<&[T]>, [&mut [T]; N]) + Sync + Send,
+{
+    let n = w.len();
+    let wp = Ptr(w.as_mut_ptr());
+    let sp = states.map(|s| Ptr(s.as_mut_ptr()));
+    // SAFETY (all `span` calls below): every task receives a range of its own; ranges come from
+    // disjoint chunks or from sorted unique row ids checked in `host_grad`, and lie inside
+    // `0..n`, the length of the weight and of every state (checked by the caller).
+    let spans =
+        |start: usize, len: usize| unsafe { (wp.span(start, len), sp.map(|p| p.span(start, len))) };
+
+    match *grad {
+        HostGrad::Dense(g) => {
             let tasks = n.div_ceil(CHUNK);
             for_each(tasks, n, 1, |c| {
                 let s = c * CHUNK;
@@ -213,14 +212,14 @@ where
                 f(w, Some(&g[s..e]), st);
             });
         }
-        ArrayData::RowSparse(r) => {
-            let rl = r.row_len();
-            let idx: &[i64] = &r.indices;
+        HostGrad::RowSparse {
+            idx,
+            vals: gd,
+            row_len: rl,
+        } => {
             let k = idx.len();
-            let gd = rsp_values::<T>(op, r, n, rows, dtype_err)?;
-            check_row_ids(op, idx, rows)?;
             if rl == 0 {
-                return Ok(());
+                return;
             }
             if lazy {
                 // The forward pass of the same step read these weight rows, but they are prefetched
@@ -266,11 +265,7 @@ where
                 });
             }
         }
-        ArrayData::Csr(_) => {
-            return Err(Error::stype(op, "csr gradients are not supported"));
-        }
     }
-    Ok(())
 }
 
 /// [`apply_chunks`] for a stateless update whose present-gradient case is `w = f(w, g)` per
@@ -281,9 +276,9 @@ where
 /// loop set-up per row. In the sparse tutorial's step that is ~5K instructions fewer for the
 /// 100 rows of the first layer and ~0.7K for the five small dense parameters (callgrind).
 pub(crate) fn apply_zip<T, F, Z>(
-    op: &'static str,
-    weight: &NDArray,
-    grad: &NDArray,
+    w: &mut [T],
+    rows: usize,
+    grad: &HostGrad<'_, T>,
     lazy: bool,
     f: F,
     absent: Z,
@@ -293,51 +288,37 @@ where
     F: Fn(T, T) -> T + Copy + Sync + Send,
     Z: Fn(&mut [T]) + Sync + Send,
 {
-    let dtype_err = || Error::dtype(op, "weight and gradient must share one float dtype");
-    {
-        // Locks in apply_chunks' order: the weight for writing, then the gradient.
-        let mut wguard = weight.write();
-        let gguard = grad.read();
-        match &*gguard {
-            ArrayData::RowSparse(r) if lazy && r.indices.len() * r.row_len() < PAR_MIN => {
-                let (w, rows) = weight_values::<T>(op, &mut wguard, dtype_err)?;
-                let gd = rsp_values::<T>(op, r, w.len(), rows, dtype_err)?;
-                check_row_ids(op, &r.indices, rows)?;
-                return crate::ops::zip_assign_rows(w, r.row_len(), &r.indices, gd, f);
-            }
-            ArrayData::Dense(d) if d.buf.len() < PAR_MIN => {
-                let (w, _) = weight_values::<T>(op, &mut wguard, dtype_err)?;
-                let g = d.buf.as_slice::<T>().ok_or_else(dtype_err)?;
-                if g.len() != w.len() {
-                    return Err(Error::shape(op, "gradient size differs from the weight's"));
-                }
-                crate::ops::zip_assign(w, g, f);
-                return Ok(());
-            }
-            _ => {}
+    match *grad {
+        HostGrad::RowSparse { idx, vals, row_len } if lazy && idx.len() * row_len < PAR_MIN => {
+            return crate::ops::zip_assign_rows(w, row_len, idx, vals, f);
         }
+        HostGrad::Dense(g) if g.len() < PAR_MIN => {
+            crate::ops::zip_assign(w, g, f);
+            return Ok(());
+        }
+        _ => {}
     }
-    apply_chunks::<T, 0, _>(op, weight, grad, [], lazy, |w, g, []| match g {
+    apply_chunks::<T, 0, _>(w, rows, grad, [], lazy, |w, g, []| match g {
         Some(g) => crate::ops::zip_assign(w, g, f),
         None => absent(w),
-    })
+    });
+    Ok(())
 }
 
 /// Elementwise form of [`apply_chunks`]: `k(w, g, states)` per element, `g = 0` where the
 /// gradient is implicitly zero.
 pub(crate) fn apply_elementwise<T, const N: usize, K>(
-    op: &'static str,
-    weight: &NDArray,
-    grad: &NDArray,
-    states: [&NDArray; N],
+    w: &mut [T],
+    rows: usize,
+    grad: &HostGrad<'_, T>,
+    states: [&mut [T]; N],
     lazy: bool,
     k: K,
-) -> Result<()>
-where
+) where
     T: Float,
     K: Fn(&mut T, T, [&mut T; N]) + Sync + Send,
 {
-    apply_chunks::<T, N, _>(op, weight, grad, states, lazy, |w, g, mut st| match g {
+    apply_chunks::<T, N, _>(w, rows, grad, states, lazy, |w, g, mut st| match g {
         Some(g) => {
             for (j, (wj, &gj)) in w.iter_mut().zip(g).enumerate() {
                 k(wj, gj, st.each_mut().map(|s| &mut s[j]));

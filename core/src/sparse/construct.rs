@@ -11,67 +11,7 @@ use crate::SType;
 /// Check the invariants of csr parts. `full` adds the O(nnz) checks (monotone indptr, indices
 /// sorted, unique and in range); without it only the lengths and end points are checked.
 pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
-    let f = |m: String| Err(Error::format(SType::Csr, m));
-    let [rows, cols] = c.shape;
-    if c.indptr.len() != rows + 1 {
-        return f(format!(
-            "indptr has {} entries, expected rows + 1 = {}",
-            c.indptr.len(),
-            rows + 1
-        ));
-    }
-    if c.indptr[0] != 0 {
-        return f(format!("indptr[0] is {}, expected 0", c.indptr[0]));
-    }
-    let last = c.indptr[rows];
-    if last < 0 {
-        return f(format!("indptr[{rows}] is negative ({last})"));
-    }
-    let nnz = last as usize;
-    if c.offset + nnz > c.indices.len() {
-        return f(format!(
-            "indptr[{rows}] = {nnz} (nnz) but only {} indices are stored after offset {}",
-            c.indices.len().saturating_sub(c.offset),
-            c.offset
-        ));
-    }
-    if c.offset + nnz > c.data.len() {
-        return f(format!(
-            "indptr[{rows}] = {nnz} (nnz) but only {} values are stored after offset {}",
-            c.data.len().saturating_sub(c.offset),
-            c.offset
-        ));
-    }
-    if !full {
-        return Ok(());
-    }
-    for r in 0..rows {
-        let (s, e) = (c.indptr[r], c.indptr[r + 1]);
-        if e < s {
-            return f(format!(
-                "indptr is not non-decreasing: indptr[{r}] = {s} > indptr[{}] = {e}",
-                r + 1
-            ));
-        }
-    }
-    let idx = c.indices();
-    for r in 0..rows {
-        let row = &idx[c.indptr[r] as usize..c.indptr[r + 1] as usize];
-        for (k, &j) in row.iter().enumerate() {
-            if j < 0 || j as usize >= cols {
-                return f(format!(
-                    "row {r}: column index {j} out of range for {cols} columns"
-                ));
-            }
-            if k > 0 && row[k - 1] >= j {
-                return f(format!(
-                    "row {r}: column indices not sorted and unique ({} then {j})",
-                    row[k - 1]
-                ));
-            }
-        }
-    }
-    Ok(())
+    crate::storage::check_csr_layout(c.sparse_layout(), c.data.len(), full)
 }
 
 /// Check the invariants of row_sparse parts (`full` adds sorted/unique/in-range row ids).
@@ -122,32 +62,18 @@ pub(crate) fn check_rsp(r: &RowSparseData, full: bool) -> Result<()> {
         return f("row_sparse needs at least one dimension".into());
     }
     let rl = r.row_len();
-    if r.data.len() != r.indices.len() * rl {
+    if r.data.len() != r.nnr() * rl {
         return f(format!(
             "data has {} elements, expected {} rows x {rl} = {}",
             r.data.len(),
-            r.indices.len(),
-            r.indices.len() * rl
+            r.nnr(),
+            r.nnr() * rl
         ));
     }
     if !full {
         return Ok(());
     }
-    for (k, &i) in r.indices.iter().enumerate() {
-        if i < 0 || i as usize >= r.shape[0] {
-            return f(format!(
-                "row index {i} out of range for {} rows",
-                r.shape[0]
-            ));
-        }
-        if k > 0 && r.indices[k - 1] >= i {
-            return f(format!(
-                "row indices not sorted and unique ({} then {i})",
-                r.indices[k - 1]
-            ));
-        }
-    }
-    Ok(())
+    r.indices.check_row_ids(r.shape[0])
 }
 
 impl NDArray {

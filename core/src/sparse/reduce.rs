@@ -1,14 +1,10 @@
 //! Reductions of sparse arrays: sum / mean of csr along axis 0, 1 or all (through the `sum`
 //! dispatch hook), `square_sum` of row_sparse (MXNet's `_square_sum`) and `norm`.
 
-use num_traits::Zero;
-
 use crate::autograd::record_op;
-use crate::dtype::Element;
 use crate::error::{Error, Result};
-use crate::ndarray::{ArrayData, RowSparseData};
-use crate::storage::Storage;
-use crate::{float_dispatch, NDArray, SType};
+use crate::storage::{SquareSumAxis, StoredReduce};
+use crate::{ArrayData, NDArray, RowSparseData, SType};
 
 /// Which axis a 2-D reduction runs over: `Some(0)`, `Some(1)` or all (`None`).
 fn norm_axis(op: &'static str, axes: Option<&[i64]>, ndim: usize) -> Result<Option<Option<usize>>> {
@@ -50,22 +46,15 @@ pub(crate) fn dispatch_sum(
         return Ok(None);
     };
     let [m, n] = c.shape;
-    let (len, shape_kd, shape) = match axis {
-        Some(0) => (n, vec![1, n], vec![n]),
-        Some(_) => (m, vec![m, 1], vec![m]),
-        None => (1, vec![1, 1], vec![]),
+    let (shape_kd, shape) = match axis {
+        Some(0) => (vec![1, n], vec![n]),
+        Some(_) => (vec![m, 1], vec![m]),
+        None => (vec![1, 1], vec![]),
     };
-    let out = float_dispatch!(c.data.dtype(), "sum", T => {
-        let (vals, idx) = (c.values::<T>().unwrap(), c.indices());
-        let mut out = vec![T::zero(); len];
-        for r in 0..m {
-            for p in c.indptr[r] as usize..c.indptr[r + 1] as usize {
-                let o = match axis { Some(0) => idx[p] as usize, Some(_) => r, None => 0 };
-                out[o] += vals[p];
-            }
-        }
-        NDArray::from_vec(out, if keepdims { &shape_kd } else { &shape })?
-    });
+    let sums = c
+        .data
+        .reduce_stored(c.sparse_layout(), StoredReduce::Sum(axis))?;
+    let out = NDArray::from_buffer(sums, if keepdims { &shape_kd } else { &shape })?;
     Ok(Some(record_op("sum", out, &[a], move |g| {
         Ok(vec![Some(
             g.tostype(SType::Dense)?
@@ -90,50 +79,52 @@ pub fn square_sum(a: &NDArray, axis: Option<i64>, keepdims: bool) -> Result<NDAr
     let axes = axis.map(|x| vec![x]);
     let ax = norm_axis("square_sum", axes.as_deref(), 2)?.unwrap_or(None);
     let [m, n] = [r.shape[0], r.shape[1]];
-    let out = float_dispatch!(r.data.dtype(), "square_sum", T => {
-        let v = r.data.as_slice::<T>().unwrap();
-        match ax {
-            Some(1) => {
-                let sums: Vec<T> = (0..r.nnr()).map(|k| v[k * n..(k + 1) * n].iter().map(|&x| x * x).sum()).collect();
-                if keepdims {
-                    NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: vec![m, 1], indices: r.indices.clone(), data: Storage::from_vec(sums) }))
-                } else {
-                    let mut out = vec![T::zero(); m];
-                    for (k, &row) in r.indices.iter().enumerate() { out[row as usize] = sums[k]; }
-                    NDArray::from_vec(out, &[m])?
-                }
-            }
-            Some(_) => {
-                let mut out = vec![T::zero(); n];
-                for row in v.chunks_exact(n.max(1)) {
-                    for (o, &x) in out.iter_mut().zip(row) { *o += x * x; }
-                }
-                let sh = if keepdims { vec![1, n] } else { vec![n] };
-                NDArray::from_vec(out, &sh)?
-            }
-            None => {
-                let s: T = v.iter().map(|&x| x * x).sum();
-                NDArray::from_vec(vec![s], if keepdims { &[1, 1][..] } else { &[][..] })?
-            }
-        }
-    });
-    let x = r.clone();
+    let (which, shape): (SquareSumAxis, &[usize]) = match (ax, keepdims) {
+        (Some(1), true) => (SquareSumAxis::StoredRows, &[m, 1]),
+        (Some(1), false) => (SquareSumAxis::Rows, &[m]),
+        (Some(_), true) => (SquareSumAxis::Cols, &[1, n]),
+        (Some(_), false) => (SquareSumAxis::Cols, &[n]),
+        (None, true) => (SquareSumAxis::All, &[1, 1]),
+        (None, false) => (SquareSumAxis::All, &[]),
+    };
+    let sums = r
+        .data
+        .reduce_stored(r.sparse_layout(), StoredReduce::SquareSum(which))?;
+    let out = if which == SquareSumAxis::StoredRows {
+        NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+            shape: shape.to_vec(),
+            indices: r.indices.clone(),
+            data: sums,
+        }))
+    } else {
+        NDArray::from_buffer(sums, shape)?
+    };
+    // The backward holds a graph-free handle on the input, not its buffers.
+    let x = a.detach();
     Ok(record_op("square_sum", out, &[a], move |g| {
-        let gd = g.tostype(SType::Dense)?.dense_data()?;
-        let gx = float_dispatch!(x.data.dtype(), "square_sum backward", T => {
-            let (v, gv) = (x.data.as_slice::<T>().unwrap(), gd.buf.as_slice::<T>().unwrap());
-            let two = <T as Element>::from_f64(2.0);
-            let mut out = vec![T::zero(); v.len()];
-            for (k, &row) in x.indices.iter().enumerate() {
-                for e in 0..n {
-                    let gk = match ax { Some(1) => gv[row as usize], Some(_) => gv[e], None => gv[0] };
-                    out[k * n + e] = two * v[k * n + e] * gk;
-                }
-            }
-            NDArray::from_data(ArrayData::RowSparse(RowSparseData { shape: x.shape.clone(), indices: x.indices.clone(), data: Storage::from_vec(out) }))
-        });
-        Ok(vec![Some(gx)])
+        Ok(vec![Some(square_sum_backward(&x, g, which)?)])
     }))
+}
+
+/// The gradient of [`square_sum`] of the row_sparse `x` over `axis` from the head gradient `g`:
+/// `2 * x * g` (broadcast), row_sparse over `x`'s stored rows. Not recorded.
+fn square_sum_backward(x: &NDArray, g: &NDArray, axis: SquareSumAxis) -> Result<NDArray> {
+    let r = match &*x.read() {
+        ArrayData::RowSparse(r) => r.clone(),
+        other => {
+            return Err(Error::stype(
+                "square_sum backward",
+                format!("needs a row_sparse input, got {:?}", other.stype()),
+            ))
+        }
+    };
+    let gd = g.tostype(SType::Dense)?.dense_data()?;
+    let vals = r.data.square_sum_grad(r.sparse_layout(), &gd.buf, axis)?;
+    Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
+        shape: r.shape,
+        indices: r.indices,
+        data: vals,
+    })))
 }
 
 /// The L2 norm of all elements (stored values only for sparse arrays), as a 0-D array.

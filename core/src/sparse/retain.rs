@@ -40,23 +40,11 @@ pub fn retain_rows(a: &NDArray, row_ids: &[i64]) -> Result<NDArray> {
                 .iter()
                 .flat_map(|&r| (r as usize * row_len)..(r as usize + 1) * row_len);
             let data = dd.buf.gather(positions);
-            (ids, data)
+            (IndexStorage::from_vec_on(ids, dd.buf.device()), data)
         }
         ArrayData::RowSparse(r) => {
-            // Both id lists are sorted: one merge pass finds the stored rows that are kept.
-            let (mut kept, mut at) = (Vec::new(), Vec::new());
-            let mut k = 0;
-            for &want in &ids {
-                k += r.indices[k..].partition_point(|&x| x < want);
-                if r.indices.get(k) == Some(&want) {
-                    kept.push(want);
-                    at.push(k);
-                }
-            }
-            let data = r
-                .data
-                .gather(at.iter().flat_map(|&k| k * row_len..(k + 1) * row_len));
-            (kept, data)
+            let p = r.data.retain_stored(r.sparse_layout(), &ids, false)?;
+            (p.indices, p.values)
         }
         ArrayData::Csr(_) => {
             return Err(Error::stype(
@@ -67,7 +55,7 @@ pub fn retain_rows(a: &NDArray, row_ids: &[i64]) -> Result<NDArray> {
     };
     Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
         shape: shape.to_vec(),
-        indices: IndexStorage::from(indices),
+        indices,
         data,
     })))
 }

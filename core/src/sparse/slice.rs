@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
-use crate::storage::{IndexStorage, Storage};
-use crate::{CpuStorage, NDArray};
+use crate::storage::Storage;
+use crate::NDArray;
 
 fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
     match &*a.read() {
@@ -27,11 +27,10 @@ impl NDArray {
                 format!("rows {start}..{end} of an array with {} rows", c.shape[0]),
             ));
         }
-        let base = c.indptr[start];
-        let indptr: Vec<i64> = c.indptr[start..=end].iter().map(|&p| p - base).collect();
+        let (indptr, base) = c.indptr.rebase_indptr(start, end);
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [end - start, c.shape[1]],
-            indptr: IndexStorage::from(indptr),
+            indptr,
             indices: c.indices.clone(),
             data: c.data.clone(),
             offset: c.offset + base as usize,
@@ -55,25 +54,15 @@ impl NDArray {
                 ),
             ));
         }
-        let idx = c.indices();
-        let mut indptr = Vec::with_capacity(c.shape[0] + 1);
-        indptr.push(0i64);
-        let mut keep = Vec::new();
-        for r in 0..c.shape[0] {
-            let row = c.indptr[r] as usize..c.indptr[r + 1] as usize;
-            // Columns are sorted within a row: two binary searches bound the kept range.
-            let s = row.start + idx[row.clone()].partition_point(|&j| (j as usize) < start);
-            let e = row.start + idx[row.clone()].partition_point(|&j| (j as usize) < end);
-            keep.extend(s..e);
-            indptr.push(keep.len() as i64);
-        }
-        let indices: Vec<i64> = keep.iter().map(|&p| idx[p] - start as i64).collect();
-        let data = c.data.gather(keep.iter().map(|&p| p + c.offset));
+        let p = c.data.slice_cols(c.sparse_layout(), start..end)?;
+        let Some(indptr) = p.indptr else {
+            return Err(Error::stype("slice_cols", "csr slice without row pointers"));
+        };
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [c.shape[0], end - start],
-            indptr: IndexStorage::from(indptr),
-            indices: IndexStorage::from(indices),
-            data,
+            indptr,
+            indices: p.indices,
+            data: p.values,
             offset: 0,
         })))
     }
@@ -99,22 +88,11 @@ impl NDArray {
         let mut want = row_ids.to_vec();
         want.sort_unstable();
         want.dedup();
-        let rl = r.row_len();
-        let mut keep = Vec::new();
-        let mut indices = Vec::new();
-        for id in want {
-            if let Ok(k) = r.indices.binary_search(&id) {
-                keep.push(k);
-                indices.push(id);
-            }
-        }
-        let data = r
-            .data
-            .gather(keep.iter().flat_map(|&k| k * rl..(k + 1) * rl));
+        let p = r.data.retain_stored(r.sparse_layout(), &want, true)?;
         Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
-            indices: IndexStorage::from(indices),
-            data,
+            indices: p.indices,
+            data: p.values,
         })))
     }
 }
@@ -144,41 +122,19 @@ pub fn concat_rows(parts: &[NDArray]) -> Result<NDArray> {
         }
     }
     let rows: usize = cs.iter().map(|c| c.shape[0]).sum();
-    let mut indptr = Vec::with_capacity(rows + 1);
-    indptr.push(0i64);
-    let mut indices = Vec::new();
-    for c in &cs {
-        let base = *indptr.last().unwrap();
-        indptr.extend(c.indptr[1..].iter().map(|&p| p + base));
-        indices.extend_from_slice(c.indices());
-    }
-    let chunks: Vec<CpuStorage> = cs
-        .iter()
-        .map(|c| c.data.host().gather(c.offset..c.offset + c.nnz()))
-        .collect();
-    let data = concat_buffers(&chunks, dtype);
+    let layouts: Vec<_> = cs.iter().map(|c| (&c.data, c.sparse_layout())).collect();
+    let p = Storage::concat_csr(&layouts)?;
+    let Some(indptr) = p.indptr else {
+        return Err(Error::stype(
+            "concat_rows",
+            "csr concat without row pointers",
+        ));
+    };
     Ok(NDArray::from_data(ArrayData::Csr(CsrData {
         shape: [rows, cols],
-        indptr: IndexStorage::from(indptr),
-        indices: IndexStorage::from(indices),
-        data: Storage::from(data),
+        indptr,
+        indices: p.indices,
+        data: p.values,
         offset: 0,
     })))
-}
-
-fn concat_buffers(chunks: &[CpuStorage], dtype: crate::DType) -> CpuStorage {
-    fn cat<T: crate::Element>(chunks: &[CpuStorage]) -> CpuStorage {
-        let mut v: Vec<T> = Vec::new();
-        for c in chunks {
-            v.extend_from_slice(c.as_slice::<T>().expect("same dtype checked"));
-        }
-        T::into_buffer(v)
-    }
-    match dtype {
-        crate::DType::F32 => cat::<f32>(chunks),
-        crate::DType::F64 => cat::<f64>(chunks),
-        crate::DType::I64 => cat::<i64>(chunks),
-        crate::DType::I32 => cat::<i32>(chunks),
-        crate::DType::U8 => cat::<u8>(chunks),
-    }
 }

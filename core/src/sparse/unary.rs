@@ -2,15 +2,11 @@
 //! clip with a_min <= 0 <= a_max, scalar mul/div): the function maps only the stored values and
 //! the storage type is kept. Ops that do not map 0 to 0 take the dense path.
 
-use std::sync::Arc;
-
 use crate::autograd::record_op;
-use crate::dtype::{Element, Float};
 use crate::error::Result;
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
-use crate::ops::map_slice;
-use crate::storage::{IndexStorage, Storage};
-use crate::{float_dispatch, NDArray, SType};
+use crate::storage::Map;
+use crate::{NDArray, SType};
 
 /// A zero-preserving unary op.
 #[derive(Debug, Clone, Copy)]
@@ -43,32 +39,18 @@ impl ZeroOp {
         })
     }
 
-    fn apply<T: Float>(self, x: T) -> T {
-        let c = |v: f64| <T as Element>::from_f64(v);
+    /// The elementwise map that computes it (the same loop as on a dense array).
+    fn map(self) -> Map {
         match self {
-            ZeroOp::Neg => -x,
-            ZeroOp::Abs => x.abs(),
-            ZeroOp::Sign => {
-                if x > T::zero() {
-                    T::one()
-                } else if x < T::zero() {
-                    -T::one()
-                } else {
-                    T::zero()
-                }
-            }
-            ZeroOp::Relu => {
-                if x > T::zero() {
-                    x
-                } else {
-                    T::zero()
-                }
-            }
-            ZeroOp::Sqrt => x.sqrt(),
-            ZeroOp::Square => x * x,
-            ZeroOp::MulScalar(s) => x * c(s),
-            ZeroOp::DivScalar(s) => x / c(s),
-            ZeroOp::Clip(lo, hi) => x.max(c(lo)).min(c(hi)),
+            ZeroOp::Neg => Map::Neg,
+            ZeroOp::Abs => Map::Abs,
+            ZeroOp::Sign => Map::Sign,
+            ZeroOp::Relu => Map::Relu,
+            ZeroOp::Sqrt => Map::Sqrt,
+            ZeroOp::Square => Map::Square,
+            ZeroOp::MulScalar(s) => Map::MulScalar(s),
+            ZeroOp::DivScalar(s) => Map::DivScalar(s),
+            ZeroOp::Clip(lo, hi) => Map::Clip(lo, hi),
         }
     }
 
@@ -87,42 +69,53 @@ impl ZeroOp {
     }
 }
 
-/// Apply `f` to the stored values of a sparse array, keeping its structure.
-pub(crate) fn map_stored<T: Element>(d: &ArrayData, f: impl Fn(T) -> T + Sync + Send) -> ArrayData {
-    match d {
+/// Apply `op` to the stored values of an array, keeping its structure.
+fn map_stored(d: &ArrayData, op: Map) -> Result<ArrayData> {
+    Ok(match d {
         ArrayData::Csr(c) => {
-            let vals = c.values::<T>().expect("dtype checked by caller");
             let nnz = c.nnz();
-            let indices = if c.offset == 0 {
-                c.indices.clone()
+            let (indices, data) = if c.offset == 0 {
+                // The whole buffer when it holds exactly this array's values (the common
+                // case); else only this array's values are mapped.
+                let data = if c.data.len() == nnz {
+                    c.data.map(op)?
+                } else {
+                    c.data.gather(0..nnz).map(op)?
+                };
+                (c.indices.clone(), data)
             } else {
-                IndexStorage::from(Arc::new(c.indices().to_vec()))
+                // A row slice: its own values and column ids, copied out of the parent's.
+                let range = c.offset..c.offset + nnz;
+                (
+                    c.indices.index_range(range.clone()),
+                    c.data.gather(range).map(op)?,
+                )
             };
             ArrayData::Csr(CsrData {
                 shape: c.shape,
                 indptr: c.indptr.clone(),
                 indices,
-                data: Storage::from_vec(map_slice(&vals[..nnz], f)),
+                data,
                 offset: 0,
             })
         }
         ArrayData::RowSparse(r) => ArrayData::RowSparse(RowSparseData {
             shape: r.shape.clone(),
             indices: r.indices.clone(),
-            data: Storage::from_vec(map_slice(r.data.as_slice::<T>().expect("dtype"), f)),
+            data: r.data.map(op)?,
         }),
         ArrayData::Dense(dd) => ArrayData::Dense(crate::ndarray::DenseData {
             shape: dd.shape.clone(),
-            buf: Storage::from_vec(map_slice(dd.buf.as_slice::<T>().expect("dtype"), f)),
+            buf: dd.buf.map(op)?,
         }),
-    }
+    })
 }
 
 /// The sparse kernel of a zero-preserving unary op, recorded. The backward multiplies the
 /// output gradient by the op's derivative evaluated on the densified input.
 pub(crate) fn unary(op: ZeroOp, a: &NDArray) -> Result<NDArray> {
     let d = a.data();
-    let out = float_dispatch!(d.dtype(), op.name(), T => NDArray::from_data(map_stored::<T>(&d, |x| op.apply(x))));
+    let out = NDArray::from_data(map_stored(&d, op.map())?);
     let x = a.clone();
     let y = out.detach();
     Ok(record_op(op.name(), out, &[a], move |g| {
@@ -130,7 +123,7 @@ pub(crate) fn unary(op: ZeroOp, a: &NDArray) -> Result<NDArray> {
         let gx = match op {
             ZeroOp::Neg => g.neg()?,
             ZeroOp::Abs => g.mul(&xd.sign()?)?,
-            ZeroOp::Sign => NDArray::zeros(&x.shape(), x.dtype())?,
+            ZeroOp::Sign => x.zeros_like(),
             ZeroOp::Relu => g.mul(&xd.greater_scalar(0.0)?)?,
             ZeroOp::Sqrt => g.div(&y.tostype(SType::Dense)?.mul_scalar(2.0)?)?,
             ZeroOp::Square => g.mul(&xd.mul_scalar(2.0)?)?,

@@ -17,7 +17,9 @@ mod layout;
 mod linalg;
 mod random;
 mod reduce;
+mod sparse;
 mod sparse_dot;
+mod update;
 
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::IndexStorage;
@@ -25,7 +27,12 @@ pub(crate) use layout::LayoutOps;
 pub(crate) use linalg::{LinalgOps, MatMul};
 pub(crate) use random::{RandomDist, RandomOps};
 pub(crate) use reduce::{ArgReduceOp, ReduceOp, ReduceOps, SoftmaxOp};
+pub(crate) use sparse::{
+    check_csr_layout, Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce,
+    WithDense,
+};
 pub(crate) use sparse_dot::{CsrIndex, CsrView, SparseDotOps};
+pub(crate) use update::{GradRef, UpdateOps, UpdateRule, UpdateScalars};
 
 use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device, Element};
@@ -45,6 +52,8 @@ pub(crate) trait BackendStorage:
     + RandomOps
     + ReduceOps
     + SparseDotOps
+    + SparseOps
+    + UpdateOps
 {
     /// The device whose memory holds the elements.
     fn device(&self) -> Device;

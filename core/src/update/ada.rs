@@ -1,13 +1,12 @@
 //! AdaGrad, AdaDelta and RMSProp (plain and centered).
 
 use crate::error::{Error, Result};
-use crate::{float_dispatch, Float, NDArray};
+use crate::storage::UpdateRule;
+use crate::NDArray;
 
 use super::args::{check_finite, UpdateArgs};
 use super::check::check_arrays;
-use super::Scalars;
-use super::{cast, clip};
-use crate::cpu::update::apply_elementwise;
+use super::run;
 
 /// The hyper-parameters of [`adagrad_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,36 +77,11 @@ pub fn adagrad_update(
     const OP: &str = "adagrad_update";
     args.check(OP)?;
     check_finite(OP, &[("epsilon", args.hyper.epsilon)])?;
-    let dtype = check_arrays(OP, weight, grad, &[("history", history)])?;
-    float_dispatch!(dtype, OP, T => adagrad::<T>(weight, grad, history, args))
-}
-
-fn adagrad<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    history: &NDArray,
-    args: &UpdateArgs<AdaGradParams>,
-) -> Result<()> {
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let eps: T = cast(args.hyper.epsilon);
-    apply_elementwise::<T, 1, _>(
-        "adagrad_update",
-        w,
-        g,
-        [history],
-        args.lazy(),
-        move |w, g, [s]| {
-            let h = clip(g * rg, c);
-            *s = *s + h * h;
-            let div = h / (*s + eps).sqrt();
-            *w = *w + (div + *w * wd) * -lr;
-        },
-    )
+    check_arrays(OP, weight, grad, &[("history", history)])?;
+    let rule = UpdateRule::AdaGrad {
+        epsilon: args.hyper.epsilon,
+    };
+    run(weight, grad, [history], args, rule).map(drop)
 }
 
 /// AdaDelta (MXNet's Python `AdaDelta`), in place. Like MXNet it uses no learning rate
@@ -128,38 +102,12 @@ pub fn adadelta_update(
     let h = &args.hyper;
     check_finite(OP, &[("rho", h.rho), ("epsilon", h.epsilon)])?;
     let states = [("acc_grad", acc_grad), ("acc_delta", acc_delta)];
-    let dtype = check_arrays(OP, weight, grad, &states)?;
-    float_dispatch!(dtype, OP, T => adadelta::<T>(weight, grad, [acc_grad, acc_delta], args))
-}
-
-fn adadelta<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 2],
-    args: &UpdateArgs<AdaDeltaParams>,
-) -> Result<()> {
-    let (wd, rg, rho, eps): (T, T, T, T) = (
-        cast(args.wd),
-        cast(args.rescale_grad),
-        cast(args.hyper.rho),
-        cast(args.hyper.epsilon),
-    );
-    let c: Option<T> = args.clip_gradient.map(cast);
-    let one = T::one();
-    apply_elementwise::<T, 2, _>(
-        "adadelta_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [a, b]| {
-            let h = clip(g * rg, c);
-            *a = rho * *a + (one - rho) * h * h;
-            let d = (*b + eps).sqrt() / (*a + eps).sqrt() * h;
-            *b = rho * *b + (one - rho) * d * d;
-            *w = *w - (d + wd * *w);
-        },
-    )
+    check_arrays(OP, weight, grad, &states)?;
+    let rule = UpdateRule::AdaDelta {
+        rho: h.rho,
+        epsilon: h.epsilon,
+    };
+    run(weight, grad, [acc_grad, acc_delta], args, rule).map(drop)
 }
 
 /// RMSProp as Tieleman & Hinton describe it (MXNet `rmsprop_update`), in place:
@@ -178,39 +126,13 @@ pub fn rmsprop_update(
     let h = &args.hyper;
     check_finite(OP, &[("gamma1", h.gamma1), ("epsilon", h.epsilon)])?;
     check_clip_weights(OP, h.clip_weights)?;
-    let dtype = check_arrays(OP, weight, grad, &[("n", n)])?;
-    float_dispatch!(dtype, OP, T => rmsprop::<T>(weight, grad, n, args))
-}
-
-fn rmsprop<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    n: &NDArray,
-    args: &UpdateArgs<RmsPropParams>,
-) -> Result<()> {
-    let p = &args.hyper;
-    let (lr, wd, rg, eps): (T, T, T, T) = (
-        cast(args.lr),
-        cast(args.wd),
-        cast(args.rescale_grad),
-        cast(p.epsilon),
-    );
-    let g1: T = cast(p.gamma1);
-    let c: Option<T> = args.clip_gradient.map(cast);
-    let cw: Option<T> = p.clip_weights.map(cast);
-    let one = T::one();
-    apply_elementwise::<T, 1, _>(
-        "rmsprop_update",
-        w,
-        g,
-        [n],
-        args.lazy(),
-        move |w, g, [n]| {
-            let h = clip(rg * g + wd * *w, c);
-            *n = (one - g1) * (h * h) + g1 * *n;
-            *w = clip(*w - lr * (h / (*n + eps).sqrt()), cw);
-        },
-    )
+    check_arrays(OP, weight, grad, &[("n", n)])?;
+    let rule = UpdateRule::RmsProp {
+        gamma1: h.gamma1,
+        epsilon: h.epsilon,
+        clip_weights: h.clip_weights,
+    };
+    run(weight, grad, [n], args, rule).map(drop)
 }
 
 /// Centered RMSProp as Graves describes it (MXNet `rmspropalex_update`), in place:
@@ -240,39 +162,12 @@ pub fn rmspropalex_update(
         ],
     )?;
     check_clip_weights(OP, h.clip_weights)?;
-    let dtype = check_arrays(OP, weight, grad, &[("n", n), ("g", g), ("delta", delta)])?;
-    float_dispatch!(dtype, OP, T => rmspropalex::<T>(weight, grad, [n, g, delta], args))
-}
-
-fn rmspropalex<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 3],
-    args: &UpdateArgs<RmsPropAlexParams>,
-) -> Result<()> {
-    let p = &args.hyper;
-    let (lr, wd, rg, eps): (T, T, T, T) = (
-        cast(args.lr),
-        cast(args.wd),
-        cast(args.rescale_grad),
-        cast(p.epsilon),
-    );
-    let (g1, g2): (T, T) = (cast(p.gamma1), cast(p.gamma2));
-    let c: Option<T> = args.clip_gradient.map(cast);
-    let cw: Option<T> = p.clip_weights.map(cast);
-    let one = T::one();
-    apply_elementwise::<T, 3, _>(
-        "rmspropalex_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [n, s, d]| {
-            let h = clip(rg * g + wd * *w, c);
-            *n = (one - g1) * h * h + g1 * *n;
-            *s = (one - g1) * h + g1 * *s;
-            *d = g2 * *d - (lr * h / (*n - *s * *s + eps).sqrt());
-            *w = clip(*w + *d, cw);
-        },
-    )
+    check_arrays(OP, weight, grad, &[("n", n), ("g", g), ("delta", delta)])?;
+    let rule = UpdateRule::RmsPropAlex {
+        gamma1: h.gamma1,
+        gamma2: h.gamma2,
+        epsilon: h.epsilon,
+        clip_weights: h.clip_weights,
+    };
+    run(weight, grad, [n, g, delta], args, rule).map(drop)
 }

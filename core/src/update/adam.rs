@@ -1,14 +1,12 @@
 //! Adam, AdamW, Adamax and Nadam.
 
 use crate::error::Result;
-use crate::{float_dispatch, Float, NDArray};
+use crate::storage::UpdateRule;
+use crate::NDArray;
 
 use super::args::{check_count, check_finite, UpdateArgs};
-use super::cast;
 use super::check::check_arrays;
-use super::clip;
-use super::Scalars;
-use crate::cpu::update::apply_elementwise;
+use super::run;
 
 /// The hyper-parameters of [`adam_update`] and [`adamw_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -22,6 +20,24 @@ pub struct AdamParams {
 }
 
 impl AdamParams {
+    /// The rule of Adam (`decoupled`: AdamW) with these parameters.
+    fn rule(&self, decoupled: bool) -> UpdateRule {
+        let (beta1, beta2, epsilon) = (self.beta1, self.beta2, self.epsilon);
+        if decoupled {
+            UpdateRule::AdamW {
+                beta1,
+                beta2,
+                epsilon,
+            }
+        } else {
+            UpdateRule::Adam {
+                beta1,
+                beta2,
+                epsilon,
+            }
+        }
+    }
+
     fn check(&self, op: &'static str) -> Result<()> {
         check_finite(
             op,
@@ -95,38 +111,8 @@ pub fn adam_update(
     const OP: &str = "adam_update";
     args.check(OP)?;
     args.hyper.check(OP)?;
-    let dtype = check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    float_dispatch!(dtype, OP, T => adam::<T>(weight, grad, [mean, var], args))
-}
-
-fn adam<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 2],
-    args: &UpdateArgs<AdamParams>,
-) -> Result<()> {
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let h = &args.hyper;
-    let (b1, b2, eps): (T, T, T) = (cast(h.beta1), cast(h.beta2), cast(h.epsilon));
-    let one = T::one();
-    apply_elementwise::<T, 2, _>(
-        "adam_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [m, v]| {
-            let h = clip(g * rg + *w * wd, c);
-            *m = b1 * *m + (one - b1) * h;
-            *v = b2 * *v + (one - b2) * h * h;
-            *w = *w - lr * *m / (v.sqrt() + eps);
-        },
-    )
+    check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
+    run(weight, grad, [mean, var], args, args.hyper.rule(false)).map(drop)
 }
 
 /// AdamW with decoupled weight decay, as MXNet's `contrib.adamw_update` is driven by GluonNLP's
@@ -145,38 +131,8 @@ pub fn adamw_update(
     const OP: &str = "adamw_update";
     args.check(OP)?;
     args.hyper.check(OP)?;
-    let dtype = check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    float_dispatch!(dtype, OP, T => adamw::<T>(weight, grad, [mean, var], args))
-}
-
-fn adamw<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 2],
-    args: &UpdateArgs<AdamParams>,
-) -> Result<()> {
-    let Scalars {
-        lr: eta,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let h = &args.hyper;
-    let (b1, b2, eps): (T, T, T) = (cast(h.beta1), cast(h.beta2), cast(h.epsilon));
-    let one = T::one();
-    apply_elementwise::<T, 2, _>(
-        "adamw_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [m, v]| {
-            let h = clip(g * rg, c);
-            *m = b1 * *m + (one - b1) * h;
-            *v = b2 * *v + (one - b2) * h * h;
-            *w = *w - eta * (*m / (v.sqrt() + eps) + wd * *w);
-        },
-    )
+    check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
+    run(weight, grad, [mean, var], args, args.hyper.rule(true)).map(drop)
 }
 
 /// Adamax (MXNet's Python `Adamax`), in place: `h = clip(rescale*g + wd*w);
@@ -196,39 +152,12 @@ pub fn adamax_update(
     args.check(OP)?;
     let h = &args.hyper;
     check_finite(OP, &[("beta1", h.beta1), ("beta2", h.beta2)])?;
-    let dtype = check_arrays(OP, weight, grad, &[("mean", mean), ("inf_norm", inf_norm)])?;
-    float_dispatch!(dtype, OP, T => adamax::<T>(weight, grad, [mean, inf_norm], args))
-}
-
-fn adamax<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 2],
-    args: &UpdateArgs<AdamaxParams>,
-) -> Result<()> {
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let (b1, b2): (T, T) = (cast(args.hyper.beta1), cast(args.hyper.beta2));
-    let one = T::one();
-    apply_elementwise::<T, 2, _>(
-        "adamax_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [m, u]| {
-            let h = clip(g * rg + wd * *w, c);
-            *m = b1 * *m + (one - b1) * h;
-            *u = (b2 * *u).max(h.abs());
-            if *u != T::zero() {
-                *w = *w - lr * *m / *u;
-            }
-        },
-    )
+    check_arrays(OP, weight, grad, &[("mean", mean), ("inf_norm", inf_norm)])?;
+    let rule = UpdateRule::Adamax {
+        beta1: h.beta1,
+        beta2: h.beta2,
+    };
+    run(weight, grad, [mean, inf_norm], args, rule).map(drop)
 }
 
 /// Nadam (MXNet's Python `Nadam`), Adam with Nesterov momentum and a momentum schedule, in
@@ -260,43 +189,24 @@ pub fn nadam_update(
         ],
     )?;
     check_count(OP, h.t)?;
-    let dtype = check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    float_dispatch!(dtype, OP, T => nadam::<T>(weight, grad, [mean, var], args))
-}
-
-fn nadam<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 2],
-    args: &UpdateArgs<NadamParams>,
-) -> Result<f64> {
+    check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
     let p = &args.hyper;
+    // The momentum schedule, in f64 (the backend rounds the terms to the weight's dtype).
     let t = p.t as f64;
     let mom_t = p.beta1 * (1.0 - 0.5 * 0.96f64.powf(t * p.schedule_decay));
     let mom_t1 = p.beta1 * (1.0 - 0.5 * 0.96f64.powf((t + 1.0) * p.schedule_decay));
     let sched = p.m_schedule * mom_t;
     let sched_next = sched * mom_t1;
-    let (wd, rg, lr): (T, T, T) = (cast(args.wd), cast(args.rescale_grad), cast(args.lr));
-    let (b1, b2, eps): (T, T, T) = (cast(p.beta1), cast(p.beta2), cast(p.epsilon));
-    let d_g: T = cast(1.0 - sched);
-    let d_m: T = cast(1.0 - sched_next);
-    let d_v: T = cast(1.0 - p.beta2.powi(p.t as i32));
-    let (c_g, c_m): (T, T) = (cast(1.0 - mom_t), cast(mom_t1));
-    let c: Option<T> = args.clip_gradient.map(cast);
-    let one = T::one();
-    apply_elementwise::<T, 2, _>(
-        "nadam_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [m, v]| {
-            let h = clip(g * rg + wd * *w, c);
-            *m = b1 * *m + (one - b1) * h;
-            *v = b2 * *v + (one - b2) * h * h;
-            let mbar = c_g * (h / d_g) + c_m * (*m / d_m);
-            *w = *w - lr * mbar / ((*v / d_v).sqrt() + eps);
-        },
-    )?;
+    let rule = UpdateRule::Nadam {
+        beta1: p.beta1,
+        beta2: p.beta2,
+        epsilon: p.epsilon,
+        d_g: 1.0 - sched,
+        d_m: 1.0 - sched_next,
+        d_v: 1.0 - p.beta2.powi(p.t as i32),
+        c_g: 1.0 - mom_t,
+        c_m: mom_t1,
+    };
+    run(weight, grad, [mean, var], args, rule)?;
     Ok(sched)
 }

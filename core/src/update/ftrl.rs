@@ -1,13 +1,12 @@
 //! FTRL-Proximal and FTML.
 
 use crate::error::Result;
-use crate::{float_dispatch, Float, NDArray};
+use crate::storage::UpdateRule;
+use crate::NDArray;
 
 use super::args::{check_count, check_finite, UpdateArgs};
 use super::check::check_arrays;
-use super::Scalars;
-use super::{cast, clip, sign};
-use crate::cpu::update::apply_elementwise;
+use super::run;
 
 /// The hyper-parameters of [`ftrl_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,37 +55,12 @@ pub fn ftrl_update(
     args.check(OP)?;
     let h = &args.hyper;
     check_finite(OP, &[("lambda1", h.lambda1), ("beta", h.beta)])?;
-    let dtype = check_arrays(OP, weight, grad, &[("z", z), ("n", n)])?;
-    float_dispatch!(dtype, OP, T => ftrl::<T>(weight, grad, [z, n], args))
-}
-
-fn ftrl<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 2],
-    args: &UpdateArgs<FtrlParams>,
-) -> Result<()> {
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let (l1, beta): (T, T) = (cast(args.hyper.lambda1), cast(args.hyper.beta));
-    apply_elementwise::<T, 2, _>(
-        "ftrl_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [z, n]| {
-            let h = clip(g * rg, c);
-            *z = *z + (h - ((*n + h * h).sqrt() - n.sqrt()) * *w / lr);
-            *n = *n + h * h;
-            let on = if z.abs() > l1 { T::one() } else { T::zero() };
-            *w = (sign(*z) * l1 - *z) / ((beta + n.sqrt()) / lr + wd) * on;
-        },
-    )
+    check_arrays(OP, weight, grad, &[("z", z), ("n", n)])?;
+    let rule = UpdateRule::Ftrl {
+        lambda1: h.lambda1,
+        beta: h.beta,
+    };
+    run(weight, grad, [z, n], args, rule).map(drop)
 }
 
 /// FTML, Follow the Moving Leader (MXNet `ftml_update`), in place:
@@ -115,40 +89,12 @@ pub fn ftml_update(
         ],
     )?;
     check_count(OP, h.t)?;
-    let dtype = check_arrays(OP, weight, grad, &[("d", d), ("v", v), ("z", z)])?;
-    float_dispatch!(dtype, OP, T => ftml::<T>(weight, grad, [d, v, z], args))
-}
-
-fn ftml<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 3],
-    args: &UpdateArgs<FtmlParams>,
-) -> Result<()> {
-    let p = &args.hyper;
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let (b1, b2, eps): (T, T, T) = (cast(p.beta1), cast(p.beta2), cast(p.epsilon));
-    let t: T = cast(p.t as f64);
-    let (c1, c2) = (T::one() - b1.powf(t), T::one() - b2.powf(t));
-    let one = T::one();
-    apply_elementwise::<T, 3, _>(
-        "ftml_update",
-        w,
-        g,
-        states,
-        args.lazy(),
-        move |w, g, [d, v, z]| {
-            let h = clip(rg * g + wd * *w, c);
-            *v = b2 * *v + (one - b2) * (h * h);
-            let d_t = c1 / lr * ((*v / c2).sqrt() + eps);
-            *z = b1 * *z + (one - b1) * h - (d_t - b1 * *d) * *w;
-            *d = d_t;
-            *w = -*z / d_t;
-        },
-    )
+    check_arrays(OP, weight, grad, &[("d", d), ("v", v), ("z", z)])?;
+    let rule = UpdateRule::Ftml {
+        beta1: h.beta1,
+        beta2: h.beta2,
+        epsilon: h.epsilon,
+        t: h.t,
+    };
+    run(weight, grad, [d, v, z], args, rule).map(drop)
 }

@@ -1,14 +1,12 @@
 //! LAMB: Adam's direction scaled per layer by the trust ratio `||w|| / ||u||`.
 
-use std::sync::Mutex;
-
 use crate::error::Result;
-use crate::{float_dispatch, Float, NDArray};
+use crate::storage::UpdateRule;
+use crate::NDArray;
 
 use super::args::{check_bound, check_count, check_finite, UpdateArgs};
 use super::check::check_arrays;
-use super::{cast, clip};
-use crate::cpu::update::apply_chunks;
+use super::run;
 
 /// The hyper-parameters of [`lamb_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,76 +63,39 @@ pub fn lamb_update(
     check_count(OP, h.t)?;
     check_bound(OP, "lower_bound", h.lower_bound, 0.0)?;
     check_bound(OP, "upper_bound", h.upper_bound, 0.0)?;
-    let dtype = check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    float_dispatch!(dtype, OP, T => lamb::<T>(weight, grad, [mean, var], args))
-}
-
-fn lamb<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    states: [&NDArray; 2],
-    args: &UpdateArgs<LambParams>,
-) -> Result<()> {
-    let p = &args.hyper;
-    let (wd, rg): (T, T) = (cast(args.wd), cast(args.rescale_grad));
-    let (b1, b2, eps): (T, T, T) = (cast(p.beta1), cast(p.beta2), cast(p.epsilon));
-    let (d1, d2): (T, T) = if p.bias_correction {
-        let t = p.t as i32;
-        (cast(1.0 - p.beta1.powi(t)), cast(1.0 - p.beta2.powi(t)))
+    check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
+    let (d1, d2) = if h.bias_correction {
+        let t = h.t as i32;
+        (1.0 - h.beta1.powi(t), 1.0 - h.beta2.powi(t))
     } else {
-        (T::one(), T::one())
+        (1.0, 1.0)
     };
-    let c: Option<T> = args.clip_gradient.map(cast);
-    let one = T::one();
-    let dir = move |w: T, m: T, v: T| (m / d1) / ((v / d2).sqrt() + eps) + wd * w;
-    let norms = Mutex::new((0.0f64, 0.0f64));
-    apply_chunks::<T, 2, _>(
-        "lamb_update_phase1",
-        w,
-        g,
-        states,
-        args.lazy(),
-        |w, g, [m, v]| {
-            let (mut sw, mut su) = (0.0f64, 0.0f64);
-            for j in 0..w.len() {
-                let h = clip(g.map_or(T::zero(), |g| g[j]) * rg, c);
-                m[j] = b1 * m[j] + (one - b1) * h;
-                v[j] = b2 * v[j] + (one - b2) * h * h;
-                let u = dir(w[j], m[j], v[j]).to_f64();
-                let wj = w[j].to_f64();
-                sw += wj * wj;
-                su += u * u;
-            }
-            let mut n = norms.lock().unwrap_or_else(|e| e.into_inner());
-            n.0 += sw;
-            n.1 += su;
-        },
-    )?;
-    let (sw, su) = norms.into_inner().unwrap_or_else(|e| e.into_inner());
+    let phase1 = UpdateRule::LambPhase1 {
+        beta1: h.beta1,
+        beta2: h.beta2,
+        epsilon: h.epsilon,
+        d1,
+        d2,
+    };
+    let [sw, su] = run(weight, grad, [mean, var], args, phase1)?;
     let mut r1 = sw.sqrt();
-    if let Some(lb) = p.lower_bound {
+    if let Some(lb) = h.lower_bound {
         r1 = r1.max(lb);
     }
-    if let Some(ub) = p.upper_bound {
+    if let Some(ub) = h.upper_bound {
         r1 = r1.min(ub);
     }
     let r2 = su.sqrt();
-    let lr: T = cast(if r1 == 0.0 || r2 == 0.0 {
+    let lr = if r1 == 0.0 || r2 == 0.0 {
         args.lr
     } else {
         args.lr * (r1 / r2)
-    });
-    apply_chunks::<T, 2, _>(
-        "lamb_update_phase2",
-        w,
-        g,
-        states,
-        args.lazy(),
-        |w, _g, [m, v]| {
-            for j in 0..w.len() {
-                let u = dir(w[j], m[j], v[j]);
-                w[j] = w[j] - lr * u;
-            }
-        },
-    )
+    };
+    let phase2 = UpdateRule::LambPhase2 {
+        epsilon: h.epsilon,
+        d1,
+        d2,
+        lr,
+    };
+    run(weight, grad, [mean, var], args, phase2).map(drop)
 }

@@ -29,9 +29,10 @@
 //! assert_eq!(mom.to_vec::<f32>().unwrap(), vec![0.0, 0.0, -0.5, 0.5]);
 //! ```
 //!
-//! The operators validate here and run on the CPU through one shared span loop
-//! (`crate::cpu::update`), which walks the weight and states in parallel spans lined up with
-//! the gradient.
+//! The operators validate here and name their formula with an [`UpdateRule`]; the weight's
+//! storage runs it on whichever backend holds it (`crate::storage::update`). On the CPU one
+//! shared span loop (`crate::cpu::update`) walks the weight and states in parallel spans lined
+//! up with the gradient.
 
 mod ada;
 mod adam;
@@ -61,61 +62,58 @@ pub use sgd::{
     SignumParams,
 };
 
-use crate::Float;
-
-/// Round an f64 hyper-parameter to the kernel's element type (MXNet passes f32 to f32 kernels).
-#[inline]
-fn cast<T: Float>(v: f64) -> T {
-    <T as crate::Element>::from_f64(v)
-}
-
-/// The arguments every update rule reads, in the kernel's element type.
-struct Scalars<T> {
-    lr: T,
-    wd: T,
-    /// `rescale_grad`.
-    rg: T,
-    /// `clip_gradient`.
-    clip: Option<T>,
-}
+use crate::error::{Error, Result};
+use crate::storage::{GradRef, UpdateRule, UpdateScalars};
+use crate::{ArrayData, NDArray};
 
 impl<P> UpdateArgs<P> {
-    /// lr, wd, rescale_grad and clip_gradient rounded to `T`.
-    fn scalars<T: Float>(&self) -> Scalars<T> {
-        Scalars {
-            lr: cast(self.lr),
-            wd: cast(self.wd),
-            rg: cast(self.rescale_grad),
-            clip: self.clip_gradient.map(cast),
+    /// lr, wd, rescale_grad and clip_gradient as the backend receives them.
+    fn scalars(&self) -> UpdateScalars {
+        UpdateScalars {
+            lr: self.lr,
+            wd: self.wd,
+            rescale_grad: self.rescale_grad,
+            clip: self.clip_gradient,
         }
     }
 }
 
-/// MXNet's `clip::Map`: clamp to `[-c, c]` when clipping is on.
-#[inline]
-fn clip<T: Float>(x: T, c: Option<T>) -> T {
-    match c {
-        Some(c) => {
-            if x > c {
-                c
-            } else if x < -c {
-                -c
-            } else {
-                x
-            }
-        }
-        None => x,
+/// Run `rule` on the weight's storage: lock the weight and each state for writing, then the
+/// gradient for reading (the order every update has always taken), and hand their buffers to
+/// the backend in one call. The operator has checked the arrays (`check::check_arrays`).
+/// Returns what the rule accumulates (LAMB's norms; zeros otherwise).
+fn run<P, const N: usize>(
+    weight: &NDArray,
+    grad: &NDArray,
+    states: [&NDArray; N],
+    args: &UpdateArgs<P>,
+    rule: UpdateRule,
+) -> Result<[f64; 2]> {
+    let op = rule.name();
+    let mut wguard = weight.write();
+    let rows = wguard.shape().first().copied().unwrap_or(0);
+    let w = &mut wguard
+        .as_dense_mut()
+        .ok_or_else(|| Error::stype(op, "weight must be dense"))?
+        .buf;
+    // Fixed-size arrays, not collections: this runs for every parameter of every step.
+    let mut sguards = states.map(|s| s.write());
+    let sbufs = sguards
+        .each_mut()
+        .map(|g| g.as_dense_mut().map(|d| &mut d.buf));
+    if sbufs.iter().any(Option::is_none) {
+        return Err(Error::stype(op, "state arrays must be dense"));
     }
-}
-
-/// The sign as MXNet's `sign::Map` computes it (0 for 0).
-#[inline]
-fn sign<T: Float>(x: T) -> T {
-    if x > T::zero() {
-        T::one()
-    } else if x < T::zero() {
-        -T::one()
-    } else {
-        T::zero()
-    }
+    let sbufs = sbufs.map(|b| b.expect("every state checked dense above"));
+    let gguard = grad.read();
+    let g = match &*gguard {
+        ArrayData::Dense(d) => GradRef::Dense(&d.buf),
+        ArrayData::RowSparse(r) => GradRef::RowSparse {
+            indices: &r.indices,
+            values: &r.data,
+            row_len: r.row_len(),
+        },
+        ArrayData::Csr(_) => return Err(Error::stype(op, "csr gradients are not supported")),
+    };
+    w.update(rows, g, sbufs, &args.scalars(), &rule, args.lazy())
 }

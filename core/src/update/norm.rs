@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::storage::Storage;
-use crate::{ArrayData, DType, Float, NDArray};
+use crate::{ArrayData, DType, NDArray};
 
 /// The positions of an array's stored values in its value buffer. A csr array may be a row
 /// slice sharing its parent's values: only its own range counts.
@@ -49,14 +49,6 @@ fn float_error(op: &'static str, buf: &Storage) -> Error {
 /// assert_eq!(stored_sum_sq(&g).unwrap(), 25.0);
 /// ```
 pub fn stored_sum_sq(array: &NDArray) -> Result<f64> {
-    fn sum<T: Float>(v: &[T]) -> f64 {
-        v.iter()
-            .map(|&x| {
-                let x = x.to_f64();
-                x * x
-            })
-            .sum()
-    }
     let d = array.read();
     let range = stored_range(&d);
     let buf = match &*d {
@@ -64,13 +56,10 @@ pub fn stored_sum_sq(array: &NDArray) -> Result<f64> {
         ArrayData::RowSparse(r) => &r.data,
         ArrayData::Csr(c) => &c.data,
     };
-    if let Some(s) = buf.as_slice::<f32>() {
-        Ok(sum(&s[range]))
-    } else if let Some(s) = buf.as_slice::<f64>() {
-        Ok(sum(&s[range]))
-    } else {
-        Err(float_error("stored_sum_sq", buf))
+    if !matches!(buf.dtype(), DType::F32 | DType::F64) {
+        return Err(float_error("stored_sum_sq", buf));
     }
+    buf.sum_sq_range(range)
 }
 
 /// Multiply `array`'s stored values by `factor` in place (every element of a dense array, the
@@ -94,20 +83,11 @@ pub fn scale_stored(array: &NDArray, factor: f64) -> Result<()> {
             format!("factor must be finite, got {factor}"),
         ));
     }
-    fn scale<T: Float>(v: &mut [T], f: f64) {
-        let f = <T as crate::Element>::from_f64(f);
-        v.iter_mut().for_each(|x| *x = *x * f);
-    }
     let mut d = array.write();
     let range = stored_range(&d);
     let buf = stored_buffer_mut(&mut d);
     if !matches!(buf.dtype(), DType::F32 | DType::F64) {
         return Err(float_error(OP, buf));
     }
-    if let Some(s) = buf.as_mut_slice::<f32>() {
-        scale(&mut s[range], factor);
-    } else if let Some(s) = buf.as_mut_slice::<f64>() {
-        scale(&mut s[range], factor);
-    }
-    Ok(())
+    buf.scale_range(range, factor)
 }

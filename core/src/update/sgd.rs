@@ -1,14 +1,12 @@
 //! SGD (plain and with momentum), Nesterov momentum (NAG), signSGD and Signum.
 
 use crate::error::Result;
-use crate::ops::map_assign;
-use crate::{float_dispatch, Float, NDArray};
+use crate::storage::UpdateRule;
+use crate::NDArray;
 
 use super::args::{check_finite, UpdateArgs};
 use super::check::check_arrays;
-use super::Scalars;
-use super::{cast, clip, sign};
-use crate::cpu::update::{apply_elementwise, apply_zip};
+use super::run;
 
 /// The momentum of [`sgd_mom_update`] and [`nag_mom_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,45 +41,8 @@ pub struct SignumParams {
 pub fn sgd_update(weight: &NDArray, grad: &NDArray, args: &UpdateArgs) -> Result<()> {
     const OP: &str = "sgd_update";
     args.check(OP)?;
-    let dtype = check_arrays(OP, weight, grad, &[])?;
-    float_dispatch!(dtype, OP, T => sgd::<T>(weight, grad, args))
-}
-
-fn sgd<T: Float>(w: &NDArray, g: &NDArray, args: &UpdateArgs) -> Result<()> {
-    const OP: &str = "sgd_update";
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let one = T::one();
-    // The clip test is hoisted out of the element loop so the common unclipped update is a
-    // straight-line fused multiply-add LLVM vectorizes.
-    let decay = one - lr * wd;
-    match c {
-        Some(_) => apply_elementwise::<T, 0, _>(OP, w, g, [], args.lazy(), move |w, g, []| {
-            *w = decay * *w - lr * clip(rg * g, c)
-        }),
-        None => {
-            // Span-level loops rather than the per-element callback: this is the whole update
-            // of the common case, run 8 lanes wide on AVX2 (bit-identical to the plain loop); a
-            // small lazy row_sparse step is one loop over its rows.
-            let step = lr * rg;
-            apply_zip(
-                OP,
-                w,
-                g,
-                args.lazy(),
-                move |w: T, g: T| decay * w - step * g,
-                move |w: &mut [T]| {
-                    if decay != one {
-                        map_assign(w, |w| decay * w);
-                    }
-                },
-            )
-        }
-    }
+    check_arrays(OP, weight, grad, &[])?;
+    run(weight, grad, [], args, UpdateRule::Sgd).map(drop)
 }
 
 /// SGD with momentum (MXNet `sgd_mom_update`), in place:
@@ -98,37 +59,11 @@ pub fn sgd_mom_update(
     const OP: &str = "sgd_mom_update";
     args.check(OP)?;
     check_finite(OP, &[("momentum", args.hyper.momentum)])?;
-    let dtype = check_arrays(OP, weight, grad, &[("mom", mom)])?;
-    float_dispatch!(dtype, OP, T => sgd_mom::<T>(weight, grad, mom, args))
-}
-
-fn sgd_mom<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    mom: &NDArray,
-    args: &UpdateArgs<MomentumParams>,
-) -> Result<()> {
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let mu: T = cast(args.hyper.momentum);
-    apply_elementwise::<T, 1, _>(
-        "sgd_mom_update",
-        w,
-        g,
-        [mom],
-        args.lazy(),
-        move |w, g, [m]| {
-            *m = match c {
-                Some(_) => mu * *m - lr * wd * *w - lr * clip(rg * g, c),
-                None => mu * *m - lr * wd * *w - lr * rg * g,
-            };
-            *w = *w + *m;
-        },
-    )
+    check_arrays(OP, weight, grad, &[("mom", mom)])?;
+    let rule = UpdateRule::SgdMom {
+        momentum: args.hyper.momentum,
+    };
+    run(weight, grad, [mom], args, rule).map(drop)
 }
 
 /// Nesterov accelerated gradient (MXNet `nag_mom_update`), in place. Per element, with
@@ -146,40 +81,11 @@ pub fn nag_mom_update(
     const OP: &str = "nag_mom_update";
     args.check(OP)?;
     check_finite(OP, &[("momentum", args.hyper.momentum)])?;
-    let dtype = check_arrays(OP, weight, grad, &[("mom", mom)])?;
-    float_dispatch!(dtype, OP, T => nag_mom::<T>(weight, grad, mom, args))
-}
-
-fn nag_mom<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    mom: &NDArray,
-    args: &UpdateArgs<MomentumParams>,
-) -> Result<()> {
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let mu: T = cast(args.hyper.momentum);
-    let one = T::one();
-    apply_elementwise::<T, 1, _>(
-        "nag_mom_update",
-        w,
-        g,
-        [mom],
-        args.lazy(),
-        move |w, g, [m]| {
-            let gr = match c {
-                Some(_) => clip(rg * g, c),
-                None => rg * g,
-            };
-            *m = mu * *m;
-            *w = *w - *m + (mu + one) * (*m - lr * (gr + wd * *w));
-            *m = *m - lr * (gr + wd * *w);
-        },
-    )
+    check_arrays(OP, weight, grad, &[("mom", mom)])?;
+    let rule = UpdateRule::NagMom {
+        momentum: args.hyper.momentum,
+    };
+    run(weight, grad, [mom], args, rule).map(drop)
 }
 
 /// signSGD (MXNet `signsgd_update`), in place: `w <- (1 - lr*wd)*w - lr*sign(g)`.
@@ -189,16 +95,8 @@ fn nag_mom<T: Float>(
 pub fn signsgd_update(weight: &NDArray, grad: &NDArray, args: &UpdateArgs) -> Result<()> {
     const OP: &str = "signsgd_update";
     args.check(OP)?;
-    let dtype = check_arrays(OP, weight, grad, &[])?;
-    float_dispatch!(dtype, OP, T => signsgd::<T>(weight, grad, args))
-}
-
-fn signsgd<T: Float>(w: &NDArray, g: &NDArray, args: &UpdateArgs) -> Result<()> {
-    let (lr, wd): (T, T) = (cast(args.lr), cast(args.wd));
-    let one = T::one();
-    apply_elementwise::<T, 0, _>("signsgd_update", w, g, [], args.lazy(), move |w, g, []| {
-        *w = (one - lr * wd) * *w - lr * sign(g);
-    })
+    check_arrays(OP, weight, grad, &[])?;
+    run(weight, grad, [], args, UpdateRule::SignSgd).map(drop)
 }
 
 /// Signum (MXNet `signum_update`), in place:
@@ -215,37 +113,10 @@ pub fn signum_update(
     args.check(OP)?;
     let h = &args.hyper;
     check_finite(OP, &[("momentum", h.momentum), ("wd_lh", h.wd_lh)])?;
-    let dtype = check_arrays(OP, weight, grad, &[("mom", mom)])?;
-    float_dispatch!(dtype, OP, T => signum::<T>(weight, grad, mom, args))
-}
-
-fn signum<T: Float>(
-    w: &NDArray,
-    g: &NDArray,
-    mom: &NDArray,
-    args: &UpdateArgs<SignumParams>,
-) -> Result<()> {
-    let Scalars {
-        lr,
-        wd,
-        rg,
-        clip: c,
-    } = args.scalars::<T>();
-    let mu: T = cast(args.hyper.momentum);
-    let wd_lh: T = cast(args.hyper.wd_lh);
-    let one = T::one();
-    apply_elementwise::<T, 1, _>(
-        "signum_update",
-        w,
-        g,
-        [mom],
-        args.lazy(),
-        move |w, g, [m]| {
-            *m = match c {
-                Some(_) => mu * *m - (one - mu) * wd * *w - (one - mu) * clip(rg * g, c),
-                None => mu * *m - (one - mu) * wd * *w - (one - mu) * rg * g,
-            };
-            *w = (one - lr * wd_lh) * *w + lr * sign(*m);
-        },
-    )
+    check_arrays(OP, weight, grad, &[("mom", mom)])?;
+    let rule = UpdateRule::Signum {
+        momentum: h.momentum,
+        wd_lh: h.wd_lh,
+    };
+    run(weight, grad, [mom], args, rule).map(drop)
 }
