@@ -4,11 +4,14 @@
 //! CPU kernels (`cpu`), the operators (`ops`, `sparse`, `update`) and autograd. Everything
 //! that can fail on user input returns [`Result`]. Nothing here knows a layer, an optimizer's
 //! API or state, or a file format; the optimizers' update arithmetic lives here as operators.
+//! What every crate's files share lives here too: the atomic writer and the checksum
+//! ([`fsio`]).
 
 pub mod autograd;
 pub(crate) mod cpu;
 mod dtype;
 mod error;
+pub mod fsio;
 mod ndarray;
 pub mod ops;
 pub mod random;
