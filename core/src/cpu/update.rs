@@ -194,7 +194,10 @@ where
         sp[k] = Ptr(s.as_mut_ptr());
     }
     // SAFETY (all `span` calls below): every task receives a range of its own; ranges come from
-    // disjoint chunks or from sorted unique row ids checked above, and lie inside `0..n`.
+    // disjoint chunks or from sorted unique row ids, and lie inside `0..n`. Guarantors: the
+    // size checks here (state and dense gradient lengths equal the weight's) and
+    // `check_row_ids` / `rsp_values` below for a row_sparse gradient, never the gradient's
+    // constructor (`row_sparse_unchecked` builds broken ones on purpose).
     let spans =
         |start: usize, len: usize| unsafe { (wp.span(start, len), sp.map(|p| p.span(start, len))) };
 

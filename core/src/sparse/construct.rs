@@ -8,16 +8,21 @@ use crate::ndarray::{ArrayData, CsrData, NDArray, RowSparseData};
 use crate::storage::{IndexStorage, Storage};
 use crate::SType;
 
-/// Check the invariants of csr parts. `full` adds the O(nnz) checks (monotone indptr, indices
-/// sorted, unique and in range); without it only the lengths and end points are checked.
+/// Check the invariants of csr parts. Always: the lengths, the end points, a non-decreasing
+/// `indptr` and every column id in `0..cols` (O(rows + nnz)), which is everything an index
+/// computed from the parts relies on, so an array that passes cannot make a kernel read or
+/// write out of bounds. `full` adds MXNet's remaining invariant: column ids sorted and unique
+/// within each row (results, not memory safety, depend on it).
 pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
     let f = |m: String| Err(Error::format(SType::Csr, m));
     let [rows, cols] = c.shape;
-    if c.indptr.len() != rows + 1 {
+    // Compared without adding (`rows + 1` wraps for a caller's `usize::MAX`); an empty indptr
+    // must fail here, as kernels take `indptr.len() - 1` for the row count.
+    if c.indptr.is_empty() || c.indptr.len() - 1 != rows {
         return f(format!(
             "indptr has {} entries, expected rows + 1 = {}",
             c.indptr.len(),
-            rows + 1
+            rows as u128 + 1
         ));
     }
     if c.indptr[0] != 0 {
@@ -28,6 +33,9 @@ pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
         return f(format!("indptr[{rows}] is negative ({last})"));
     }
     let nnz = last as usize;
+    if c.offset.checked_add(nnz).is_none() {
+        return f(format!("indptr[{rows}] = {nnz} (nnz) overflows the offset"));
+    }
     if c.offset + nnz > c.indices.len() {
         return f(format!(
             "indptr[{rows}] = {nnz} (nnz) but only {} indices are stored after offset {}",
@@ -42,9 +50,6 @@ pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
             c.offset
         ));
     }
-    if !full {
-        return Ok(());
-    }
     for r in 0..rows {
         let (s, e) = (c.indptr[r], c.indptr[r + 1]);
         if e < s {
@@ -55,14 +60,29 @@ pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
         }
     }
     let idx = c.indices();
+    // One branch-free pass (a negative id is a huge u64); the row of a bad id is looked for
+    // only when there is one.
+    let max_col = idx.iter().map(|&j| j as u64).fold(0, u64::max);
+    if !idx.is_empty() && max_col >= cols as u64 {
+        let p = idx
+            .iter()
+            .position(|&j| j as u64 >= cols as u64)
+            .unwrap_or(0);
+        let r = c
+            .indptr
+            .partition_point(|&q| q as usize <= p)
+            .saturating_sub(1);
+        return f(format!(
+            "row {r}: column index {} out of range for {cols} columns",
+            idx[p]
+        ));
+    }
+    if !full {
+        return Ok(());
+    }
     for r in 0..rows {
         let row = &idx[c.indptr[r] as usize..c.indptr[r + 1] as usize];
         for (k, &j) in row.iter().enumerate() {
-            if j < 0 || j as usize >= cols {
-                return f(format!(
-                    "row {r}: column index {j} out of range for {cols} columns"
-                ));
-            }
             if k > 0 && row[k - 1] >= j {
                 return f(format!(
                     "row {r}: column indices not sorted and unique ({} then {j})",
@@ -74,7 +94,6 @@ pub(crate) fn check_csr(c: &CsrData, full: bool) -> Result<()> {
     Ok(())
 }
 
-/// Check the invariants of row_sparse parts (`full` adds sorted/unique/in-range row ids).
 /// A csr array from its parts after [`check_csr`] (`full` as there) and the check that the
 /// parts hold exactly `indptr[rows]` non-zeros.
 pub(crate) fn checked_csr(
@@ -116,18 +135,27 @@ pub(crate) fn checked_csr(
     Ok(NDArray::from_data(ArrayData::Csr(c)))
 }
 
+/// Check the invariants of row_sparse parts (`full` adds sorted/unique/in-range row ids).
 pub(crate) fn check_rsp(r: &RowSparseData, full: bool) -> Result<()> {
     let f = |m: String| Err(Error::format(SType::RowSparse, m));
     if r.shape.is_empty() {
         return f("row_sparse needs at least one dimension".into());
     }
-    let rl = r.row_len();
-    if r.data.len() != r.indices.len() * rl {
+    // Checked products: a shape such as [1, 2^32, 2^32] wraps to a row length of 0 in release
+    // builds, and kernels would then index rows of a buffer that holds none.
+    let Some(rl) = r.shape[1..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|rl| rl.checked_mul(r.shape[0]).is_some())
+    else {
+        return f(format!("shape {:?} has more elements than memory", r.shape));
+    };
+    if r.indices.len().checked_mul(rl) != Some(r.data.len()) {
         return f(format!(
             "data has {} elements, expected {} rows x {rl} = {}",
             r.data.len(),
             r.indices.len(),
-            r.indices.len() * rl
+            r.indices.len() as u128 * rl as u128
         ));
     }
     if !full {
@@ -185,22 +213,28 @@ impl NDArray {
         )
     }
 
-    /// A csr array from trusted parts, without validation (for readers that build valid parts
-    /// by construction, such as the LibSVM parser). Parts that break the invariants give wrong
-    /// results or panics later; call [`NDArray::check_format`] when in doubt.
+    /// A csr array from parts built valid by construction (the LibSVM parser's), skipping
+    /// only the check that column ids are sorted and unique within each row. Everything an
+    /// index computed from the parts relies on is still checked in O(rows + nnz): `indptr`
+    /// has `rows + 1` entries, starts at 0, never decreases and ends at `indices.len()`,
+    /// `values` and `indices` have one entry per non-zero, and every column id is in
+    /// `0..cols`; a broken one is an [`Error::Format`] naming it. (Before, this trusted its
+    /// parts, and an empty `indptr` made `dot` read out of bounds: a safe function must not
+    /// allow that.) Unsorted or repeated columns give MXNet's unspecified results, never
+    /// undefined behaviour; [`NDArray::check_format`] with `full = true` finds them.
     pub fn csr_unchecked<T: Element>(
         data: Vec<T>,
         indices: Vec<i64>,
         indptr: Vec<i64>,
         shape: [usize; 2],
-    ) -> NDArray {
-        NDArray::from_data(ArrayData::Csr(CsrData {
+    ) -> Result<NDArray> {
+        checked_csr(
+            Storage::from_vec(data),
+            IndexStorage::from(indices),
+            IndexStorage::from(indptr),
             shape,
-            indptr: IndexStorage::from(indptr),
-            indices: IndexStorage::from(indices),
-            data: Storage::from_vec(data),
-            offset: 0,
-        }))
+            false,
+        )
     }
 
     /// A row_sparse array from its parts: `data` holds `indices.len()` rows of
@@ -219,7 +253,11 @@ impl NDArray {
         Ok(NDArray::from_data(ArrayData::RowSparse(r)))
     }
 
-    /// A row_sparse array from trusted parts, without validation.
+    /// A row_sparse array from trusted parts, without validation (tests use it to hand
+    /// operators broken arrays). Parts that break the invariants give errors or wrong results
+    /// later, never undefined behaviour: every kernel that indexes memory by row ids checks
+    /// them itself first (`cpu::elementwise::zip_assign_rows`, `cpu::update`'s
+    /// `check_row_ids`); the others index with bounds checks.
     pub fn row_sparse_unchecked<T: Element>(
         data: Vec<T>,
         indices: Vec<i64>,
@@ -280,7 +318,7 @@ impl NDArray {
         for r in 0..shape[0] {
             indptr[r + 1] += indptr[r];
         }
-        Ok(NDArray::csr_unchecked(data, indices, indptr, shape))
+        NDArray::csr_unchecked(data, indices, indptr, shape)
     }
 
     /// An all-zero array of any storage type (a sparse one stores nothing).
@@ -300,8 +338,9 @@ impl NDArray {
         Ok(super::convert::zeros_stype(shape, dtype, stype))
     }
 
-    /// Validate the sparse format (MXNet's `check_format`): lengths and end points always,
-    /// plus ordering, uniqueness and ranges of every index when `full`. Dense arrays pass.
+    /// Validate the sparse format (MXNet's `check_format`): lengths, end points, a
+    /// non-decreasing csr `indptr` and in-range csr column ids always, plus ordering and
+    /// uniqueness of every index (and row_sparse row ids' range) when `full`. Dense arrays pass.
     pub fn check_format(&self, full: bool) -> Result<()> {
         match &*self.read() {
             ArrayData::Dense(_) => Ok(()),
@@ -401,7 +440,7 @@ mod tests {
 
     #[test]
     fn unchecked_then_check_format() {
-        let a = NDArray::csr_unchecked(vec![1f32, 2.], vec![1, 0], vec![0, 2], [1, 3]);
+        let a = NDArray::csr_unchecked(vec![1f32, 2.], vec![1, 0], vec![0, 2], [1, 3]).unwrap();
         assert!(a.check_format(false).is_ok());
         assert!(a.check_format(true).is_err());
     }

@@ -280,7 +280,7 @@ proptest! {
             for (c, v) in row { idx.push(*c); val.push(fin(*v)); }
             indptr.push(idx.len() as i64);
         }
-        let x = crate::batch::csr_array(rows.len(), 40, indptr.clone(), idx.clone(), val.clone());
+        let x = crate::batch::csr_array(rows.len(), 40, indptr.clone(), idx.clone(), val.clone()).unwrap();
         let y = sparrow_core::NDArray::from_vec(lab.clone(), &[rows.len()]).unwrap();
         let base = if one_based { IndexBase::One } else { IndexBase::Zero };
         let d = write_read(&x, &y, base);
@@ -294,7 +294,7 @@ proptest! {
 
 #[test]
 fn writer_multilabel_and_atomic() {
-    let x = crate::batch::csr_array(2, 3, vec![0, 1, 1], vec![2], vec![0.25]);
+    let x = crate::batch::csr_array(2, 3, vec![0, 1, 1], vec![2], vec![0.25]).unwrap();
     let y = sparrow_core::NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
     let dir = std::env::temp_dir().join(format!("sparrow-w-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
