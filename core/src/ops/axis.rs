@@ -117,10 +117,29 @@ pub(crate) fn scatter_grad(
 }
 
 /// The values of an index array as i64 (floats are truncated, as MXNet does).
-pub(crate) fn index_values(a: &NDArray) -> Result<Vec<i64>> {
+pub(crate) fn index_values(op: &'static str, a: &NDArray) -> Result<Vec<i64>> {
     match a.dtype() {
         DType::I64 => a.to_vec::<i64>(),
-        _ => Ok(a.to_f64_vec().into_iter().map(|x| x as i64).collect()),
+        // Exact in f64 and integral by type.
+        DType::I32 | DType::U8 => Ok(a.to_f64_vec().into_iter().map(|x| x as i64).collect()),
+        // `x as i64` truncates (2.9 took row 2) and maps NaN to 0 (row 0): a float index must
+        // be an integer that i64 holds, or the caller's bug goes unnoticed.
+        DType::F32 | DType::F64 => a
+            .to_f64_vec()
+            .into_iter()
+            .enumerate()
+            .map(|(k, x)| {
+                // 2^63 is exact in f64; every integral float below it in magnitude fits i64.
+                if x.is_finite() && x.fract() == 0.0 && x.abs() < 9_223_372_036_854_775_808.0 {
+                    Ok(x as i64)
+                } else {
+                    Err(Error::index(
+                        op,
+                        format!("index {x} at position {k} is not an integer"),
+                    ))
+                }
+            })
+            .collect(),
     }
 }
 

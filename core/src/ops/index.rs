@@ -1,7 +1,8 @@
 //! Indexing operators: take, slice_axis, flip, repeat, index_copy, one_hot, where.
 //!
-//! Every dtype works for the data movement; gradients flow for float arrays. Indices are i64
-//! (float index arrays are accepted and truncated, as in MXNet).
+//! Every dtype works for the data movement; gradients flow for float arrays. Indices are i64,
+//! or any other dtype holding integers: a float index that is not an integer (2.9, NaN, inf)
+//! is an error, where MXNet truncates it silently.
 
 use super::axis::{gather_buf, index_values, norm_axis, resolve_indices, scatter_grad, split3};
 use crate::autograd::record_op;
@@ -74,7 +75,8 @@ fn gather_positions(
 impl NDArray {
     /// Take the slices at `indices` (any shape, i64 or integral floats) along `axis`; the
     /// result has shape `shape[..axis] + indices.shape + shape[axis+1..]`. Negative indices
-    /// count from the end; out-of-range indices are an error. Differentiable in `self`.
+    /// count from the end; out-of-range indices and float indices that are not integers
+    /// (2.9, NaN, inf) are an [`Error::Index`]. Differentiable in `self`.
     ///
     /// ```
     /// use sparrow_core::NDArray;
@@ -85,7 +87,7 @@ impl NDArray {
     pub fn take(&self, indices: &NDArray, axis: i64) -> Result<NDArray> {
         let shape = self.shape();
         let ax = norm_axis("take", axis, shape.len())?;
-        let idx = resolve_indices("take", &index_values(indices)?, shape[ax])?;
+        let idx = resolve_indices("take", &index_values("take", indices)?, shape[ax])?;
         gather_positions("take", self, ax, idx, &indices.shape())
     }
 
@@ -138,7 +140,7 @@ impl NDArray {
         if d.buf.dtype() != nd.buf.dtype() {
             return Err(Error::dtype_mismatch(op, d.buf.dtype(), nd.buf.dtype()));
         }
-        let idx = resolve_indices(op, &index_values(index)?, d.shape[0])?;
+        let idx = resolve_indices(op, &index_values(op, index)?, d.shape[0])?;
         let mut want = vec![idx.len()];
         want.extend_from_slice(&d.shape[1..]);
         if nd.shape[..] != want[..] {
@@ -200,7 +202,7 @@ impl NDArray {
         off_value: f64,
         dtype: DType,
     ) -> Result<NDArray> {
-        let idx = index_values(self)?;
+        let idx = index_values("one_hot", self)?;
         let mut shape = self.shape();
         shape.push(depth);
         let out = NDArray::full(&shape, off_value, dtype)?;
