@@ -280,7 +280,7 @@ fn nadam<T: Float>(
     let (b1, b2, eps): (T, T, T) = (cast(p.beta1), cast(p.beta2), cast(p.epsilon));
     let d_g: T = cast(1.0 - sched);
     let d_m: T = cast(1.0 - sched_next);
-    let d_v: T = cast(1.0 - p.beta2.powi(p.t as i32));
+    let d_v: T = cast(1.0 - super::pow_count(p.beta2, p.t));
     let (c_g, c_m): (T, T) = (cast(1.0 - mom_t), cast(mom_t1));
     let c: Option<T> = args.clip_gradient.map(cast);
     let one = T::one();

@@ -79,8 +79,10 @@ fn lamb<T: Float>(
     let (wd, rg): (T, T) = (cast(args.wd), cast(args.rescale_grad));
     let (b1, b2, eps): (T, T, T) = (cast(p.beta1), cast(p.beta2), cast(p.epsilon));
     let (d1, d2): (T, T) = if p.bias_correction {
-        let t = p.t as i32;
-        (cast(1.0 - p.beta1.powi(t)), cast(1.0 - p.beta2.powi(t)))
+        (
+            cast(1.0 - super::pow_count(p.beta1, p.t)),
+            cast(1.0 - super::pow_count(p.beta2, p.t)),
+        )
     } else {
         (T::one(), T::one())
     };

@@ -63,6 +63,17 @@ pub use sgd::{
 
 use crate::Float;
 
+/// `base^t` for an update count `t` (bias corrections): `powi`, so results stay bit-identical
+/// to MXNet's, while `t` fits an i32, `powf` beyond. An `as i32` there wrapped `2^31` to a
+/// negative exponent (`0.9^-2147483648` is inf), and one step from a state file saved at
+/// `t = 2^31 - 1` turned every weight NaN.
+pub fn pow_count(base: f64, t: u64) -> f64 {
+    match i32::try_from(t) {
+        Ok(t) => base.powi(t),
+        Err(_) => base.powf(t as f64),
+    }
+}
+
 /// Round an f64 hyper-parameter to the kernel's element type (MXNet passes f32 to f32 kernels).
 #[inline]
 fn cast<T: Float>(v: f64) -> T {
