@@ -310,6 +310,44 @@ fn writer_multilabel_and_atomic() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Threads writing one LibSVM path at once: every write succeeds and every read between them
+/// finds one writer's whole file. With the pid-only temporary, writers renamed each other's
+/// files ("No such file") and readers could find a mix.
+#[test]
+fn concurrent_writers_of_one_path_never_collide() {
+    let dir = std::env::temp_dir().join(format!("sparrow-wc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("shared.svm");
+    let rows = 500;
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let p = &p;
+            s.spawn(move || {
+                // Writer t's file: every value is t + 1, so a mixed file shows two values.
+                let indptr: Vec<i64> = (0..=rows as i64).collect();
+                let x = crate::batch::csr_array(
+                    rows,
+                    2,
+                    indptr,
+                    vec![1; rows],
+                    vec![t as f32 + 1.0; rows],
+                )
+                .unwrap();
+                let y = sparrow_core::NDArray::from_vec(vec![0f32; rows], &[rows]).unwrap();
+                for _ in 0..10 {
+                    save_libsvm(p, &x, &y).unwrap();
+                    let d = load_libsvm(p, &LibSvmOptions::default()).unwrap();
+                    assert_eq!(d.num_rows(), rows);
+                    let v = &d.rows.values;
+                    assert!(v.iter().all(|&x| x == v[0]), "a mixed file");
+                }
+            });
+        }
+    });
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A line of LibSVM text for `rows_parser_matches_line_scanner`: plain rows (the fast path),
 /// rows the general parser takes, comment and blank lines, inline comments, malformed rows.
 fn any_line() -> impl Strategy<Value = String> {
