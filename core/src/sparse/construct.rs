@@ -254,8 +254,8 @@ impl NDArray {
     }
 
     /// A row_sparse array from trusted parts, without validation (tests use it to hand
-    /// operators broken arrays). Parts that break the invariants give errors or wrong results
-    /// later, never undefined behaviour: every kernel that indexes memory by row ids checks
+    /// operators broken arrays). Parts that break the invariants give errors, panics or wrong
+    /// results later, never undefined behaviour: every kernel that indexes memory by row ids checks
     /// them itself first (`cpu::elementwise::zip_assign_rows`, `cpu::update`'s
     /// `check_row_ids`); the others index with bounds checks.
     pub fn row_sparse_unchecked<T: Element>(
