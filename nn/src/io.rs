@@ -279,17 +279,15 @@ fn check_integrity(st: &SafeTensors<'_>, meta: &HashMap<String, String>) -> Vec<
     }
     for (fname, t) in st.tensors() {
         match meta.get(&format!("checksum:{fname}")) {
-            Some(want) => {
-                if *want != checksum_hex(checksum64(t.data())) {
-                    problems.push(format!(
-                        "tensor '{fname}': checksum mismatch (file corrupted)"
-                    ));
-                }
+            Some(want) if *want != checksum_hex(checksum64(t.data())) => {
+                problems.push(format!(
+                    "tensor '{fname}': checksum mismatch (file corrupted)"
+                ));
             }
             None if strict && ours => {
                 problems.push(format!("tensor '{fname}': no checksum in a version 2 file"));
             }
-            None => {}
+            _ => {}
         }
     }
     problems
