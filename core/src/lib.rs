@@ -5,13 +5,15 @@
 //! that can fail on user input returns [`Result`]. Nothing here knows a layer, an optimizer's
 //! API or state, or a file format; the optimizers' update arithmetic lives here as operators.
 //! The public constructors make arrays on the calling thread's default device
-//! ([`Device::current`], set for a closure by [`with_device`]).
+//! ([`Device::current`], set for a closure by [`with_device`]). What every crate's files share
+//! lives here too: the atomic writer and the checksum ([`fsio`]).
 
 pub mod autograd;
 pub(crate) mod cpu;
 mod device;
 mod dtype;
 mod error;
+pub mod fsio;
 mod ndarray;
 pub mod ops;
 pub mod random;

@@ -42,7 +42,7 @@ pub struct Batch {
 pub(crate) type Seg<'a> = (&'a Rows, usize, usize);
 
 /// Build a `[rows, ncols]` CSR array from row runs (f32 values, i64 indices).
-pub(crate) fn csr_from_segs(segs: &[Seg<'_>], ncols: usize) -> NDArray {
+pub(crate) fn csr_from_segs(segs: &[Seg<'_>], ncols: usize) -> crate::Result<NDArray> {
     let rows: usize = segs.iter().map(|s| s.2 - s.1).sum();
     let nnz: usize = segs
         .iter()
@@ -62,19 +62,26 @@ pub(crate) fn csr_from_segs(segs: &[Seg<'_>], ncols: usize) -> NDArray {
     csr_array(rows, ncols, indptr, indices, values)
 }
 
-/// Wrap CSR parts (valid by construction: sorted unique columns below `ncols`) into an NDArray.
+/// Wrap CSR parts (valid by construction: sorted unique columns below `ncols`) into an
+/// NDArray. The constructor still checks what kernels rely on (O(nnz), small next to parsing):
+/// a parser bug then surfaces as an error, not as out-of-bounds reads.
 pub(crate) fn csr_array(
     rows: usize,
     ncols: usize,
     indptr: Vec<i64>,
     indices: Vec<i64>,
     values: Vec<f32>,
-) -> NDArray {
-    NDArray::csr_unchecked(values, indices, indptr, [rows, ncols])
+) -> crate::Result<NDArray> {
+    Ok(NDArray::csr_unchecked(
+        values,
+        indices,
+        indptr,
+        [rows, ncols],
+    )?)
 }
 
 /// CSR labels `[rows, ncols]` from the label columns of row runs.
-pub(crate) fn csr_labels_from_segs(segs: &[Seg<'_>], ncols: usize) -> NDArray {
+pub(crate) fn csr_labels_from_segs(segs: &[Seg<'_>], ncols: usize) -> crate::Result<NDArray> {
     let rows: usize = segs.iter().map(|s| s.2 - s.1).sum();
     let mut indptr = Vec::with_capacity(rows + 1);
     let mut indices = Vec::new();

@@ -110,7 +110,7 @@ pub fn random_csr(
         indices.extend(idx);
         values.extend(val);
     }
-    Ok(csr_array(rows, cols, indptr, indices, values))
+    csr_array(rows, cols, indptr, indices, values)
 }
 
 /// Labels (dense f32 `[rows]`, 0 or 1) of a CSR matrix under `rule`.

@@ -8,19 +8,35 @@
 //! - A parameter with `stype = RowSparse` is saved densely by default; with
 //!   [`SaveOptions::row_sparse_as_pairs`] it is saved as two tensors `<name>@indices` (int64,
 //!   the non-zero rows) and `<name>@data` (`(k, ...)`), and loaded back into the same parameter.
-//! - `__metadata__` holds `format = sparrow`, and per tensor `stype:<name>`, `layout:<name>` and
-//!   `checksum:<name>` (a 64-bit hash of the bytes; safetensors itself has no checksum, so this
-//!   is what detects corrupted data). Files without checksums (other tools) load unchecked.
+//! - `__metadata__` holds `format = sparrow`, `format_version = 2`, per tensor `stype:<name>`,
+//!   `layout:<name>` and `checksum:<name>` (a 64-bit hash of the bytes,
+//!   [`sparrow_core::fsio::checksum64`]; safetensors itself has no checksum, so this is what
+//!   detects corrupted data), `rows:<name>` for row_sparse pairs, and `meta_checksum`, the
+//!   same hash over every other metadata pair, so a corrupted row count or layout is caught
+//!   as a corrupted tensor is. Version 2 files must carry every checksum. Files written before
+//!   version 2 (no `format_version`, no `meta_checksum`) still load, their tensors checked;
+//!   files of other tools (no checksums) load unchecked.
 //!
-//! Writes are atomic (temporary file in the same folder, then rename). Loading validates
-//! everything (file integrity, names, shapes, dtypes, row ids) before assigning anything, so a
-//! failed load leaves the model unchanged; the error lists every mismatch.
+//! Writes go through [`sparrow_core::fsio::write_atomic`] (a unique temporary in the same
+//! folder, fsynced, renamed, folder fsynced), so concurrent saves of one path never collide
+//! and a reader always finds a complete file. Loading validates everything (file integrity,
+//! metadata, names, shapes, dtypes, layouts, row ids and row counts) before allocating from
+//! or assigning anything, so a crafted file is an error, never a panic or an abort, and a
+//! failed load leaves the model unchanged; the error names the file and lists every problem.
+//!
+//! ## Layouts
+//! A weight saved with `layout = in_out` and loaded into a parameter held `(out, in)` (or the
+//! reverse: a plain `Dense` file into a row_sparse-gradient `Dense`) is **transposed on
+//! load**: both hold the same Gluon weight, so the layer computes the same outputs. A layout
+//! other than `in_out` / `out_in`, or on a tensor that is not 2-D, is an error.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
+use sparrow_core::fsio::{checksum64, checksum_hex, checksum_pairs};
 use sparrow_core::{DType, Error, NDArray, Result, SType};
 
 use crate::block::Block;
@@ -45,25 +61,15 @@ pub struct LoadOptions {
 const OP_SAVE: &str = "save_parameters";
 const OP_LOAD: &str = "load_parameters";
 
+/// The metadata key holding [`checksum_pairs`] of every other metadata pair.
+const META_CHECKSUM: &str = "meta_checksum";
+/// The version this code writes: 2 added `format_version` and `meta_checksum`.
+const FORMAT_VERSION: &str = "2";
+
 struct Tensor {
     dtype: Dtype,
     shape: Vec<usize>,
     bytes: Vec<u8>,
-}
-
-impl View for &Tensor {
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
 }
 
 fn st_dtype(d: DType) -> Dtype {
@@ -87,19 +93,70 @@ fn our_dtype(d: Dtype) -> Option<DType> {
     })
 }
 
-/// A 64-bit hash of bytes (word-wise multiply-xorshift; detects corruption, not tampering).
-fn checksum(bytes: &[u8]) -> u64 {
-    let mut h = 0x243F_6A88_85A3_08D3u64 ^ bytes.len() as u64;
-    let mut words = bytes.chunks_exact(8);
-    for w in &mut words {
-        let x = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        h = (h ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        h ^= h >> 29;
+/// A tensor's header entry without its bytes: `safetensors::serialize` over these returns
+/// just the length-prefixed header (data offsets computed from `data_len`), so the tensors'
+/// bytes can be streamed to the file after it instead of being copied into one buffer.
+struct HeaderOnly<'a>(&'a Tensor);
+
+impl View for HeaderOnly<'_> {
+    fn dtype(&self) -> Dtype {
+        self.0.dtype
     }
-    for &b in words.remainder() {
-        h = (h ^ b as u64).wrapping_mul(0x100_0000_01B3);
+    fn shape(&self) -> &[usize] {
+        &self.0.shape
     }
-    h
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&[])
+    }
+    fn data_len(&self) -> usize {
+        self.0.bytes.len()
+    }
+}
+
+/// Write `tensors` and `meta` as a safetensors file through [`sparrow_core::fsio::write_atomic`].
+/// The data order is the header's (read back from its `data_offsets`, so it is whatever order
+/// the safetensors crate chose), and the bytes written are checked against the header's size.
+fn write_safetensors(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    meta: HashMap<String, String>,
+) -> Result<()> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        Error::arg(OP_SAVE, format!("{what} '{}': {e}", path.display()))
+    };
+    let header = safetensors::serialize(
+        tensors.iter().map(|(n, t)| (n.as_str(), HeaderOnly(t))),
+        Some(meta),
+    )
+    .map_err(|e| fail("cannot encode", &e))?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&header[8..]).map_err(|e| fail("cannot encode", &e))?;
+    let mut order: Vec<(u64, &Tensor)> = Vec::with_capacity(tensors.len());
+    for (n, t) in tensors {
+        let begin = json[n.as_str()]["data_offsets"][0]
+            .as_u64()
+            .ok_or_else(|| fail("cannot encode", &format!("no data offset for '{n}'")))?;
+        order.push((begin, t));
+    }
+    order.sort_by_key(|&(b, _)| b);
+    let mut at = 0u64;
+    for &(b, t) in &order {
+        if b != at {
+            return Err(fail(
+                "cannot encode",
+                &"tensor data offsets are not contiguous",
+            ));
+        }
+        at += t.bytes.len() as u64;
+    }
+    sparrow_core::fsio::write_atomic(path, |w| {
+        w.write_all(&header)?;
+        for (_, t) in &order {
+            w.write_all(&t.bytes)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| fail("cannot write", &e))
 }
 
 /// Save `params` to `path` (see the module docs for the layout).
@@ -108,6 +165,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
     let mut meta: HashMap<String, String> = HashMap::new();
     meta.insert("format".into(), "sparrow".into());
+    meta.insert("format_version".into(), FORMAT_VERSION.into());
     for (name, p) in params.iter() {
         let data = p.data().map_err(|e| {
             Error::arg(
@@ -162,38 +220,12 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
         }
     }
     for (n, t) in &tensors {
-        meta.insert(
-            format!("checksum:{n}"),
-            format!("{:016x}", checksum(&t.bytes)),
-        );
+        meta.insert(format!("checksum:{n}"), checksum_hex(checksum64(&t.bytes)));
     }
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| Error::arg(OP_SAVE, format!("'{}' is not a file path", path.display())))?;
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp.{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let io = |e: &dyn std::fmt::Display, what: &str, p: &Path| {
-        Error::arg(OP_SAVE, format!("{what} '{}': {e}", p.display()))
-    };
-    safetensors::serialize_to_file(
-        tensors.iter().map(|(n, t)| (n.as_str(), t)),
-        Some(meta),
-        &tmp,
-    )
-    .map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(&e, "cannot write", &tmp)
-    })?;
-    if let Ok(f) = std::fs::File::open(&tmp) {
-        let _ = f.sync_all();
-    }
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(&e, "cannot rename the temporary file onto", path)
-    })
+    // Last: it covers every other pair, the tensors' checksums included.
+    let mc = checksum_hex(checksum_pairs(&meta, META_CHECKSUM));
+    meta.insert(META_CHECKSUM.into(), mc);
+    write_safetensors(path, &tensors, meta)
 }
 
 /// A validated value ready to assign.
@@ -222,8 +254,58 @@ fn tensor_array(st: &SafeTensors<'_>, fname: &str, problems: &mut Vec<String>) -
         .ok()
 }
 
+/// The file's integrity: the metadata checksum (required from version 2 on) and every
+/// tensor's checksum (required from version 2 on; checked when present in older files).
+fn check_integrity(st: &SafeTensors<'_>, meta: &HashMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let ours = meta.get("format").is_some_and(|f| f == "sparrow");
+    let version = meta.get("format_version");
+    let strict = match version.map(String::as_str) {
+        None => false,
+        Some(FORMAT_VERSION) => true,
+        Some(v) => {
+            problems.push(format!(
+                "format_version {v:?} is not one this sparrow reads (it writes {FORMAT_VERSION})"
+            ));
+            return problems;
+        }
+    };
+    if strict || meta.contains_key(META_CHECKSUM) {
+        let want = checksum_hex(checksum_pairs(meta, META_CHECKSUM));
+        if meta.get(META_CHECKSUM) != Some(&want) {
+            problems.push("metadata checksum mismatch (header corrupted)".into());
+            return problems;
+        }
+    }
+    for (fname, t) in st.tensors() {
+        match meta.get(&format!("checksum:{fname}")) {
+            Some(want) if *want != checksum_hex(checksum64(t.data())) => {
+                problems.push(format!(
+                    "tensor '{fname}': checksum mismatch (file corrupted)"
+                ));
+            }
+            None if strict && ours => {
+                problems.push(format!("tensor '{fname}': no checksum in a version 2 file"));
+            }
+            _ => {}
+        }
+    }
+    problems
+}
+
+/// Whether a parameter holds its weight `(in, out)`, from a file's `layout:<name>` value
+/// (absent: the Gluon/PyTorch `(out, in)`).
+fn layout_in_out(name: &str, layout: Option<&String>) -> std::result::Result<bool, String> {
+    match layout.map(String::as_str) {
+        None | Some("out_in") => Ok(false),
+        Some("in_out") => Ok(true),
+        Some(other) => Err(format!("parameter '{name}': unknown layout {other:?}")),
+    }
+}
+
 /// Load `path` into `params`: everything is validated first, and on any mismatch nothing is
-/// assigned and the error lists every problem.
+/// assigned and the error lists every problem. A weight whose file layout differs from the
+/// parameter's (`in_out` vs `out_in`, see the module docs) is transposed, not refused.
 pub fn load_params(params: &ParamDict, path: impl AsRef<Path>, opts: LoadOptions) -> Result<()> {
     let path = path.as_ref();
     let bytes = std::fs::read(path)
@@ -240,25 +322,31 @@ pub fn load_params(params: &ParamDict, path: impl AsRef<Path>, opts: LoadOptions
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad_file(e.to_string()))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| bad_file(e.to_string()))?;
     let meta = header.metadata().clone().unwrap_or_default();
-    let mut problems: Vec<String> = Vec::new();
-    for (fname, t) in st.tensors() {
-        if let Some(want) = meta.get(&format!("checksum:{fname}")) {
-            let got = format!("{:016x}", checksum(t.data()));
-            if &got != want {
-                problems.push(format!(
-                    "tensor '{fname}': checksum mismatch (file corrupted)"
-                ));
-            }
-        }
-    }
+    let problems = check_integrity(&st, &meta);
     if !problems.is_empty() {
         return Err(bad_file(problems.join("; ")));
     }
+    let mut problems: Vec<String> = Vec::new();
     let file_names: BTreeSet<String> = st.names().into_iter().map(String::from).collect();
     let mut used: BTreeSet<String> = BTreeSet::new();
     let mut pending: Vec<Pending> = Vec::new();
     for (name, p) in params.iter() {
         let (idx_name, data_name) = (format!("{name}@indices"), format!("{name}@data"));
+        let file_in_out = match layout_in_out(name, meta.get(&format!("layout:{name}"))) {
+            Ok(l) => l,
+            Err(e) => {
+                problems.push(e);
+                continue;
+            }
+        };
+        let ps = p.shape();
+        let transpose = file_in_out != p.fan_in_first();
+        // The shape the file holds this parameter in, where the model knows it (0: deferred).
+        let held = if transpose && ps.len() == 2 {
+            vec![ps[1], ps[0]]
+        } else {
+            ps.clone()
+        };
         let value = if file_names.contains(name) {
             used.insert(name.to_string());
             tensor_array(&st, name, &mut problems)
@@ -269,7 +357,7 @@ pub fn load_params(params: &ParamDict, path: impl AsRef<Path>, opts: LoadOptions
             let data = tensor_array(&st, &data_name, &mut problems);
             match (idx, data) {
                 (Some(i), Some(d)) => {
-                    scatter_rows(name, &p.shape(), meta.get(&format!("rows:{name}")), &i, &d)
+                    scatter_rows(name, &held, meta.get(&format!("rows:{name}")), &i, &d)
                         .map_err(|e| problems.push(e))
                         .ok()
                 }
@@ -281,8 +369,27 @@ pub fn load_params(params: &ParamDict, path: impl AsRef<Path>, opts: LoadOptions
             }
             continue;
         };
-        let Some(value) = value else { continue };
-        let (ps, vs) = (p.shape(), value.shape());
+        let Some(mut value) = value else { continue };
+        if transpose {
+            if value.shape().len() != 2 || ps.len() != 2 {
+                problems.push(format!(
+                    "parameter '{name}': layout {} in the file, {} in the model, but the \
+                     weight is not 2-D ({:?} in the file)",
+                    if file_in_out { "in_out" } else { "out_in" },
+                    if p.fan_in_first() { "in_out" } else { "out_in" },
+                    value.shape()
+                ));
+                continue;
+            }
+            match value.transpose(None) {
+                Ok(t) => value = t,
+                Err(e) => {
+                    problems.push(format!("parameter '{name}': cannot transpose: {e}"));
+                    continue;
+                }
+            }
+        }
+        let vs = value.shape();
         let fits = ps.len() == vs.len() && ps.iter().zip(&vs).all(|(&a, &b)| a == 0 || a == b);
         if !fits {
             problems.push(format!(
@@ -318,16 +425,25 @@ pub fn load_params(params: &ParamDict, path: impl AsRef<Path>, opts: LoadOptions
         ));
     }
     for Pending { name, value } in pending {
-        let p = params.get(&name).expect("validated above");
+        let Some(p) = params.get(&name) else {
+            return Err(Error::arg(
+                OP_LOAD,
+                format!("parameter '{name}' disappeared while loading"),
+            ));
+        };
         p.set_data(&value)?;
     }
     Ok(())
 }
 
-/// Dense weight from `(indices, data)` pairs; every check returns a message.
+/// Dense weight from `(indices, data)` pairs; every check returns a message. `held`: the
+/// parameter's shape in the file's layout (a 0 dim is deferred). The row count comes from the
+/// model where it knows it, and the file's `rows:<name>` must agree; only a deferred row count
+/// is taken from the file, and then the dense buffer is reserved fallibly, so an absurd count
+/// is an error instead of an allocation failure that aborts the process.
 fn scatter_rows(
     name: &str,
-    pshape: &[usize],
+    held: &[usize],
     rows_meta: Option<&String>,
     idx: &NDArray,
     data: &NDArray,
@@ -336,10 +452,23 @@ fn scatter_rows(
         .to_vec::<i64>()
         .map_err(|_| format!("'{name}@indices' must be int64"))?;
     let ds = data.shape();
-    let rows = match rows_meta.and_then(|r| r.parse::<usize>().ok()) {
-        Some(r) => r,
-        None if !pshape.is_empty() && pshape[0] > 0 => pshape[0],
-        None => {
+    let file_rows = match rows_meta {
+        Some(r) => Some(
+            r.parse::<usize>()
+                .map_err(|_| format!("'{name}': rows metadata {r:?} is not a row count"))?,
+        ),
+        None => None,
+    };
+    let model_rows = held.first().copied().filter(|&r| r > 0);
+    let rows = match (model_rows, file_rows) {
+        (Some(m), Some(f)) if m != f => {
+            return Err(format!(
+                "'{name}': the file holds {f} rows, the model {m} (shape {held:?})"
+            ))
+        }
+        (Some(m), _) => m,
+        (None, Some(f)) => f,
+        (None, None) => {
             return Err(format!(
                 "'{name}': row count unknown (no rows metadata, deferred shape)"
             ))
@@ -351,6 +480,18 @@ fn scatter_rows(
             ids.len()
         ));
     }
+    if held.len() == ds.len()
+        && held[1..]
+            .iter()
+            .zip(&ds[1..])
+            .any(|(&h, &d)| h != 0 && h != d)
+    {
+        return Err(format!(
+            "'{name}@data' rows of shape {:?}, the model's are {:?}",
+            &ds[1..],
+            &held[1..]
+        ));
+    }
     if ids.windows(2).any(|w| w[0] >= w[1]) || ids.iter().any(|&r| r < 0 || r as usize >= rows) {
         return Err(format!(
             "'{name}@indices' must be sorted, unique and in [0, {rows})"
@@ -358,9 +499,26 @@ fn scatter_rows(
     }
     let mut shape = ds.clone();
     shape[0] = rows;
-    NDArray::row_sparse_from_arrays(data, ids, &shape)
-        .and_then(|rs| rs.tostype(SType::Dense))
-        .map_err(|e| e.to_string())
+    let elem = data.dtype().size_of();
+    let row_bytes = ds[1..].iter().try_fold(elem, |a, &d| a.checked_mul(d));
+    let total = row_bytes.and_then(|b| b.checked_mul(rows));
+    let (Some(row_bytes), Some(total)) = (row_bytes, total) else {
+        return Err(format!(
+            "'{name}': shape {shape:?} has more elements than memory"
+        ));
+    };
+    let mut dense: Vec<u8> = Vec::new();
+    dense
+        .try_reserve_exact(total)
+        .map_err(|e| format!("'{name}': cannot allocate {total} bytes for shape {shape:?}: {e}"))?;
+    dense.resize(total, 0);
+    let src = data.to_le_bytes().map_err(|e| e.to_string())?;
+    for (k, &r) in ids.iter().enumerate() {
+        let r = r as usize;
+        dense[r * row_bytes..(r + 1) * row_bytes]
+            .copy_from_slice(&src[k * row_bytes..(k + 1) * row_bytes]);
+    }
+    NDArray::from_le_bytes(&dense, data.dtype(), &shape).map_err(|e| e.to_string())
 }
 
 /// Parameter files for any [`Block`]: `net.save_parameters(path)` / `net.load_parameters(path)`.

@@ -17,10 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sparrow_core::{autograd, DType, Error, NDArray, Result};
+use sparrow_core::{autograd, Error, NDArray, Result};
 use sparrow_nn::Block;
 
-use crate::persist::write_atomic;
 pub use crate::source::{DataSource, Epoch, LabelledBatch};
 use crate::Trainer;
 
@@ -340,47 +339,13 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
     }
 }
 
-/// Write every parameter's weight to a safetensors file under its hierarchical name, atomically.
+/// Write every parameter's weight to a safetensors file under its hierarchical name: nn's
+/// parameter file ([`sparrow_nn::save_params`]), so a checkpoint carries the same checksums and
+/// layout metadata as `save_parameters`, is written through the one atomic writer, and loads
+/// back with `load_parameters` (which refuses a corrupted file). Its own encoder wrote files
+/// without checksums, in which one flipped byte loaded silently.
 pub fn save_params(params: &sparrow_nn::ParamDict, path: &Path) -> Result<()> {
-    use safetensors::tensor::{Dtype, TensorView};
-    let mut blobs = Vec::new();
-    for (name, p) in params.iter() {
-        let d = p.data()?;
-        let (dt, bytes): (Dtype, Vec<u8>) = match d.dtype() {
-            DType::F32 => (
-                Dtype::F32,
-                d.to_vec::<f32>()?
-                    .iter()
-                    .flat_map(|x| x.to_le_bytes())
-                    .collect(),
-            ),
-            DType::F64 => (
-                Dtype::F64,
-                d.to_vec::<f64>()?
-                    .iter()
-                    .flat_map(|x| x.to_le_bytes())
-                    .collect(),
-            ),
-            other => {
-                return Err(Error::dtype(
-                    "save_params",
-                    format!("parameter {name}: {}", other.name()),
-                ))
-            }
-        };
-        blobs.push((name.to_string(), dt, d.shape(), bytes));
-    }
-    let views = blobs
-        .iter()
-        .map(|(n, dt, s, b)| {
-            TensorView::new(*dt, s.clone(), b)
-                .map(|v| (n.clone(), v))
-                .map_err(|e| Error::arg("save_params", e.to_string()))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let bytes = safetensors::serialize(views, None)
-        .map_err(|e| Error::arg("save_params", e.to_string()))?;
-    write_atomic("save_params", path, &bytes)
+    sparrow_nn::save_params(params, path, sparrow_nn::SaveOptions::default())
 }
 
 /// The epoch's line, as Gluon's `LoggingHandler` prints it: `[Epoch 3] 1.24 s, 81234

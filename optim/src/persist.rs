@@ -1,6 +1,13 @@
 //! Optimizer states on disk: one safetensors file (readable by any framework) holding every
 //! state array as `"<param index>.<slot>"`, with update counts, scalars and the parameter names
-//! in the header metadata. Writes are atomic: a temporary file in the same folder, then rename.
+//! in the header metadata. Writes go through [`sparrow_core::fsio::write_atomic`] (a unique
+//! temporary in the same folder, fsynced, renamed, folder fsynced).
+//!
+//! Format `sparrow-optim-states-2` adds checksums, the hash parameter files use
+//! ([`sparrow_core::fsio::checksum64`]): `checksum:<tensor>` for every state array and
+//! `meta_checksum` over every other metadata pair (update counts, scalars, names), so one
+//! flipped byte anywhere is refused instead of loading and turning the weights into NaN after
+//! a step. Version 1 files (no checksums) still load, with every value validated.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -9,7 +16,14 @@ use std::path::Path;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use serde_json::{json, Value};
+use sparrow_core::fsio::{checksum64, checksum_hex, checksum_pairs};
 use sparrow_core::{DType, Error, NDArray, Result};
+
+/// The format this code writes; [`FORMAT_V1`] files still load.
+const FORMAT_V2: &str = "sparrow-optim-states-2";
+const FORMAT_V1: &str = "sparrow-optim-states-1";
+/// The metadata key holding [`checksum_pairs`] of every other metadata pair.
+const META_CHECKSUM: &str = "meta_checksum";
 
 use crate::optimizer::State;
 
@@ -17,28 +31,10 @@ fn io_err(op: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
     Error::arg(op, format!("{}: {e}", path.display()))
 }
 
-/// Write `bytes` to `path` atomically.
+/// Write `bytes` to `path` through [`sparrow_core::fsio::write_atomic`], the writer every
+/// sparrow file goes through.
 pub(crate) fn write_atomic(op: &'static str, path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io_err(op, path, "not a file path"))?
-        .to_string_lossy();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_err(op, path, e));
-    }
-    Ok(())
+    sparrow_core::fsio::write_atomic(path, |w| w.write_all(bytes)).map_err(|e| io_err(op, path, e))
 }
 
 /// Serialize the states of all parameters.
@@ -52,7 +48,7 @@ pub(crate) fn save_states(
     const OP: &str = "save_states";
     let mut blobs: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     let mut meta = HashMap::new();
-    meta.insert("format".to_string(), "sparrow-optim-states-1".to_string());
+    meta.insert("format".to_string(), FORMAT_V2.to_string());
     meta.insert("optimizer".to_string(), optimizer.to_string());
     meta.insert("num_update".to_string(), num_update.to_string());
     meta.insert("params".to_string(), json!(names).to_string());
@@ -89,6 +85,12 @@ pub(crate) fn save_states(
             blobs.push((format!("{i}.{slot}"), dt, a.shape(), bytes));
         }
     }
+    for (n, _, _, b) in &blobs {
+        meta.insert(format!("checksum:{n}"), checksum_hex(checksum64(b)));
+    }
+    // Last: it covers every other pair, the arrays' checksums included.
+    let mc = checksum_hex(checksum_pairs(&meta, META_CHECKSUM));
+    meta.insert(META_CHECKSUM.to_string(), mc);
     let views = blobs
         .iter()
         .map(|(n, dt, shape, b)| {
@@ -120,6 +122,26 @@ pub(crate) fn load_states(
         meta.get(k)
             .ok_or_else(|| io_err(OP, path, format!("header metadata lacks '{k}'")))
     };
+    let checked = match get("format")?.as_str() {
+        FORMAT_V2 => true,
+        FORMAT_V1 => false,
+        other => {
+            return Err(io_err(
+                OP,
+                path,
+                format!("format {other:?} is not an optimizer state file this sparrow reads"),
+            ))
+        }
+    };
+    if checked
+        && meta.get(META_CHECKSUM) != Some(&checksum_hex(checksum_pairs(&meta, META_CHECKSUM)))
+    {
+        return Err(io_err(
+            OP,
+            path,
+            "metadata checksum mismatch (file corrupted)",
+        ));
+    }
     let saved_opt = get("optimizer")?;
     if saved_opt != optimizer {
         return Err(io_err(
@@ -141,6 +163,18 @@ pub(crate) fn load_states(
         .parse()
         .map_err(|e| io_err(OP, path, e))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| io_err(OP, path, e))?;
+    if checked {
+        for (tname, t) in st.tensors() {
+            let want = meta.get(&format!("checksum:{tname}"));
+            if want != Some(&checksum_hex(checksum64(t.data()))) {
+                return Err(io_err(
+                    OP,
+                    path,
+                    format!("tensor '{tname}': checksum missing or mismatched (file corrupted)"),
+                ));
+            }
+        }
+    }
     let mut states = Vec::with_capacity(names.len());
     for (i, pname) in names.iter().enumerate() {
         let v: Value =
@@ -174,14 +208,20 @@ pub(crate) fn load_states(
                         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                         .collect::<Vec<_>>(),
                     &shape,
-                )?,
+                )
+                .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
                 Dtype::F64 => NDArray::from_vec(
                     tv.data()
                         .chunks_exact(8)
-                        .map(|c| f64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+                        .map(|c| {
+                            let mut b = [0u8; 8];
+                            b.copy_from_slice(c);
+                            f64::from_le_bytes(b)
+                        })
                         .collect::<Vec<_>>(),
                     &shape,
-                )?,
+                )
+                .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
                 other => return Err(bad(&format!("unsupported dtype {other:?}"))),
             };
             if let Some((pshape, pdtype)) = shapes.get(&i) {

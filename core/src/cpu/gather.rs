@@ -179,8 +179,8 @@ unsafe fn gather_sum_row_f32_avx2(
         }
     };
     let n8 = n - n % 8;
-    // SAFETY: `row_at` checked each entry's row, whose n >= n8 floats lie inside `src`; the
-    // output holds n >= n8 floats.
+    // SAFETY: `row_at` checked each entry's row (an assert, in release builds too), whose
+    // n >= n8 floats lie inside `src`; the output holds n >= n8 floats.
     unsafe {
         sum_rows_f32_avx2(
             dst,
@@ -236,7 +236,8 @@ pub(crate) fn segment_rows_f32(
             && segment_indices_valid(src.len() / row_len, starts, order, srow, w.map(|w| w.len()))
         {
             // SAFETY: AVX2 and FMA were detected; the output has `groups` rows of row_len and
-            // every index the loop reads was checked just above.
+            // every index the loop reads was checked just above (this function is the
+            // guarantor: it trusts no caller's validation).
             unsafe { segment_rows_f32_avx2(out, src, row_len, starts, order, srow, w) };
             return true;
         }
@@ -246,12 +247,14 @@ pub(crate) fn segment_rows_f32(
 }
 
 /// The shape conditions of the f32 AVX2 row kernels: the CPU has AVX2 and FMA, rows are a
-/// non-zero multiple of 8 floats long, and the output holds exactly `rows` of them.
+/// non-zero multiple of 8 floats long, and the output holds exactly `rows` of them. The
+/// product is checked: a wrapped `rows * row_len` could equal a short output's length, and
+/// the kernels write `rows` whole rows.
 #[cfg(target_arch = "x86_64")]
 fn avx2_rows_fit(out_len: usize, rows: usize, row_len: usize) -> bool {
     row_len > 0
         && row_len.is_multiple_of(8)
-        && out_len == rows * row_len
+        && rows.checked_mul(row_len) == Some(out_len)
         && super::elementwise::has_avx2_fma()
 }
 
@@ -330,7 +333,8 @@ unsafe fn segment_rows_f32_avx2(
     use std::arch::x86_64::*;
     let n = row_len;
     let (sp, op, rp) = (src.as_ptr(), order.as_ptr(), srow.as_ptr());
-    // SAFETY (every raw read below): the indices were validated by the caller (contract).
+    // SAFETY (every raw read below): the indices were validated by the caller (contract),
+    // `segment_rows_f32`, the one caller, through `segment_indices_valid`.
     let coef = |e: usize| w.map_or(1.0, |w| unsafe { *w.as_ptr().add(e) });
     for (g, dst) in out.chunks_exact_mut(n).enumerate() {
         let (s, e_end) = unsafe { (*starts.get_unchecked(g), *starts.get_unchecked(g + 1)) };
@@ -387,7 +391,8 @@ pub(crate) fn csr_rows_f32(
         if avx2_rows_fit(out.len(), m, n) && csr_indices_valid(w.len() / n, indptr, idx, vals.len())
         {
             // SAFETY: AVX2 and FMA were detected; `out` has m rows of n; every index the loop
-            // reads was checked just above.
+            // reads was checked just above (this function is the guarantor: it trusts no
+            // caller's validation, not even the csr constructors').
             unsafe { csr_rows_f32_avx2(out, w, n, indptr, idx, vals) };
             return true;
         }
@@ -396,13 +401,15 @@ pub(crate) fn csr_rows_f32(
     false
 }
 
-/// Whether [`csr_rows_f32_avx2`] may index without checks: `indptr` is non-negative and
-/// ascending, ends inside `idx` and `vals` (`nvals` long), and every column in its range is
-/// below `rows`.
+/// Whether [`csr_rows_f32_avx2`] may index without checks: `indptr` is not empty (the kernel
+/// takes `indptr.len() - 1` rows), non-negative and ascending, ends inside `idx` and `vals`
+/// (`nvals` long), and every column in its range is below `rows`. This function is the
+/// kernel's guarantor: the csr constructors check the same, but the kernel does not rely on
+/// them (an empty `indptr` passed both once, and `len - 1` wrapped to `usize::MAX`).
 #[cfg(target_arch = "x86_64")]
 fn csr_indices_valid(rows: usize, indptr: &[i64], idx: &[i64], nvals: usize) -> bool {
     let (Some(&first), Some(&last)) = (indptr.first(), indptr.last()) else {
-        return true;
+        return false;
     };
     first >= 0
         && last as u64 <= idx.len().min(nvals) as u64
@@ -429,7 +436,9 @@ unsafe fn csr_rows_f32_avx2(
     let (wp, ip, vp) = (w.as_ptr(), idx.as_ptr(), vals.as_ptr());
     let dst = out.as_mut_ptr() as *mut f32;
     // SAFETY (every raw access below): entries lie in indptr[0]..indptr[m] inside idx and
-    // vals, their columns are rows of `w` (n floats each), and output row i holds n floats.
+    // vals, their columns are rows of `w` (n floats each), and output row i holds n floats:
+    // the contract, guaranteed by `csr_rows_f32` (the one caller) through `avx2_rows_fit` and
+    // `csr_indices_valid`, never by the csr constructors alone.
     let end = unsafe { *indptr.get_unchecked(m) } as usize;
     let row = |e: usize| unsafe { wp.add(*ip.add(e) as usize * n) };
     let prefetch = |e: usize| {
@@ -458,5 +467,32 @@ unsafe fn csr_rows_f32_avx2(
                 |q| prefetch(s + q + PREFETCH_AHEAD),
             )
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's own guard refuses parts that would take it out of bounds, whatever the
+    /// constructors let through: an empty `indptr` (the row count `len - 1` wrapped to
+    /// `usize::MAX`: a segfault), a descending one, an end past the entries, a column past the
+    /// weight's rows. Refused means the caller's bounds-checked path runs instead.
+    #[test]
+    fn csr_rows_f32_refuses_parts_it_cannot_index() {
+        let w = vec![1f32; 4 * 8];
+        let mut out = vec![MaybeUninit::<f32>::uninit(); 8];
+        assert!(!csr_rows_f32(&mut [], &w, 8, &[], &[], &[]));
+        assert!(!csr_rows_f32(&mut out, &w, 8, &[0, 2], &[0], &[1.0]));
+        assert!(!csr_rows_f32(&mut out, &w, 8, &[0, 1], &[4], &[1.0]));
+        assert!(!csr_rows_f32(&mut out, &w, 8, &[0, 1], &[-1], &[1.0]));
+        let mut two = vec![MaybeUninit::<f32>::uninit(); 16];
+        assert!(!csr_rows_f32(&mut two, &w, 8, &[0, 1, 0], &[0], &[1.0]));
+        // Valid parts are taken (on a CPU with AVX2/FMA) and give the row of `w`.
+        if csr_rows_f32(&mut out, &w, 8, &[0, 1], &[3], &[2.0]) {
+            // SAFETY: the kernel wrote the whole row (it returned true).
+            let row: Vec<f32> = out.iter().map(|x| unsafe { x.assume_init() }).collect();
+            assert_eq!(row, vec![2.0; 8]);
+        }
     }
 }

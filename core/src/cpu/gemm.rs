@@ -72,9 +72,28 @@ macro_rules! gemm_scalar {
 gemm_scalar!(f32, matrixmultiply::sgemm);
 gemm_scalar!(f64, matrixmultiply::dgemm);
 
+/// Whether every element `(r, c)`, `r < rows`, `c < cols`, at `r * rs + c * cs` lies inside a
+/// slice of `len` elements (no overflow, no negative offset). O(1): the extreme offsets are at
+/// the corners.
+fn covers(len: usize, rows: usize, cols: usize, rs: isize, cs: isize) -> bool {
+    if rows == 0 || cols == 0 {
+        return true;
+    }
+    let (r, c) = ((rows - 1) as i128, (cols - 1) as i128);
+    let (rs, cs) = (rs as i128, cs as i128);
+    let lo = (r * rs).min(0) + (c * cs).min(0);
+    let hi = (r * rs).max(0) + (c * cs).max(0);
+    lo >= 0 && hi < len as i128
+}
+
 /// `c = a(m x k, strides) * b(k x n, strides)` into a row-major `m x n` buffer, overwriting
 /// every element (dst is never read). Strides are (row stride, column stride) in elements, so
-/// transposes cost nothing. The caller has checked that the slices cover the dims and strides.
+/// transposes cost nothing.
+///
+/// Panics when the slices do not cover the dims and strides (callers derive both from an
+/// array's shape, whose buffer holds exactly its elements). This O(1) check is what the raw
+/// pointer kernels below (GEMM crates, skinny.rs) rely on, so that a shape that slipped past
+/// validation (a size product that wrapped) stops here instead of reading out of bounds.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_into<T: GemmScalar>(
     m: usize,
@@ -88,7 +107,15 @@ pub(crate) fn gemm_into<T: GemmScalar>(
     b_cs: isize,
     dst: &mut [T],
 ) {
-    debug_assert_eq!(dst.len(), m * n);
+    assert!(
+        m.checked_mul(n) == Some(dst.len())
+            && covers(a.len(), m, k, a_rs, a_cs)
+            && covers(b.len(), k, n, b_rs, b_cs),
+        "gemm_into: operands do not cover {m}x{k} by {k}x{n} (lengths {}, {}, {})",
+        a.len(),
+        b.len(),
+        dst.len()
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -107,9 +134,9 @@ pub(crate) fn gemm_into<T: GemmScalar>(
     }
     let mnk = m.saturating_mul(n).saturating_mul(k);
     if mnk < SMALL_MNK {
-        // SAFETY: the pointers come from slices whose lengths cover every (row, col) addressed
-        // by the given dims and strides (checked by the callers' shape validation); dst is m*n
-        // row-major and does not alias a or b.
+        // SAFETY: the slices cover every (row, col) the dims and strides address (asserted at
+        // the top of this function, the guarantor); dst is m*n row-major and does not alias a
+        // or b (a `&mut` and two `&` slices).
         unsafe {
             gemm::gemm(
                 m,
@@ -137,7 +164,8 @@ pub(crate) fn gemm_into<T: GemmScalar>(
     }
     let threads = rayon::current_num_threads();
     if threads <= 1 || mnk < PARALLEL_MNK {
-        // SAFETY: as above (slices cover dims and strides; dst is m*n row-major, no aliasing).
+        // SAFETY: as above (slices cover dims and strides, asserted at the top; dst is m*n
+        // row-major, no aliasing).
         unsafe {
             T::mm_gemm(
                 m,
@@ -167,7 +195,8 @@ pub(crate) fn gemm_into<T: GemmScalar>(
             s.spawn(move |_| {
                 let (ap, bp) = (a.as_ptr(), b.as_ptr());
                 // SAFETY: block `start..start + size` of rows (or columns) lies inside the
-                // m x n output and inside a's rows (or b's columns), so every offset pointer
+                // m x n output and inside a's rows (or b's columns) (the slices cover the dims:
+                // asserted at the top of `gemm_into`), so every offset pointer
                 // stays in its slice; blocks are disjoint, so no two tasks write the same
                 // element, and the scope ends while dst is still mutably borrowed here.
                 unsafe {

@@ -85,16 +85,19 @@ pub(crate) fn try_skinny_f32(
 
 /// `dst[i, c] = sum_p a[i, p] * b[p * b_rs + c]` for `k <= MAX_TINY`; `a` is packed `m x k`.
 fn outer(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], b_rs: usize, dst: &mut [f32]) {
-    debug_assert!(k <= MAX_TINY && a.len() == m * k && dst.len() == m * n);
-    debug_assert!(b.len() > (k - 1) * b_rs + n - 1);
+    // The kernel's bounds, checked in release builds too (O(1)): `gemm_into`, the only caller,
+    // asserted that `b` covers k rows at stride b_rs, so this cannot overflow.
+    assert!(k <= MAX_TINY && a.len() == m * k && dst.len() == m * n);
+    assert!(b.len() > (k - 1) * b_rs + n - 1);
     let stream = m * n >= STREAM_MIN_ELEMS;
     let out = SendPtr(dst.as_mut_ptr());
     let blocks = n.div_ceil(COL_BLOCK);
     (0..blocks).into_par_iter().with_min_len(4).for_each(|blk| {
         let c0 = blk * COL_BLOCK;
         let c1 = (c0 + COL_BLOCK).min(n);
-        // SAFETY: AVX2 and FMA were detected by the caller; rows `p < k` of b cover columns
-        // `c0..c1 <= n` (asserted above); this task writes only columns `c0..c1` of each of
+        // SAFETY: AVX2 and FMA were detected by the caller (`try_skinny_f32`); rows `p < k` of
+        // b cover columns `c0..c1 <= n` (asserted above); this task writes only columns
+        // `c0..c1` of each of
         // the `m` output rows, which no other task writes.
         unsafe { x86::outer_block(m, n, k, a, b, b_rs, c0, c1, out.get(), stream) };
     });
@@ -136,8 +139,10 @@ fn rowdot(
     b_cs: usize,
     dst: &mut [f32],
 ) {
-    debug_assert!(m <= MAX_TINY && dst.len() == m * n);
-    debug_assert!(a.len() >= (m - 1) * a_rs + k && b.len() >= (n - 1) * b_cs + k);
+    // The kernel's bounds, checked in release builds too (O(1)); `gemm_into` asserted the
+    // slices cover the dims, so this cannot overflow.
+    assert!(m <= MAX_TINY && dst.len() == m * n);
+    assert!(a.len() >= (m - 1) * a_rs + k && b.len() >= (n - 1) * b_cs + k);
     // Split k across the threads; each part sums into its own m x n partial.
     let parts = rayon::current_num_threads().max(1) * 2;
     let chunk = k.div_ceil(parts).next_multiple_of(64);

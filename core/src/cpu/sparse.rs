@@ -708,6 +708,10 @@ impl SparseOps for CpuStorage {
         Arc::new(idx[range].to_vec())
     }
 
+    /// Always: the lengths, the end points, a non-decreasing `indptr` and every column id in
+    /// `0..cols` (O(rows + nnz)), everything an index computed from the parts relies on, so
+    /// parts that pass cannot make a kernel read or write out of bounds. `full` adds MXNet's
+    /// remaining invariant: column ids sorted and unique within each row.
     fn check_csr(l: HostLayout<'_>, values_len: usize, full: bool) -> Result<()> {
         let SparseLayout::Csr {
             shape: [rows, cols],
@@ -719,11 +723,13 @@ impl SparseOps for CpuStorage {
             return Err(layout_error("check_format"));
         };
         let f = csr_format;
-        if indptr.len() != rows + 1 {
+        // Compared without adding (`rows + 1` wraps for a caller's `usize::MAX`); an empty
+        // indptr must fail here, as kernels take `indptr.len() - 1` for the row count.
+        if indptr.is_empty() || indptr.len() - 1 != rows {
             return f(format!(
                 "indptr has {} entries, expected rows + 1 = {}",
                 indptr.len(),
-                rows + 1
+                rows as u128 + 1
             ));
         }
         if indptr[0] != 0 {
@@ -734,6 +740,9 @@ impl SparseOps for CpuStorage {
             return f(format!("indptr[{rows}] is negative ({last})"));
         }
         let nnz = last as usize;
+        if offset.checked_add(nnz).is_none() {
+            return f(format!("indptr[{rows}] = {nnz} (nnz) overflows the offset"));
+        }
         if offset + nnz > indices.len() {
             return f(format!(
                 "indptr[{rows}] = {nnz} (nnz) but only {} indices are stored after offset {}",
@@ -748,9 +757,6 @@ impl SparseOps for CpuStorage {
                 offset
             ));
         }
-        if !full {
-            return Ok(());
-        }
         for r in 0..rows {
             let (s, e) = (indptr[r], indptr[r + 1]);
             if e < s {
@@ -761,14 +767,28 @@ impl SparseOps for CpuStorage {
             }
         }
         let idx = &indices[offset..offset + nnz];
+        // One branch-free pass (a negative id is a huge u64); the row of a bad id is looked
+        // for only when there is one.
+        let max_col = idx.iter().map(|&j| j as u64).fold(0, u64::max);
+        if !idx.is_empty() && max_col >= cols as u64 {
+            let p = idx
+                .iter()
+                .position(|&j| j as u64 >= cols as u64)
+                .unwrap_or(0);
+            let r = indptr
+                .partition_point(|&q| q as usize <= p)
+                .saturating_sub(1);
+            return f(format!(
+                "row {r}: column index {} out of range for {cols} columns",
+                idx[p]
+            ));
+        }
+        if !full {
+            return Ok(());
+        }
         for r in 0..rows {
             let row = &idx[indptr[r] as usize..indptr[r + 1] as usize];
             for (k, &j) in row.iter().enumerate() {
-                if j < 0 || j as usize >= cols {
-                    return f(format!(
-                        "row {r}: column index {j} out of range for {cols} columns"
-                    ));
-                }
                 if k > 0 && row[k - 1] >= j {
                     return f(format!(
                         "row {r}: column indices not sorted and unique ({} then {j})",

@@ -60,19 +60,23 @@ fn small_f32<T: Float>(
     vals: &[T],
 ) -> Option<Vec<T>> {
     let (ws, vals) = (as_f32(ws)?, as_f32(vals)?);
-    let mut out: Vec<T> = Vec::with_capacity(m * n);
-    // SAFETY: T is f32 (as_f32 succeeded), so the cast only renames the element type.
+    // Checked: the kernel writes m rows of n, so the buffer must really hold m * n.
+    let len = m.checked_mul(n)?;
+    let mut out: Vec<T> = Vec::with_capacity(len);
+    // SAFETY: T is f32 (as_f32 succeeded), so the cast only renames the element type; the
+    // capacity is `len`, and the slice is of uninitialised elements.
     let o = unsafe {
         std::slice::from_raw_parts_mut(
             out.spare_capacity_mut().as_mut_ptr() as *mut MaybeUninit<f32>,
-            m * n,
+            len,
         )
     };
     if !csr_rows_f32(o, ws, n, ptr, idx, vals) {
         return None;
     }
-    // SAFETY: `csr_rows_f32` wrote all m * n elements.
-    unsafe { out.set_len(m * n) };
+    // SAFETY: `csr_rows_f32` returned true, so it wrote all `len` elements (it checks that the
+    // output holds exactly its rows, `avx2_rows_fit`, before writing anything).
+    unsafe { out.set_len(len) };
     Some(out)
 }
 

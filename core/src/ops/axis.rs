@@ -63,14 +63,32 @@ pub(crate) fn positions_array(idx: &[usize], device: crate::Device) -> Result<ND
     NDArray::from_buffer(Storage::positions_on(v, device), &[idx.len()])
 }
 
-/// The values of an index array as i64 (floats are truncated, as MXNet does). Read on the
-/// host on purpose: operators validate indices there (an out-of-range index is an error naming
-/// the op, not a fault inside a kernel), and the checked positions then move to the array's
-/// backend once ([`positions_array`]).
-pub(crate) fn index_values(a: &NDArray) -> Result<Vec<i64>> {
+/// The values of an index array as i64. Read on the host on purpose: operators validate
+/// indices there (an out-of-range index is an error naming the op, not a fault inside a
+/// kernel), and the checked positions then move to the array's backend once
+/// ([`positions_array`]). A float index must be an integer: `x as i64` would truncate (2.9
+/// took row 2) and map NaN to 0 (row 0), hiding the caller's bug.
+pub(crate) fn index_values(op: &'static str, a: &NDArray) -> Result<Vec<i64>> {
     match a.dtype() {
         DType::I64 => a.to_vec::<i64>(),
-        _ => Ok(a.to_f64_vec().into_iter().map(|x| x as i64).collect()),
+        // Exact in f64 and integral by type.
+        DType::I32 | DType::U8 => Ok(a.to_f64_vec().into_iter().map(|x| x as i64).collect()),
+        DType::F32 | DType::F64 => a
+            .to_f64_vec()
+            .into_iter()
+            .enumerate()
+            .map(|(k, x)| {
+                // 2^63 is exact in f64; every integral float below it in magnitude fits i64.
+                if x.is_finite() && x.fract() == 0.0 && x.abs() < 9_223_372_036_854_775_808.0 {
+                    Ok(x as i64)
+                } else {
+                    Err(Error::index(
+                        op,
+                        format!("index {x} at position {k} is not an integer"),
+                    ))
+                }
+            })
+            .collect(),
     }
 }
 

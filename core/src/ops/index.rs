@@ -1,7 +1,8 @@
 //! Indexing operators: take, slice_axis, flip, repeat, index_copy, one_hot, where.
 //!
-//! Every dtype works for the data movement; gradients flow for float arrays. Indices are i64
-//! (float index arrays are accepted and truncated, as in MXNet).
+//! Every dtype works for the data movement; gradients flow for float arrays. Indices are i64,
+//! or any other dtype holding integers: a float index that is not an integer (2.9, NaN, inf)
+//! is an error, where MXNet truncates it silently.
 //!
 //! Index values are read on the host only to validate them (`take_positions`, `index_copy`);
 //! the validated positions move to the array's backend once, and the gathers, scatters and
@@ -86,7 +87,7 @@ fn gather_positions(
 /// floats are accepted) and checked to be in range (negative ones count from the end). Kept
 /// apart from `take` so that index validation changes in one place.
 fn take_positions(indices: &NDArray, n: usize) -> Result<Vec<usize>> {
-    resolve_indices("take", &index_values(indices)?, n)
+    resolve_indices("take", &index_values("take", indices)?, n)
 }
 
 impl NDArray {
@@ -156,7 +157,7 @@ impl NDArray {
         if d.buf.dtype() != nd.buf.dtype() {
             return Err(Error::dtype_mismatch(op, d.buf.dtype(), nd.buf.dtype()));
         }
-        let idx = resolve_indices(op, &index_values(index)?, d.shape[0])?;
+        let idx = resolve_indices(op, &index_values(op, index)?, d.shape[0])?;
         let mut want = vec![idx.len()];
         want.extend_from_slice(&d.shape[1..]);
         if nd.shape[..] != want[..] {
@@ -212,6 +213,10 @@ impl NDArray {
         off_value: f64,
         dtype: DType,
     ) -> Result<NDArray> {
+        if self.dtype().is_float() {
+            // Validated only: the kernel reads whole numbers as positions.
+            index_values("one_hot", self)?;
+        }
         let d = self.dense_data()?;
         let mut shape = d.shape.to_vec();
         shape.push(depth);

@@ -61,13 +61,21 @@ pub(crate) fn check_rsp(r: &RowSparseData, full: bool) -> Result<()> {
     if r.shape.is_empty() {
         return f("row_sparse needs at least one dimension".into());
     }
-    let rl = r.row_len();
-    if r.data.len() != r.nnr() * rl {
+    // Checked products: a shape such as [1, 2^32, 2^32] wraps to a row length of 0 in release
+    // builds, and kernels would then index rows of a buffer that holds none.
+    let Some(rl) = r.shape[1..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|rl| rl.checked_mul(r.shape[0]).is_some())
+    else {
+        return f(format!("shape {:?} has more elements than memory", r.shape));
+    };
+    if r.nnr().checked_mul(rl) != Some(r.data.len()) {
         return f(format!(
             "data has {} elements, expected {} rows x {rl} = {}",
             r.data.len(),
             r.nnr(),
-            r.nnr() * rl
+            r.nnr() as u128 * rl as u128
         ));
     }
     if !full {
@@ -111,22 +119,28 @@ impl NDArray {
         )
     }
 
-    /// A csr array from trusted parts, without validation (for readers that build valid parts
-    /// by construction, such as the LibSVM parser). Parts that break the invariants give wrong
-    /// results or panics later; call [`NDArray::check_format`] when in doubt.
+    /// A csr array from parts built valid by construction (the LibSVM parser's), skipping
+    /// only the check that column ids are sorted and unique within each row. Everything an
+    /// index computed from the parts relies on is still checked in O(rows + nnz): `indptr`
+    /// has `rows + 1` entries, starts at 0, never decreases and ends at `indices.len()`,
+    /// `values` and `indices` have one entry per non-zero, and every column id is in
+    /// `0..cols`; a broken one is an [`Error::Format`] naming it. A safe function must not let
+    /// a kernel read out of bounds (an empty `indptr` once made `dot` do so). Unsorted or
+    /// repeated columns give MXNet's unspecified results, never undefined behaviour;
+    /// [`NDArray::check_format`] with `full = true` finds them.
     pub fn csr_unchecked<T: Element>(
         data: Vec<T>,
         indices: Vec<i64>,
         indptr: Vec<i64>,
         shape: [usize; 2],
-    ) -> NDArray {
-        NDArray::from_data(ArrayData::Csr(CsrData {
+    ) -> Result<NDArray> {
+        checked_csr(
+            Storage::from_vec(data),
+            IndexStorage::from(indices),
+            IndexStorage::from(indptr),
             shape,
-            indptr: IndexStorage::from(indptr),
-            indices: IndexStorage::from(indices),
-            data: Storage::from_vec(data),
-            offset: 0,
-        }))
+            false,
+        )
     }
 
     /// A row_sparse array from its parts: `data` holds `indices.len()` rows of
@@ -145,7 +159,11 @@ impl NDArray {
         Ok(NDArray::from_data(ArrayData::RowSparse(r)))
     }
 
-    /// A row_sparse array from trusted parts, without validation.
+    /// A row_sparse array from trusted parts, without validation (tests use it to hand
+    /// operators broken arrays). Parts that break the invariants give errors, panics or wrong
+    /// results later, never undefined behaviour: every kernel that indexes memory by row ids
+    /// checks them itself first (`cpu::elementwise::zip_assign_rows`, `cpu::update`'s
+    /// `check_row_ids`); the others index with bounds checks.
     pub fn row_sparse_unchecked<T: Element>(
         data: Vec<T>,
         indices: Vec<i64>,
@@ -206,7 +224,7 @@ impl NDArray {
         for r in 0..shape[0] {
             indptr[r + 1] += indptr[r];
         }
-        Ok(NDArray::csr_unchecked(data, indices, indptr, shape))
+        NDArray::csr_unchecked(data, indices, indptr, shape)
     }
 
     /// An all-zero array of any storage type (a sparse one stores nothing).
@@ -226,8 +244,9 @@ impl NDArray {
         Ok(super::convert::zeros_stype(shape, dtype, stype))
     }
 
-    /// Validate the sparse format (MXNet's `check_format`): lengths and end points always,
-    /// plus ordering, uniqueness and ranges of every index when `full`. Dense arrays pass.
+    /// Validate the sparse format (MXNet's `check_format`): lengths, end points, a
+    /// non-decreasing csr `indptr` and in-range csr column ids always, plus ordering and
+    /// uniqueness of every index (and row_sparse row ids' range) when `full`. Dense arrays pass.
     pub fn check_format(&self, full: bool) -> Result<()> {
         match &*self.read() {
             ArrayData::Dense(_) => Ok(()),
@@ -327,7 +346,7 @@ mod tests {
 
     #[test]
     fn unchecked_then_check_format() {
-        let a = NDArray::csr_unchecked(vec![1f32, 2.], vec![1, 0], vec![0, 2], [1, 3]);
+        let a = NDArray::csr_unchecked(vec![1f32, 2.], vec![1, 0], vec![0, 2], [1, 3]).unwrap();
         assert!(a.check_format(false).is_ok());
         assert!(a.check_format(true).is_err());
     }

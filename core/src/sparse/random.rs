@@ -113,7 +113,7 @@ pub fn rand_sparse(
             let data: Vec<f32> = (0..indices.len())
                 .map(|_| 1.0 - rng.random::<f32>())
                 .collect();
-            let a = NDArray::csr_unchecked(data, indices, indptr, [r, c]);
+            let a = NDArray::csr_unchecked(data, indices, indptr, [r, c])?;
             if stype == SType::Dense {
                 a.tostype(SType::Dense)
             } else {

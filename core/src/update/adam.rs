@@ -203,7 +203,7 @@ pub fn nadam_update(
         epsilon: p.epsilon,
         d_g: 1.0 - sched,
         d_m: 1.0 - sched_next,
-        d_v: 1.0 - p.beta2.powi(p.t as i32),
+        d_v: 1.0 - super::pow_count(p.beta2, p.t),
         c_g: 1.0 - mom_t,
         c_m: mom_t1,
     };

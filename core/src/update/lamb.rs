@@ -65,8 +65,10 @@ pub fn lamb_update(
     check_bound(OP, "upper_bound", h.upper_bound, 0.0)?;
     check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
     let (d1, d2) = if h.bias_correction {
-        let t = h.t as i32;
-        (1.0 - h.beta1.powi(t), 1.0 - h.beta2.powi(t))
+        (
+            1.0 - super::pow_count(h.beta1, h.t),
+            1.0 - super::pow_count(h.beta2, h.t),
+        )
     } else {
         (1.0, 1.0)
     };

@@ -66,6 +66,17 @@ use crate::error::{Error, Result};
 use crate::storage::{GradRef, UpdateRule, UpdateScalars};
 use crate::{ArrayData, NDArray};
 
+/// `base^t` for an update count `t` (bias corrections): `powi`, so results stay bit-identical
+/// to MXNet's, while `t` fits an i32, `powf` beyond. An `as i32` there wrapped `2^31` to a
+/// negative exponent (`0.9^-2147483648` is inf), and one step from a state file saved at
+/// `t = 2^31 - 1` turned every weight NaN.
+pub fn pow_count(base: f64, t: u64) -> f64 {
+    match i32::try_from(t) {
+        Ok(t) => base.powi(t),
+        Err(_) => base.powf(t as f64),
+    }
+}
+
 impl<P> UpdateArgs<P> {
     /// lr, wd, rescale_grad and clip_gradient as the backend receives them.
     fn scalars(&self) -> UpdateScalars {

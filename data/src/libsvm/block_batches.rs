@@ -346,7 +346,7 @@ fn emit_job(
         let batch = if left.is_empty() && p.len() == bs {
             pool.batch_from_rows(sh, p)?
         } else if left.len() + p.len() == bs {
-            let b = make_batch(sh, &[(left, 0, left.len()), (&p, 0, p.len())], 0);
+            let b = make_batch(sh, &[(left, 0, left.len()), (&p, 0, p.len())], 0)?;
             *left = Rows::new();
             b
         } else {
@@ -354,7 +354,7 @@ fn emit_job(
             // (The ranges are cut so that this never overfills; `flush_full` keeps the
             // invariant even if a range ever held another row count.)
             left.extend_from(&p, 0, p.len());
-            if !flush_full(sh, left, tx) {
+            if !flush_full(sh, left, tx)? {
                 return Ok(false);
             }
             continue;
@@ -368,18 +368,18 @@ fn emit_job(
 
 /// Send full batches off the front of `left` until it holds fewer than `batch_size` rows.
 /// Returns `false` when the consumer has gone.
-fn flush_full(sh: &Shared, left: &mut Rows, tx: &mut BatchTx) -> bool {
+fn flush_full(sh: &Shared, left: &mut Rows, tx: &mut BatchTx) -> Result<bool> {
     let bs = sh.p.batch_size;
     while left.len() >= bs {
-        let batch = make_batch(sh, &[(left, 0, bs)], 0);
+        let batch = make_batch(sh, &[(left, 0, bs)], 0)?;
         let mut rest = Rows::new();
         rest.extend_from(left, bs, left.len());
         *left = rest;
         if !tx.send(batch) {
-            return false;
+            return Ok(false);
         }
     }
-    true
+    Ok(true)
 }
 
 /// Arrays of the batches handed out, taken back for the next batches once the consumer has

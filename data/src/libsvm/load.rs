@@ -27,7 +27,7 @@ impl LibSvmData {
     }
     /// The features as a `rows x num_features` CSR array (f32 values, i64 indices).
     pub fn csr(&self) -> Result<NDArray> {
-        Ok(rows_to_csr(&self.rows, self.num_features))
+        rows_to_csr(&self.rows, self.num_features)
     }
     /// The labels as a dense 1-D f32 array; every row must have exactly one label.
     pub fn labels(&self) -> Result<NDArray> {
@@ -48,13 +48,13 @@ impl LibSvmData {
 }
 
 /// Build a CSR NDArray from parsed rows (the rows are valid CSR by construction).
-pub(crate) fn rows_to_csr(rows: &Rows, ncols: usize) -> NDArray {
-    NDArray::csr_unchecked(
+pub(crate) fn rows_to_csr(rows: &Rows, ncols: usize) -> Result<NDArray> {
+    Ok(NDArray::csr_unchecked(
         rows.values.clone(),
         rows.indices.clone(),
         rows.indptr.clone(),
         [rows.len(), ncols],
-    )
+    )?)
 }
 
 /// The regular files of a path: the file itself, or a directory's non-hidden files sorted by

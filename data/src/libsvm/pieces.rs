@@ -53,17 +53,17 @@ pub(super) fn produce_pieces(
         let mut all = Vec::with_capacity(pieces.len() + 1);
         all.push(std::mem::take(st.left));
         all.extend(pieces);
-        match emit(sh, &all, st.tx) {
-            Ok(l) => *st.left = l,
-            Err(()) => return Ok(false),
+        match emit(sh, &all, st.tx)? {
+            Some(l) => *st.left = l,
+            None => return Ok(false),
         }
     }
     Ok(true)
 }
 
 /// Build the batches of `batch` rows from `pieces` (after `carry`), send them, and return the
-/// leftover rows.
-fn emit(sh: &Shared, pieces: &[Rows], tx: &mut BatchTx) -> std::result::Result<Rows, ()> {
+/// leftover rows (`None` when the consumer has gone).
+fn emit(sh: &Shared, pieces: &[Rows], tx: &mut BatchTx) -> Result<Option<Rows>> {
     let bs = sh.p.batch_size;
     let mut specs: Vec<Vec<Seg<'_>>> = Vec::new();
     let mut cur: Vec<Seg<'_>> = Vec::new();
@@ -81,17 +81,20 @@ fn emit(sh: &Shared, pieces: &[Rows], tx: &mut BatchTx) -> std::result::Result<R
             }
         }
     }
-    let batches: Vec<Batch> = specs.par_iter().map(|s| make_batch(sh, s, 0)).collect();
+    let batches: Vec<Batch> = specs
+        .par_iter()
+        .map(|s| make_batch(sh, s, 0))
+        .collect::<Result<_>>()?;
     for b in batches {
         if !tx.send(b) {
-            return Err(());
+            return Ok(None);
         }
     }
     let mut left = Rows::new();
     for &(p, a, z) in &cur {
         left.extend_from(p, a, z);
     }
-    Ok(left)
+    Ok(Some(left))
 }
 
 /// Read and parse one block into row pieces (labels from the label file merged in), shuffled

@@ -169,7 +169,7 @@ fn produce_inner(
     let (mut end_carry, mut end_skip) = (None, 0);
     if c > 0 {
         match sh.p.last_batch {
-            LastBatch::Keep => send(tx, make_batch(sh, &[(&left, 0, c)], 0))?,
+            LastBatch::Keep => send(tx, make_batch(sh, &[(&left, 0, c)], 0)?)?,
             LastBatch::Discard => {}
             LastBatch::RollOver => end_carry = Some(left),
             LastBatch::Pad | LastBatch::RoundBatch => {
@@ -179,7 +179,7 @@ fn produce_inner(
                     epoch + 1
                 };
                 let (fill, pos) = wrap_rows(sh, next, bs - c)?;
-                let batch = make_batch(sh, &[(&left, 0, c), (&fill, 0, fill.len())], fill.len());
+                let batch = make_batch(sh, &[(&left, 0, c), (&fill, 0, fill.len())], fill.len())?;
                 send(tx, batch)?;
                 if sh.p.last_batch == LastBatch::RoundBatch {
                     end_skip = pos;

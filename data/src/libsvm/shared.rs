@@ -152,16 +152,16 @@ pub(super) fn check_label_counts(
     Err(locate(&sh.files, sh.blocks[bi].data, buf, e))
 }
 
-pub(super) fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Batch {
-    let data = csr_from_segs(segs, sh.p.data_shape);
+pub(super) fn make_batch(sh: &Shared, segs: &[Seg<'_>], pad: usize) -> Result<Batch> {
+    let data = csr_from_segs(segs, sh.p.data_shape)?;
     let label = if sh.label_file.is_some() {
-        csr_labels_from_segs(segs, sh.p.label_shape)
+        csr_labels_from_segs(segs, sh.p.label_shape)?
     } else {
         dense_labels_from_segs(segs, sh.p.label_shape)
     };
-    Batch {
+    Ok(Batch {
         data,
         label: Some(label),
         pad,
-    }
+    })
 }

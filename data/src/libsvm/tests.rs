@@ -280,7 +280,7 @@ proptest! {
             for (c, v) in row { idx.push(*c); val.push(fin(*v)); }
             indptr.push(idx.len() as i64);
         }
-        let x = crate::batch::csr_array(rows.len(), 40, indptr.clone(), idx.clone(), val.clone());
+        let x = crate::batch::csr_array(rows.len(), 40, indptr.clone(), idx.clone(), val.clone()).unwrap();
         let y = sparrow_core::NDArray::from_vec(lab.clone(), &[rows.len()]).unwrap();
         let base = if one_based { IndexBase::One } else { IndexBase::Zero };
         let d = write_read(&x, &y, base);
@@ -294,7 +294,7 @@ proptest! {
 
 #[test]
 fn writer_multilabel_and_atomic() {
-    let x = crate::batch::csr_array(2, 3, vec![0, 1, 1], vec![2], vec![0.25]);
+    let x = crate::batch::csr_array(2, 3, vec![0, 1, 1], vec![2], vec![0.25]).unwrap();
     let y = sparrow_core::NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
     let dir = std::env::temp_dir().join(format!("sparrow-w-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -307,6 +307,44 @@ fn writer_multilabel_and_atomic() {
     let bad = sparrow_core::NDArray::from_vec(vec![1.0f32], &[1]).unwrap();
     assert!(save_libsvm(dir.join("bad.svm"), &x, &bad).is_err());
     assert!(!dir.join("bad.svm").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Threads writing one LibSVM path at once: every write succeeds and every read between them
+/// finds one writer's whole file. With the pid-only temporary, writers renamed each other's
+/// files ("No such file") and readers could find a mix.
+#[test]
+fn concurrent_writers_of_one_path_never_collide() {
+    let dir = std::env::temp_dir().join(format!("sparrow-wc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("shared.svm");
+    let rows = 500;
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let p = &p;
+            s.spawn(move || {
+                // Writer t's file: every value is t + 1, so a mixed file shows two values.
+                let indptr: Vec<i64> = (0..=rows as i64).collect();
+                let x = crate::batch::csr_array(
+                    rows,
+                    2,
+                    indptr,
+                    vec![1; rows],
+                    vec![t as f32 + 1.0; rows],
+                )
+                .unwrap();
+                let y = sparrow_core::NDArray::from_vec(vec![0f32; rows], &[rows]).unwrap();
+                for _ in 0..10 {
+                    save_libsvm(p, &x, &y).unwrap();
+                    let d = load_libsvm(p, &LibSvmOptions::default()).unwrap();
+                    assert_eq!(d.num_rows(), rows);
+                    let v = &d.rows.values;
+                    assert!(v.iter().all(|&x| x == v[0]), "a mixed file");
+                }
+            });
+        }
+    });
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

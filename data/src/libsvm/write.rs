@@ -120,37 +120,13 @@ fn write_rows<T: std::fmt::Display + Sync>(
     })
 }
 
-/// Write a file atomically: `f` writes into a temp file in the same directory, which is then
-/// synced and renamed over `path`. On failure the temp file is removed.
+/// Write a file through [`sparrow_core::fsio::write_atomic`], the writer every sparrow file
+/// goes through (a unique temporary in the same folder, fsynced, renamed, folder fsynced;
+/// removed on failure). The temporary's name used to depend on the process id only, so two
+/// threads writing one path collided.
 pub(crate) fn write_atomic(
     path: &Path,
     f: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        DataError::arg(
-            "save_libsvm",
-            format!("{} is not a file path", path.display()),
-        )
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let res = (|| {
-        let file = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        f(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    res.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        DataError::io(path, e)
-    })
+    sparrow_core::fsio::write_atomic(path, f).map_err(|e| DataError::io(path, e))
 }

@@ -1,8 +1,8 @@
 //! Adam, AdamW, Adamax and Nadam.
 
 use sparrow_core::update::{
-    adam_update, adamax_update, adamw_update, nadam_update, AdamParams, AdamaxParams, NadamParams,
-    UpdateArgs,
+    adam_update, adamax_update, adamw_update, nadam_update, pow_count, AdamParams, AdamaxParams,
+    NadamParams, UpdateArgs,
 };
 use sparrow_core::{NDArray, Result};
 
@@ -26,9 +26,8 @@ pub struct Adam {
 
 /// `lr*sqrt(1-b2^t)/(1-b1^t)` in f64, as MXNet's Python side computes it.
 fn bias_corrected_lr(lr: f64, beta1: f64, beta2: f64, t: u64) -> f64 {
-    let t = t as i32;
-    let coef1 = 1.0 - beta1.powi(t);
-    let coef2 = 1.0 - beta2.powi(t);
+    let coef1 = 1.0 - pow_count(beta1, t);
+    let coef2 = 1.0 - pow_count(beta2, t);
     lr * coef2.sqrt() / coef1
 }
 
@@ -156,7 +155,7 @@ impl Rule for Adamax {
             beta2: self.beta2,
         };
         let args = UpdateArgs {
-            lr: ctx.lr / (1.0 - self.beta1.powi(ctx.t as i32)),
+            lr: ctx.lr / (1.0 - pow_count(self.beta1, ctx.t)),
             ..ctx.args(hyper)
         };
         adamax_update(w, g, mean, inf_norm, &args)

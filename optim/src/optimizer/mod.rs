@@ -104,7 +104,13 @@ pub trait Optimizer: Send {
         args: &ParamArgs,
     ) -> Result<()> {
         let (t0, num_update0) = (state.t, self.options().num_update);
-        state.t += 1;
+        // A count loaded from a file can be anything: overflowing it is an error, not a wrap.
+        state.t = t0.checked_add(1).ok_or_else(|| {
+            sparrow_core::Error::arg(
+                "update",
+                format!("the update count {t0} cannot be incremented (state file corrupted?)"),
+            )
+        })?;
         let opts = self.options_mut();
         opts.num_update = opts.num_update.max(state.t);
         let ctx = self.options().resolve(state.t, args);
