@@ -3,13 +3,17 @@
 //! Every buffer of an array (a dense array's values; a csr array's values, column indices and
 //! row pointers; a row_sparse array's values and row ids) is a [`Storage`]. `Storage` is an
 //! enum with one variant per backend, and each backend's storage type implements
-//! [`BackendStorage`]: the structural operations every operator needs (dtype, length, zeros,
-//! cast, gather). An operator matches `Storage` once and calls its backend's kernel; today
-//! the one variant is [`Storage::Cpu`] and the kernels live in `crate::cpu`.
+//! [`BackendStorage`]: the structural operations (dtype, length, zeros, cast, gather) and one
+//! supertrait per family of kernels, each family in its own file here with the enums that name
+//! what to compute and the `impl Storage` forwarders operators call. An operator makes one
+//! `Storage` call per kernel; the forwarder matches the backend once (`on_backend!`,
+//! `on_backends!`). Today the one variant is [`Storage::Cpu`] and the kernels live in
+//! `crate::cpu`.
 //!
-//! Adding a backend (CUDA device memory, host memory owned by a memory-mapped file) adds a
-//! variant here, a storage type implementing [`BackendStorage`] in its own folder, and an arm
-//! in the operators that have a kernel for it; see ARCHITECTURE.md.
+//! Adding a device backend (CUDA) adds a variant here and in [`IndexStorage`], its arms in the
+//! dispatch macros, and a storage type implementing [`BackendStorage`] in its own folder; no
+//! operator changes. Host memory owned by a memory-mapped file is a `CpuStorage` owner, not a
+//! variant. See ARCHITECTURE.md.
 
 mod elementwise;
 mod index;
@@ -164,11 +168,11 @@ impl Storage {
     }
     /// Every element converted to `dtype`, on the same device.
     pub(crate) fn cast(&self, dtype: DType) -> Storage {
-        on_backend!(self, b => Storage::Cpu(BackendStorage::cast(b, dtype)))
+        on_backend!(self, b => Storage::from(BackendStorage::cast(b, dtype)))
     }
     /// The elements at `positions`, in that order, on the same device.
     pub(crate) fn gather(&self, mut positions: impl Iterator<Item = usize>) -> Storage {
-        on_backend!(self, b => Storage::Cpu(BackendStorage::gather(b, &mut positions)))
+        on_backend!(self, b => Storage::from(BackendStorage::gather(b, &mut positions)))
     }
     /// Element `i` as f64.
     pub(crate) fn get_f64(&self, i: usize) -> f64 {
