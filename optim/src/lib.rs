@@ -20,7 +20,7 @@ pub use fit::{
     Accuracy, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler, FitOptions,
     LabelledBatch, Metric,
 };
-pub use trainer::Trainer;
+pub use trainer::{NonFinite, Trainer};
 
 pub use optimizer::{
     create, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag,

@@ -55,6 +55,24 @@ pub struct Trainer {
     consumed: Vec<Option<u64>>,
     /// Skip parameters with stale gradients instead of failing (Gluon's `ignore_stale_grad`).
     ignore_stale_grad: bool,
+    /// What a step does with gradients that hold NaN or ±inf.
+    nonfinite: NonFinite,
+    /// Steps skipped under [`NonFinite::SkipStep`].
+    skipped: u64,
+}
+
+/// What [`Trainer::step`] does when a gradient holds NaN or ±inf (checked per step through the
+/// sum of squares of its stored values, one pass over each gradient, only when not `Apply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NonFinite {
+    /// No check: the update applies whatever the gradients hold (the default, as in Gluon).
+    #[default]
+    Apply,
+    /// The step fails naming the parameters, and nothing is updated.
+    Error,
+    /// The whole step is skipped and counted ([`Trainer::skipped_steps`]), as PyTorch's
+    /// `GradScaler` skips an optimizer step whose gradients overflowed.
+    SkipStep,
 }
 
 /// One trainable parameter as a step sees it ([`Trainer::gather`]).
@@ -116,6 +134,8 @@ impl Trainer {
             states: vec![None; params.len()],
             consumed: vec![None; params.len()],
             ignore_stale_grad: false,
+            nonfinite: NonFinite::Apply,
+            skipped: 0,
             params,
             optimizer,
             scale,
@@ -126,6 +146,17 @@ impl Trainer {
     /// failing the step (Gluon's `ignore_stale_grad=True`). Off by default.
     pub fn set_ignore_stale_grad(&mut self, ignore: bool) {
         self.ignore_stale_grad = ignore;
+    }
+
+    /// Check gradients for NaN and ±inf before each step and fail or skip the step
+    /// ([`NonFinite`]); off (`Apply`) by default.
+    pub fn set_nonfinite(&mut self, policy: NonFinite) {
+        self.nonfinite = policy;
+    }
+
+    /// Steps skipped because a gradient held NaN or ±inf ([`NonFinite::SkipStep`]).
+    pub fn skipped_steps(&self) -> u64 {
+        self.skipped
     }
 
     /// The parameters, in optimizer-index order.
@@ -265,6 +296,27 @@ impl Trainer {
     }
 
     fn apply(&mut self, batch_size: usize, entries: Vec<Entry>) -> Result<()> {
+        if self.nonfinite != NonFinite::Apply {
+            let mut bad = Vec::new();
+            for e in &entries {
+                if !sparrow_core::update::stored_sum_sq(&e.grad)?.is_finite() {
+                    bad.push(format!("'{}'", self.params[e.index].name()));
+                }
+            }
+            if !bad.is_empty() {
+                if self.nonfinite == NonFinite::SkipStep {
+                    self.skipped += 1;
+                    return Ok(());
+                }
+                return Err(Error::arg(
+                    "Trainer::update",
+                    format!(
+                        "the gradient of {} holds NaN or inf; nothing was updated",
+                        bad.join(", ")
+                    ),
+                ));
+            }
+        }
         let rescale_grad = self.scale / batch_size as f64;
         entries
             .into_iter()
