@@ -147,7 +147,7 @@ mod tests {
                                bound in proptest::option::of(prop_oneof![1u64..3000, Just(1u64 << 40)]),
                                sort in any::<bool>()) {
             let line = format!("{lab}{sep}{}", toks.join(sep));
-            let opts = ChunkOpts { shift, zero_is_error: shift == 1, bound, sort };
+            let opts = ChunkOpts { shift, zero_is_error: shift == 1, bound, sort, allow_non_finite: false };
             let mut fast = Rows::new();
             fast.push_empty(&[9.0]); // a previous row, so undo has something to keep
             let before = fast.clone();
@@ -182,6 +182,7 @@ mod tests {
             zero_is_error: false,
             bound: Some(10_000_000),
             sort: false,
+            allow_non_finite: false,
         };
         let line = b"1 428463:0.3477131 511223:0.8689084 9027454:0.01532944\n";
         let mut out = Rows::new();

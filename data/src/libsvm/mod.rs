@@ -64,6 +64,9 @@ pub struct LibSvmOptions {
     pub num_features: Option<usize>,
     /// Sort each row's indices and sum duplicates instead of rejecting them.
     pub sort_indices: bool,
+    /// Accept non-finite values (`nan`, `inf`, `1e999`); by default they are a parse error
+    /// with file, line and column.
+    pub allow_non_finite: bool,
 }
 
 impl LibSvmOptions {
@@ -75,12 +78,14 @@ impl LibSvmOptions {
                 zero_is_error: false,
                 bound: None,
                 sort: self.sort_indices,
+                allow_non_finite: self.allow_non_finite,
             },
             IndexBase::Zero | IndexBase::One => ChunkOpts {
                 shift: (base == IndexBase::One) as i64,
                 zero_is_error: base == IndexBase::One,
                 bound: self.num_features.map(|n| n as u64),
                 sort: self.sort_indices,
+                allow_non_finite: self.allow_non_finite,
             },
         }
     }

@@ -40,6 +40,9 @@ pub struct LibSVMIterParams {
     pub index_base: IndexBase,
     /// Sort indices within rows and sum duplicates instead of rejecting them.
     pub sort_indices: bool,
+    /// Accept non-finite values (`nan`, `inf`, `1e999`); by default they are a parse error
+    /// with file, line and column (one NaN in a batch turns the weights it touches NaN).
+    pub allow_non_finite: bool,
     /// Show a progress bar over each pass (hidden when stderr is no terminal or CI is set).
     pub progress: bool,
     /// Group each batch's non-zeros by column on the producer thread
@@ -86,6 +89,7 @@ impl LibSVMIterParams {
             block_bytes: 16 << 20,
             index_base: IndexBase::Zero,
             sort_indices: false,
+            allow_non_finite: false,
             progress: false,
             prepare_transpose: false,
             idle_priority: false,

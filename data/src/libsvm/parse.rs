@@ -20,6 +20,18 @@ pub struct ChunkOpts {
     pub bound: Option<u64>,
     /// Sort each row's indices and sum duplicates instead of rejecting them.
     pub sort: bool,
+    /// Accept `nan`, `inf` and values that overflow f32 (`1e999`); refused by default.
+    pub allow_non_finite: bool,
+}
+
+/// The message for a value that parsed to NaN or ±inf: one bad value turns every weight it
+/// touches NaN within a few steps, so it is refused where it is, with its position.
+fn non_finite(tok: &[u8]) -> String {
+    format!(
+        "`{}` is not a finite number (NaN, infinities and values past f32's range are refused; \
+         set allow_non_finite to accept them)",
+        String::from_utf8_lossy(tok)
+    )
 }
 
 /// Parsed rows in CSR form, plus what auto base detection needs.
@@ -265,6 +277,10 @@ pub(super) fn parse_line(
     let nlab_before = out.labels.len();
     for part in label_tok.split(|&b| b == b',') {
         match parse_f32(part) {
+            Some(v) if !v.is_finite() && !opts.allow_non_finite => {
+                out.labels.truncate(nlab_before);
+                return Err(err(off, non_finite(part)));
+            }
             Some(v) => out.labels.push(v),
             None => {
                 out.labels.truncate(nlab_before);
@@ -406,6 +422,9 @@ pub(super) fn parse_line(
                 ),
             );
         };
+        if !v.is_finite() && !opts.allow_non_finite {
+            return fail(out, err(vs, non_finite(vtok)));
+        }
         // Map and check the index.
         if opts.zero_is_error && raw == 0 {
             return fail(

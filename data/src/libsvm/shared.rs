@@ -49,6 +49,7 @@ impl Shared {
             index_base: p.index_base,
             num_features: Some(p.data_shape),
             sort_indices: p.sort_indices,
+            allow_non_finite: p.allow_non_finite,
         };
         let mut base = p.index_base;
         if base == IndexBase::Auto {

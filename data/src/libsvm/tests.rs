@@ -8,6 +8,7 @@ fn parse(s: &str, base: IndexBase, nf: Option<usize>) -> crate::Result<LibSvmDat
         index_base: base,
         num_features: nf,
         sort_indices: false,
+        allow_non_finite: false,
     };
     parse_libsvm_bytes(s.as_bytes(), "t.svm", &o)
 }
@@ -225,6 +226,7 @@ fn never_panics_on_junk() {
                 index_base: base,
                 num_features: Some(50),
                 sort_indices: seed.is_multiple_of(2),
+                allow_non_finite: seed % 3 == 0,
             };
             let _ = parse_libsvm_bytes(&bytes, "junk", &o);
         }
@@ -259,6 +261,7 @@ fn write_read(x: &sparrow_core::NDArray, y: &sparrow_core::NDArray, base: IndexB
         },
         num_features: Some(x.shape()[1]),
         sort_indices: false,
+        allow_non_finite: false,
     };
     let d = load_libsvm(&p, &o).unwrap();
     std::fs::remove_file(&p).unwrap();
@@ -397,7 +400,7 @@ proptest! {
         super::block_batches::row_starts(buf, &mut starts);
         let k = from.min(starts.len());
         let s0 = starts.get(k).copied().unwrap_or(buf.len());
-        let opts = ChunkOpts { shift, zero_is_error: false, bound: Some(9), sort };
+        let opts = ChunkOpts { shift, zero_is_error: false, bound: Some(9), sort, allow_non_finite: false };
         let (mut a, mut b) = (Rows::new(), Rows::new());
         let ra = parse_into(&buf[s0..], &opts, &mut a)
             .map_err(|e| (s0 + nth_line_start(&buf[s0..], e.line), e.col, e.msg));
@@ -416,4 +419,45 @@ proptest! {
             prop_assert_eq!((a.min_raw, a.max_raw), (b.min_raw, b.max_raw));
         }
     }
+}
+
+/// NaN, infinities and overflowing values are a parse error at their line and column unless
+/// `allow_non_finite` is set; the fast path never sees them (they are not plain decimals).
+#[test]
+fn non_finite_values_are_refused_with_their_position() {
+    for (text, line, col) in [
+        ("1 0:1\n0 3:nan\n", 2, 5),
+        ("1 0:1 2:inf\n", 1, 9),
+        ("1 0:1e999\n", 1, 5),
+        ("1 0:1\n-inf 1:2\n", 2, 1),
+    ] {
+        let e = parse(text, IndexBase::Zero, Some(10)).unwrap_err();
+        assert_eq!(e.position(), Some((line, col)), "{text:?}: {e}");
+        assert!(e.to_string().contains("not a finite number"), "{e}");
+        let o = LibSvmOptions {
+            index_base: IndexBase::Zero,
+            num_features: Some(10),
+            sort_indices: false,
+            allow_non_finite: true,
+        };
+        let d = parse_libsvm_bytes(text.as_bytes(), "t.svm", &o).unwrap();
+        let all = d.rows.values.iter().chain(&d.rows.labels);
+        assert!(all.clone().any(|v| !v.is_finite()), "{text:?}");
+    }
+}
+
+/// The streaming iterator refuses them too (its own parse options), and takes them when asked.
+#[test]
+fn libsvm_iter_refuses_non_finite_values_unless_allowed() {
+    let p = std::env::temp_dir().join(format!("sparrow-nonfinite-{}.svm", std::process::id()));
+    std::fs::write(&p, "1 0:1\n0 1:nan\n").unwrap();
+    let first_error = |allow: bool| {
+        let mut q = LibSVMIterParams::new(&p, 4, 2);
+        q.allow_non_finite = allow;
+        LibSVMIter::new(q).and_then(|mut it| it.find_map(|b| b.err()).map_or(Ok(()), Err))
+    };
+    let e = first_error(false).unwrap_err();
+    assert!(e.to_string().contains(":2:5:"), "{e}");
+    assert!(first_error(true).is_ok());
+    std::fs::remove_file(&p).unwrap();
 }
