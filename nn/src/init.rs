@@ -164,7 +164,25 @@ impl Initializer {
 
     /// A new array of `desc.shape` and `dtype` (f32 or f64) filled by this initializer.
     pub fn generate(&self, desc: &InitDesc, dtype: DType, seed: u64) -> Result<NDArray> {
-        let n: usize = desc.shape.iter().product();
+        // A shape past what memory can address is an error naming the parameter (a wrapped
+        // product would make a wrong array, an unchecked one a capacity-overflow panic).
+        let n = desc
+            .shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|n| {
+                n.checked_mul(dtype.size_of())
+                    .is_some_and(|b| b <= isize::MAX as usize)
+            })
+            .ok_or_else(|| {
+                Error::shape(
+                    "Initializer",
+                    format!(
+                        "parameter '{}' of shape {:?} has more elements than memory can hold",
+                        desc.name, desc.shape
+                    ),
+                )
+            })?;
         let out = match dtype {
             DType::F32 => {
                 let mut v = vec![0.0f32; n];

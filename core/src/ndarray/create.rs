@@ -14,7 +14,12 @@ use crate::dtype::{DType, Device, Element};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 
-fn checked_size(op: &'static str, shape: &[usize]) -> Result<usize> {
+/// The element count of `shape`, or an error naming `op` when it is past what usize counts
+/// (a shape with a zero dimension is empty, whatever the others are).
+pub(crate) fn checked_size(op: &'static str, shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))

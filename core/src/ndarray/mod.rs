@@ -7,6 +7,7 @@
 mod access;
 pub(crate) use access::dense_cow;
 mod create;
+pub(crate) use create::checked_size;
 mod data;
 mod host;
 

@@ -138,6 +138,20 @@ impl NDArray {
         };
         let shape = a.shape();
         let ax = norm_axis("repeat", axis, shape.len())?;
+        // The output (and the position list) must be a size memory can hold: a wrapped or
+        // absurd count would be an allocation abort, not an error.
+        let mut out_shape = shape.clone();
+        out_shape[ax] = shape[ax].checked_mul(repeats).unwrap_or(usize::MAX);
+        let fits = crate::ndarray::checked_size("repeat", &out_shape)
+            .ok()
+            .and_then(|n| n.max(out_shape[ax]).checked_mul(8))
+            .is_some_and(|bytes| bytes <= isize::MAX as usize);
+        if !fits {
+            return Err(Error::shape(
+                "repeat",
+                format!("{repeats} repeats of axis {ax} of {shape:?} exceed addressable memory"),
+            ));
+        }
         let idx: Vec<usize> = (0..shape[ax])
             .flat_map(|i| std::iter::repeat_n(i, repeats))
             .collect();

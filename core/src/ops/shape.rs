@@ -9,11 +9,12 @@ impl NDArray {
     /// Same elements, new shape (one dim may be `-1`, inferred). Shares the buffer.
     pub fn reshape_i(&self, shape: &[i64]) -> Result<NDArray> {
         let n = self.size();
-        let known: usize = shape
+        let dims: Vec<usize> = shape
             .iter()
             .filter(|&&d| d >= 0)
             .map(|&d| d as usize)
-            .product();
+            .collect();
+        let known = crate::ndarray::checked_size("reshape", &dims)?;
         let infer = shape.iter().filter(|&&d| d < 0).count();
         if infer > 1 || shape.iter().any(|&d| d < -1) {
             return Err(Error::shape(
@@ -37,7 +38,7 @@ impl NDArray {
     /// Same elements, new shape. Shares the buffer (no copy).
     pub fn reshape(&self, shape: &[usize]) -> Result<NDArray> {
         let d = self.dense_data()?;
-        let n: usize = shape.iter().product();
+        let n = crate::ndarray::checked_size("reshape", shape)?;
         if n != d.buf.len() {
             return Err(Error::shape(
                 "reshape",

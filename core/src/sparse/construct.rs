@@ -205,7 +205,19 @@ impl NDArray {
         }
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.sort_unstable_by_key(|&k| (rows[k], cols[k]));
-        let mut indptr = vec![0i64; shape[0] + 1];
+        let ptr_len = shape[0]
+            .checked_add(1)
+            .filter(|n| n.checked_mul(8).is_some_and(|b| b <= isize::MAX as usize));
+        let Some(ptr_len) = ptr_len else {
+            return Err(Error::shape(
+                "csr_from_coo",
+                format!(
+                    "{} rows: the row pointer would have more entries than usize counts",
+                    shape[0]
+                ),
+            ));
+        };
+        let mut indptr = vec![0i64; ptr_len];
         let mut indices = Vec::with_capacity(order.len());
         let mut data: Vec<T> = Vec::with_capacity(order.len());
         let mut prev: Option<(i64, i64)> = None;
