@@ -141,7 +141,7 @@ impl NDArray {
         // The output (and the position list) must be a size memory can hold: a wrapped or
         // absurd count would be an allocation abort, not an error.
         let mut out_shape = shape.clone();
-        out_shape[ax] = shape[ax].checked_mul(repeats).unwrap_or(usize::MAX);
+        out_shape[ax] = shape[ax].saturating_mul(repeats);
         let fits = crate::ndarray::checked_size("repeat", &out_shape)
             .ok()
             .and_then(|n| n.max(out_shape[ax]).checked_mul(8))
