@@ -476,8 +476,6 @@ fn csr_format(m: String) -> Result<()> {
 }
 
 impl SparseOps for CpuStorage {
-    type Index = Arc<Vec<i64>>;
-
     fn merge(
         &self,
         la: HostLayout<'_>,

@@ -152,8 +152,6 @@ fn dense_csr_typed<T: Float + std::ops::AddAssign>(
 }
 
 impl SparseDotOps for CpuStorage {
-    type Index = Arc<Vec<i64>>;
-
     fn csr_dense(&self, x: Csr<'_>, w: &Self, n: usize) -> Result<Self> {
         let (nnz, ptr, idx) = parts(&x);
         let m = x.shape[0];

@@ -2,6 +2,19 @@
 
 use std::sync::Arc;
 
+/// The backend's own form of an i64 index array (csr row pointers and column indices,
+/// row_sparse row ids): what [`IndexStorage`]'s variant for that backend holds (the shared host
+/// vector on the CPU). The sparse kernel families take and return it; their forwarders wrap it
+/// in the variant.
+pub(crate) trait BackendIndex {
+    /// The index array type.
+    type Index;
+}
+
+impl BackendIndex for crate::cpu::CpuStorage {
+    type Index = Arc<Vec<i64>>;
+}
+
 /// An i64 index array, on the backend that holds its array's values: one variant per backend,
 /// as [`super::Storage`]. CPU kernels read it as a slice (`Deref<Target = [i64]>`); with one
 /// variant the view costs nothing (no tag to test), which matters in the row loops of the csr

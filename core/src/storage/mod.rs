@@ -26,7 +26,7 @@ mod sparse_dot;
 mod update;
 
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
-pub(crate) use index::IndexStorage;
+pub(crate) use index::{BackendIndex, IndexStorage};
 pub(crate) use layout::LayoutOps;
 pub(crate) use linalg::{LinalgOps, MatMul};
 pub(crate) use random::{RandomDist, RandomOps};

@@ -17,7 +17,7 @@ use crate::ndarray::{CsrData, RowSparseData};
 use crate::ops::BinaryOp;
 
 /// Where the stored values of a sparse array sit, without the values (`I`: the index arrays'
-/// type, [`IndexStorage`] for operators, the backend's [`SparseOps::Index`] for kernels).
+/// type, [`IndexStorage`] for operators, the backend's [`BackendIndex::Index`](super::BackendIndex::Index) for kernels).
 #[derive(Debug)]
 pub(crate) enum SparseLayout<'a, I> {
     /// csr: the values of row `r` are positions `indptr[r]..indptr[r + 1]`, counted from
@@ -108,11 +108,7 @@ pub(crate) enum StoredReduce {
 
 /// What a backend implements for sparse operators. `self` is the value buffer of the (first)
 /// sparse operand, laid out as its [`SparseLayout`] says.
-pub(crate) trait SparseOps: Sized {
-    /// The backend's form of an index array (csr row pointers and column indices, row_sparse
-    /// row ids): what [`IndexStorage`]'s variant for this backend holds.
-    type Index;
-
+pub(crate) trait SparseOps: super::BackendIndex + Sized {
     /// Merge `self` (laid out as `la`) with `b` (as `lb`, same storage type and shape).
     fn merge(
         &self,

@@ -3,7 +3,7 @@
 //! gradient) and the embedding's gather and segment sum.
 //!
 //! A csr operand reaches a backend as its values storage (the method's receiver) and a
-//! [`CsrView`] of its structure, whose index arrays are the backend's own ([`SparseDotOps::Index`]:
+//! [`CsrView`] of its structure, whose index arrays are the backend's own ([`BackendIndex::Index`](super::BackendIndex::Index):
 //! what [`IndexStorage`]'s variant for that backend holds). The forwarders here match the values, the index arrays and every
 //! other operand together, so operands on different devices are an
 //! [`Error::Device`](crate::Error::Device), never a kernel reading foreign memory. Every method
@@ -45,12 +45,7 @@ pub(crate) struct CsrView<'a, I> {
 
 /// What a backend implements for the sparse products and the embedding. In each csr method
 /// `self` is the csr operand's values; the other operands share its dtype (float) and device.
-pub(crate) trait SparseDotOps: Sized {
-    /// The backend's form of an i64 index array: what [`IndexStorage`]'s variant for this
-    /// backend holds (the shared host vector on the CPU). Methods that make index arrays
-    /// return it, and the forwarder wraps it in that variant.
-    type Index;
-
+pub(crate) trait SparseDotOps: super::BackendIndex + Sized {
     /// `x (m x k) . w (k x n)` for a csr `x` and a dense row-major `w`, as a dense `m x n`.
     fn csr_dense(&self, x: CsrView<'_, Self::Index>, w: &Self, n: usize) -> Result<Self>;
     /// The values of `x^T (k x m) . g (m x n)` as row_sparse: one row of `n` per group of

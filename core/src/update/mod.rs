@@ -29,7 +29,7 @@
 //! assert_eq!(mom.to_vec::<f32>().unwrap(), vec![0.0, 0.0, -0.5, 0.5]);
 //! ```
 //!
-//! The operators validate here and name their formula with an [`UpdateRule`]; the weight's
+//! The operators validate here and name their formula with an `UpdateRule`; the weight's
 //! storage runs it on whichever backend holds it (`crate::storage::update`). On the CPU one
 //! shared span loop (`crate::cpu::update`) walks the weight and states in parallel spans lined
 //! up with the gradient.
