@@ -459,7 +459,10 @@ impl Parameter {
     }
 
     /// The rows `row_ids` of the weight as a row_sparse array (ids are sorted and deduplicated;
-    /// Gluon's `row_sparse_data`). Only the requested rows are copied.
+    /// Gluon's `row_sparse_data`). Only the requested rows are copied. Differentiable: inside
+    /// `autograd::record` the weight gets a row_sparse gradient over exactly those rows, so a
+    /// model that reads a batch's rows of a large table (a factorization machine's factors for
+    /// the batch's columns) never touches the rest of it.
     pub fn row_sparse_data(&self, row_ids: &[i64]) -> Result<NDArray> {
         let data = self.data()?;
         let shape = data.shape();

@@ -10,6 +10,10 @@ use crate::NDArray;
 /// row_sparse array of `a`'s shape. For a row_sparse `a`, ids it does not store are left out
 /// (they are zero). Only the retained rows are copied. An id outside `0..shape[0]` is an error.
 ///
+/// Differentiable: the gradient of `a` is the incoming gradient's rows `row_ids`, as
+/// row_sparse, so reading a batch's rows of a weight inside `autograd::record` (Gluon's
+/// `row_sparse_data`) gives the weight a gradient over those rows only.
+///
 /// ```
 /// use sparrow_core::{sparse::retain_rows, NDArray};
 /// let w = NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]).unwrap();
@@ -22,6 +26,16 @@ pub fn retain_rows(a: &NDArray, row_ids: &[i64]) -> Result<NDArray> {
     let mut ids = row_ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
+    let out = retained(a, &ids)?;
+    Ok(crate::autograd::record_op(OP, out, &[a], move |g| {
+        Ok(vec![Some(retain_rows(g, &ids)?)])
+    }))
+}
+
+/// The rows `ids` (sorted, unique) of `a`, not recorded.
+fn retained(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
+    const OP: &str = "retain_rows";
+    let ids = ids.to_vec();
     let d = a.read();
     let shape = d.shape();
     let Some(&rows) = shape.first() else {
@@ -97,5 +111,29 @@ mod tests {
         assert!(retain_rows(&w, &[7]).is_err());
         assert!(retain_rows(&w, &[-1]).is_err());
         assert!(retain_rows(&NDArray::scalar(1.0f32), &[0]).is_err());
+    }
+
+    /// The gradient flows to the retained rows only, as row_sparse, matching finite
+    /// differences (dense and row_sparse inputs).
+    #[test]
+    fn retain_rows_gradient_is_the_retained_rows() {
+        crate::testing::check_grad_on_devices(
+            |xs| retain_rows(&xs[0], &[3, 0, 3]),
+            &[test_array(&[5, 2], -1.0, 1.0, 12)
+                .astype(crate::DType::F64)
+                .unwrap()],
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap();
+        let w = test_array(&[5, 2], -1.0, 1.0, 13);
+        w.attach_grad_with(crate::autograd::GradReq::Write, SType::RowSparse);
+        let y = crate::autograd::record(|| retain_rows(&w, &[4, 1])?.sum_all()).unwrap();
+        y.backward().unwrap();
+        let g = w.grad().unwrap();
+        assert_eq!(g.stype(), SType::RowSparse);
+        assert_eq!(g.row_ids().unwrap(), vec![1, 4]);
+        assert_eq!(g.to_f64_vec(), vec![0., 0., 1., 1., 0., 0., 0., 0., 1., 1.]);
     }
 }
