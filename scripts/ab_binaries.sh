@@ -9,6 +9,9 @@
 #   FILE:   a LibSVM file with feature ids below 10,000,000 (scripts/gen_libsvm.py writes one)
 #   ROUNDS: default 6
 #   ONLY:   environment variable, the benchmarks to run, default "gluon dot libsvm matmul"
+#   DOT_ARGS: environment variable, extra arguments of sparse_dot (e.g. "--only row_sparse")
+#   The binaries inherit the environment, so allocator settings (MALLOC_MMAP_THRESHOLD_=...)
+#   given to this script apply to both builds.
 # Summary (median of the per-round new/old ratios): python3 scripts/summarize_ab.py OUT_DIR
 set -euo pipefail
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
@@ -23,7 +26,7 @@ run() { # build-label bin-dir round
         "$dir/sparse_gluon" --json --variants c --epochs 7 --threads 1 > "$OUT/gluon_${tag}_$r.json" 2>/dev/null
     fi
     if want dot; then
-        RAYON_NUM_THREADS=2 "$dir/sparse_dot" --json > "$OUT/dot_${tag}_$r.json" 2>/dev/null
+        RAYON_NUM_THREADS=2 "$dir/sparse_dot" --json ${DOT_ARGS:-} > "$OUT/dot_${tag}_$r.json" 2>/dev/null
     fi
     if want libsvm; then
         "$dir/libsvm_read" "$FILE" --data-shape 10000000 --batch-size 1024 --json \
