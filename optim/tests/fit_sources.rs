@@ -185,3 +185,27 @@ fn epoch_log_line_names_every_value() {
         "[Epoch 3] 1.50 s, 1234 samples/s: loss 0.5000, val_accuracy 0.8750"
     );
 }
+
+device_test! {
+fn sources_that_know_their_length_say_it_for_the_progress_bar() {
+    let x = NDArray::from_vec(vec![1.0f32; 20], &[10, 2]).unwrap();
+    let y = NDArray::from_vec(vec![0.0f32; 10], &[10, 1]).unwrap();
+    let mut it = NDArrayIter::new(x.clone(), Some(y.clone()), 4, false, LastBatch::Keep).unwrap();
+    let e = it.epoch(0).unwrap();
+    assert_eq!(e.len, Some(3));
+    assert_eq!(e.batches.count(), 3);
+    let ds = TensorDataset::new(x.clone(), Some(y.clone())).unwrap();
+    let mut dl = DataLoader::new(ds, 4, false, true, 0);
+    let e = dl.epoch(0).unwrap();
+    assert_eq!(e.len, Some(2));
+    assert_eq!(e.batches.count(), 2);
+    let mut closure = move || vec![Ok((x.clone(), y.clone())); 5].into_iter();
+    assert_eq!(closure.epoch(0).unwrap().len, Some(5));
+    // A streaming reader does not know its batch count ahead.
+    let p = temp("len.libsvm");
+    write_separable(&p, 10);
+    let mut it = LibSVMIter::new(LibSVMIterParams::new(&p, 8, 4)).unwrap();
+    assert_eq!(it.epoch(0).unwrap().len, None);
+    std::fs::remove_file(&p).unwrap();
+}
+}
