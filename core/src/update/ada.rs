@@ -5,8 +5,7 @@ use crate::storage::UpdateRule;
 use crate::NDArray;
 
 use super::args::{check_finite, UpdateArgs};
-use super::check::check_arrays;
-use super::run;
+use super::checked_run;
 
 /// The hyper-parameters of [`adagrad_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,11 +76,10 @@ pub fn adagrad_update(
     const OP: &str = "adagrad_update";
     args.check(OP)?;
     check_finite(OP, &[("epsilon", args.hyper.epsilon)])?;
-    check_arrays(OP, weight, grad, &[("history", history)])?;
     let rule = UpdateRule::AdaGrad {
         epsilon: args.hyper.epsilon,
     };
-    run(weight, grad, [history], args, rule).map(drop)
+    checked_run(OP, weight, grad, [("history", history)], args, rule).map(drop)
 }
 
 /// AdaDelta (MXNet's Python `AdaDelta`), in place. Like MXNet it uses no learning rate
@@ -102,12 +100,11 @@ pub fn adadelta_update(
     let h = &args.hyper;
     check_finite(OP, &[("rho", h.rho), ("epsilon", h.epsilon)])?;
     let states = [("acc_grad", acc_grad), ("acc_delta", acc_delta)];
-    check_arrays(OP, weight, grad, &states)?;
     let rule = UpdateRule::AdaDelta {
         rho: h.rho,
         epsilon: h.epsilon,
     };
-    run(weight, grad, [acc_grad, acc_delta], args, rule).map(drop)
+    checked_run(OP, weight, grad, states, args, rule).map(drop)
 }
 
 /// RMSProp as Tieleman & Hinton describe it (MXNet `rmsprop_update`), in place:
@@ -126,13 +123,12 @@ pub fn rmsprop_update(
     let h = &args.hyper;
     check_finite(OP, &[("gamma1", h.gamma1), ("epsilon", h.epsilon)])?;
     check_clip_weights(OP, h.clip_weights)?;
-    check_arrays(OP, weight, grad, &[("n", n)])?;
     let rule = UpdateRule::RmsProp {
         gamma1: h.gamma1,
         epsilon: h.epsilon,
         clip_weights: h.clip_weights,
     };
-    run(weight, grad, [n], args, rule).map(drop)
+    checked_run(OP, weight, grad, [("n", n)], args, rule).map(drop)
 }
 
 /// Centered RMSProp as Graves describes it (MXNet `rmspropalex_update`), in place:
@@ -162,12 +158,19 @@ pub fn rmspropalex_update(
         ],
     )?;
     check_clip_weights(OP, h.clip_weights)?;
-    check_arrays(OP, weight, grad, &[("n", n), ("g", g), ("delta", delta)])?;
     let rule = UpdateRule::RmsPropAlex {
         gamma1: h.gamma1,
         gamma2: h.gamma2,
         epsilon: h.epsilon,
         clip_weights: h.clip_weights,
     };
-    run(weight, grad, [n, g, delta], args, rule).map(drop)
+    checked_run(
+        OP,
+        weight,
+        grad,
+        [("n", n), ("g", g), ("delta", delta)],
+        args,
+        rule,
+    )
+    .map(drop)
 }

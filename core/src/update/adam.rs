@@ -5,8 +5,7 @@ use crate::storage::UpdateRule;
 use crate::NDArray;
 
 use super::args::{check_count, check_finite, UpdateArgs};
-use super::check::check_arrays;
-use super::run;
+use super::checked_run;
 
 /// The hyper-parameters of [`adam_update`] and [`adamw_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -111,8 +110,15 @@ pub fn adam_update(
     const OP: &str = "adam_update";
     args.check(OP)?;
     args.hyper.check(OP)?;
-    check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    run(weight, grad, [mean, var], args, args.hyper.rule(false)).map(drop)
+    checked_run(
+        OP,
+        weight,
+        grad,
+        [("mean", mean), ("var", var)],
+        args,
+        args.hyper.rule(false),
+    )
+    .map(drop)
 }
 
 /// AdamW with decoupled weight decay, as MXNet's `contrib.adamw_update` is driven by GluonNLP's
@@ -131,8 +137,15 @@ pub fn adamw_update(
     const OP: &str = "adamw_update";
     args.check(OP)?;
     args.hyper.check(OP)?;
-    check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
-    run(weight, grad, [mean, var], args, args.hyper.rule(true)).map(drop)
+    checked_run(
+        OP,
+        weight,
+        grad,
+        [("mean", mean), ("var", var)],
+        args,
+        args.hyper.rule(true),
+    )
+    .map(drop)
 }
 
 /// Adamax (MXNet's Python `Adamax`), in place: `h = clip(rescale*g + wd*w);
@@ -152,12 +165,19 @@ pub fn adamax_update(
     args.check(OP)?;
     let h = &args.hyper;
     check_finite(OP, &[("beta1", h.beta1), ("beta2", h.beta2)])?;
-    check_arrays(OP, weight, grad, &[("mean", mean), ("inf_norm", inf_norm)])?;
     let rule = UpdateRule::Adamax {
         beta1: h.beta1,
         beta2: h.beta2,
     };
-    run(weight, grad, [mean, inf_norm], args, rule).map(drop)
+    checked_run(
+        OP,
+        weight,
+        grad,
+        [("mean", mean), ("inf_norm", inf_norm)],
+        args,
+        rule,
+    )
+    .map(drop)
 }
 
 /// Nadam (MXNet's Python `Nadam`), Adam with Nesterov momentum and a momentum schedule, in
@@ -189,7 +209,6 @@ pub fn nadam_update(
         ],
     )?;
     check_count(OP, h.t)?;
-    check_arrays(OP, weight, grad, &[("mean", mean), ("var", var)])?;
     let p = &args.hyper;
     // The momentum schedule, in f64 (the backend rounds the terms to the weight's dtype).
     let t = p.t as f64;
@@ -207,6 +226,6 @@ pub fn nadam_update(
         c_g: 1.0 - mom_t,
         c_m: mom_t1,
     };
-    run(weight, grad, [mean, var], args, rule)?;
+    checked_run(OP, weight, grad, [("mean", mean), ("var", var)], args, rule)?;
     Ok(sched)
 }

@@ -5,8 +5,7 @@ use crate::storage::UpdateRule;
 use crate::NDArray;
 
 use super::args::{check_count, check_finite, UpdateArgs};
-use super::check::check_arrays;
-use super::run;
+use super::checked_run;
 
 /// The hyper-parameters of [`ftrl_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,12 +54,11 @@ pub fn ftrl_update(
     args.check(OP)?;
     let h = &args.hyper;
     check_finite(OP, &[("lambda1", h.lambda1), ("beta", h.beta)])?;
-    check_arrays(OP, weight, grad, &[("z", z), ("n", n)])?;
     let rule = UpdateRule::Ftrl {
         lambda1: h.lambda1,
         beta: h.beta,
     };
-    run(weight, grad, [z, n], args, rule).map(drop)
+    checked_run(OP, weight, grad, [("z", z), ("n", n)], args, rule).map(drop)
 }
 
 /// FTML, Follow the Moving Leader (MXNet `ftml_update`), in place:
@@ -89,12 +87,11 @@ pub fn ftml_update(
         ],
     )?;
     check_count(OP, h.t)?;
-    check_arrays(OP, weight, grad, &[("d", d), ("v", v), ("z", z)])?;
     let rule = UpdateRule::Ftml {
         beta1: h.beta1,
         beta2: h.beta2,
         epsilon: h.epsilon,
         t: h.t,
     };
-    run(weight, grad, [d, v, z], args, rule).map(drop)
+    checked_run(OP, weight, grad, [("d", d), ("v", v), ("z", z)], args, rule).map(drop)
 }

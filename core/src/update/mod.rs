@@ -89,6 +89,20 @@ impl<P> UpdateArgs<P> {
     }
 }
 
+/// Check the arrays of `op` (`check::check_arrays`: dtypes, shapes, storage types, no array
+/// passed twice) and run `rule` on them once, the states named for the errors.
+fn checked_run<P, const N: usize>(
+    op: &'static str,
+    weight: &NDArray,
+    grad: &NDArray,
+    states: [(&'static str, &NDArray); N],
+    args: &UpdateArgs<P>,
+    rule: UpdateRule,
+) -> Result<[f64; 2]> {
+    check::check_arrays(op, weight, grad, &states)?;
+    run(weight, grad, states.map(|(_, s)| s), args, rule)
+}
+
 /// Run `rule` on the weight's storage: lock the weight and each state for writing, then the
 /// gradient for reading (the order every update has always taken), and hand their buffers to
 /// the backend in one call. The operator has checked the arrays (`check::check_arrays`).

@@ -5,8 +5,7 @@ use crate::storage::UpdateRule;
 use crate::NDArray;
 
 use super::args::{check_finite, UpdateArgs};
-use super::check::check_arrays;
-use super::run;
+use super::checked_run;
 
 /// The momentum of [`sgd_mom_update`] and [`nag_mom_update`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,8 +40,7 @@ pub struct SignumParams {
 pub fn sgd_update(weight: &NDArray, grad: &NDArray, args: &UpdateArgs) -> Result<()> {
     const OP: &str = "sgd_update";
     args.check(OP)?;
-    check_arrays(OP, weight, grad, &[])?;
-    run(weight, grad, [], args, UpdateRule::Sgd).map(drop)
+    checked_run(OP, weight, grad, [], args, UpdateRule::Sgd).map(drop)
 }
 
 /// SGD with momentum (MXNet `sgd_mom_update`), in place:
@@ -59,11 +57,10 @@ pub fn sgd_mom_update(
     const OP: &str = "sgd_mom_update";
     args.check(OP)?;
     check_finite(OP, &[("momentum", args.hyper.momentum)])?;
-    check_arrays(OP, weight, grad, &[("mom", mom)])?;
     let rule = UpdateRule::SgdMom {
         momentum: args.hyper.momentum,
     };
-    run(weight, grad, [mom], args, rule).map(drop)
+    checked_run(OP, weight, grad, [("mom", mom)], args, rule).map(drop)
 }
 
 /// Nesterov accelerated gradient (MXNet `nag_mom_update`), in place. Per element, with
@@ -81,11 +78,10 @@ pub fn nag_mom_update(
     const OP: &str = "nag_mom_update";
     args.check(OP)?;
     check_finite(OP, &[("momentum", args.hyper.momentum)])?;
-    check_arrays(OP, weight, grad, &[("mom", mom)])?;
     let rule = UpdateRule::NagMom {
         momentum: args.hyper.momentum,
     };
-    run(weight, grad, [mom], args, rule).map(drop)
+    checked_run(OP, weight, grad, [("mom", mom)], args, rule).map(drop)
 }
 
 /// signSGD (MXNet `signsgd_update`), in place: `w <- (1 - lr*wd)*w - lr*sign(g)`.
@@ -95,8 +91,7 @@ pub fn nag_mom_update(
 pub fn signsgd_update(weight: &NDArray, grad: &NDArray, args: &UpdateArgs) -> Result<()> {
     const OP: &str = "signsgd_update";
     args.check(OP)?;
-    check_arrays(OP, weight, grad, &[])?;
-    run(weight, grad, [], args, UpdateRule::SignSgd).map(drop)
+    checked_run(OP, weight, grad, [], args, UpdateRule::SignSgd).map(drop)
 }
 
 /// Signum (MXNet `signum_update`), in place:
@@ -113,10 +108,9 @@ pub fn signum_update(
     args.check(OP)?;
     let h = &args.hyper;
     check_finite(OP, &[("momentum", h.momentum), ("wd_lh", h.wd_lh)])?;
-    check_arrays(OP, weight, grad, &[("mom", mom)])?;
     let rule = UpdateRule::Signum {
         momentum: h.momentum,
         wd_lh: h.wd_lh,
     };
-    run(weight, grad, [mom], args, rule).map(drop)
+    checked_run(OP, weight, grad, [("mom", mom)], args, rule).map(drop)
 }
