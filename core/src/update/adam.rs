@@ -107,18 +107,7 @@ pub fn adam_update(
     var: &NDArray,
     args: &UpdateArgs<AdamParams>,
 ) -> Result<()> {
-    const OP: &str = "adam_update";
-    args.check(OP)?;
-    args.hyper.check(OP)?;
-    checked_run(
-        OP,
-        weight,
-        grad,
-        [("mean", mean), ("var", var)],
-        args,
-        args.hyper.rule(false),
-    )
-    .map(drop)
+    adam_like("adam_update", false, weight, grad, mean, var, args)
 }
 
 /// AdamW with decoupled weight decay, as MXNet's `contrib.adamw_update` is driven by GluonNLP's
@@ -134,18 +123,24 @@ pub fn adamw_update(
     var: &NDArray,
     args: &UpdateArgs<AdamParams>,
 ) -> Result<()> {
-    const OP: &str = "adamw_update";
-    args.check(OP)?;
-    args.hyper.check(OP)?;
-    checked_run(
-        OP,
-        weight,
-        grad,
-        [("mean", mean), ("var", var)],
-        args,
-        args.hyper.rule(true),
-    )
-    .map(drop)
+    adam_like("adamw_update", true, weight, grad, mean, var, args)
+}
+
+/// [`adam_update`] (`decoupled = false`) or [`adamw_update`]: the same checks and states, the
+/// weight decay inside or outside the adaptive step.
+fn adam_like(
+    op: &'static str,
+    decoupled: bool,
+    weight: &NDArray,
+    grad: &NDArray,
+    mean: &NDArray,
+    var: &NDArray,
+    args: &UpdateArgs<AdamParams>,
+) -> Result<()> {
+    args.check(op)?;
+    args.hyper.check(op)?;
+    let states = [("mean", mean), ("var", var)];
+    checked_run(op, weight, grad, states, args, args.hyper.rule(decoupled)).map(drop)
 }
 
 /// Adamax (MXNet's Python `Adamax`), in place: `h = clip(rescale*g + wd*w);
