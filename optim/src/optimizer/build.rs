@@ -17,13 +17,26 @@ fn set_common(opts: &mut OptimizerOptions, key: &str, value: f64) -> Result<bool
         "learning_rate" | "lr" => opts.learning_rate = value,
         "wd" => opts.wd = value,
         "rescale_grad" => opts.rescale_grad = value,
-        // MXNet's convention: a threshold <= 0 (its default -1) turns clipping off.
-        "clip_gradient" => opts.clip_gradient = (value > 0.0).then_some(value),
+        "clip_gradient" => opts.clip_gradient = clip_threshold(value),
         "lazy_update" => opts.lazy_update = flag("lazy_update", value)?,
         _ => return Ok(false),
     }
     Ok(true)
 }
+
+/// MXNet's convention for `clip_gradient`: a threshold <= 0 (its default -1) turns clipping off.
+fn clip_threshold(c: f64) -> Option<f64> {
+    (c > 0.0).then_some(c)
+}
+
+/// The shared keywords [`set_common`] takes, for error messages.
+const COMMON_KEYWORDS: [&str; 5] = [
+    "learning_rate",
+    "wd",
+    "rescale_grad",
+    "clip_gradient",
+    "lazy_update",
+];
 
 /// A boolean keyword given as a number: 0 or 1.
 fn flag(key: &str, value: f64) -> Result<bool> {
@@ -82,7 +95,7 @@ macro_rules! builders {
             }
             /// Clip the rescaled gradient to `[-c, c]`; `c <= 0` turns clipping off.
             pub fn clip_gradient(mut self, c: f64) -> Self {
-                self.opts.clip_gradient = (c > 0.0).then_some(c);
+                self.opts.clip_gradient = clip_threshold(c);
                 self
             }
             /// Lazy row_sparse updates (only the gradient's rows change; the default) or the
@@ -122,9 +135,10 @@ macro_rules! builders {
                 }
             }
             /// The keywords [`Self::set_keyword`] accepts, for error messages.
-            fn keywords() -> &'static [&'static str] {
-                &["learning_rate", "wd", "rescale_grad", "clip_gradient", "lazy_update"
-                  $(, stringify!($field))* $($(, stringify!($kfield))*)?]
+            fn keywords() -> Vec<&'static str> {
+                let own: &[&'static str] =
+                    &[$(stringify!($field),)* $($(stringify!($kfield),)*)?];
+                COMMON_KEYWORDS.iter().chain(own).copied().collect()
             }
         }
     )*};
@@ -153,7 +167,7 @@ fn configured<O: Optimizer + 'static>(
     name: &str,
     options: &[(&str, f64)],
     set: fn(&mut O, &str, f64) -> Result<bool>,
-    keywords: &[&str],
+    keywords: Vec<&str>,
 ) -> Result<Box<dyn Optimizer>> {
     for &(key, value) in options {
         // MXNet spells FTRL's L1 strength `lamda1`; accept its spelling too.
