@@ -3,15 +3,13 @@
 //! PyTorch's `conv{1,2,3}d` / `conv_transpose{1,2,3}d` define them.
 //!
 //! Three kernels through the seam (`Storage::conv`, `conv_data_grad`, `conv_weight_grad`; on
-//! the CPU im2col + GEMM in `crate::cpu::conv`), each a recorded operator whose backward is
-//! written with the other two:
+//! the CPU im2col + GEMM in `crate::cpu::conv`), and backwards written with them:
 //! - `y = conv(x, w)`: `dx = conv_data(dy, w)`, `dw = conv_weight(x, dy)`;
 //! - `z = conv_data(u, w)` (the transposed convolution): `du = conv(dz, w)`,
-//!   `dw = conv_weight(dz, u)`;
-//! - `v = conv_weight(x, dy)`: `dx = conv_data(dy, dv)`, `d(dy) = conv(x, dv)`.
+//!   `dw = conv_weight(dz, u)`.
 //!
-//! So gradients of gradients work too. The bias gradient is the sum of `dy` over the batch and
-//! spatial axes.
+//! The bias gradient is the sum of `dy` over the batch and spatial axes. A backward computes
+//! only the gradients its inputs need (a network's first layer skips `dx`).
 
 use crate::autograd::{is_recording, record_op};
 use crate::error::{Error, Result};
@@ -375,20 +373,14 @@ fn conv_data_op(dy: &NDArray, w: &NDArray, g: ConvGeom, nd: usize) -> Result<NDA
     }))
 }
 
-/// `conv_weight(x, dy)`: the weight gradient of `conv`; recorded.
+/// `conv_weight(x, dy)`: the weight gradient of `conv`. Not recorded: it only runs inside
+/// backward passes, which autograd runs with recording paused.
 fn conv_weight_op(x: &NDArray, dy: &NDArray, g: ConvGeom, nd: usize) -> Result<NDArray> {
     const OP: &str = "convolution weight gradient";
     let ds = operands(OP, &[x, dy])?;
     let mut wshape = vec![g.out_channels, g.in_channels / g.groups];
     wshape.extend_from_slice(&g.kernel[SPATIAL - nd..]);
-    let out = NDArray::from_buffer(ds[0].buf.conv_weight_grad(&ds[1].buf, &g)?, &wshape)?;
-    let need = needs(&[x, dy]);
-    let (xc, dyc) = (x.clone(), dy.clone());
-    Ok(record_op(OP, out, &[x, dy], move |dv| {
-        let dx = need[0].then(|| conv_data_op(&dyc, dv, g, nd)).transpose()?;
-        let ddy = need[1].then(|| conv_op(&xc, dv, None, g, nd)).transpose()?;
-        Ok(vec![dx, ddy])
-    }))
+    NDArray::from_buffer(ds[0].buf.conv_weight_grad(&ds[1].buf, &g)?, &wshape)
 }
 
 /// An error unless `b` is a `(channels,)` bias.
@@ -410,7 +402,7 @@ impl NDArray {
     /// kernel...)`, plus an optional `(out_channels,)` bias: MXNet's `Convolution`, PyTorch's
     /// `conv{1,2,3}d`. The output is `(batch, out_channels, out...)` with
     /// `out = (in + 2 padding - dilation (kernel - 1) - 1) / stride + 1` per dim.
-    /// Float only; differentiable in all three operands (to any order).
+    /// Float only; differentiable in all three operands.
     ///
     /// ```
     /// use sparrow_core::{ops::ConvParams, DType, NDArray};
