@@ -23,6 +23,32 @@ use crate::error::{Error, Result};
 use crate::float_dispatch;
 use crate::storage::{ConvGeom, ConvOps, PoolGeom};
 
+/// Column buffers above this many bytes are freed after use instead of kept for the thread's
+/// next convolution (a 3-D convolution's can be large).
+const SCRATCH_KEEP_BYTES: usize = 64 << 20;
+
+thread_local! {
+    /// The column buffer of this thread's last convolution, kept so that the next one (the
+    /// next layer, the backward, the next step) reuses pages already faulted in: allocated
+    /// fresh each call, zeroing its pages cost ~5% of a ResNet layer's step.
+    static SCRATCH: std::cell::RefCell<Option<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with this thread's column buffer (empty or of any length: callers resize it).
+fn with_scratch<T: 'static, R>(f: impl FnOnce(&mut Vec<T>) -> R) -> R {
+    let mut col: Vec<T> = SCRATCH
+        .with(|s| s.borrow_mut().take())
+        .and_then(|b| b.downcast::<Vec<T>>().ok())
+        .map(|b| *b)
+        .unwrap_or_default();
+    let r = f(&mut col);
+    if std::mem::size_of_val(&col[..]) <= SCRATCH_KEEP_BYTES {
+        SCRATCH.with(|s| *s.borrow_mut() = Some(Box::new(col)));
+    }
+    r
+}
+
 /// The typed slices of `a` and `b`, or a dtype error naming `op`.
 fn pair<'a, T: HostElement>(
     op: &'static str,
@@ -308,7 +334,8 @@ fn weight_grad_entry<T: GemmScalar>(
 /// [`ConvOps::conv`] on typed slices.
 fn conv_typed<T: GemmScalar>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
     let (xs, ys) = (g.in_channels * g.in_plane(), g.out_channels * g.out_plane());
-    let mut y = vec![<T as num_traits::Zero>::zero(); g.y_len()];
+    // Every element is written (each group's product overwrites its rows).
+    let mut y = crate::recycle::overwritable_vec::<T>(g.y_len());
     if ys == 0 {
         return y;
     }
@@ -316,19 +343,19 @@ fn conv_typed<T: GemmScalar>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>)
         Some(runs) => {
             let mut parts = split_runs(&mut y, &runs, ys);
             parts.par_iter_mut().for_each(|(range, out)| {
-                let mut col = Vec::new();
-                for (i, n) in range.clone().enumerate() {
-                    let y_n = &mut out[i * ys..(i + 1) * ys];
-                    conv_entry(g, &x[n * xs..(n + 1) * xs], w, bias, &mut col, y_n, true);
-                }
+                with_scratch(|col| {
+                    for (i, n) in range.clone().enumerate() {
+                        let y_n = &mut out[i * ys..(i + 1) * ys];
+                        conv_entry(g, &x[n * xs..(n + 1) * xs], w, bias, col, y_n, true);
+                    }
+                })
             });
         }
-        None => {
-            let mut col = Vec::new();
+        None => with_scratch(|col| {
             for (n, y_n) in y.chunks_exact_mut(ys).enumerate() {
-                conv_entry(g, &x[n * xs..(n + 1) * xs], w, bias, &mut col, y_n, false);
+                conv_entry(g, &x[n * xs..(n + 1) * xs], w, bias, col, y_n, false);
             }
-        }
+        }),
     }
     y
 }
@@ -351,7 +378,8 @@ fn split_runs<'a, T>(
 /// [`ConvOps::conv_data_grad`] on typed slices.
 fn data_grad_typed<T: GemmScalar>(g: &ConvGeom, dy: &[T], w: &[T]) -> Vec<T> {
     let (xs, ys) = (g.in_channels * g.in_plane(), g.out_channels * g.out_plane());
-    let mut dx = vec![<T as num_traits::Zero>::zero(); g.x_len()];
+    // Every element is written (a product, or zeros then col2im, per entry).
+    let mut dx = crate::recycle::overwritable_vec::<T>(g.x_len());
     if xs == 0 {
         return dx;
     }
@@ -359,19 +387,19 @@ fn data_grad_typed<T: GemmScalar>(g: &ConvGeom, dy: &[T], w: &[T]) -> Vec<T> {
         Some(runs) => {
             let mut parts = split_runs(&mut dx, &runs, xs);
             parts.par_iter_mut().for_each(|(range, out)| {
-                let mut col = Vec::new();
-                for (i, n) in range.clone().enumerate() {
-                    let dx_n = &mut out[i * xs..(i + 1) * xs];
-                    data_grad_entry(g, &dy[n * ys..(n + 1) * ys], w, &mut col, dx_n, true);
-                }
+                with_scratch(|col| {
+                    for (i, n) in range.clone().enumerate() {
+                        let dx_n = &mut out[i * xs..(i + 1) * xs];
+                        data_grad_entry(g, &dy[n * ys..(n + 1) * ys], w, col, dx_n, true);
+                    }
+                })
             });
         }
-        None => {
-            let mut col = Vec::new();
+        None => with_scratch(|col| {
             for (n, dx_n) in dx.chunks_exact_mut(xs).enumerate() {
-                data_grad_entry(g, &dy[n * ys..(n + 1) * ys], w, &mut col, dx_n, false);
+                data_grad_entry(g, &dy[n * ys..(n + 1) * ys], w, col, dx_n, false);
             }
-        }
+        }),
     }
     dx
 }
@@ -389,11 +417,14 @@ fn weight_grad_typed<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec<T> {
             let partials: Vec<Vec<T>> = runs
                 .par_iter()
                 .map(|range| {
-                    let (mut col, mut part) = (Vec::new(), vec![zero; g.w_len()]);
-                    for n in range.clone() {
-                        let (x_n, dy_n) = (&x[n * xs..(n + 1) * xs], &dy[n * ys..(n + 1) * ys]);
-                        weight_grad_entry(g, x_n, dy_n, &mut col, &mut part, n > range.start, true);
-                    }
+                    let mut part = vec![zero; g.w_len()];
+                    with_scratch(|col| {
+                        for n in range.clone() {
+                            let (x_n, dy_n) = (&x[n * xs..(n + 1) * xs], &dy[n * ys..(n + 1) * ys]);
+                            let acc = n > range.start;
+                            weight_grad_entry(g, x_n, dy_n, col, &mut part, acc, true);
+                        }
+                    });
                     part
                 })
                 .collect();
@@ -401,13 +432,12 @@ fn weight_grad_typed<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec<T> {
                 dw.iter_mut().zip(part).for_each(|(d, &p)| *d = *d + p);
             }
         }
-        None => {
-            let mut col = Vec::new();
+        None => with_scratch(|col| {
             for n in 0..g.batch {
                 let (x_n, dy_n) = (&x[n * xs..(n + 1) * xs], &dy[n * ys..(n + 1) * ys]);
-                weight_grad_entry(g, x_n, dy_n, &mut col, &mut dw, n > 0, false);
+                weight_grad_entry(g, x_n, dy_n, col, &mut dw, n > 0, false);
             }
-        }
+        }),
     }
     dw
 }

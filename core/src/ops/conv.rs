@@ -353,10 +353,15 @@ fn conv_op(x: &NDArray, w: &NDArray, b: Option<&NDArray>, g: ConvGeom, nd: usize
     }))
 }
 
-/// The gradient of a per-channel bias: `dy` summed over the batch and spatial axes.
+/// The gradient of a per-channel bias: `dy` summed over the batch and spatial axes, as two
+/// reductions of contiguous runs (each plane's sum, then over the batch): the one reduction
+/// over axes (0, 2, 3) took 5% of a ResNet layer's step.
 fn bias_grad(dy: &NDArray, nd: usize) -> Result<NDArray> {
-    let axes: Vec<i64> = std::iter::once(0).chain(2..2 + nd as i64).collect();
-    dy.sum(Some(&axes), false)
+    let s = dy.shape();
+    let plane: usize = s[2..2 + nd].iter().product();
+    dy.reshape(&[s[0], s[1], plane])?
+        .sum(Some(&[2]), false)?
+        .sum(Some(&[0]), false)
 }
 
 /// `conv_data(dy, w)`: the data gradient of `conv`, the transposed convolution; recorded.
