@@ -66,8 +66,9 @@ fn accuracy(net: &Sequential, x: &NDArray, y: &NDArray) -> Result<f64, BoxError>
     Ok(ok as f64 / pred.len() as f64)
 }
 
-/// Train one network from `seed`; return (test accuracy, seconds).
-fn run(dir: &Path, epochs: usize, seed: u64) -> Result<(f64, f64), BoxError> {
+/// Train one network from `seed`; return (test accuracy, last epoch's mean training loss,
+/// seconds).
+fn run(dir: &Path, epochs: usize, seed: u64) -> Result<(f64, f64, f64), BoxError> {
     let (xtr, ytr) = load(&dir.join("digits_train.txt"))?;
     let (xte, yte) = load(&dir.join("digits_test.txt"))?;
     sparrow::nn::init::seed(seed);
@@ -82,18 +83,23 @@ fn run(dir: &Path, epochs: usize, seed: u64) -> Result<(f64, f64), BoxError> {
     let loss_fn = SoftmaxCrossEntropyLoss::new();
     let mut it = NDArrayIter::new(xtr, Some(ytr), 32, true, LastBatch::Keep)?.with_seed(seed);
     let t = Instant::now();
+    let mut last_loss = f64::NAN;
     for _ in 0..epochs {
+        let (mut total, mut rows) = (0.0, 0usize);
         for b in it.by_ref() {
             let b = b?;
             let label = b.label.ok_or("no labels")?;
             let loss = autograd::record(|| loss_fn.forward(&net.forward(&b.data)?, &label))?;
+            total += loss.sum_all()?.to_f64_vec()[0];
+            rows += b.data.shape()[0];
             loss.backward()?;
             trainer.step(b.data.shape()[0])?;
         }
+        last_loss = total / rows as f64;
         it.reset();
     }
     let secs = t.elapsed().as_secs_f64();
-    Ok((accuracy(&net, &xte, &yte)?, secs))
+    Ok((accuracy(&net, &xte, &yte)?, last_loss, secs))
 }
 
 fn main() -> Result<(), BoxError> {
@@ -111,8 +117,10 @@ fn main() -> Result<(), BoxError> {
     let seeds: u64 = get("--seeds").map_or(Ok(3), |v| v.parse())?;
     let mut accs = Vec::new();
     for seed in 0..seeds {
-        let (acc, secs) = run(&dir, epochs, seed)?;
-        println!("seed {seed}: test accuracy {acc:.4} ({epochs} epochs, {secs:.1} s)");
+        let (acc, loss, secs) = run(&dir, epochs, seed)?;
+        println!(
+            "seed {seed}: test accuracy {acc:.4}, last epoch's training loss {loss:.5} ({epochs} epochs, {secs:.1} s)"
+        );
         accs.push(acc);
     }
     let mean = accs.iter().sum::<f64>() / accs.len() as f64;
