@@ -79,9 +79,18 @@ fn main() -> Result<()> {
     println!(
         "conv2d 3x3 batch {batch} {c}->{c} {hw}x{hw} pad 1, f32, {threads} thread(s), {reps} steps"
     );
-    println!("forward   median {:8.1} ms (min {:.1}, max {:.1})", f.0, f.1, f.2);
-    println!("backward  median {:8.1} ms (min {:.1}, max {:.1})", b_.0, b_.1, b_.2);
-    println!("step      median {:8.1} ms (min {:.1}, max {:.1})", s.0, s.1, s.2);
+    println!(
+        "forward   median {:8.1} ms (min {:.1}, max {:.1})",
+        f.0, f.1, f.2
+    );
+    println!(
+        "backward  median {:8.1} ms (min {:.1}, max {:.1})",
+        b_.0, b_.1, b_.2
+    );
+    println!(
+        "step      median {:8.1} ms (min {:.1}, max {:.1})",
+        s.0, s.1, s.2
+    );
     println!(
         "step {gflops:.1} GFLOP/s; GEMM peak {peak:.1} GFLOP/s; fraction {:.2}",
         gflops / peak

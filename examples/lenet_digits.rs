@@ -28,7 +28,13 @@ fn load(path: &Path) -> Result<(NDArray, NDArray), BoxError> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
     for (i, line) in text.lines().enumerate() {
-        let bad = || format!("{}:{}: expected '<label> <64 pixels>'", path.display(), i + 1);
+        let bad = || {
+            format!(
+                "{}:{}: expected '<label> <64 pixels>'",
+                path.display(),
+                i + 1
+            )
+        };
         let (label, pixels) = line.split_once(' ').ok_or_else(bad)?;
         if pixels.len() != 64 {
             return Err(bad().into());
@@ -40,7 +46,10 @@ fn load(path: &Path) -> Result<(NDArray, NDArray), BoxError> {
         }
     }
     let n = ys.len();
-    Ok((NDArray::from_vec(xs, &[n, 1, 8, 8])?, NDArray::from_vec(ys, &[n])?))
+    Ok((
+        NDArray::from_vec(xs, &[n, 1, 8, 8])?,
+        NDArray::from_vec(ys, &[n])?,
+    ))
 }
 
 fn lenet() -> Sequential {
@@ -130,7 +139,9 @@ fn main() -> Result<(), BoxError> {
         println!(
             "reference ({}): PyTorch LeNet mean {:.4} {}, sklearn LogisticRegression {:.4}",
             r["torch_version"].as_str().unwrap_or("?"),
-            r["torch_lenet_test_accuracy_mean"].as_f64().unwrap_or(f64::NAN),
+            r["torch_lenet_test_accuracy_mean"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
             r["torch_lenet_test_accuracy"],
             r["sklearn_logistic_regression_test_accuracy"]
                 .as_f64()

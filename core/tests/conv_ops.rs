@@ -111,7 +111,10 @@ fn conv_transpose_grads() {
         &[2, 2, 4],
         &[2, 3, 3],
         Some(3),
-        ConvParams::new().stride(&[3]).padding(&[1]).output_padding(&[2]),
+        ConvParams::new()
+            .stride(&[3])
+            .padding(&[1])
+            .output_padding(&[2]),
     );
     conv_t_case(
         "conv_transpose3d",
@@ -123,7 +126,11 @@ fn conv_transpose_grads() {
 }
 
 fn pool_case(name: &str, shape: &[usize], p: PoolParams) {
-    gc(name, move |a| a[0].pool(&p), &[test_array(shape, -1.0, 1.0, 7)]);
+    gc(
+        name,
+        move |a| a[0].pool(&p),
+        &[test_array(shape, -1.0, 1.0, 7)],
+    );
 }
 
 #[test]
@@ -167,8 +174,16 @@ fn pool_grads() {
         &[1, 2, 3, 4, 4],
         PoolParams::new(PoolType::Avg, &[2]).padding(&[1]),
     );
-    pool_case("global max", &[2, 3, 4, 5], PoolParams::global(PoolType::Max));
-    pool_case("global avg 1d", &[2, 3, 7], PoolParams::global(PoolType::Avg));
+    pool_case(
+        "global max",
+        &[2, 3, 4, 5],
+        PoolParams::global(PoolType::Max),
+    );
+    pool_case(
+        "global avg 1d",
+        &[2, 3, 7],
+        PoolParams::global(PoolType::Avg),
+    );
 }
 
 /// Direct-loop convolution (f64), the definition the kernels must agree with.

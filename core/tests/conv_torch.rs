@@ -46,7 +46,11 @@ fn load(path: &PathBuf) -> Fixture {
                     .filter(|t| !t.is_empty())
                     .map(|t| t.parse().unwrap())
                     .collect();
-                assert_eq!(values.len(), shape.iter().product::<usize>(), "{path:?} {line}");
+                assert_eq!(
+                    values.len(),
+                    shape.iter().product::<usize>(),
+                    "{path:?} {line}"
+                );
                 f.tensors.insert(parts[1].to_string(), (shape, values));
             }
             other => panic!("{path:?}: unknown line kind {other}"),

@@ -81,7 +81,14 @@ fn is_pointwise(g: &ConvGeom) -> bool {
 
 /// The input index a tap reads for output index `o`, or `None` in the padding.
 #[inline]
-fn source(o: usize, stride: usize, pad: usize, tap: usize, dil: usize, len: usize) -> Option<usize> {
+fn source(
+    o: usize,
+    stride: usize,
+    pad: usize,
+    tap: usize,
+    dil: usize,
+    len: usize,
+) -> Option<usize> {
     let i = (o * stride + tap * dil).checked_sub(pad)?;
     (i < len).then_some(i)
 }
@@ -252,7 +259,10 @@ fn conv_entry<T: GemmScalar>(
     let cols: &[T] = if is_pointwise(g) {
         x_n
     } else {
-        col.resize(g.in_channels * g.taps() * p, <T as num_traits::Zero>::zero());
+        col.resize(
+            g.in_channels * g.taps() * p,
+            <T as num_traits::Zero>::zero(),
+        );
         im2col(g, x_n, col);
         col
     };
@@ -260,7 +270,18 @@ fn conv_entry<T: GemmScalar>(
         let a = &w[gi * cout_g * kg..(gi + 1) * cout_g * kg];
         let b = &cols[gi * kg * p..(gi + 1) * kg * p];
         let dst = &mut y_n[gi * cout_g * p..(gi + 1) * cout_g * p];
-        product(serial, cout_g, p, kg, a, (kg as isize, 1), b, (p as isize, 1), dst, false);
+        product(
+            serial,
+            cout_g,
+            p,
+            kg,
+            a,
+            (kg as isize, 1),
+            b,
+            (p as isize, 1),
+            dst,
+            false,
+        );
     }
     if let Some(b) = bias {
         for (row, &bv) in y_n.chunks_exact_mut(p).zip(b) {
@@ -283,7 +304,10 @@ fn data_grad_entry<T: GemmScalar>(
     let kg = cin_g * g.taps();
     let pointwise = is_pointwise(g);
     if !pointwise {
-        col.resize(g.in_channels * g.taps() * p, <T as num_traits::Zero>::zero());
+        col.resize(
+            g.in_channels * g.taps() * p,
+            <T as num_traits::Zero>::zero(),
+        );
     }
     for gi in 0..g.groups {
         // w_g is (cout_g, kg) row-major; read as its transpose (kg, cout_g).
@@ -294,7 +318,18 @@ fn data_grad_entry<T: GemmScalar>(
         } else {
             &mut col[gi * kg * p..(gi + 1) * kg * p]
         };
-        product(serial, kg, p, cout_g, a, (1, kg as isize), b, (p as isize, 1), dst, false);
+        product(
+            serial,
+            kg,
+            p,
+            cout_g,
+            a,
+            (1, kg as isize),
+            b,
+            (p as isize, 1),
+            dst,
+            false,
+        );
     }
     if !pointwise {
         dx_n.fill(<T as num_traits::Zero>::zero());
@@ -318,7 +353,10 @@ fn weight_grad_entry<T: GemmScalar>(
     let cols: &[T] = if is_pointwise(g) {
         x_n
     } else {
-        col.resize(g.in_channels * g.taps() * p, <T as num_traits::Zero>::zero());
+        col.resize(
+            g.in_channels * g.taps() * p,
+            <T as num_traits::Zero>::zero(),
+        );
         im2col(g, x_n, col);
         col
     };
@@ -327,7 +365,18 @@ fn weight_grad_entry<T: GemmScalar>(
         // col_g is (kg, p) row-major; read as its transpose (p, kg).
         let b = &cols[gi * kg * p..(gi + 1) * kg * p];
         let dst = &mut dw[gi * cout_g * kg..(gi + 1) * cout_g * kg];
-        product(serial, cout_g, kg, p, a, (p as isize, 1), b, (1, p as isize), dst, accumulate);
+        product(
+            serial,
+            cout_g,
+            kg,
+            p,
+            a,
+            (p as isize, 1),
+            b,
+            (1, p as isize),
+            dst,
+            accumulate,
+        );
     }
 }
 

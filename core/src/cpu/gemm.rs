@@ -208,14 +208,34 @@ pub(crate) fn gemm_into<T: GemmScalar>(
                         let a_blk = ap.offset(start as isize * a_rs);
                         let c_blk = c.get().add(start * n);
                         T::mm_gemm(
-                            size, k, n, a_blk, a_rs, a_cs, bp, b_rs, b_cs, c_blk, n as isize,
+                            size,
+                            k,
+                            n,
+                            a_blk,
+                            a_rs,
+                            a_cs,
+                            bp,
+                            b_rs,
+                            b_cs,
+                            c_blk,
+                            n as isize,
                             <T as num_traits::Zero>::zero(),
                         );
                     } else {
                         let b_blk = bp.offset(start as isize * b_cs);
                         let c_blk = c.get().add(start);
                         T::mm_gemm(
-                            m, k, size, ap, a_rs, a_cs, b_blk, b_rs, b_cs, c_blk, n as isize,
+                            m,
+                            k,
+                            size,
+                            ap,
+                            a_rs,
+                            a_cs,
+                            b_blk,
+                            b_rs,
+                            b_cs,
+                            c_blk,
+                            n as isize,
                             <T as num_traits::Zero>::zero(),
                         );
                     }

@@ -116,14 +116,21 @@ pub(crate) fn per_dim(
 /// An error unless every value is at least 1.
 pub(crate) fn positive(op: &'static str, name: &str, v: &[usize; SPATIAL]) -> Result<()> {
     if v.contains(&0) {
-        return Err(Error::arg(op, format!("{name} must be at least 1, got {v:?}")));
+        return Err(Error::arg(
+            op,
+            format!("{name} must be at least 1, got {v:?}"),
+        ));
     }
     Ok(())
 }
 
 /// The spatial dims of a `(batch, channels, spatial...)` shape lifted to [`SPATIAL`], or an
 /// error unless it has 1 to 3 spatial dims.
-pub(crate) fn spatial_of(op: &'static str, what: &str, shape: &[usize]) -> Result<[usize; SPATIAL]> {
+pub(crate) fn spatial_of(
+    op: &'static str,
+    what: &str,
+    shape: &[usize],
+) -> Result<[usize; SPATIAL]> {
     if !(3..=2 + SPATIAL).contains(&shape.len()) {
         return Err(Error::shape(
             op,
@@ -180,7 +187,10 @@ fn geometry(
     if wshape.len() != xshape.len() {
         return Err(Error::shape(
             op,
-            format!("the weight must have {} dims like the data {xshape:?}, got {wshape:?}", xshape.len()),
+            format!(
+                "the weight must have {} dims like the data {xshape:?}, got {wshape:?}",
+                xshape.len()
+            ),
         ));
     }
     let groups = p.groups;
@@ -209,7 +219,9 @@ fn geometry(
             ));
         }
         if data_ch % groups != 0 {
-            return chan(format!("{data_ch} input channels do not split into {groups} groups"));
+            return chan(format!(
+                "{data_ch} input channels do not split into {groups} groups"
+            ));
         }
     } else {
         if data_ch % groups != 0 || out_ch % groups != 0 {
@@ -256,7 +268,10 @@ fn geometry(
         }
     } else {
         if !p.output_padding.is_empty() && p.output_padding.iter().any(|&v| v != 0) {
-            return Err(Error::arg(op, "output_padding applies to transposed convolutions only"));
+            return Err(Error::arg(
+                op,
+                "output_padding applies to transposed convolutions only",
+            ));
         }
         for d in 0..SPATIAL {
             let ek = extent(op, kernel[d], dilation[d])?;
@@ -307,7 +322,12 @@ fn extent(op: &'static str, kernel: usize, dilation: usize) -> Result<usize> {
     (kernel - 1)
         .checked_mul(dilation)
         .and_then(|v| v.checked_add(1))
-        .ok_or_else(|| Error::arg(op, format!("kernel {kernel} with dilation {dilation} overflows")))
+        .ok_or_else(|| {
+            Error::arg(
+                op,
+                format!("kernel {kernel} with dilation {dilation} overflows"),
+            )
+        })
 }
 
 /// The conv's `x` shape (`(batch, in_channels, input...)`) at the caller's rank `nd + 2`.
@@ -331,7 +351,13 @@ fn needs(inputs: &[&NDArray]) -> Vec<bool> {
 }
 
 /// `conv(x, w) (+ b)`, recorded.
-fn conv_op(x: &NDArray, w: &NDArray, b: Option<&NDArray>, g: ConvGeom, nd: usize) -> Result<NDArray> {
+fn conv_op(
+    x: &NDArray,
+    w: &NDArray,
+    b: Option<&NDArray>,
+    g: ConvGeom,
+    nd: usize,
+) -> Result<NDArray> {
     const OP: &str = "convolution";
     let mut arrays = vec![x, w];
     arrays.extend(b);
@@ -344,7 +370,9 @@ fn conv_op(x: &NDArray, w: &NDArray, b: Option<&NDArray>, g: ConvGeom, nd: usize
     let (xc, wc, has_bias) = (x.clone(), w.clone(), b.is_some());
     Ok(record_op(OP, out, &arrays, move |dy| {
         let dx = need[0].then(|| conv_data_op(dy, &wc, g, nd)).transpose()?;
-        let dw = need[1].then(|| conv_weight_op(&xc, dy, g, nd)).transpose()?;
+        let dw = need[1]
+            .then(|| conv_weight_op(&xc, dy, g, nd))
+            .transpose()?;
         let mut grads = vec![dx, dw];
         if has_bias {
             grads.push(need[2].then(|| bias_grad(dy, nd)).transpose()?);
@@ -373,7 +401,9 @@ fn conv_data_op(dy: &NDArray, w: &NDArray, g: ConvGeom, nd: usize) -> Result<NDA
     let (dyc, wc) = (dy.clone(), w.clone());
     Ok(record_op(OP, out, &[dy, w], move |dz| {
         let ddy = need[0].then(|| conv_op(dz, &wc, None, g, nd)).transpose()?;
-        let dw = need[1].then(|| conv_weight_op(dz, &dyc, g, nd)).transpose()?;
+        let dw = need[1]
+            .then(|| conv_weight_op(dz, &dyc, g, nd))
+            .transpose()?;
         Ok(vec![ddy, dw])
     }))
 }

@@ -2,9 +2,9 @@
 //! (`crate::cpu`) and, when autograd is recording, records its backward.
 
 mod arith;
-pub(crate) mod conv;
 pub(crate) mod axis;
 pub(crate) mod broadcast;
+pub(crate) mod conv;
 pub use crate::cpu::expf;
 pub mod fused;
 mod index;

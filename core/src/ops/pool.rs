@@ -174,7 +174,11 @@ fn geometry(shape: &[usize], p: &PoolParams) -> Result<(PoolGeom, Vec<usize>)> {
 fn pool_grad_op(x: &NDArray, dy: &NDArray, g: &PoolGeom, xshape: &[usize]) -> Result<NDArray> {
     let (xd, dyd) = (x.dense_data()?, dy.dense_data()?);
     if xd.buf.dtype() != dyd.buf.dtype() {
-        return Err(Error::dtype_mismatch("pooling backward", xd.buf.dtype(), dyd.buf.dtype()));
+        return Err(Error::dtype_mismatch(
+            "pooling backward",
+            xd.buf.dtype(),
+            dyd.buf.dtype(),
+        ));
     }
     NDArray::from_buffer(xd.buf.pool_grad(&dyd.buf, g)?, xshape)
 }
@@ -198,7 +202,10 @@ impl NDArray {
         if !d.buf.dtype().is_float() {
             return Err(Error::dtype(
                 "pooling",
-                format!("needs a float32 or float64 array, got {}", d.buf.dtype().name()),
+                format!(
+                    "needs a float32 or float64 array, got {}",
+                    d.buf.dtype().name()
+                ),
             ));
         }
         let out = NDArray::from_buffer(d.buf.pool(&g)?, &out_shape)?;

@@ -135,10 +135,17 @@ pub(crate) trait ConvOps: Sized {
 
 impl Storage {
     /// See [`ConvOps::conv`].
-    pub(crate) fn conv(&self, w: &Storage, bias: Option<&Storage>, g: &ConvGeom) -> Result<Storage> {
+    pub(crate) fn conv(
+        &self,
+        w: &Storage,
+        bias: Option<&Storage>,
+        g: &ConvGeom,
+    ) -> Result<Storage> {
         const OP: &str = "convolution";
         match bias {
-            None => super::on_backends!(OP, (self, w), (x, w) => Ok(Storage::from(x.conv(w, None, g)?))),
+            None => {
+                super::on_backends!(OP, (self, w), (x, w) => Ok(Storage::from(x.conv(w, None, g)?)))
+            }
             Some(b) => match (self, w, b) {
                 (Storage::Cpu(x), Storage::Cpu(w), Storage::Cpu(b)) => {
                     Ok(Storage::from(x.conv(w, Some(b), g)?))

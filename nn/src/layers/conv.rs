@@ -35,7 +35,13 @@ struct ConvLayer {
 }
 
 impl ConvLayer {
-    fn new(name: &'static str, nd: usize, transposed: bool, channels: usize, kernel: &[usize]) -> Self {
+    fn new(
+        name: &'static str,
+        nd: usize,
+        transposed: bool,
+        channels: usize,
+        kernel: &[usize],
+    ) -> Self {
         let kernel = if kernel.len() == 1 {
             vec![kernel[0]; nd]
         } else {
@@ -104,13 +110,19 @@ impl ConvLayer {
         if self.kernel.len() != self.nd {
             return Err(Error::arg(
                 self.name,
-                format!("kernel_size {:?} must have 1 or {} values", self.kernel, self.nd),
+                format!(
+                    "kernel_size {:?} must have 1 or {} values",
+                    self.kernel, self.nd
+                ),
             ));
         }
-        if self.params.groups == 0 || self.channels % self.params.groups != 0 {
+        if self.params.groups == 0 || !self.channels.is_multiple_of(self.params.groups) {
             return Err(Error::arg(
                 self.name,
-                format!("{} channels do not split into {} groups", self.channels, self.params.groups),
+                format!(
+                    "{} channels do not split into {} groups",
+                    self.channels, self.params.groups
+                ),
             ));
         }
         Ok(shape[1])
@@ -121,7 +133,11 @@ impl ConvLayer {
         if self.in_channels != 0 && in_ch != self.in_channels {
             return Err(Error::shape(
                 self.name,
-                format!("built for {} input channels, got {:?}", self.in_channels, x.shape()),
+                format!(
+                    "built for {} input channels, got {:?}",
+                    self.in_channels,
+                    x.shape()
+                ),
             ));
         }
         let w = self.weight.data_for_shape(&self.weight_shape(in_ch))?;
@@ -150,8 +166,15 @@ impl ConvLayer {
 
     fn describe(&self) -> String {
         let shape = self.weight.shape();
-        let in_ch = shape.get(if self.transposed { 0 } else { 1 }).copied().unwrap_or(0)
-            * if self.transposed { 1 } else { self.params.groups.max(1) };
+        let in_ch = shape
+            .get(if self.transposed { 0 } else { 1 })
+            .copied()
+            .unwrap_or(0)
+            * if self.transposed {
+                1
+            } else {
+                self.params.groups.max(1)
+            };
         let inu = if in_ch == 0 {
             "None".to_string()
         } else {

@@ -13,7 +13,10 @@ fn pool(name: &'static str, nd: usize, p: &PoolParams, x: &NDArray) -> Result<ND
     if x.ndim() != nd + 2 {
         return Err(Error::shape(
             name,
-            format!("expects (batch, channels, {nd} spatial dims), got {:?}", x.shape()),
+            format!(
+                "expects (batch, channels, {nd} spatial dims), got {:?}",
+                x.shape()
+            ),
         ));
     }
     x.pool(p)
@@ -24,7 +27,11 @@ fn describe(name: &str, p: &PoolParams) -> String {
     if p.global {
         return format!("{name}()");
     }
-    let stride = if p.stride.is_empty() { &p.kernel } else { &p.stride };
+    let stride = if p.stride.is_empty() {
+        &p.kernel
+    } else {
+        &p.stride
+    };
     let mut s = format!("{name}(size={:?}, stride={stride:?}", p.kernel);
     if !p.padding.is_empty() {
         s.push_str(&format!(", padding={:?}", p.padding));
