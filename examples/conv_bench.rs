@@ -5,7 +5,8 @@
 //!
 //! `RAYON_NUM_THREADS=1 cargo run --release --example conv_bench -- [--reps N] [--batch N]`
 //! prints the median (min, max) milliseconds of the forward, of the backward and of the
-//! whole step over N steps after two warm-up steps, the step's GFLOP/s
+//! whole step over N steps after two warm-up steps, the process CPU time per step (all
+//! threads: on a shared machine the figure other processes do not inflate), the step's GFLOP/s
 //! (`3 * 2 * N * Cout * Cin * 9 * H * W` FLOPs) and that as a fraction of the GEMM peak: the
 //! best GFLOP/s of sparrow's `dot` at the same thread count on the convolution's per-entry
 //! product (64 x 576 by 576 x 3136) or on 1024^3.
@@ -21,6 +22,18 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1)?.parse().ok())
         .unwrap_or(default)
+}
+
+/// CPU seconds (user + system, all threads) this process has used, from `/proc/self/stat`
+/// (clock ticks of 10 ms; `None` where that file does not exist). On a shared machine this,
+/// unlike wall time, does not count the time other processes ran instead of this one.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 /// (median, min, max) of `v`.
@@ -58,7 +71,11 @@ fn main() -> Result<()> {
     }
     let p = ConvParams::new().padding(&[1]);
     let (mut fwd, mut bwd, mut step) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cpu_start = None;
     for i in 0..reps + 2 {
+        if i == 2 {
+            cpu_start = cpu_seconds();
+        }
         let t0 = Instant::now();
         let y = autograd::record(|| x.convolution(&w, Some(&b), &p))?;
         let t1 = Instant::now();
@@ -71,6 +88,9 @@ fn main() -> Result<()> {
             step.push((t2 - t0).as_secs_f64() * 1e3);
         }
     }
+    let cpu_ms = cpu_seconds()
+        .zip(cpu_start)
+        .map(|(end, start)| (end - start) * 1e3 / reps as f64);
     let flops = 3.0 * 2.0 * (batch * c * c * 9 * hw * hw) as f64;
     let (f, b_, s) = (stats(fwd), stats(bwd), stats(step));
     let gflops = flops / (s.0 / 1e3) / 1e9;
@@ -91,6 +111,9 @@ fn main() -> Result<()> {
         "step      median {:8.1} ms (min {:.1}, max {:.1})",
         s.0, s.1, s.2
     );
+    if let Some(c) = cpu_ms {
+        println!("step CPU time (all threads) {c:.1} ms");
+    }
     println!(
         "step {gflops:.1} GFLOP/s; GEMM peak {peak:.1} GFLOP/s; fraction {:.2}",
         gflops / peak

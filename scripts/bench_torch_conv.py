@@ -4,7 +4,9 @@ layer (batch 32, 64 -> 64 channels, 56x56, padding 1, bias, float32), the input 
 gradient, so one step computes y, dx, dw and db; the head gradient is a fixed random tensor.
 
 Prints the median (min, max) milliseconds of the forward, the backward and the step over
---reps steps after two warm-up steps, the step's GFLOP/s (3 * 2 * N * Cout * Cin * 9 * H * W)
+--reps steps after two warm-up steps, the process CPU time per step (all threads; on a shared
+machine the figure other processes do not inflate, though OpenMP's spin-waiting counts), the
+step's GFLOP/s (3 * 2 * N * Cout * Cin * 9 * H * W)
 and that as a fraction of torch's GEMM peak at the same thread count (the faster of
 torch.mm on the convolution's per-entry product, 64 x 576 by 576 x 3136, and on 1024^3).
 
@@ -44,7 +46,10 @@ def main():
     b = ((torch.rand(c) * 2 - 1) * 0.1).requires_grad_()
     dy = torch.rand(n, c, hw, hw) * 2 - 1
     fwd, bwd, step = [], [], []
+    cpu_start = None
     for i in range(args.reps + 2):
+        if i == 2:
+            cpu_start = time.process_time()
         for t in (x, w, b):
             t.grad = None
         t0 = time.perf_counter()
@@ -56,6 +61,7 @@ def main():
             fwd.append((t1 - t0) * 1e3)
             bwd.append((t2 - t1) * 1e3)
             step.append((t2 - t0) * 1e3)
+    cpu_ms = (time.process_time() - cpu_start) * 1e3 / args.reps
     flops = 3.0 * 2.0 * n * c * c * 9 * hw * hw
     s = statistics.median(step)
     gflops = flops / (s / 1e3) / 1e9
@@ -64,6 +70,7 @@ def main():
           f"{args.threads} thread(s), {args.reps} steps, mkldnn {torch.backends.mkldnn.is_available()}")
     for name, v in (("forward", fwd), ("backward", bwd), ("step", step)):
         print(f"{name:9s} median {statistics.median(v):8.1f} ms (min {min(v):.1f}, max {max(v):.1f})")
+    print(f"step CPU time (all threads) {cpu_ms:.1f} ms")
     print(f"step {gflops:.1f} GFLOP/s; GEMM peak {peak:.1f} GFLOP/s; fraction {gflops / peak:.2f}")
 
 
