@@ -319,3 +319,29 @@ device_test! {
         shape_err(x.astype(DType::I64).unwrap().pool(&PoolParams::new(PoolType::Max, &[2])), "integer pool");
     }
 }
+
+device_test! {
+    fn empty_batches_and_channels_give_empty_or_bias_outputs() {
+        let p = ConvParams::new().padding(&[1]);
+        // No batch entries: empty output and empty / zero gradients, no panic.
+        let x = NDArray::zeros(&[0, 3, 4, 4], DType::F32).unwrap();
+        let w = NDArray::ones(&[2, 3, 3, 3], DType::F32).unwrap();
+        x.attach_grad();
+        w.attach_grad();
+        let y = sparrow_core::autograd::record(|| x.convolution(&w, None, &p)).unwrap();
+        assert_eq!(y.shape(), vec![0, 2, 4, 4]);
+        y.backward_with_grad(&NDArray::zeros(&[0, 2, 4, 4], DType::F32).unwrap()).unwrap();
+        assert_eq!(w.grad().unwrap().to_f64_vec(), vec![0.0; 54]);
+        // No input channels: the output is the bias alone.
+        let x0 = NDArray::zeros(&[2, 0, 4, 4], DType::F32).unwrap();
+        let w0 = NDArray::zeros(&[2, 0, 3, 3], DType::F32).unwrap();
+        let b = NDArray::from_vec(vec![1.5f32, -2.0], &[2]).unwrap();
+        let y0 = x0.convolution(&w0, Some(&b), &p).unwrap();
+        assert_eq!(y0.shape(), vec![2, 2, 4, 4]);
+        let v = y0.to_f64_vec();
+        assert!(v[..16].iter().all(|&a| a == 1.5) && v[16..32].iter().all(|&a| a == -2.0));
+        // An empty plane cannot be pooled.
+        let e = NDArray::zeros(&[1, 1, 0, 3], DType::F32).unwrap();
+        assert!(e.pool(&PoolParams::new(PoolType::Max, &[1])).is_err());
+    }
+}
