@@ -2,12 +2,14 @@
 //!
 //! Operators in `crate::ops` and `crate::sparse` validate, dispatch and record; the loops live
 //! here. Files by concept: elementwise maps and zips (`elementwise`), the `exp` kernel
-//! (`expf`), dense products (`gemm`, with the memory-bound `skinny` and `tiny` shapes), and the
+//! (`expf`), dense products (`gemm`, with the memory-bound `skinny` and `tiny` shapes), convolution (`conv`: im2col +
+//! GEMM) and pooling (`pool`), and the
 //! sparse inner loops (`gather`, `segment`, `rows`, `radix`), and the span loop of the
 //! optimizer update operators (`update`).
 
 pub(crate) mod broadcast;
 pub(crate) mod cast;
+pub(crate) mod conv;
 mod element;
 pub(crate) mod elementwise;
 pub mod expf;
@@ -18,6 +20,7 @@ pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod map;
 pub(crate) mod mapped;
+pub(crate) mod pool;
 pub(crate) mod radix;
 pub(crate) mod random;
 pub(crate) mod reduce;

@@ -15,6 +15,7 @@
 //! operator changes. Host memory owned by a memory-mapped file is a `CpuStorage` owner, not a
 //! variant. See ARCHITECTURE.md.
 
+mod conv;
 mod elementwise;
 mod index;
 mod layout;
@@ -25,6 +26,7 @@ mod sparse;
 mod sparse_dot;
 mod update;
 
+pub(crate) use conv::{ConvGeom, ConvOps, PoolGeom, PoolKind, SPATIAL};
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::{BackendIndex, IndexStorage};
 pub(crate) use layout::LayoutOps;
@@ -50,6 +52,7 @@ pub(crate) trait BackendStorage:
     + Send
     + Sync
     + Sized
+    + ConvOps
     + ElementwiseOps
     + LayoutOps
     + LinalgOps
