@@ -19,6 +19,7 @@ pub(crate) mod map;
 pub(crate) mod radix;
 pub(crate) mod random;
 pub(crate) mod reduce;
+mod rnn;
 pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]

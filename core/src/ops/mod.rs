@@ -11,6 +11,7 @@ mod linalg;
 mod matmul;
 pub(crate) mod reduce;
 mod reduce_more;
+pub mod rnn;
 mod shape;
 mod softmax;
 mod sort;
