@@ -5,7 +5,12 @@ use sparrow_core::ops::rnn::{rnn_sequence, RnnMode};
 use sparrow_core::testing::{check_grad_on_devices, test_array};
 use sparrow_core::{device_test, DType, NDArray, Result};
 
-const MODES: [RnnMode; 4] = [RnnMode::RnnTanh, RnnMode::RnnRelu, RnnMode::Lstm, RnnMode::Gru];
+const MODES: [RnnMode; 4] = [
+    RnnMode::RnnTanh,
+    RnnMode::RnnRelu,
+    RnnMode::Lstm,
+    RnnMode::Gru,
+];
 
 /// `(xproj, w, b, h0, c0?)` for `t` steps, `n` examples, `h` hidden units.
 fn inputs(mode: RnnMode, t: usize, n: usize, h: usize, seed: u64) -> Vec<NDArray> {

@@ -63,47 +63,14 @@ fn forward_typed<T: GemmScalar>(
     for step in 0..steps {
         // All gates' recurrent parts of every row at once: hh = h W^T, W stored (G*H, H).
         gemm_into(n, gh, h, &hs, h as isize, 1, w, 1, h as isize, &mut hh);
-        for r in 0..n {
-            let len = d.len_of(r);
-            if step >= len {
-                continue; // states carry; the output at this time stays zero
-            }
-            let t = time_of(d, step, len);
-            let row = t * n + r;
-            let xr = &x[row * gh..(row + 1) * gh];
-            let hr = &hh[r * gh..(r + 1) * gh];
-            let wr = &mut ws[row * wu..(row + 1) * wu];
-            let hp = &mut hs[r * h..(r + 1) * h];
-            let or = &mut out[row * h..(row + 1) * h];
-            match d.mode {
-                RnnMode::RnnTanh | RnnMode::RnnRelu => {
-                    // Workspace row `[h | h_prev]`: h_prev last, as in every mode.
-                    let (wh, wprev) = wr.split_at_mut(h);
-                    wprev.copy_from_slice(hp);
-                    let relu = d.mode == RnnMode::RnnRelu;
-                    for j in 0..h {
-                        let p = xr[j] + hr[j] + b[j];
-                        let y = if relu {
-                            if p > zero {
-                                p
-                            } else {
-                                zero
-                            }
-                        } else {
-                            tanh_fast(p)
-                        };
-                        wh[j] = y;
-                        hp[j] = y;
-                        or[j] = y;
-                    }
-                }
-                RnnMode::Lstm => {
-                    let cp = &mut cs[r * h..(r + 1) * h];
-                    lstm_row(xr, hr, b, hp, cp, or, wr, h);
-                }
-                RnnMode::Gru => gru_row(xr, hr, b, hp, or, wr, h),
-            }
-        }
+        let rows = Rows {
+            d,
+            step,
+            x,
+            hh: &hh,
+            b,
+        };
+        gate_pass(&rows, &mut hs, &mut cs, &mut ws, &mut out);
     }
     let tail = steps * n * h;
     out[tail..tail + n * h].copy_from_slice(&hs);
@@ -113,10 +80,95 @@ fn forward_typed<T: GemmScalar>(
     (out, ws)
 }
 
+/// What one forward step's gate pass reads.
+struct Rows<'a, T> {
+    d: &'a RnnDims,
+    step: usize,
+    x: &'a [T],
+    hh: &'a [T],
+    b: &'a [T],
+}
+
+/// The gate pass of one forward step over every row: the AVX2+FMA copy where the CPU has it
+/// (8 lanes for the inlined exps), else the baseline build's.
+fn gate_pass<T: Float>(r: &Rows<T>, hs: &mut [T], cs: &mut [T], ws: &mut [T], out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::elementwise::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 and FMA (checked just above).
+        unsafe { gate_pass_avx2(r, hs, cs, ws, out) };
+        return;
+    }
+    gate_pass_body(r, hs, cs, ws, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gate_pass_avx2<T: Float>(
+    r: &Rows<T>,
+    hs: &mut [T],
+    cs: &mut [T],
+    ws: &mut [T],
+    out: &mut [T],
+) {
+    gate_pass_body(r, hs, cs, ws, out)
+}
+
+#[inline(always)]
+fn gate_pass_body<T: Float>(rw: &Rows<T>, hs: &mut [T], cs: &mut [T], ws: &mut [T], out: &mut [T]) {
+    let (d, step, x, hh, b) = (rw.d, rw.step, rw.x, rw.hh, rw.b);
+    let (n, h) = (d.batch, d.hidden);
+    let gh = d.mode.gates() * h;
+    let wu = d.mode.workspace_units() * h;
+    let zero = T::zero();
+    for r in 0..n {
+        let len = d.len_of(r);
+        if step >= len {
+            continue; // states carry; the output at this time stays zero
+        }
+        let t = time_of(d, step, len);
+        let row = t * n + r;
+        let xr = &x[row * gh..(row + 1) * gh];
+        let hr = &hh[r * gh..(r + 1) * gh];
+        let wr = &mut ws[row * wu..(row + 1) * wu];
+        let hp = &mut hs[r * h..(r + 1) * h];
+        let or = &mut out[row * h..(row + 1) * h];
+        match d.mode {
+            RnnMode::RnnTanh | RnnMode::RnnRelu => {
+                // Workspace row `[h | h_prev]`: h_prev last, as in every mode.
+                let (wh, wprev) = wr.split_at_mut(h);
+                wprev.copy_from_slice(hp);
+                let relu = d.mode == RnnMode::RnnRelu;
+                let (xr, hr, b, wh) = (&xr[..h], &hr[..h], &b[..h], &mut wh[..h]);
+                let (hp, or) = (&mut hp[..h], &mut or[..h]);
+                for j in 0..h {
+                    let p = xr[j] + hr[j] + b[j];
+                    let y = if relu {
+                        if p > zero {
+                            p
+                        } else {
+                            zero
+                        }
+                    } else {
+                        tanh_fast(p)
+                    };
+                    wh[j] = y;
+                    hp[j] = y;
+                    or[j] = y;
+                }
+            }
+            RnnMode::Lstm => {
+                let cp = &mut cs[r * h..(r + 1) * h];
+                lstm_row(xr, hr, b, hp, cp, or, wr, h);
+            }
+            RnnMode::Gru => gru_row(xr, hr, b, hp, or, wr, h),
+        }
+    }
+}
+
 /// One LSTM row: gates from `x + hh + b`, the states `hp`, `cp` updated in place, the output
 /// row written, the workspace row `[i | f | g | o | c_prev | tanh(c) | h_prev]` filled.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 fn lstm_row<T: Float>(
     xr: &[T],
     hr: &[T],
@@ -135,11 +187,27 @@ fn lstm_row<T: Float>(
     let (wt, wh) = rest.split_at_mut(h);
     wh.copy_from_slice(hp);
     wc.copy_from_slice(cp);
+    // Every operand sliced to exactly `h` first: the loop then has no bounds checks and
+    // vectorizes (the exps of `sigmoid` and `tanh_fast` inline).
+    let (xi, xf, xg, xo) = (
+        gate(xr, 0, h),
+        gate(xr, 1, h),
+        gate(xr, 2, h),
+        gate(xr, 3, h),
+    );
+    let (hi, hf, hg, ho) = (
+        gate(hr, 0, h),
+        gate(hr, 1, h),
+        gate(hr, 2, h),
+        gate(hr, 3, h),
+    );
+    let (bi, bf, bg, bo) = (gate(b, 0, h), gate(b, 1, h), gate(b, 2, h), gate(b, 3, h));
+    let (hp, cp, or) = (&mut hp[..h], &mut cp[..h], &mut or[..h]);
     for j in 0..h {
-        let i = sigmoid(xr[j] + hr[j] + b[j]);
-        let f = sigmoid(xr[h + j] + hr[h + j] + b[h + j]);
-        let g = tanh_fast(xr[2 * h + j] + hr[2 * h + j] + b[2 * h + j]);
-        let o = sigmoid(xr[3 * h + j] + hr[3 * h + j] + b[3 * h + j]);
+        let i = sigmoid(xi[j] + hi[j] + bi[j]);
+        let f = sigmoid(xf[j] + hf[j] + bf[j]);
+        let g = tanh_fast(xg[j] + hg[j] + bg[j]);
+        let o = sigmoid(xo[j] + ho[j] + bo[j]);
         let c = f * cp[j] + i * g;
         let tc = tanh_fast(c);
         let y = o * tc;
@@ -154,20 +222,38 @@ fn lstm_row<T: Float>(
     }
 }
 
+/// Gate `k`'s `h` values of a row of gates.
+#[inline(always)]
+fn gate<T>(row: &[T], k: usize, h: usize) -> &[T] {
+    &row[k * h..(k + 1) * h]
+}
+
 /// One GRU row: `r, z` from `x + hh + b`, `n = tanh(x_n + r (hh_n + b_n))`,
 /// `h' = (1 - z) n + z h`; workspace row `[r | z | n | hh_n + b_n | h_prev]`.
-#[inline]
-fn gru_row<T: Float>(xr: &[T], hr: &[T], b: &[T], hp: &mut [T], or: &mut [T], wr: &mut [T], h: usize) {
+#[inline(always)]
+fn gru_row<T: Float>(
+    xr: &[T],
+    hr: &[T],
+    b: &[T],
+    hp: &mut [T],
+    or: &mut [T],
+    wr: &mut [T],
+    h: usize,
+) {
     let (wr_, rest) = wr.split_at_mut(h);
     let (wz, rest) = rest.split_at_mut(h);
     let (wn, rest) = rest.split_at_mut(h);
     let (whn, wh) = rest.split_at_mut(h);
     wh.copy_from_slice(hp);
+    let (xr_, xz, xn) = (gate(xr, 0, h), gate(xr, 1, h), gate(xr, 2, h));
+    let (hr_, hz, hn_) = (gate(hr, 0, h), gate(hr, 1, h), gate(hr, 2, h));
+    let (br, bz, bn) = (gate(b, 0, h), gate(b, 1, h), gate(b, 2, h));
+    let (hp, or) = (&mut hp[..h], &mut or[..h]);
     for j in 0..h {
-        let r = sigmoid(xr[j] + hr[j] + b[j]);
-        let z = sigmoid(xr[h + j] + hr[h + j] + b[h + j]);
-        let hn = hr[2 * h + j] + b[2 * h + j];
-        let nn = tanh_fast(xr[2 * h + j] + r * hn);
+        let r = sigmoid(xr_[j] + hr_[j] + br[j]);
+        let z = sigmoid(xz[j] + hz[j] + bz[j]);
+        let hn = hn_[j] + bn[j];
+        let nn = tanh_fast(xn[j] + r * hn);
         let y = (T::one() - z) * nn + z * hp[j];
         wr_[j] = r;
         wz[j] = z;
@@ -239,40 +325,55 @@ fn backward_typed<T: GemmScalar>(g: &[T], ws: &[T], w: &[T], d: &RnnDims) -> Rnn
                 }
                 RnnMode::Lstm => {
                     let dcr = &mut dc[r * h..(r + 1) * h];
+                    let (wi, wf, wg, wo) = (
+                        gate(wr, 0, h),
+                        gate(wr, 1, h),
+                        gate(wr, 2, h),
+                        gate(wr, 3, h),
+                    );
+                    let (wc, wt) = (gate(wr, 4, h), gate(wr, 5, h));
+                    let (dxi, rest) = dxr.split_at_mut(h);
+                    let (dxf, rest) = rest.split_at_mut(h);
+                    let (dxg, dxo) = rest.split_at_mut(h);
+                    let (dxo, go, dcr, dhr) =
+                        (&mut dxo[..h], &go[..h], &mut dcr[..h], &mut dhr[..h]);
                     for j in 0..h {
-                        let (i, f, gg, o) = (wr[j], wr[h + j], wr[2 * h + j], wr[3 * h + j]);
-                        let (cp, tc) = (wr[4 * h + j], wr[5 * h + j]);
+                        let (i, f, gg, o) = (wi[j], wf[j], wg[j], wo[j]);
+                        let (cp, tc) = (wc[j], wt[j]);
                         let dt = dhr[j] + go[j];
                         let dct = dcr[j] + dt * o * (one - tc * tc);
-                        let di = dct * gg * i * (one - i);
-                        let df = dct * cp * f * (one - f);
-                        let dg = dct * i * (one - gg * gg);
-                        let do_ = dt * tc * o * (one - o);
-                        dxr[j] = di;
-                        dxr[h + j] = df;
-                        dxr[2 * h + j] = dg;
-                        dxr[3 * h + j] = do_;
+                        dxi[j] = dct * gg * i * (one - i);
+                        dxf[j] = dct * cp * f * (one - f);
+                        dxg[j] = dct * i * (one - gg * gg);
+                        dxo[j] = dt * tc * o * (one - o);
                         dcr[j] = dct * f;
                         dhr[j] = zero;
                     }
                     dr.copy_from_slice(dxr);
                 }
                 RnnMode::Gru => {
+                    let (wg_r, wz, wn) = (gate(wr, 0, h), gate(wr, 1, h), gate(wr, 2, h));
+                    let (whn, whp) = (gate(wr, 3, h), gate(wr, 4, h));
+                    let (dxr_, rest) = dxr.split_at_mut(h);
+                    let (dxz, dxn) = rest.split_at_mut(h);
+                    let (drr, rest) = dr.split_at_mut(h);
+                    let (drz, drn) = rest.split_at_mut(h);
+                    let (dxn, drn, go, dhr) =
+                        (&mut dxn[..h], &mut drn[..h], &go[..h], &mut dhr[..h]);
                     for j in 0..h {
-                        let (rg, z, nn, hn, hp) =
-                            (wr[j], wr[h + j], wr[2 * h + j], wr[3 * h + j], wr[4 * h + j]);
+                        let (rg, z, nn, hn, hp) = (wg_r[j], wz[j], wn[j], whn[j], whp[j]);
                         let dt = dhr[j] + go[j];
                         let dn = dt * (one - z);
                         let dz = dt * (hp - nn);
                         let da = dn * (one - nn * nn);
                         let dpr = da * hn * rg * (one - rg);
                         let dpz = dz * z * (one - z);
-                        dxr[j] = dpr;
-                        dxr[h + j] = dpz;
-                        dxr[2 * h + j] = da;
-                        dr[j] = dpr;
-                        dr[h + j] = dpz;
-                        dr[2 * h + j] = da * rg;
+                        dxr_[j] = dpr;
+                        dxz[j] = dpz;
+                        dxn[j] = da;
+                        drr[j] = dpr;
+                        drz[j] = dpz;
+                        drn[j] = da * rg;
                         dhr[j] = dt * z;
                     }
                     drec_all[row * gh..(row + 1) * gh].copy_from_slice(dr);
@@ -283,7 +384,10 @@ fn backward_typed<T: GemmScalar>(g: &[T], ws: &[T], w: &[T], d: &RnnDims) -> Rnn
         gemm_into(n, h, gh, &drec, gh as isize, 1, w, h as isize, 1, &mut dhp);
         for r in 0..n {
             if step < d.len_of(r) {
-                for (a, &v) in dh[r * h..(r + 1) * h].iter_mut().zip(&dhp[r * h..(r + 1) * h]) {
+                for (a, &v) in dh[r * h..(r + 1) * h]
+                    .iter_mut()
+                    .zip(&dhp[r * h..(r + 1) * h])
+                {
                     *a = *a + v;
                 }
             }

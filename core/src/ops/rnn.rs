@@ -138,9 +138,13 @@ pub fn rnn_sequence(
         h0.dense_data()?,
     );
     let cd = c0.map(NDArray::dense_data).transpose()?;
-    let (out, ws) = xd
-        .buf
-        .rnn_forward(&wd.buf, &bd.buf, &hd.buf, cd.as_ref().map(|c| &c.buf), &dims)?;
+    let (out, ws) = xd.buf.rnn_forward(
+        &wd.buf,
+        &bd.buf,
+        &hd.buf,
+        cd.as_ref().map(|c| &c.buf),
+        &dims,
+    )?;
     let out = NDArray::from_buffer(out, &[steps + mode.states(), batch, hidden])?;
     let ws = NDArray::from_buffer(ws, &[steps, batch, mode.workspace_units() * hidden])?;
     let mut inputs = vec![xproj, w_hh, b_hh, h0];

@@ -223,7 +223,10 @@ impl Layer {
     }
 
     fn describe(&self, name: &str) -> String {
-        let input = self.params.first().map_or(self.input_size, |p| p.input_size());
+        let input = self
+            .params
+            .first()
+            .map_or(self.input_size, |p| p.input_size());
         let mut s = format!("{name}({input} -> {}, {:?}", self.hidden, self.layout);
         if self.num_layers > 1 {
             s += &format!(", num_layers={}", self.num_layers);
