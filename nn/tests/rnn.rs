@@ -17,10 +17,13 @@ fn init(b: &dyn Block) {
         .unwrap();
 }
 
+/// A forward that returns the output and the final states.
+type RunFn<'a> = dyn Fn(&NDArray) -> Result<(NDArray, Vec<NDArray>)> + Sync + 'a;
+
 /// A layer's whole result as one block output: the output and the final states, flattened
 /// and concatenated, so the shared checks cover the final states' gradients too.
 struct Whole<'a> {
-    run: &'a (dyn Fn(&NDArray) -> Result<(NDArray, Vec<NDArray>)> + Sync),
+    run: &'a RunFn<'a>,
     params: Vec<(String, Parameter)>,
 }
 
@@ -43,7 +46,7 @@ impl Block for Whole<'_> {
 
 /// Gradient checks of `run` (input and every parameter).
 fn check_all(
-    run: &(dyn Fn(&NDArray) -> Result<(NDArray, Vec<NDArray>)> + Sync),
+    run: &RunFn<'_>,
     params: Vec<(String, Parameter)>,
     x: &NDArray,
 ) {

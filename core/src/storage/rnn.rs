@@ -141,10 +141,11 @@ impl Storage {
         dims: &RnnDims,
     ) -> Result<(Storage, Storage)> {
         const OP: &str = "rnn";
-        let c0 = match c0 {
-            Some(Storage::Cpu(c)) => Some(c),
-            None => None,
-        };
+        // The optional cell state joins the match below as a plain `Option` of the backend's
+        // storage (a device variant adds its arm here and a mismatch error).
+        let c0 = c0.map(|c| match c {
+            Storage::Cpu(c) => c,
+        });
         match (self, w, b, h0) {
             (Storage::Cpu(x), Storage::Cpu(w), Storage::Cpu(b), Storage::Cpu(h)) => {
                 let (out, ws) = x.rnn_forward(w, b, h, c0, dims)?;
