@@ -13,9 +13,11 @@ pub(crate) mod elementwise;
 pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
+mod host_buf;
 pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod map;
+pub(crate) mod mapped;
 pub(crate) mod radix;
 pub(crate) mod random;
 pub(crate) mod reduce;
@@ -32,5 +34,6 @@ pub(crate) mod update;
 mod update_rules;
 
 pub use element::HostElement;
+pub use host_buf::HostBuf;
 pub(crate) use storage::with_buffer;
 pub use storage::CpuStorage;
