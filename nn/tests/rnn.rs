@@ -45,11 +45,7 @@ impl Block for Whole<'_> {
 }
 
 /// Gradient checks of `run` (input and every parameter).
-fn check_all(
-    run: &RunFn<'_>,
-    params: Vec<(String, Parameter)>,
-    x: &NDArray,
-) {
+fn check_all(run: &RunFn<'_>, params: Vec<(String, Parameter)>, x: &NDArray) {
     let w = Whole { run, params };
     check_input_grad(&w, x);
     check_param_grads(&w, x, 1e-6, 1e-5);
