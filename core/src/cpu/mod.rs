@@ -24,6 +24,7 @@ pub(crate) mod pool;
 pub(crate) mod radix;
 pub(crate) mod random;
 pub(crate) mod reduce;
+mod rnn;
 pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]

@@ -13,6 +13,7 @@ mod matmul;
 mod pool;
 pub(crate) mod reduce;
 mod reduce_more;
+pub mod rnn;
 mod shape;
 mod softmax;
 mod sort;

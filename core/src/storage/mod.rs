@@ -22,6 +22,7 @@ mod layout;
 mod linalg;
 mod random;
 mod reduce;
+mod rnn;
 mod sparse;
 mod sparse_dot;
 mod update;
@@ -33,6 +34,8 @@ pub(crate) use layout::LayoutOps;
 pub(crate) use linalg::{LinalgOps, MatMul};
 pub(crate) use random::{RandomDist, RandomOps};
 pub(crate) use reduce::{ArgReduceOp, ReduceOp, ReduceOps, SoftmaxOp};
+pub use rnn::RnnMode;
+pub(crate) use rnn::{RnnDims, RnnGrads, RnnOps};
 pub(crate) use sparse::{
     check_csr_layout, Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce,
     WithDense,
@@ -58,6 +61,7 @@ pub(crate) trait BackendStorage:
     + LinalgOps
     + RandomOps
     + ReduceOps
+    + RnnOps
     + SparseDotOps
     + SparseOps
     + UpdateOps
