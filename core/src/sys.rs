@@ -101,6 +101,29 @@ pub(crate) fn uninit_vec<T>(n: usize) -> Vec<T> {
     v
 }
 
+/// Resident bytes of this process's mappings of the file at `path` (the sum of `Rss:` over its
+/// entries in `/proc/self/smaps`), or `None` without procfs. For file-backed arrays: the pages
+/// of the file that operations have touched, which is what an out-of-core table costs in memory
+/// (the page cache may hold more of the file; that memory is the kernel's to reclaim).
+pub fn mapped_rss_bytes(path: &std::path::Path) -> Option<u64> {
+    let want = std::fs::canonicalize(path).ok()?;
+    let want = want.to_str()?;
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut total = 0u64;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let mut parts = line.split_whitespace();
+        let first = parts.next().unwrap_or("");
+        // A mapping's header line starts with its address range `lo-hi`; its path is last.
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            inside = line.trim_end().ends_with(want);
+        } else if inside && first == "Rss:" {
+            total += parts.next()?.parse::<u64>().ok()? * 1024;
+        }
+    }
+    Some(total)
+}
+
 fn status_kib(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with(key))?;

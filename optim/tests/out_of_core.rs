@@ -123,3 +123,43 @@ fn generated_files_equal_generated_arrays_and_refuse_what_cannot_be_streamed() {
         .generate_file(&desc, DType::I64, 1, &p)
         .is_err());
 }
+
+/// The memory a file-backed table costs is the pages its batches touch: after training on the
+/// first 300 rows of a 51 MB table, the table's mappings (weight and both Adam states) hold
+/// well under a megabyte each. A change that reads or copies the whole table (a dense
+/// gradient, a state made in memory, a full-table initialization through the mapping) makes
+/// this fail.
+#[test]
+fn training_a_file_backed_table_touches_only_the_batch_rows() {
+    let d = dir("rss");
+    let p = d.0.join("big.npy");
+    let rows = 200_000; // x 64 f32 columns: 51 MB
+    let emb = Embedding::with_options(rows, 64, true, DType::F32);
+    emb.weight()
+        .initialize_in_file(&Initializer::Uniform { scale: 0.1 }, &p)
+        .unwrap();
+    let mut t = Trainer::new(vec![emb.weight().clone()], Adam::new(0.01)).unwrap();
+    for s in 0..20 {
+        let x = batch(s, 32, 300);
+        let loss = autograd::record(|| emb.forward(&x)?.sum(None, false)).unwrap();
+        loss.backward().unwrap();
+        t.step(32).unwrap();
+    }
+    let Some(weight_rss) = sparrow_core::sys::mapped_rss_bytes(&p) else {
+        println!("SKIPPED: no /proc/self/smaps on this system");
+        return;
+    };
+    let table = (rows * 64 * 4) as u64;
+    // 300 rows of 256 bytes: 19 pages of 4 KiB (a 2 MiB page if the kernel used huge ones).
+    let budget = 4 << 20;
+    assert!(
+        weight_rss < budget,
+        "weight: {weight_rss} of {table} bytes resident"
+    );
+    for s in ["mean", "var"] {
+        let sp = d.0.join(format!("big.npy.{s}.npy"));
+        let r = sparrow_core::sys::mapped_rss_bytes(&sp).unwrap();
+        assert!(r < budget, "{s}: {r} of {table} bytes resident");
+    }
+    assert!(weight_rss > 0, "the trained rows are resident");
+}
