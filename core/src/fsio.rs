@@ -115,6 +115,26 @@ pub fn write_atomic(
     sync_dir(&parent_dir(path))
 }
 
+/// Ask the kernel to drop the file's pages from its page cache (`posix_fadvise(DONTNEED)`),
+/// after a large write whose data will be read back a little at a time through a mapping: a
+/// page still cached is mapped by the fault-around of a neighbouring touched page, and would
+/// count as the process's resident memory. The file must have been synced (dirty pages are
+/// not dropped). A hint: errors are ignored, and nothing happens off Linux.
+pub fn drop_cached_pages(path: &Path) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        if let Ok(f) = File::open(path) {
+            // SAFETY: a valid open descriptor; the advice changes caching only.
+            unsafe {
+                libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
+}
+
 /// Fsync a folder, making a rename into it durable. Only Unix can open a folder for that.
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]

@@ -301,6 +301,9 @@ impl Initializer {
             Err(inner) => inner.clone(),
             Ok(()) => Error::file("Initializer::generate_file", path, e),
         })?;
+        // The file was synced by write_atomic; its freshly written pages leave the page
+        // cache, so mapping it costs memory only for the pages training touches.
+        sparrow_core::fsio::drop_cached_pages(path);
         NDArray::open_npy(path, sparrow_core::MapMode::ReadWrite)
     }
 

@@ -312,6 +312,9 @@ impl Parameter {
         let chosen = s.init.clone().unwrap_or_else(|| default.clone());
         let desc = InitDesc::new(&self.inner.name, &s.shape, s.fan_in_first);
         let arr = chosen.generate_file(&desc, s.dtype, seed, path.as_ref())?;
+        // A weight is read and updated a batch's rows at a time: only their pages should be
+        // mapped, not their read-ahead neighbourhoods.
+        arr.advise_random_access(true);
         arr.attach_grad_with(s.grad_req, s.grad_stype);
         s.device = Device::Cpu;
         s.deferred = None;

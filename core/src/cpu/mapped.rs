@@ -166,6 +166,19 @@ impl MappedFile {
         Ok(())
     }
 
+    /// Tell the kernel how the mapping will be read: `random` (a table read a batch's rows at a
+    /// time) turns off read-ahead and fault-around, so touching one row maps that row's page
+    /// rather than its 64 KiB neighbourhood; otherwise the default (read-ahead for scans).
+    /// A hint: where the kernel refuses it, nothing changes.
+    pub fn advise_random(&self, random: bool) {
+        use memmap2::Advice;
+        let advice = if random { Advice::Random } else { Advice::Normal };
+        let _ = match &self.map {
+            Map::Read(m) => m.advise(advice),
+            Map::Write(m) => m.advise(advice),
+        };
+    }
+
     /// Error if the file's length on disk is no longer the mapped length (truncated or
     /// extended by someone else since it was mapped).
     pub fn check_len(&self, op: &'static str) -> Result<()> {

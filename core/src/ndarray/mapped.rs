@@ -159,6 +159,19 @@ impl NDArray {
         mapped_range(&dd.buf).map(|(f, _)| (f.path().to_path_buf(), f.mode()))
     }
 
+    /// Declare that this file-backed array is read a few rows at a time in no order (an
+    /// embedding or sparse-input table): the kernel then maps only the pages touched, without
+    /// read-ahead or the 64 KiB fault-around it does by default, so resident memory follows
+    /// the rows used. `false` restores the default for scans. No effect on an array in memory.
+    pub fn advise_random_access(&self, random: bool) {
+        let d = self.read();
+        if let ArrayData::Dense(dd) = &*d {
+            if let Some((f, _)) = mapped_range(&dd.buf) {
+                f.advise_random(random);
+            }
+        }
+    }
+
     /// Write this file-backed array's changed pages to its file and wait for the disk (`msync`;
     /// numpy's `memmap.flush`). A read-only array has nothing to write. Errors: an array in
     /// memory, a copy-on-write array (its writes never reach the file), or a file whose size

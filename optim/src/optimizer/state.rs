@@ -30,7 +30,9 @@ impl State {
                 Some((path, _)) => {
                     let mut p = path.clone().into_os_string();
                     p.push(format!(".{n}.npy"));
-                    NDArray::create_npy(p, &weight.shape(), weight.dtype())?
+                    let a = NDArray::create_npy(p, &weight.shape(), weight.dtype())?;
+                    a.advise_random_access(true);
+                    a
                 }
                 None => weight.zeros_like(),
             };
