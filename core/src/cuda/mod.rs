@@ -1,0 +1,30 @@
+//! The CUDA backend (cargo feature `cuda`): device memory through cudarc, kernels written here
+//! as CUDA C (`kernels/*.cu`) and compiled with NVRTC at first use on each device, cuBLAS for
+//! dense products.
+//!
+//! - `driver.rs`: finding the driver, the GPUs and the libraries without panicking (cudarc
+//!   panics when a dynamically loaded library is missing, so each is looked up first), and the
+//!   per-device state: context, stream, compiled modules, cuBLAS handle.
+//! - `compile.rs`: the kernel sources and the one NVRTC code path (the runtime's and the
+//!   build check's, `examples/cuda_kernels_check.rs`).
+//! - `storage.rs`: [`CudaStorage`] (a typed device buffer) and its structural operations
+//!   (zeros, cast, gather, copies to and from the host); `index.rs`: [`CudaIndex`].
+//! - one file per kernel family, implementing the family trait of `crate::storage`: the ported
+//!   ones launch kernels; a method without a CUDA kernel yet returns an
+//!   [`Error::Device`](crate::Error::Device) naming the operation and the device (never a
+//!   silent copy to the host, never a panic). ARCHITECTURE.md lists which families are ported.
+
+mod compile;
+mod driver;
+mod elementwise;
+mod index;
+mod launch;
+mod linalg;
+mod reduce;
+mod storage;
+mod unported;
+
+pub use compile::{compile_ptx, kernel_sources, KernelSource};
+pub(crate) use driver::cuda_device_count;
+pub(crate) use index::CudaIndex;
+pub(crate) use storage::CudaStorage;
