@@ -10,8 +10,8 @@
 //! fills, ...) and by [`test_array`]; [`test_device`] is that device. Sparse constructors
 //! (`csr_from_parts`, `row_sparse_from_parts`, `sparse::cast_storage`, ...) are not scoped yet:
 //! tests move their results with [`NDArray::to_device`]`(`[`test_device`]`())`, as [`test_csr`]
-//! does. Today the CPU is the only device; a new backend switches its tests on by adding its
-//! devices to [`Device::available`].
+//! does. A backend switches its tests on by adding its devices to [`Device::available`]: with
+//! the `cuda` feature on a machine with a GPU every such test also runs on `Device::Cuda(i)`.
 
 use crate::error::{Error, Result};
 use crate::{autograd, DType, Device, NDArray};
@@ -89,8 +89,17 @@ where
     Ok(worst)
 }
 
-/// The devices op tests run on ([`Device::available`]).
+/// The devices op tests run on ([`Device::available`]). A build with a device backend but no
+/// device of it (the `cuda` feature on a machine without a GPU) prints one visible skip line,
+/// once per test process, saying why, and the tests run on the CPU alone.
 pub fn test_devices() -> Vec<Device> {
+    #[cfg(feature = "cuda")]
+    {
+        static SKIP: std::sync::Once = std::sync::Once::new();
+        if let Err(e) = Device::cuda_status() {
+            SKIP.call_once(|| eprintln!("SKIPPED: tests on CUDA devices: {e}"));
+        }
+    }
     Device::available()
 }
 
