@@ -66,13 +66,21 @@ fn copies_round_trip_every_dtype_and_storage_type() {
         for to in [DType::F32, DType::F64, DType::I64, DType::I32, DType::U8] {
             let on_gpu = d.astype(to).unwrap();
             assert_eq!(on_gpu.device(), dev);
-            assert_eq!(on_gpu.to_f64_vec(), h.astype(to).unwrap().to_f64_vec(), "{dtype:?} -> {to:?}");
+            assert_eq!(
+                on_gpu.to_f64_vec(),
+                h.astype(to).unwrap().to_f64_vec(),
+                "{dtype:?} -> {to:?}"
+            );
         }
     }
-    let csr = NDArray::csr_from_parts(vec![1.0f32, 2.0, 3.0], vec![0, 2, 1], vec![0, 2, 3], [2, 3]).unwrap();
+    let csr = NDArray::csr_from_parts(vec![1.0f32, 2.0, 3.0], vec![0, 2, 1], vec![0, 2, 3], [2, 3])
+        .unwrap();
     let d = csr.to_device(dev).unwrap();
     assert_eq!(d.device(), dev);
-    assert_eq!(d.to_device(Device::Cpu).unwrap().to_f64_vec(), csr.to_f64_vec());
+    assert_eq!(
+        d.to_device(Device::Cpu).unwrap().to_f64_vec(),
+        csr.to_f64_vec()
+    );
 }
 
 #[test]
@@ -81,32 +89,70 @@ fn kernels_match_the_cpu() {
     let a = sparrow_core::testing::test_array(&[4, 5], -2.0, 2.0, 1);
     let b = sparrow_core::testing::test_array(&[1, 5], 0.5, 2.0, 2);
     let w = sparrow_core::testing::test_array(&[5, 3], -1.0, 1.0, 3);
-    let (ga, gb, gw) = (a.to_device(dev).unwrap(), b.to_device(dev).unwrap(), w.to_device(dev).unwrap());
+    let (ga, gb, gw) = (
+        a.to_device(dev).unwrap(),
+        b.to_device(dev).unwrap(),
+        w.to_device(dev).unwrap(),
+    );
     let close = |x: &NDArray, y: &NDArray, what: &str| {
         assert_eq!(x.device(), dev, "{what} left the device");
         let (p, q) = (x.to_f64_vec(), y.to_f64_vec());
         assert_eq!(p.len(), q.len(), "{what}");
         for (i, (u, v)) in p.iter().zip(&q).enumerate() {
-            assert!((u - v).abs() <= 1e-9 * (1.0 + v.abs()), "{what}[{i}]: {u} vs {v}");
+            assert!(
+                (u - v).abs() <= 1e-9 * (1.0 + v.abs()),
+                "{what}[{i}]: {u} vs {v}"
+            );
         }
     };
     close(&ga.exp().unwrap(), &a.exp().unwrap(), "exp");
     close(&ga.sigmoid().unwrap(), &a.sigmoid().unwrap(), "sigmoid");
-    close(&ga.add(&gb).unwrap(), &a.add(&b).unwrap(), "add with broadcasting");
-    close(&ga.mul(&gb).unwrap(), &a.mul(&b).unwrap(), "mul with broadcasting");
-    close(&ga.sum(Some(&[1]), false).unwrap(), &a.sum(Some(&[1]), false).unwrap(), "sum axis 1");
-    close(&ga.sum(None, false).unwrap(), &a.sum(None, false).unwrap(), "sum");
-    close(&ga.max(Some(&[0]), false).unwrap(), &a.max(Some(&[0]), false).unwrap(), "max axis 0");
+    close(
+        &ga.add(&gb).unwrap(),
+        &a.add(&b).unwrap(),
+        "add with broadcasting",
+    );
+    close(
+        &ga.mul(&gb).unwrap(),
+        &a.mul(&b).unwrap(),
+        "mul with broadcasting",
+    );
+    close(
+        &ga.sum(Some(&[1]), false).unwrap(),
+        &a.sum(Some(&[1]), false).unwrap(),
+        "sum axis 1",
+    );
+    close(
+        &ga.sum(None, false).unwrap(),
+        &a.sum(None, false).unwrap(),
+        "sum",
+    );
+    close(
+        &ga.max(Some(&[0]), false).unwrap(),
+        &a.max(Some(&[0]), false).unwrap(),
+        "max axis 0",
+    );
     close(&ga.softmax(1).unwrap(), &a.softmax(1).unwrap(), "softmax");
-    close(&ga.log_softmax(1).unwrap(), &a.log_softmax(1).unwrap(), "log_softmax");
-    close(&ga.argmax(Some(1), false).unwrap(), &a.argmax(Some(1), false).unwrap(), "argmax");
+    close(
+        &ga.log_softmax(1).unwrap(),
+        &a.log_softmax(1).unwrap(),
+        "log_softmax",
+    );
+    close(
+        &ga.argmax(Some(1), false).unwrap(),
+        &a.argmax(Some(1), false).unwrap(),
+        "argmax",
+    );
     close(&ga.dot(&gw).unwrap(), &a.dot(&w).unwrap(), "dot");
 }
 
 #[test]
 fn an_op_without_a_cuda_kernel_says_so() {
     let Some(dev) = gpu() else { return };
-    let x = NDArray::from_vec(vec![3.0f32, 1.0, 2.0], &[3]).unwrap().to_device(dev).unwrap();
+    let x = NDArray::from_vec(vec![3.0f32, 1.0, 2.0], &[3])
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
     let err = x.argsort(0, true).unwrap_err();
     assert!(matches!(err, Error::Device { .. }), "{err}");
     assert!(err.to_string().contains("no CUDA kernel"), "{err}");

@@ -34,6 +34,14 @@ pub fn kernel_sources() -> Vec<KernelSource> {
             file: "linalg.cu",
             text: include_str!("kernels/linalg.cu"),
         },
+        KernelSource {
+            file: "sparse_dot.cu",
+            text: include_str!("kernels/sparse_dot.cu"),
+        },
+        KernelSource {
+            file: "update.cu",
+            text: include_str!("kernels/update.cu"),
+        },
     ]
 }
 

@@ -45,8 +45,14 @@ pub(crate) fn cuda_device_count() -> Result<usize> {
             }
             match guarded("cuInit", CudaContext::device_count)? {
                 Ok(n) if n > 0 => Ok(n as usize),
-                Ok(_) => Err(cuda_error("cuda", "no GPU found (the CUDA driver reports 0 devices)")),
-                Err(e) => Err(cuda_error("cuda", format!("no GPU found (the CUDA driver says {e})"))),
+                Ok(_) => Err(cuda_error(
+                    "cuda",
+                    "no GPU found (the CUDA driver reports 0 devices)",
+                )),
+                Err(e) => Err(cuda_error(
+                    "cuda",
+                    format!("no GPU found (the CUDA driver says {e})"),
+                )),
             }
         })
         .clone()
@@ -160,17 +166,23 @@ impl CudaDev {
                         .find(|k| k.file == file)
                         .ok_or_else(|| cuda_error("cuda", format!("no kernel file {file}")))?;
                     let ptx = super::compile::compile_ptx(&src, self.arch)?;
-                    let m = self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)).map_err(|e| {
-                        cuda_error("cuda", format!("loading {file} on device {}: {e}", self.ordinal))
-                    })?;
+                    let m = self
+                        .ctx
+                        .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+                        .map_err(|e| {
+                            cuda_error(
+                                "cuda",
+                                format!("loading {file} on device {}: {e}", self.ordinal),
+                            )
+                        })?;
                     modules.insert(file, m.clone());
                     m
                 }
             }
         };
-        let f = module.load_function(name).map_err(|e| {
-            cuda_error("cuda", format!("kernel {name} of {file}: {e}"))
-        })?;
+        let f = module
+            .load_function(name)
+            .map_err(|e| cuda_error("cuda", format!("kernel {name} of {file}: {e}")))?;
         self.functions
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -30,7 +30,11 @@ fn strides_in(shape: &[usize], out: &[usize]) -> Vec<i64> {
     let mut st = vec![0i64; out.len()];
     let mut acc = 1i64;
     for d in (0..shape.len()).rev() {
-        st[lead + d] = if shape[d] == 1 && out[lead + d] != 1 { 0 } else { acc };
+        st[lead + d] = if shape[d] == 1 && out[lead + d] != 1 {
+            0
+        } else {
+            acc
+        };
         acc *= shape[d] as i64;
     }
     st
@@ -38,7 +42,12 @@ fn strides_in(shape: &[usize], out: &[usize]) -> Vec<i64> {
 
 impl Bcast {
     /// The broadcast of `xs` and `ys` to `out`; `None` when both already have `out`'s shape.
-    pub(crate) fn new(op: &'static str, xs: &[usize], ys: &[usize], out: &[usize]) -> Result<Option<Bcast>> {
+    pub(crate) fn new(
+        op: &'static str,
+        xs: &[usize],
+        ys: &[usize],
+        out: &[usize],
+    ) -> Result<Option<Bcast>> {
         if xs == out && ys == out {
             return Ok(None);
         }
@@ -130,16 +139,13 @@ pub(crate) fn kname(base: &'static str, suffix: &str) -> &'static str {
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    *m.entry((base, suffix.to_string()))
+    m.entry((base, suffix.to_string()))
         .or_insert_with(|| Box::leak(format!("{base}_{suffix}").into_boxed_str()))
 }
 
 /// The float error of an operator given another dtype.
 pub(crate) fn float_error(op: &'static str, x: &CudaStorage) -> Error {
-    Error::dtype(
-        op,
-        format!("needs a float array, got {}", x.dtype().name()),
-    )
+    Error::dtype(op, format!("needs a float array, got {}", x.dtype().name()))
 }
 
 /// Same-dtype check of two operands.
@@ -151,7 +157,10 @@ pub(crate) fn same_dtype(op: &'static str, a: &CudaStorage, b: &CudaStorage) -> 
 }
 
 /// The typed slice of an operand known to have dtype `T` (checked by the caller), or an error.
-pub(crate) fn typed<'a, T: CudaElement>(op: &'static str, x: &'a CudaStorage) -> Result<&'a CudaSlice<T>> {
+pub(crate) fn typed<'a, T: CudaElement>(
+    op: &'static str,
+    x: &'a CudaStorage,
+) -> Result<&'a CudaSlice<T>> {
     x.slice::<T>()
         .map(|s| s.as_ref())
         .ok_or_else(|| Error::dtype_mismatch(op, x.dtype(), T::DTYPE))
@@ -175,16 +184,25 @@ fn map_t<T: CudaElement>(x: &CudaStorage, op: Map) -> Result<CudaStorage> {
     Ok(x.with(out))
 }
 
-fn map_grad_t<T: CudaElement>(g: &CudaStorage, s: &CudaStorage, op: MapGrad) -> Result<CudaStorage> {
+fn map_grad_t<T: CudaElement>(
+    g: &CudaStorage,
+    s: &CudaStorage,
+    op: MapGrad,
+) -> Result<CudaStorage> {
     let name = op.name();
     let (gs, ss) = (typed::<T>(name, g)?, typed::<T>(name, s)?);
     let n = gs.len();
     if ss.len() != n {
-        return Err(Error::shape(name, format!("{n} gradients for {} saved values", ss.len())));
+        return Err(Error::shape(
+            name,
+            format!("{n} gradients for {} saved values", ss.len()),
+        ));
     }
     let mut out = CudaStorage::alloc::<T>(&g.dev, name, n)?;
     if n > 0 {
-        let f = g.dev.function("elementwise.cu", kname("map_grad", T::SUFFIX))?;
+        let f = g
+            .dev
+            .function("elementwise.cu", kname("map_grad", T::SUFFIX))?;
         let (code, n64) = (map_grad_code(op), n as u64);
         let mut l = g.dev.stream.launch_builder(&f);
         l.arg(gs).arg(ss).arg(&mut out).arg(&n64).arg(&code);
@@ -216,7 +234,13 @@ fn broadcast_t<T: CudaElement>(
         let bc = bc.unwrap_or_default();
         let n64 = n as u64;
         let mut l = x.dev.stream.launch_builder(&f);
-        l.arg(a).arg(b).arg(&mut o).arg(&n64).arg(&code).arg(&bc).arg(&same);
+        l.arg(a)
+            .arg(b)
+            .arg(&mut o)
+            .arg(&n64)
+            .arg(&code)
+            .arg(&bc)
+            .arg(&same);
         // SAFETY: the operator checked that `xs` and `ys` broadcast to `out`; the strides
         // (0 along broadcast axes) keep every read inside `x` and `y`, and `n` outputs are
         // written to a buffer of `n`.
@@ -230,7 +254,9 @@ fn compare_scalar_t<T: CudaElement>(x: &CudaStorage, s: f64, op: CmpOp) -> Resul
     let n = a.len();
     let mut o = CudaStorage::alloc::<T>(&x.dev, "compare", n)?;
     if n > 0 {
-        let f = x.dev.function("elementwise.cu", kname("compare_scalar", T::SUFFIX))?;
+        let f = x
+            .dev
+            .function("elementwise.cu", kname("compare_scalar", T::SUFFIX))?;
         let (code, n64) = (cmp_code(op), n as u64);
         let mut l = x.dev.stream.launch_builder(&f);
         l.arg(a).arg(&mut o).arg(&n64).arg(&code).arg(&s);

@@ -28,7 +28,12 @@ pub(crate) struct CudaIndex {
 
 impl std::fmt::Debug for CudaIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaIndex({}, {} ids)", self.device.ordinal, self.host.len())
+        write!(
+            f,
+            "CudaIndex({}, {} ids)",
+            self.device.ordinal,
+            self.host.len()
+        )
     }
 }
 

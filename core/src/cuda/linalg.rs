@@ -8,8 +8,8 @@
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{Gemm, GemmConfig};
-use cudarc::driver::PushKernelArg;
 use cudarc::driver::CudaSlice;
+use cudarc::driver::PushKernelArg;
 
 use super::elementwise::{float_error, float_only, kname, same_dtype, typed};
 use super::launch::{driver_err, grid};
@@ -45,10 +45,12 @@ fn op_of(t: bool) -> cublasOperation_t {
 }
 
 fn dim(op: &'static str, v: usize) -> Result<i32> {
-    i32::try_from(v).map_err(|_| Error::shape(op, format!("dimension {v} exceeds cuBLAS's int range")))
+    i32::try_from(v)
+        .map_err(|_| Error::shape(op, format!("dimension {v} exceeds cuBLAS's int range")))
 }
 
 /// `out[c_off..] = a[a_off..] . b[b_off..]` as `mm` describes, through cuBLAS.
+#[allow(clippy::too_many_arguments)]
 fn gemm_into<T: BlasElement>(
     x: &CudaStorage,
     a: &CudaSlice<T>,
@@ -68,7 +70,10 @@ where
     }
     let (a_len, b_len, c_len) = (mm.m * mm.k, mm.k * mm.n, mm.m * mm.n);
     if a_off + a_len > a.len() || b_off + b_len > b.len() || c_off + c_len > out.len() {
-        return Err(Error::shape(OP, "a product's operand is shorter than its dimensions"));
+        return Err(Error::shape(
+            OP,
+            "a product's operand is shorter than its dimensions",
+        ));
     }
     let cfg = GemmConfig {
         transa: op_of(mm.tb),
@@ -92,7 +97,12 @@ where
         .map_err(|e| crate::cuda::driver::cuda_error(OP, format!("cuBLAS: {e}")))
 }
 
-fn matmul_t<T: BlasElement>(x: &CudaStorage, rhs: &CudaStorage, mm: &MatMul, offsets: &[(usize, usize)]) -> Result<CudaStorage>
+fn matmul_t<T: BlasElement>(
+    x: &CudaStorage,
+    rhs: &CudaStorage,
+    mm: &MatMul,
+    offsets: &[(usize, usize)],
+) -> Result<CudaStorage>
 where
     cudarc::cublas::CudaBlas: Gemm<T>,
 {
@@ -117,7 +127,9 @@ fn act_code(act: Option<FusedAct>) -> i32 {
 /// Launch `name_T` over `n` items with the arguments `args` pushes.
 macro_rules! launch {
     ($x:expr, $name:expr, $t:ty, $n:expr, |$l:ident| $args:block) => {{
-        let f = $x.dev.function("linalg.cu", kname($name, <$t as CudaElement>::SUFFIX))?;
+        let f = $x
+            .dev
+            .function("linalg.cu", kname($name, <$t as CudaElement>::SUFFIX))?;
         let mut $l = $x.dev.stream.launch_builder(&f);
         $args;
         // SAFETY: each fused kernel reads and writes `n` elements of buffers the operator
@@ -126,17 +138,30 @@ macro_rules! launch {
     }};
 }
 
-fn bias_act_t<T: CudaElement>(y: &CudaStorage, bias: &CudaStorage, units: usize, act: Option<FusedAct>) -> Result<CudaStorage> {
+fn bias_act_t<T: CudaElement>(
+    y: &CudaStorage,
+    bias: &CudaStorage,
+    units: usize,
+    act: Option<FusedAct>,
+) -> Result<CudaStorage> {
     let (ys, bs) = (typed::<T>("bias_act", y)?, typed::<T>("bias_act", bias)?);
     let n = ys.len();
     if units == 0 || bs.len() != units || n % units != 0 {
-        return Err(Error::shape("bias_act", format!("{n} values for a bias of {}", bs.len())));
+        return Err(Error::shape(
+            "bias_act",
+            format!("{n} values for a bias of {}", bs.len()),
+        ));
     }
     let mut out = CudaStorage::alloc::<T>(&y.dev, "bias_act", n)?;
     if n > 0 {
         let (n64, u64_, code) = (n as u64, units as u64, act_code(act));
         launch!(y, "bias_act", T, n, |l| {
-            l.arg(ys).arg(bs).arg(&mut out).arg(&n64).arg(&u64_).arg(&code);
+            l.arg(ys)
+                .arg(bs)
+                .arg(&mut out)
+                .arg(&n64)
+                .arg(&u64_)
+                .arg(&code);
         });
     }
     Ok(y.with(out))
@@ -145,7 +170,10 @@ fn bias_act_t<T: CudaElement>(y: &CudaStorage, bias: &CudaStorage, units: usize,
 fn column_sums_t<T: CudaElement>(g: &CudaStorage, units: usize) -> Result<CudaStorage> {
     let gs = typed::<T>("bias_act backward", g)?;
     if units == 0 || gs.len() % units != 0 {
-        return Err(Error::shape("bias_act backward", format!("{} values in rows of {units}", gs.len())));
+        return Err(Error::shape(
+            "bias_act backward",
+            format!("{} values in rows of {units}", gs.len()),
+        ));
     }
     let rows = gs.len() / units;
     let mut out = CudaStorage::alloc::<T>(&g.dev, "bias_act backward", units)?;
@@ -156,11 +184,21 @@ fn column_sums_t<T: CudaElement>(g: &CudaStorage, units: usize) -> Result<CudaSt
     Ok(g.with(out))
 }
 
-fn act_grad_t<T: CudaElement>(g: &CudaStorage, y: &CudaStorage, act: FusedAct) -> Result<CudaStorage> {
-    let (gs, ys) = (typed::<T>("bias_act backward", g)?, typed::<T>("bias_act backward", y)?);
+fn act_grad_t<T: CudaElement>(
+    g: &CudaStorage,
+    y: &CudaStorage,
+    act: FusedAct,
+) -> Result<CudaStorage> {
+    let (gs, ys) = (
+        typed::<T>("bias_act backward", g)?,
+        typed::<T>("bias_act backward", y)?,
+    );
     let n = gs.len();
     if ys.len() != n {
-        return Err(Error::shape("bias_act backward", format!("{n} gradients for {} outputs", ys.len())));
+        return Err(Error::shape(
+            "bias_act backward",
+            format!("{n} gradients for {} outputs", ys.len()),
+        ));
     }
     let mut out = CudaStorage::alloc::<T>(&g.dev, "bias_act backward", n)?;
     if n > 0 {
@@ -191,7 +229,10 @@ fn sigmoid_bce_t<T: CudaElement>(x: &CudaStorage, z: &CudaStorage) -> Result<Cud
     let (xs, zs) = (typed::<T>(BCE, x)?, typed::<T>(BCE, z)?);
     let n = xs.len();
     if zs.len() != n {
-        return Err(Error::shape(BCE, format!("{n} logits for {} labels", zs.len())));
+        return Err(Error::shape(
+            BCE,
+            format!("{n} logits for {} labels", zs.len()),
+        ));
     }
     let mut out = CudaStorage::alloc::<T>(&x.dev, BCE, n)?;
     if n > 0 {
@@ -209,10 +250,21 @@ fn sigmoid_bce_grad_t<T: CudaElement>(
     z: &CudaStorage,
     need_dz: bool,
 ) -> Result<(CudaStorage, Option<CudaStorage>)> {
-    let (gs, xs, zs) = (typed::<T>(BCE, g)?, typed::<T>(BCE, x)?, typed::<T>(BCE, z)?);
+    let (gs, xs, zs) = (
+        typed::<T>(BCE, g)?,
+        typed::<T>(BCE, x)?,
+        typed::<T>(BCE, z)?,
+    );
     let n = gs.len();
     if xs.len() != n || zs.len() != n {
-        return Err(Error::shape(BCE, format!("{n} gradients for {} logits and {} labels", xs.len(), zs.len())));
+        return Err(Error::shape(
+            BCE,
+            format!(
+                "{n} gradients for {} logits and {} labels",
+                xs.len(),
+                zs.len()
+            ),
+        ));
     }
     let mut dx = CudaStorage::alloc::<T>(&g.dev, BCE, n)?;
     // Without `need_dz` the kernel never writes `dz`; a one-element buffer stands in.
@@ -220,7 +272,13 @@ fn sigmoid_bce_grad_t<T: CudaElement>(
     if n > 0 {
         let (n64, nd) = (n as u64, i32::from(need_dz));
         launch!(g, "sigmoid_bce_grad", T, n, |l| {
-            l.arg(gs).arg(xs).arg(zs).arg(&mut dx).arg(&mut dz).arg(&n64).arg(&nd);
+            l.arg(gs)
+                .arg(xs)
+                .arg(zs)
+                .arg(&mut dx)
+                .arg(&mut dz)
+                .arg(&n64)
+                .arg(&nd);
         });
     }
     Ok((g.with(dx), need_dz.then(|| g.with(dz))))

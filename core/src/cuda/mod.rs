@@ -21,8 +21,10 @@ mod index;
 mod launch;
 mod linalg;
 mod reduce;
+mod sparse_dot;
 mod storage;
 mod unported;
+mod update;
 
 pub use compile::{compile_ptx, kernel_sources, KernelSource};
 pub(crate) use driver::cuda_device_count;

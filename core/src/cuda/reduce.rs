@@ -95,11 +95,19 @@ fn reduce_t<T: CudaElement, A: CudaElement>(
             shared_mem_bytes: 0,
         };
         if n_out > i32::MAX as usize {
-            return Err(Error::shape(name, format!("{n_out} outputs exceed one CUDA grid")));
+            return Err(Error::shape(
+                name,
+                format!("{n_out} outputs exceed one CUDA grid"),
+            ));
         }
         let (o64, r64, code) = (n_out as u64, n_red as u64, op_code(op));
         let mut l = x.dev.stream.launch_builder(&f);
-        l.arg(s).arg(&mut out).arg(&o64).arg(&r64).arg(&code).arg(&red);
+        l.arg(s)
+            .arg(&mut out)
+            .arg(&o64)
+            .arg(&r64)
+            .arg(&code)
+            .arg(&red);
         // SAFETY: `red` describes `shape`, whose product is `x`'s length (the operator
         // checked it), so every offset is inside `x`; one block writes each of the `n_out`
         // outputs; blocks of at most 256 threads, the kernel's shared array.
@@ -108,7 +116,11 @@ fn reduce_t<T: CudaElement, A: CudaElement>(
     Ok(x.with(out))
 }
 
-fn arg_reduce_t<T: CudaElement>(x: &CudaStorage, dims: (usize, usize, usize), op: ArgReduceOp) -> Result<CudaStorage> {
+fn arg_reduce_t<T: CudaElement>(
+    x: &CudaStorage,
+    dims: (usize, usize, usize),
+    op: ArgReduceOp,
+) -> Result<CudaStorage> {
     let s = typed::<T>("argmax", x)?;
     let (outer, n, inner) = dims;
     if n == 0 {
@@ -117,7 +129,9 @@ fn arg_reduce_t<T: CudaElement>(x: &CudaStorage, dims: (usize, usize, usize), op
     let lines = outer * inner;
     let mut out = CudaStorage::alloc::<i64>(&x.dev, "argmax", lines)?;
     if lines > 0 {
-        let f = x.dev.function("reduce.cu", kname("arg_reduce", T::SUFFIX))?;
+        let f = x
+            .dev
+            .function("reduce.cu", kname("arg_reduce", T::SUFFIX))?;
         let code = match op {
             ArgReduceOp::Max => 0i32,
             ArgReduceOp::Min => 1,
@@ -132,7 +146,11 @@ fn arg_reduce_t<T: CudaElement>(x: &CudaStorage, dims: (usize, usize, usize), op
     Ok(x.with(out))
 }
 
-fn softmax_t<T: CudaElement>(x: &CudaStorage, dims: (usize, usize, usize), op: SoftmaxOp) -> Result<CudaStorage> {
+fn softmax_t<T: CudaElement>(
+    x: &CudaStorage,
+    dims: (usize, usize, usize),
+    op: SoftmaxOp,
+) -> Result<CudaStorage> {
     let name = op.name();
     let s = typed::<T>(name, x)?;
     let (outer, n, inner) = dims;
@@ -159,9 +177,15 @@ impl ReduceOps for CudaStorage {
         match (self.dtype(), op) {
             (DType::F32, _) => reduce_t::<f32, f32>(self, "reduce_f32", shape, axes, op),
             (DType::F64, _) => reduce_t::<f64, f64>(self, "reduce_f64", shape, axes, op),
-            (DType::I64, ReduceOp::Sum) => reduce_t::<i64, i64>(self, "reduce_sum_i64", shape, axes, op),
-            (DType::I32, ReduceOp::Sum) => reduce_t::<i32, i64>(self, "reduce_sum_i32", shape, axes, op),
-            (DType::U8, ReduceOp::Sum) => reduce_t::<u8, i64>(self, "reduce_sum_u8", shape, axes, op),
+            (DType::I64, ReduceOp::Sum) => {
+                reduce_t::<i64, i64>(self, "reduce_sum_i64", shape, axes, op)
+            }
+            (DType::I32, ReduceOp::Sum) => {
+                reduce_t::<i32, i64>(self, "reduce_sum_i32", shape, axes, op)
+            }
+            (DType::U8, ReduceOp::Sum) => {
+                reduce_t::<u8, i64>(self, "reduce_sum_u8", shape, axes, op)
+            }
             (DType::I64, ReduceOp::Max | ReduceOp::Min) => {
                 reduce_t::<i64, i64>(self, "reduce_ext_i64", shape, axes, op)
             }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::driver::{cuda_error, CudaDev};
 use super::launch::{driver_err, grid};
@@ -161,7 +161,11 @@ impl CudaStorage {
 
     /// `n` zeros of `T` on `dev` (an empty buffer for `n == 0`, which the driver cannot
     /// allocate).
-    pub(crate) fn alloc<T: CudaElement>(dev: &CudaDev, op: &'static str, n: usize) -> Result<CudaSlice<T>> {
+    pub(crate) fn alloc<T: CudaElement>(
+        dev: &CudaDev,
+        op: &'static str,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
         if n == 0 {
             return dev.stream.null::<T>().map_err(driver_err(op));
         }
@@ -208,7 +212,7 @@ impl CudaStorage {
     /// The elements copied to host memory (waits for the work queued before).
     pub(crate) fn to_host(&self) -> Result<CpuStorage> {
         fn down<T: CudaElement>(dev: &CudaDev, s: &CudaSlice<T>) -> Result<CpuStorage> {
-            let v = if s.len() == 0 {
+            let v = if s.is_empty() {
                 Vec::new()
             } else {
                 dev.stream.clone_dtoh(s).map_err(driver_err("to_device"))?
@@ -237,15 +241,17 @@ impl CudaStorage {
     }
 
     /// The buffer, writable: copied first when another storage shares it (copy-on-write).
-    pub(crate) fn make_mut<T: CudaElement>(&mut self, op: &'static str) -> Result<&mut CudaSlice<T>> {
+    pub(crate) fn make_mut<T: CudaElement>(
+        &mut self,
+        op: &'static str,
+    ) -> Result<&mut CudaSlice<T>> {
         let dev = self.dev.clone();
         let dtype = self.dtype();
-        let slot = T::unwrap_mut(&mut self.buf).ok_or_else(|| {
-            crate::Error::dtype_mismatch(op, dtype, T::DTYPE)
-        })?;
+        let slot = T::unwrap_mut(&mut self.buf)
+            .ok_or_else(|| crate::Error::dtype_mismatch(op, dtype, T::DTYPE))?;
         if Arc::get_mut(slot).is_none() {
             let mut copy = CudaStorage::alloc::<T>(&dev, op, slot.len())?;
-            if slot.len() > 0 {
+            if !slot.is_empty() {
                 dev.stream
                     .memcpy_dtod(slot.as_ref(), &mut copy)
                     .map_err(driver_err(op))?;
@@ -260,7 +266,10 @@ impl CudaStorage {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        fn run<S: CudaElement, D: CudaElement>(x: &CudaStorage, s: &CudaSlice<S>) -> Result<CudaStorage> {
+        fn run<S: CudaElement, D: CudaElement>(
+            x: &CudaStorage,
+            s: &CudaSlice<S>,
+        ) -> Result<CudaStorage> {
             let n = s.len();
             let mut out = CudaStorage::alloc::<D>(&x.dev, "astype", n)?;
             if n > 0 {
@@ -293,11 +302,18 @@ impl CudaStorage {
                 if p < len {
                     Ok(p as i64)
                 } else {
-                    Err(crate::Error::index("gather", format!("position {p} of {len}")))
+                    Err(crate::Error::index(
+                        "gather",
+                        format!("position {p} of {len}"),
+                    ))
                 }
             })
             .collect::<Result<_>>()?;
-        fn run<T: CudaElement>(x: &CudaStorage, s: &CudaSlice<T>, pos: &[i64]) -> Result<CudaStorage> {
+        fn run<T: CudaElement>(
+            x: &CudaStorage,
+            s: &CudaSlice<T>,
+            pos: &[i64],
+        ) -> Result<CudaStorage> {
             let n = pos.len();
             let mut out = CudaStorage::alloc::<T>(&x.dev, "gather", n)?;
             if n > 0 {
@@ -325,11 +341,41 @@ impl CudaStorage {
 fn cast_name(from: &str, to: &str) -> &'static str {
     const NAMES: [&str; 5] = ["f32", "f64", "i64", "i32", "u8"];
     const TABLE: [[&str; 5]; 5] = [
-        ["cast_f32_f32", "cast_f32_f64", "cast_f32_i64", "cast_f32_i32", "cast_f32_u8"],
-        ["cast_f64_f32", "cast_f64_f64", "cast_f64_i64", "cast_f64_i32", "cast_f64_u8"],
-        ["cast_i64_f32", "cast_i64_f64", "cast_i64_i64", "cast_i64_i32", "cast_i64_u8"],
-        ["cast_i32_f32", "cast_i32_f64", "cast_i32_i64", "cast_i32_i32", "cast_i32_u8"],
-        ["cast_u8_f32", "cast_u8_f64", "cast_u8_i64", "cast_u8_i32", "cast_u8_u8"],
+        [
+            "cast_f32_f32",
+            "cast_f32_f64",
+            "cast_f32_i64",
+            "cast_f32_i32",
+            "cast_f32_u8",
+        ],
+        [
+            "cast_f64_f32",
+            "cast_f64_f64",
+            "cast_f64_i64",
+            "cast_f64_i32",
+            "cast_f64_u8",
+        ],
+        [
+            "cast_i64_f32",
+            "cast_i64_f64",
+            "cast_i64_i64",
+            "cast_i64_i32",
+            "cast_i64_u8",
+        ],
+        [
+            "cast_i32_f32",
+            "cast_i32_f64",
+            "cast_i32_i64",
+            "cast_i32_i32",
+            "cast_i32_u8",
+        ],
+        [
+            "cast_u8_f32",
+            "cast_u8_f64",
+            "cast_u8_i64",
+            "cast_u8_i32",
+            "cast_u8_u8",
+        ],
     ];
     let at = |s: &str| NAMES.iter().position(|n| *n == s).unwrap_or(0);
     TABLE[at(from)][at(to)]

@@ -1,5 +1,5 @@
-//! The kernel families with no CUDA kernels yet (layout, random, sparse products, sparse
-//! operators, optimizer updates): each method returns the [`Error::Device`](crate::Error::Device)
+//! The kernel families with no CUDA kernels yet (layout but `copy_range`, random, the sparse
+//! operators): each method returns the [`Error::Device`](crate::Error::Device)
 //! of [`not_ported`], naming the operation and the device, so a model that reaches one fails
 //! with a message instead of copying to the host behind the user's back. Porting a family
 //! replaces its block here with a file of kernels.
@@ -13,11 +13,9 @@ use super::storage::{with_cuda, CudaElement, CudaStorage};
 use crate::dtype::{DType, SType};
 use crate::error::{Error, Result};
 use crate::ops::BinaryOp;
-use crate::sparse::ColumnGroups;
 use crate::storage::{
-    BackendIndex, CsrView, GradRef, LayoutOps, Merge, RandomDist, RandomOps, SparseDotOps,
-    SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce, UpdateOps, UpdateRule,
-    UpdateScalars, WithDense,
+    BackendIndex, LayoutOps, Merge, RandomDist, RandomOps, SparseLayout, SparseOps, SparseParts,
+    SquareSumAxis, StoredReduce, WithDense,
 };
 
 impl BackendIndex for CudaStorage {
@@ -27,7 +25,10 @@ impl BackendIndex for CudaStorage {
 fn range_t<T: CudaElement>(x: &CudaStorage, start: usize, end: usize) -> Result<CudaStorage> {
     let s = super::elementwise::typed::<T>("slice", x)?;
     if start > end || end > s.len() {
-        return Err(Error::index("slice", format!("range {start}..{end} of {}", s.len())));
+        return Err(Error::index(
+            "slice",
+            format!("range {start}..{end} of {}", s.len()),
+        ));
     }
     let mut out = CudaStorage::alloc::<T>(&x.dev, "slice", end - start)?;
     if end > start {
@@ -58,11 +59,19 @@ impl LayoutOps for CudaStorage {
     fn gather_along(&self, _dims: (usize, usize, usize), _pos: &Self, _k: usize) -> Result<Self> {
         Err(not_ported("gather_along", self.ordinal()))
     }
-    fn scatter_add_along(&self, _dims: (usize, usize, usize), _pos: &Self, _k: usize) -> Result<Self> {
+    fn scatter_add_along(
+        &self,
+        _dims: (usize, usize, usize),
+        _pos: &Self,
+        _k: usize,
+    ) -> Result<Self> {
         Err(not_ported("scatter_add_along", self.ordinal()))
     }
     fn concat(parts: &[&Self], _sizes: &[usize], _outer: usize, _inner: usize) -> Result<Self> {
-        Err(not_ported("concat", parts.first().map_or(0, |p| p.ordinal())))
+        Err(not_ported(
+            "concat",
+            parts.first().map_or(0, |p| p.ordinal()),
+        ))
     }
     fn index_copy(&self, _row: usize, _pos: &Self, _new: &Self) -> Result<Self> {
         Err(not_ported("index_copy", self.ordinal()))
@@ -80,7 +89,13 @@ impl LayoutOps for CudaStorage {
 
 impl CudaStorage {
     /// See [`RandomOps::random`]: the draw made in the memory of device `ordinal`.
-    pub(crate) fn random_on(ordinal: usize, dist: RandomDist, _dtype: DType, _n: usize, _key: u64) -> Result<CudaStorage> {
+    pub(crate) fn random_on(
+        ordinal: usize,
+        dist: RandomDist,
+        _dtype: DType,
+        _n: usize,
+        _key: u64,
+    ) -> Result<CudaStorage> {
         Err(not_ported(dist.name(), ordinal))
     }
 }
@@ -88,36 +103,6 @@ impl CudaStorage {
 impl RandomOps for CudaStorage {
     fn random(dist: RandomDist, dtype: DType, n: usize, key: u64) -> Result<Self> {
         CudaStorage::random_on(0, dist, dtype, n, key)
-    }
-}
-
-impl SparseDotOps for CudaStorage {
-    fn csr_dense(&self, _x: CsrView<'_, CudaIndex>, _w: &Self, _n: usize) -> Result<Self> {
-        Err(not_ported("dot(csr, dense)", self.ordinal()))
-    }
-    fn csr_t_dense(&self, _x: CsrView<'_, CudaIndex>, _g: &Self, _n: usize, _groups: &ColumnGroups) -> Result<Self> {
-        Err(not_ported("dot(csr^T, dense)", self.ordinal()))
-    }
-    fn csr_rsp(&self, _x: CsrView<'_, CudaIndex>, _w_data: &Self, _w_rows: &CudaIndex, _n: usize) -> Result<Self> {
-        Err(not_ported("dot(csr, row_sparse)", self.ordinal()))
-    }
-    fn dense_csr(&self, _x: CsrView<'_, CudaIndex>, _a: &Self, _m: usize, _tb: bool) -> Result<Self> {
-        Err(not_ported("dot(dense, csr)", self.ordinal()))
-    }
-    fn csr_dense_t(&self, _x: CsrView<'_, CudaIndex>, _w: &Self, _units: usize) -> Result<Self> {
-        Err(not_ported("dot_csr_dense_t", self.ordinal()))
-    }
-    fn csr_dense_t_grad(&self, _x: CsrView<'_, CudaIndex>, _g: &Self, _units: usize) -> Result<Self> {
-        Err(not_ported("dot_csr_dense_t backward", self.ordinal()))
-    }
-    fn gather_rows(&self, _ids: &CudaIndex, _dim: usize) -> Result<Self> {
-        Err(not_ported("embedding", self.ordinal()))
-    }
-    fn segment_sum(&self, _ids: &CudaIndex, _dim: usize) -> Result<(CudaIndex, Self)> {
-        Err(not_ported("embedding backward", self.ordinal()))
-    }
-    fn to_ids(&self, op: &'static str, _bound: usize) -> Result<CudaIndex> {
-        Err(not_ported(op, self.ordinal()))
     }
 }
 
@@ -131,16 +116,32 @@ impl SparseOps for CudaStorage {
     ) -> Result<SparseParts<Self, CudaIndex>> {
         Err(not_ported("sparse merge", self.ordinal()))
     }
-    fn scatter_dense(&self, _l: SparseLayout<'_, CudaIndex>, _dense: &Self, op: BinaryOp, _sparse_left: bool) -> Result<Self> {
+    fn scatter_dense(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _dense: &Self,
+        op: BinaryOp,
+        _sparse_left: bool,
+    ) -> Result<Self> {
         Err(not_ported(op.name(), self.ordinal()))
     }
-    fn with_dense(&self, _l: SparseLayout<'_, CudaIndex>, _dense: &Self, _op: WithDense) -> Result<Self> {
+    fn with_dense(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _dense: &Self,
+        _op: WithDense,
+    ) -> Result<Self> {
         Err(not_ported("sparse binary", self.ordinal()))
     }
     fn reduce_stored(&self, _l: SparseLayout<'_, CudaIndex>, _op: StoredReduce) -> Result<Self> {
         Err(not_ported("sparse reduce", self.ordinal()))
     }
-    fn square_sum_grad(&self, _l: SparseLayout<'_, CudaIndex>, _g: &Self, _axis: SquareSumAxis) -> Result<Self> {
+    fn square_sum_grad(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _g: &Self,
+        _axis: SquareSumAxis,
+    ) -> Result<Self> {
         Err(not_ported("square_sum backward", self.ordinal()))
     }
     fn densify(&self, _l: SparseLayout<'_, CudaIndex>) -> Result<Self> {
@@ -149,14 +150,28 @@ impl SparseOps for CudaStorage {
     fn sparsify(&self, _shape: &[usize], _to: SType) -> Result<SparseParts<Self, CudaIndex>> {
         Err(not_ported("cast_storage", self.ordinal()))
     }
-    fn slice_cols(&self, _l: SparseLayout<'_, CudaIndex>, _cols: Range<usize>) -> Result<SparseParts<Self, CudaIndex>> {
+    fn slice_cols(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _cols: Range<usize>,
+    ) -> Result<SparseParts<Self, CudaIndex>> {
         Err(not_ported("slice_cols", self.ordinal()))
     }
-    fn retain_stored(&self, _l: SparseLayout<'_, CudaIndex>, _ids: &[i64], _search: bool) -> Result<SparseParts<Self, CudaIndex>> {
+    fn retain_stored(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _ids: &[i64],
+        _search: bool,
+    ) -> Result<SparseParts<Self, CudaIndex>> {
         Err(not_ported("retain", self.ordinal()))
     }
-    fn concat_csr(parts: &[(&Self, SparseLayout<'_, CudaIndex>)]) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported("concat_rows", parts.first().map_or(0, |p| p.0.ordinal())))
+    fn concat_csr(
+        parts: &[(&Self, SparseLayout<'_, CudaIndex>)],
+    ) -> Result<SparseParts<Self, CudaIndex>> {
+        Err(not_ported(
+            "concat_rows",
+            parts.first().map_or(0, |p| p.0.ordinal()),
+        ))
     }
     fn rebase_indptr(indptr: &CudaIndex, start: usize, end: usize) -> Result<(CudaIndex, i64)> {
         // Row pointers are read on the host copy; the slice's are uploaded.
@@ -190,25 +205,5 @@ impl SparseOps for CudaStorage {
     }
     fn check_row_ids(idx: &CudaIndex, rows: usize) -> Result<()> {
         crate::cpu::CpuStorage::check_row_ids(&idx.host, rows)
-    }
-}
-
-impl UpdateOps for CudaStorage {
-    fn update(
-        &mut self,
-        _rows: usize,
-        _grad: GradRef<'_, Self, CudaIndex>,
-        _states: &mut [&mut Self],
-        _scalars: &UpdateScalars,
-        rule: &UpdateRule,
-        _lazy: bool,
-    ) -> Result<[f64; 2]> {
-        Err(not_ported(rule.name(), self.ordinal()))
-    }
-    fn sum_sq_range(&self, _range: Range<usize>) -> Result<f64> {
-        Err(not_ported("clip_global_norm", self.ordinal()))
-    }
-    fn scale_range(&mut self, _range: Range<usize>, _factor: f64) -> Result<()> {
-        Err(not_ported("clip_global_norm", self.ordinal()))
     }
 }

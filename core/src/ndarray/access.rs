@@ -10,18 +10,16 @@ impl NDArray {
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let dense = self.dense_data()?;
         let host = dense.buf.to_host()?;
-        host.as_slice::<T>()
-            .map(|s| s.to_vec())
-            .ok_or_else(|| {
-                Error::dtype(
-                    "to_vec",
-                    format!(
-                        "array has dtype {}, asked for {}",
-                        dense.buf.dtype().name(),
-                        T::DTYPE.name()
-                    ),
-                )
-            })
+        host.as_slice::<T>().map(|s| s.to_vec()).ok_or_else(|| {
+            Error::dtype(
+                "to_vec",
+                format!(
+                    "array has dtype {}, asked for {}",
+                    dense.buf.dtype().name(),
+                    T::DTYPE.name()
+                ),
+            )
+        })
     }
 
     /// All logical elements converted to f64 (for inspection and tests; a device's array is

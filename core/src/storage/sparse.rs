@@ -240,7 +240,9 @@ mod on {
     }
 
     /// Backend `B`'s parts as storage.
-    pub(super) fn parts<B: IndexOf>(p: SparseParts<B, B::Index>) -> SparseParts<Storage, IndexStorage>
+    pub(super) fn parts<B: IndexOf>(
+        p: SparseParts<B, B::Index>,
+    ) -> SparseParts<Storage, IndexStorage>
     where
         Storage: From<B>,
     {
@@ -478,9 +480,9 @@ impl IndexStorage {
                 v, range,
             )?)),
             #[cfg(feature = "cuda")]
-            IndexStorage::Cuda(v) => Ok(IndexStorage::Cuda(
-                crate::cuda::CudaStorage::index_range(v, range)?,
-            )),
+            IndexStorage::Cuda(v) => Ok(IndexStorage::Cuda(crate::cuda::CudaStorage::index_range(
+                v, range,
+            )?)),
         }
     }
     /// See [`SparseOps::check_row_ids`].
