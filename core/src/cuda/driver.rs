@@ -102,6 +102,24 @@ fn arch_for(major: i32, minor: i32) -> &'static str {
     }
 }
 
+/// The environment variable naming a folder of prebuilt PTX (`<stem>.<arch>.ptx`, as
+/// `examples/cuda_kernels_check.rs --out` writes them): when set, kernels are loaded from there
+/// instead of compiled with NVRTC, for a GPU machine without an NVRTC library
+/// (`scripts/gpu_check.sh` ships them).
+pub(crate) const PTX_DIR_VAR: &str = "SPARROW_CUDA_PTX_DIR";
+
+/// The prebuilt PTX of kernel file `file` for `arch` from folder `dir`.
+fn prebuilt_ptx(dir: &std::ffi::OsStr, file: &str, arch: &str) -> Result<String> {
+    let stem = file.trim_end_matches(".cu");
+    let path = std::path::Path::new(dir).join(format!("{stem}.{arch}.ptx"));
+    std::fs::read_to_string(&path).map_err(|e| {
+        cuda_error(
+            "cuda",
+            format!("{PTX_DIR_VAR}: cannot read {}: {e}", path.display()),
+        )
+    })
+}
+
 impl CudaDev {
     /// The device `ordinal`, opened once per process (later calls share it).
     pub(crate) fn get(ordinal: usize) -> Result<Arc<CudaDev>> {
@@ -119,7 +137,9 @@ impl CudaDev {
             ));
         }
         // SAFETY: only loads the library by name to see whether it exists.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        if std::env::var_os(PTX_DIR_VAR).is_none()
+            && !unsafe { cudarc::nvrtc::sys::is_culib_present() }
+        {
             return Err(cuda_error(
                 "cuda",
                 "no NVRTC library found (libnvrtc.so.12: install the CUDA toolkit or the \
@@ -165,7 +185,10 @@ impl CudaDev {
                         .into_iter()
                         .find(|k| k.file == file)
                         .ok_or_else(|| cuda_error("cuda", format!("no kernel file {file}")))?;
-                    let ptx = super::compile::compile_ptx(&src, self.arch)?;
+                    let ptx = match std::env::var_os(PTX_DIR_VAR) {
+                        Some(dir) => prebuilt_ptx(&dir, file, self.arch)?,
+                        None => super::compile::compile_ptx(&src, self.arch)?,
+                    };
                     let m = self
                         .ctx
                         .load_module(cudarc::nvrtc::Ptx::from_src(ptx))

@@ -30,3 +30,12 @@ pub use compile::{compile_ptx, kernel_sources, KernelSource};
 pub(crate) use driver::cuda_device_count;
 pub(crate) use index::CudaIndex;
 pub(crate) use storage::CudaStorage;
+
+/// Wait until every kernel and copy queued on CUDA device `ordinal` has finished (for timing:
+/// operators return as soon as their kernels are queued). An unavailable device is an error.
+pub fn synchronize(ordinal: usize) -> crate::Result<()> {
+    let dev = driver::CudaDev::get(ordinal)?;
+    dev.stream
+        .synchronize()
+        .map_err(|e| driver::cuda_error("synchronize", format!("CUDA: {e}")))
+}
