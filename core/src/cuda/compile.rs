@@ -35,6 +35,10 @@ pub fn kernel_sources() -> Vec<KernelSource> {
             text: include_str!("kernels/linalg.cu"),
         },
         KernelSource {
+            file: "layout.cu",
+            text: include_str!("kernels/layout.cu"),
+        },
+        KernelSource {
             file: "sparse_dot.cu",
             text: include_str!("kernels/sparse_dot.cu"),
         },

@@ -1,5 +1,5 @@
-//! The kernel families with no CUDA kernels yet (layout but `copy_range`, random, the sparse
-//! operators): each method returns the [`Error::Device`](crate::Error::Device)
+//! The kernel family with no CUDA kernels yet, the sparse operators (merges, conversions,
+//! stored reductions, slicing): each method returns the [`Error::Device`](crate::Error::Device)
 //! of [`not_ported`], naming the operation and the device, so a model that reaches one fails
 //! with a message instead of copying to the host behind the user's back. Porting a family
 //! replaces its block here with a file of kernels.
@@ -8,102 +8,18 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::index::CudaIndex;
-use super::launch::{driver_err, not_ported};
-use super::storage::{with_cuda, CudaElement, CudaStorage};
-use crate::dtype::{DType, SType};
-use crate::error::{Error, Result};
+use super::launch::not_ported;
+use super::storage::CudaStorage;
+use crate::dtype::SType;
+use crate::error::Result;
 use crate::ops::BinaryOp;
 use crate::storage::{
-    BackendIndex, LayoutOps, Merge, RandomDist, RandomOps, SparseLayout, SparseOps, SparseParts,
-    SquareSumAxis, StoredReduce, WithDense,
+    BackendIndex, Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce,
+    WithDense,
 };
 
 impl BackendIndex for CudaStorage {
     type Index = CudaIndex;
-}
-
-fn range_t<T: CudaElement>(x: &CudaStorage, start: usize, end: usize) -> Result<CudaStorage> {
-    let s = super::elementwise::typed::<T>("slice", x)?;
-    if start > end || end > s.len() {
-        return Err(Error::index(
-            "slice",
-            format!("range {start}..{end} of {}", s.len()),
-        ));
-    }
-    let mut out = CudaStorage::alloc::<T>(&x.dev, "slice", end - start)?;
-    if end > start {
-        x.dev
-            .stream
-            .memcpy_dtod(&s.slice(start..end), &mut out)
-            .map_err(driver_err("slice"))?;
-    }
-    Ok(x.with(out))
-}
-
-impl LayoutOps for CudaStorage {
-    fn broadcast(&self, _shape: &[usize], _out: &[usize]) -> Result<Self> {
-        Err(not_ported("broadcast_to", self.ordinal()))
-    }
-    fn permute(&self, _shape: &[usize], _perm: &[usize]) -> Result<Self> {
-        Err(not_ported("transpose", self.ordinal()))
-    }
-    fn copy_range(&self, start: usize, end: usize) -> Result<Self> {
-        with_cuda!(&self.buf, _s, T => range_t::<T>(self, start, end))
-    }
-    fn index_select(&self, _dims: (usize, usize, usize), _pos: &Self) -> Result<Self> {
-        Err(not_ported("take", self.ordinal()))
-    }
-    fn index_add(&self, _dims: (usize, usize, usize), _pos: &Self) -> Result<Self> {
-        Err(not_ported("take backward", self.ordinal()))
-    }
-    fn gather_along(&self, _dims: (usize, usize, usize), _pos: &Self, _k: usize) -> Result<Self> {
-        Err(not_ported("gather_along", self.ordinal()))
-    }
-    fn scatter_add_along(
-        &self,
-        _dims: (usize, usize, usize),
-        _pos: &Self,
-        _k: usize,
-    ) -> Result<Self> {
-        Err(not_ported("scatter_add_along", self.ordinal()))
-    }
-    fn concat(parts: &[&Self], _sizes: &[usize], _outer: usize, _inner: usize) -> Result<Self> {
-        Err(not_ported(
-            "concat",
-            parts.first().map_or(0, |p| p.ordinal()),
-        ))
-    }
-    fn index_copy(&self, _row: usize, _pos: &Self, _new: &Self) -> Result<Self> {
-        Err(not_ported("index_copy", self.ordinal()))
-    }
-    fn one_hot(&self, _depth: usize, _on: f64, _off: f64, _dtype: DType) -> Result<Self> {
-        Err(not_ported("one_hot", self.ordinal()))
-    }
-    fn nonzero_mask(&self) -> Result<Self> {
-        Err(not_ported("where", self.ordinal()))
-    }
-    fn select(&self, _x: &Self, _y: &Self) -> Result<Self> {
-        Err(not_ported("where", self.ordinal()))
-    }
-}
-
-impl CudaStorage {
-    /// See [`RandomOps::random`]: the draw made in the memory of device `ordinal`.
-    pub(crate) fn random_on(
-        ordinal: usize,
-        dist: RandomDist,
-        _dtype: DType,
-        _n: usize,
-        _key: u64,
-    ) -> Result<CudaStorage> {
-        Err(not_ported(dist.name(), ordinal))
-    }
-}
-
-impl RandomOps for CudaStorage {
-    fn random(dist: RandomDist, dtype: DType, n: usize, key: u64) -> Result<Self> {
-        CudaStorage::random_on(0, dist, dtype, n, key)
-    }
 }
 
 impl SparseOps for CudaStorage {
