@@ -43,6 +43,10 @@ pub fn kernel_sources() -> Vec<KernelSource> {
             text: include_str!("kernels/sparse_dot.cu"),
         },
         KernelSource {
+            file: "sparse.cu",
+            text: include_str!("kernels/sparse.cu"),
+        },
+        KernelSource {
             file: "update.cu",
             text: include_str!("kernels/update.cu"),
         },

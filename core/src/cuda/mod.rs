@@ -23,9 +23,9 @@ mod layout;
 mod linalg;
 mod random;
 mod reduce;
+mod sparse;
 mod sparse_dot;
 mod storage;
-mod unported;
 mod update;
 
 pub use compile::{compile_ptx, kernel_sources, KernelSource};

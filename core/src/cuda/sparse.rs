@@ -1,5 +1,6 @@
-//! The kernel family with no CUDA kernels yet, the sparse operators (merges, conversions,
-//! stored reductions, slicing): each method returns the [`Error::Device`](crate::Error::Device)
+//! The sparse operators on CUDA: `densify` (`kernels/sparse.cu`) and the format checks (on
+//! the index arrays' host copies); the rest (merges, sparse op dense, stored reductions,
+//! sparsify, slicing, retain) has no CUDA kernel yet: each such method returns the [`Error::Device`](crate::Error::Device)
 //! of [`not_ported`], naming the operation and the device, so a model that reaches one fails
 //! with a message instead of copying to the host behind the user's back. Porting a family
 //! replaces its block here with a file of kernels.
@@ -8,10 +9,12 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::index::CudaIndex;
-use super::launch::not_ported;
-use super::storage::CudaStorage;
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::launch::{driver_err, grid, not_ported};
+use super::storage::{with_cuda, CudaElement, CudaStorage};
 use crate::dtype::SType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ops::BinaryOp;
 use crate::storage::{
     BackendIndex, Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce,
@@ -60,8 +63,8 @@ impl SparseOps for CudaStorage {
     ) -> Result<Self> {
         Err(not_ported("square_sum backward", self.ordinal()))
     }
-    fn densify(&self, _l: SparseLayout<'_, CudaIndex>) -> Result<Self> {
-        Err(not_ported("cast_storage", self.ordinal()))
+    fn densify(&self, l: SparseLayout<'_, CudaIndex>) -> Result<Self> {
+        with_cuda!(&self.buf, s, T => densify_t::<T>(self, s, l))
     }
     fn sparsify(&self, _shape: &[usize], _to: SType) -> Result<SparseParts<Self, CudaIndex>> {
         Err(not_ported("cast_storage", self.ordinal()))
@@ -121,5 +124,84 @@ impl SparseOps for CudaStorage {
     }
     fn check_row_ids(idx: &CudaIndex, rows: usize) -> Result<()> {
         crate::cpu::CpuStorage::check_row_ids(&idx.host, rows)
+    }
+}
+
+/// A csr or row_sparse array made dense on the device.
+fn densify_t<T: CudaElement>(
+    x: &CudaStorage,
+    vals: &CudaSlice<T>,
+    l: SparseLayout<'_, CudaIndex>,
+) -> Result<CudaStorage> {
+    const OP: &str = "cast_storage";
+    let kernel = |base: &'static str| {
+        let size = match std::mem::size_of::<T>() {
+            1 => "b1",
+            4 => "b4",
+            _ => "b8",
+        };
+        x.dev
+            .function("sparse.cu", super::elementwise::kname(base, size))
+    };
+    match l {
+        SparseLayout::Csr {
+            shape: [rows, cols],
+            indptr,
+            indices,
+            offset,
+        } => {
+            let nnz = *indptr.host.last().unwrap_or(&0) as usize;
+            if indptr.host.len() != rows + 1
+                || offset + nnz > indices.host.len()
+                || offset + nnz > vals.len()
+            {
+                return Err(Error::format(
+                    SType::Csr,
+                    "row pointers do not fit the stored values",
+                ));
+            }
+            let mut out = CudaStorage::alloc::<T>(&x.dev, OP, rows * cols)?;
+            if nnz > 0 {
+                let f = kernel("densify_csr")?;
+                let (off, r64, c64) = (offset as u64, rows as u64, cols as u64);
+                let mut b = x.dev.stream.launch_builder(&f);
+                b.arg(indptr.dev.as_ref())
+                    .arg(indices.dev.as_ref())
+                    .arg(vals)
+                    .arg(&off);
+                b.arg(&mut out).arg(&r64).arg(&c64);
+                // SAFETY: a validated csr (`check_csr` when built): column ids below `cols`,
+                // row pointers in order up to the stored values (checked above).
+                unsafe { b.launch(grid(rows)) }.map_err(driver_err(OP))?;
+            }
+            Ok(x.with(out))
+        }
+        SparseLayout::RowSparse { shape, indices } => {
+            let rows = shape.first().copied().unwrap_or(0);
+            let row_len: usize = shape.iter().skip(1).product();
+            let k = indices.host.len();
+            if vals.len() != k * row_len
+                || indices.host.iter().any(|&i| i < 0 || i as usize >= rows)
+            {
+                return Err(Error::format(
+                    SType::RowSparse,
+                    "row ids or values do not fit the shape",
+                ));
+            }
+            let mut out = CudaStorage::alloc::<T>(&x.dev, OP, rows * row_len)?;
+            if k * row_len > 0 {
+                let f = kernel("densify_rsp")?;
+                let (items, rl) = ((k * row_len) as u64, row_len as u64);
+                let mut b = x.dev.stream.launch_builder(&f);
+                b.arg(indices.dev.as_ref())
+                    .arg(vals)
+                    .arg(&mut out)
+                    .arg(&items)
+                    .arg(&rl);
+                // SAFETY: every row id was checked above to lie inside the shape's rows.
+                unsafe { b.launch(grid(k * row_len)) }.map_err(driver_err(OP))?;
+            }
+            Ok(x.with(out))
+        }
     }
 }
