@@ -72,8 +72,8 @@ pub(crate) struct CudaDev {
     pub(crate) arch: &'static str,
     /// Compiled modules by kernel file name.
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    /// Loaded functions by name.
-    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// Loaded functions by kernel file and name.
+    functions: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
     /// cuBLAS, made at the first product.
     blas: OnceLock<std::result::Result<CudaBlas, String>>,
 }
@@ -172,7 +172,7 @@ impl CudaDev {
             .functions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(name)
+            .get(&(file, name))
         {
             return Ok(f.clone());
         }
@@ -209,7 +209,7 @@ impl CudaDev {
         self.functions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(name, f.clone());
+            .insert((file, name), f.clone());
         Ok(f)
     }
 
