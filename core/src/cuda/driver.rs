@@ -151,6 +151,11 @@ impl CudaDev {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| cuda_error("cuda", format!("device {ordinal}: {e}")))?;
+        // SAFETY: every allocation, copy, kernel and cuBLAS call of this backend on this device
+        // runs on its one stream (`stream`, below) in call order, so cudarc's per-buffer events
+        // for synchronizing several streams are never needed (they cost two event records per
+        // launch); called before any buffer of the context exists.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let dev = Arc::new(CudaDev {
             ordinal,
