@@ -36,9 +36,11 @@ pub mod prelude {
     pub use sparrow_nn::loss::{self, Loss};
     pub use sparrow_nn::metric::{self, Metric};
     pub use sparrow_nn::{
-        Activation, BatchNorm, Block, BlockIo, Dense, Dropout, Embedding, Flatten, Identity,
-        Initializer, Lambda, LayerNorm, LeakyReLU, ParamDict, Parameter, Sequential,
-        SparseEmbedding,
+        Activation, AvgPool1D, AvgPool2D, AvgPool3D, BatchNorm, Block, BlockIo, Conv1D,
+        Conv1DTranspose, Conv2D, Conv2DTranspose, Conv3D, Conv3DTranspose, Dense, Dropout,
+        Embedding, Flatten, GlobalAvgPool1D, GlobalAvgPool2D, GlobalAvgPool3D, GlobalMaxPool1D,
+        GlobalMaxPool2D, GlobalMaxPool3D, Identity, Initializer, Lambda, LayerNorm, LeakyReLU,
+        MaxPool1D, MaxPool2D, MaxPool3D, ParamDict, Parameter, Sequential, SparseEmbedding,
     };
     pub use sparrow_optim::{
         create as create_optimizer, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Estimator, FitOptions,

@@ -175,15 +175,18 @@ macro_rules! impl_element {
         impl crate::cpu::HostElement for $t {
             fn slice(buf: &CpuStorage) -> Option<&[Self]> {
                 match buf {
-                    CpuStorage::$variant(v) => Some(v.as_slice()),
+                    CpuStorage::$variant(v) => Some(&v[..]),
                     _ => None,
                 }
             }
             fn into_buffer(v: Vec<Self>) -> CpuStorage {
-                CpuStorage::$variant(std::sync::Arc::new(v))
+                CpuStorage::$variant(std::sync::Arc::new(crate::cpu::HostBuf::owned(v)))
             }
             fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> CpuStorage {
-                CpuStorage::$variant(v)
+                CpuStorage::$variant(std::sync::Arc::new(crate::cpu::HostBuf::shared(v)))
+            }
+            fn host_buffer(v: crate::cpu::HostBuf<Self>) -> CpuStorage {
+                CpuStorage::$variant(std::sync::Arc::new(v))
             }
             fn write_le(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());

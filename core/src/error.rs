@@ -40,6 +40,14 @@ pub enum Error {
     /// Autograd misuse: backward on an array that is not part of a recorded graph, etc.
     #[error("autograd: {0}")]
     Autograd(String),
+    /// A file that could not be opened, mapped, read or written, or whose contents do not
+    /// describe the array asked for (short file, wrong dtype or shape, changed size).
+    #[error("{op}: {path}: {msg}")]
+    File {
+        op: &'static str,
+        path: String,
+        msg: String,
+    },
 }
 
 /// Result alias for sparrow-core.
@@ -72,6 +80,14 @@ impl Error {
         Error::SType {
             op,
             msg: msg.into(),
+        }
+    }
+    /// Shorthand for [`Error::File`]: `path` is the file, `msg` what was wrong with it.
+    pub fn file(op: &'static str, path: &std::path::Path, msg: impl std::fmt::Display) -> Self {
+        Error::File {
+            op,
+            path: path.display().to_string(),
+            msg: msg.to_string(),
         }
     }
     /// Shorthand for [`Error::Arg`].

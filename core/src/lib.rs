@@ -17,6 +17,7 @@ mod dtype;
 mod error;
 pub mod fsio;
 mod ndarray;
+pub mod npy;
 pub mod ops;
 pub mod random;
 pub mod recycle;
@@ -26,7 +27,8 @@ pub mod sys;
 pub mod testing;
 pub mod update;
 
-pub(crate) use cpu::{with_buffer, CpuStorage};
+pub use cpu::mapped::MapMode;
+pub(crate) use cpu::with_buffer;
 pub use device::with_device;
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};

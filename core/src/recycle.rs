@@ -1,87 +1,153 @@
-//! A small pool of large dense buffers handed back for reuse.
+//! A small pool of large host buffers handed back for reuse.
 //!
 //! A training step with a big dense weight gradient (the tutorial's variant (a): 1,000,000 x 128
 //! f32, 512 MB) makes a fresh gradient every backward pass while the previous one is dropped.
 //! Fresh memory arrives as untouched pages that the kernel zeroes on first write; profiled, that
 //! zeroing (`clear_page_erms`) was ~half of a step, for memory about to be overwritten anyway.
-//! The autograd engine hands the replaced gradient's buffer here, and the next product that
-//! needs a buffer of exactly that length takes it back, already faulted in. Two buffers then
-//! alternate between "current gradient" and "being computed", which is the same peak memory as
-//! dropping the old gradient after the new one exists.
+//! The same holds at smaller sizes for any loop that makes and drops an output of about the
+//! same size each step (the row_sparse gradient of `dot(X^T, G)`, 15 MB at the tutorial's
+//! shapes), where whether glibc serves the block from its heap or from a fresh mapping also
+//! depends on the process's allocation history (its mmap threshold moves).
 //!
-//! Only buffers of at least [`RECYCLE_MIN_BYTES`] are kept, at most [`POOL_MAX`] of them (the
-//! oldest is freed first), so the pool never holds more than two large buffers. Buffers come
-//! back with their old contents: callers must overwrite every element.
+//! So every owned host vector of at least [`RECYCLE_MIN_BYTES`] comes here when its array is
+//! dropped ([`HostBuf`](crate::cpu::HostBuf)'s `Drop`), and the next kernel that needs about
+//! that many elements takes it back, already faulted in. The pool keeps at most [`POOL_MAX`]
+//! buffers and [`POOL_MAX_BYTES`] in all (the oldest are freed first), so what it holds beyond
+//! the live arrays stays bounded. Buffers come back with their old contents: callers overwrite
+//! every element.
 
-use crate::storage::Storage;
 use std::any::Any;
 use std::sync::Mutex;
 
 /// Buffers smaller than this go straight back to the allocator (small allocations are cheap).
-pub const RECYCLE_MIN_BYTES: usize = 32 << 20;
+pub const RECYCLE_MIN_BYTES: usize = 4 << 20;
 /// How many buffers the pool keeps.
-pub const POOL_MAX: usize = 2;
+pub const POOL_MAX: usize = 4;
+/// How many bytes the pool keeps in all; a larger buffer is freed at once.
+pub const POOL_MAX_BYTES: usize = 2 << 30;
 
-static POOL: Mutex<Vec<Box<dyn Any + Send>>> = Mutex::new(Vec::new());
+/// One kept buffer: its bytes (capacity), for the budget, and the typed vector.
+struct Kept {
+    bytes: usize,
+    buf: Box<dyn Any + Send>,
+}
 
-fn pool() -> std::sync::MutexGuard<'static, Vec<Box<dyn Any + Send>>> {
+/// The pool's bookkeeping, separate from the global so that tests can run their own.
+#[derive(Default)]
+struct Pool {
+    kept: Vec<Kept>,
+}
+
+impl Pool {
+    /// Keep `v` if it is large enough and fits the budget; returns what had to be evicted
+    /// (freed by the caller outside the lock).
+    fn put<T: Send + 'static>(&mut self, v: Vec<T>) -> Vec<Kept> {
+        let bytes = v.capacity() * std::mem::size_of::<T>();
+        let mut evicted = Vec::new();
+        if !(RECYCLE_MIN_BYTES..=POOL_MAX_BYTES).contains(&bytes) {
+            evicted.push(Kept {
+                bytes,
+                buf: Box::new(v),
+            });
+            return evicted;
+        }
+        while !self.kept.is_empty()
+            && (self.kept.len() >= POOL_MAX || self.bytes() + bytes > POOL_MAX_BYTES)
+        {
+            evicted.push(self.kept.remove(0));
+        }
+        self.kept.push(Kept {
+            bytes,
+            buf: Box::new(v),
+        });
+        evicted
+    }
+
+    /// A kept vector of `T` with room for `n` elements and at most a quarter more (so a small
+    /// request never pins a much larger buffer), preferring the closest fit. Its length is
+    /// what it was when kept; its elements are old values.
+    fn take<T: Send + 'static>(&mut self, n: usize) -> Option<Vec<T>> {
+        if n.saturating_mul(std::mem::size_of::<T>()) < RECYCLE_MIN_BYTES {
+            return None;
+        }
+        let limit = n.saturating_add(n / 4);
+        let (i, _) = self
+            .kept
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| {
+                let v = k.buf.downcast_ref::<Vec<T>>()?;
+                (n..=limit)
+                    .contains(&v.capacity())
+                    .then_some((i, v.capacity()))
+            })
+            .min_by_key(|&(_, cap)| cap)?;
+        self.kept
+            .remove(i)
+            .buf
+            .downcast::<Vec<T>>()
+            .ok()
+            .map(|b| *b)
+    }
+
+    fn bytes(&self) -> usize {
+        self.kept.iter().map(|k| k.bytes).sum()
+    }
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool { kept: Vec::new() });
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Keep `v` for reuse if it is large; otherwise drop it.
+/// Keep `v` for reuse if it is large; otherwise free it.
 pub(crate) fn recycle<T: Send + 'static>(v: Vec<T>) {
-    if std::mem::size_of_val(&v[..]) < RECYCLE_MIN_BYTES {
+    if v.capacity() * std::mem::size_of::<T>() < RECYCLE_MIN_BYTES {
         return;
     }
-    let evicted = {
-        let mut p = pool();
-        let evicted = (p.len() >= POOL_MAX).then(|| p.remove(0));
-        p.push(Box::new(v));
-        evicted
-    };
+    let evicted = pool().put(v);
     drop(evicted); // freed outside the lock
 }
 
-/// A kept buffer of exactly `n` elements of `T` (old contents), if the pool has one.
-pub(crate) fn take<T: Send + 'static>(n: usize) -> Option<Vec<T>> {
-    if n.saturating_mul(std::mem::size_of::<T>()) < RECYCLE_MIN_BYTES {
-        return None;
+/// An empty vector with capacity for at least `n` elements: a kept buffer (faulted in) when the
+/// pool has one that fits, else a new allocation. For kernels that write every element through
+/// `spare_capacity_mut`.
+pub(crate) fn with_capacity<T: Send + 'static>(n: usize) -> Vec<T> {
+    match pool().take::<T>(n) {
+        Some(mut v) => {
+            v.clear();
+            v
+        }
+        None => Vec::with_capacity(n),
     }
-    let mut p = pool();
-    let i = p
-        .iter()
-        .position(|b| b.downcast_ref::<Vec<T>>().is_some_and(|v| v.len() == n))?;
-    p.remove(i).downcast::<Vec<T>>().ok().map(|b| *b)
 }
 
-/// Free every kept buffer (for a program that is done with its large gradients and wants the
+/// Free every kept buffer (for a program that is done with its large arrays and wants the
 /// memory back; training loops never need to call it).
 pub fn release_recycled_buffers() {
-    let kept = std::mem::take(&mut *pool());
+    let kept = std::mem::take(&mut pool().kept);
     drop(kept);
 }
 
 /// Bytes the pool currently holds.
 pub fn recycled_bytes() -> usize {
-    pool()
-        .iter()
-        .map(|b| {
-            if let Some(v) = b.downcast_ref::<Vec<f32>>() {
-                std::mem::size_of_val(&v[..])
-            } else if let Some(v) = b.downcast_ref::<Vec<f64>>() {
-                std::mem::size_of_val(&v[..])
-            } else {
-                0
-            }
-        })
-        .sum()
+    pool().bytes()
+}
+
+/// A kept buffer resized to exactly `n` elements (old values; a tail beyond its old length is
+/// `fill`), if the pool has one that fits.
+fn take_len<T: Send + Copy + 'static>(n: usize, fill: T) -> Option<Vec<T>> {
+    let mut v = pool().take::<T>(n)?;
+    v.resize(n, fill);
+    Some(v)
 }
 
 /// `n` elements of `T` for an output that the caller overwrites completely: a recycled buffer
-/// when the pool has one of that length, else a zeroed one (`calloc`: large sizes arrive as
+/// when the pool has one that fits, else a zeroed one (`calloc`: large sizes arrive as
 /// untouched pages, advised for huge pages before the first write).
 pub fn overwritable_vec<T: Send + Copy + num_traits::Zero + 'static>(n: usize) -> Vec<T> {
-    take(n).unwrap_or_else(|| fresh_zeroed(n, T::zero()))
+    take_len(n, T::zero()).unwrap_or_else(|| fresh_zeroed(n, T::zero()))
 }
 
 /// A new vector of `n` copies of `zero` (a zeroed allocation: `calloc` for large sizes, whose
@@ -92,13 +158,13 @@ fn fresh_zeroed<T: Copy>(n: usize, zero: T) -> Vec<T> {
     v
 }
 
-/// `n` zeros of `T`: a recycled buffer cleared in parallel when the pool has one of that length
+/// `n` zeros of `T`: a recycled buffer cleared in parallel when the pool has one that fits
 /// (already faulted in: clearing it is one write pass, where fresh pages cost a kernel fault and
 /// clear each, ~2 s for 512 MB), else a zeroed allocation (`calloc`, advised
 /// for huge pages). Dense gradients densified from row_sparse ones are such buffers.
 pub fn zeroed_vec<T: Send + Sync + Copy + Default + 'static>(n: usize) -> Vec<T> {
     use rayon::prelude::*;
-    match take::<T>(n) {
+    match take_len::<T>(n, T::default()) {
         Some(mut v) => {
             v.par_chunks_mut(1 << 20).for_each(|c| c.fill(T::default()));
             v
@@ -107,85 +173,49 @@ pub fn zeroed_vec<T: Send + Sync + Copy + Default + 'static>(n: usize) -> Vec<T>
     }
 }
 
-impl crate::NDArray {
-    /// Hand this array's dense f32/f64 buffer to the pool when this handle is the only owner of
-    /// the array and of its buffer (a gradient being replaced); otherwise just drop the handle.
-    pub(crate) fn recycle_buffer(self) {
-        use crate::{ArrayData, CpuStorage};
-        let Ok(inner) = std::sync::Arc::try_unwrap(self.inner) else {
-            return;
-        };
-        let data = inner.data.into_inner().unwrap_or_else(|e| e.into_inner());
-        if let ArrayData::Dense(d) = data {
-            match d.buf {
-                Storage::Cpu(CpuStorage::F32(a)) => {
-                    if let Ok(v) = std::sync::Arc::try_unwrap(a) {
-                        recycle(v);
-                    }
-                }
-                Storage::Cpu(CpuStorage::F64(a)) => {
-                    if let Ok(v) = std::sync::Arc::try_unwrap(a) {
-                        recycle(v);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The pool is process-global; the tests that touch it run in one test function so they
-    /// do not race each other.
+    /// A private pool: the global one also receives every large buffer the crate's other
+    /// tests drop, concurrently.
     #[test]
-    fn keeps_large_buffers_of_exact_length_and_bounds_its_size() {
-        release_recycled_buffers();
-        let n = RECYCLE_MIN_BYTES / 4;
-        // Small buffers are not kept.
-        recycle(vec![1.0f32; 16]);
-        assert_eq!(recycled_bytes(), 0);
-        assert!(take::<f32>(16).is_none());
-        // A large one comes back once, with its contents, only for the same type and length.
+    fn keeps_large_buffers_that_fit_and_bounds_its_size() {
+        let mut p = Pool::default();
+        let n = RECYCLE_MIN_BYTES / 2; // f32 elements: twice the smallest kept size
+                                       // Small buffers are not kept.
+        assert_eq!(p.put(vec![1.0f32; 16]).len(), 1);
+        assert_eq!(p.bytes(), 0);
+        assert!(p.take::<f32>(16).is_none());
+        // A large one comes back once, with its contents, only for the same type and a length
+        // it can hold without being more than a quarter too large.
         let v = vec![7.0f32; n];
         let ptr = v.as_ptr();
-        recycle(v);
-        assert_eq!(recycled_bytes(), n * 4);
-        assert!(take::<f64>(n).is_none());
-        assert!(take::<f32>(n + 1).is_none());
-        let back = take::<f32>(n).expect("kept");
+        assert!(p.put(v).is_empty());
+        assert_eq!(p.bytes(), n * 4);
+        assert!(p.take::<f64>(n).is_none());
+        assert!(p.take::<f32>(n + 1).is_none());
+        assert!(p.take::<f32>(n / 2).is_none());
+        let back = p.take::<f32>(n - n / 8).expect("kept");
         assert_eq!(back.as_ptr(), ptr);
         assert!(back.iter().all(|&x| x == 7.0));
-        assert!(take::<f32>(n).is_none());
+        assert!(p.take::<f32>(n).is_none());
         // At most POOL_MAX buffers; the oldest goes first.
         for k in 0..POOL_MAX + 1 {
-            recycle(vec![k as f32; n]);
+            p.put(vec![k as f32; n]);
         }
-        assert_eq!(recycled_bytes(), POOL_MAX * n * 4);
-        let first = take::<f32>(n).unwrap();
-        assert_eq!(first[0], 1.0);
-        // overwritable_vec: recycled when available, zeroed otherwise.
-        release_recycled_buffers();
-        assert!(overwritable_vec::<f32>(n).iter().all(|&x| x == 0.0));
-        recycle(vec![3.0f32; n]);
-        assert_eq!(overwritable_vec::<f32>(n)[0], 3.0);
-        // zeroed_vec: a recycled buffer comes back cleared.
-        recycle(vec![5.0f32; n]);
-        let z = zeroed_vec::<f32>(n);
-        assert!(z.iter().all(|&x| x == 0.0));
-        assert_eq!(recycled_bytes(), 0);
-        assert!(zeroed_vec::<f64>(n / 2).iter().all(|&x| x == 0.0));
-        // recycle_buffer: only a sole owner gives its buffer back.
-        release_recycled_buffers();
-        let a = crate::NDArray::from_vec(vec![1.0f32; n], &[n]).unwrap();
-        let b = a.clone();
-        a.recycle_buffer();
-        assert_eq!(recycled_bytes(), 0);
-        b.recycle_buffer();
-        assert_eq!(recycled_bytes(), n * 4);
-        release_recycled_buffers();
-        assert_eq!(recycled_bytes(), 0);
+        assert_eq!(p.bytes(), POOL_MAX * n * 4);
+        assert_eq!(p.take::<f32>(n).unwrap()[0], 1.0);
+        // The closest fit wins.
+        let mut p = Pool::default();
+        let m = 4 * n; // u8 elements
+        p.put(vec![0u8; m + m / 5]);
+        p.put(vec![1u8; m]);
+        assert_eq!(p.take::<u8>(m).unwrap()[0], 1);
+        // The byte budget: a buffer over it is not kept.
+        let mut p = Pool::default();
+        let huge: Vec<u8> = Vec::with_capacity(POOL_MAX_BYTES + 1);
+        assert_eq!(p.put(huge).len(), 1);
+        assert_eq!(p.bytes(), 0);
     }
 }

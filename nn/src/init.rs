@@ -9,6 +9,7 @@
 //! after the same `seed(s)` gives the same weights.
 
 use std::cell::Cell;
+use std::io::Write;
 
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{Rng, RngExt, SeedableRng};
@@ -18,6 +19,9 @@ use sparrow_core::{DType, Error, NDArray, Result};
 
 /// Elements per independently seeded chunk.
 pub const CHUNK: usize = 1 << 16;
+/// Elements generated at a time by [`Initializer::generate_file`] (a multiple of [`CHUNK`]:
+/// 64 MiB of f32).
+pub const FILE_BLOCK: usize = CHUNK << 8;
 
 thread_local! {
     static SEED: Cell<(u64, u64)> = const { Cell::new((0x5EED_5A11, 0)) };
@@ -210,14 +214,126 @@ impl Initializer {
         Ok(out)
     }
 
+    /// A new `.npy` file at `path` holding this initializer's values for `desc` and `seed` (bit
+    /// for bit those of [`Initializer::generate`]), opened read-write as a file-backed array.
+    /// The values are generated and written a block of [`FILE_BLOCK`] elements at a time, so a
+    /// weight larger than memory is created with one block in memory; the file is written
+    /// atomically (a temporary renamed over `path`).
+    pub fn generate_file(
+        &self,
+        desc: &InitDesc,
+        dtype: DType,
+        seed: u64,
+        path: &std::path::Path,
+    ) -> Result<NDArray> {
+        fn write_blocks<T: FillFloat>(
+            init: &Initializer,
+            desc: &InitDesc,
+            seed: u64,
+            n: usize,
+            w: &mut dyn std::io::Write,
+            to_le: fn(T, &mut Vec<u8>),
+        ) -> std::io::Result<Result<()>> {
+            let mut block = vec![T::from_f64(0.0); FILE_BLOCK.min(n)];
+            let mut bytes = Vec::with_capacity(block.len() * std::mem::size_of::<T>());
+            let mut start = 0;
+            while start < n {
+                let part = &mut block[..FILE_BLOCK.min(n - start)];
+                if let Err(e) = init.fill_part(desc, part, seed, start) {
+                    return Ok(Err(e));
+                }
+                bytes.clear();
+                for &x in part.iter() {
+                    to_le(x, &mut bytes);
+                }
+                w.write_all(&bytes)?;
+                start += part.len();
+            }
+            Ok(Ok(()))
+        }
+        let n = desc
+            .shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| {
+                Error::shape(
+                    "Initializer::generate_file",
+                    format!(
+                        "parameter '{}': shape {:?} overflows",
+                        desc.name, desc.shape
+                    ),
+                )
+            })?;
+        if !matches!(dtype, DType::F32 | DType::F64) {
+            return Err(Error::dtype(
+                "Initializer::generate_file",
+                format!("parameter '{}': initializers make f32 or f64", desc.name),
+            ));
+        }
+        if matches!(self, Initializer::Orthogonal { .. }) {
+            return Err(Error::arg(
+                "Initializer::generate_file",
+                format!(
+                    "parameter '{}': Orthogonal needs the whole matrix in memory",
+                    desc.name
+                ),
+            ));
+        }
+        let header = sparrow_core::npy::header_bytes(&desc.shape, dtype);
+        let mut inner = Ok(());
+        sparrow_core::fsio::write_atomic(path, |w| {
+            w.write_all(&header)?;
+            inner = match dtype {
+                DType::F64 => write_blocks::<f64>(self, desc, seed, n, w, |x, b| {
+                    b.extend_from_slice(&x.to_le_bytes())
+                })?,
+                _ => write_blocks::<f32>(self, desc, seed, n, w, |x, b| {
+                    b.extend_from_slice(&x.to_le_bytes())
+                })?,
+            };
+            match &inner {
+                Ok(()) => Ok(()),
+                // Abandon the temporary: `path` is left as it was.
+                Err(e) => Err(std::io::Error::other(e.to_string())),
+            }
+        })
+        .map_err(|e| match &inner {
+            Err(inner) => inner.clone(),
+            Ok(()) => Error::file("Initializer::generate_file", path, e),
+        })?;
+        NDArray::open_npy(path, sparrow_core::MapMode::ReadWrite)
+    }
+
     /// Fill `out` (laid out as `desc.shape`) in place.
     pub fn fill<T: FillFloat>(&self, desc: &InitDesc, out: &mut [T], seed: u64) -> Result<()> {
+        self.fill_part(desc, out, seed, 0)
+    }
+
+    /// Fill `out` with elements `start..start + out.len()` of what [`Initializer::fill`]
+    /// writes for the whole parameter `desc` with `seed`, bit for bit, so a weight too large
+    /// for memory can be generated a block at a time. `start` must be a multiple of [`CHUNK`]
+    /// (the seeding unit). Orthogonal needs the whole matrix at once and is an error here
+    /// unless `out` is the whole parameter.
+    pub fn fill_part<T: FillFloat>(
+        &self,
+        desc: &InitDesc,
+        out: &mut [T],
+        seed: u64,
+        start: usize,
+    ) -> Result<()> {
+        if !start.is_multiple_of(CHUNK) {
+            return Err(Error::arg(
+                "Initializer::fill_part",
+                format!("start {start} is not a multiple of the seeding chunk {CHUNK}"),
+            ));
+        }
+        let first = start / CHUNK;
         match *self {
             Initializer::Zero => fill_const(out, T::from_f64(0.0)),
             Initializer::One => fill_const(out, T::from_f64(1.0)),
             Initializer::Constant(v) => fill_const(out, T::from_f64(v)),
-            Initializer::Uniform { scale } => fill_uniform(out, -scale, scale, seed),
-            Initializer::Normal { sigma } => fill_normal(out, sigma, seed),
+            Initializer::Uniform { scale } => uniform_at(out, -scale, scale, seed, first),
+            Initializer::Normal { sigma } => normal_at(out, sigma, seed, first),
             Initializer::Xavier {
                 rnd_type,
                 factor_type,
@@ -225,15 +341,25 @@ impl Initializer {
             } => {
                 let s = xavier_scale(desc, factor_type, magnitude)?;
                 match rnd_type {
-                    RndType::Uniform => fill_uniform(out, -s, s, seed),
-                    RndType::Gaussian => fill_normal(out, s, seed),
+                    RndType::Uniform => uniform_at(out, -s, s, seed, first),
+                    RndType::Gaussian => normal_at(out, s, seed, first),
                 }
             }
             Initializer::MsraPrelu { factor_type, slope } => {
                 let s = xavier_scale(desc, factor_type, 2.0 / (1.0 + slope * slope))?;
-                fill_normal(out, s, seed)
+                normal_at(out, s, seed, first)
             }
             Initializer::Orthogonal { scale, rnd_type } => {
+                let whole: usize = desc.shape.iter().product();
+                if start != 0 || out.len() != whole {
+                    return Err(Error::arg(
+                        "Initializer::fill_part",
+                        format!(
+                            "parameter '{}': Orthogonal needs the whole matrix at once",
+                            desc.name
+                        ),
+                    ));
+                }
                 orthogonal(desc, out, scale, rnd_type, seed)?
             }
         }
@@ -323,22 +449,29 @@ fn fill_const<T: FillFloat>(out: &mut [T], v: T) {
     out.par_chunks_mut(CHUNK).for_each(|c| c.fill(v));
 }
 
-/// Run `f(rng, chunk)` over [`CHUNK`]-sized chunks in parallel, chunk `i` seeded by `(seed, i)`.
+/// Run `f(rng, chunk)` over [`CHUNK`]-sized chunks in parallel, chunk `i` (counted from
+/// `first`: `out` starts at chunk `first` of the whole array) seeded by `(seed, i)`.
 fn par_seeded<T: Send>(
     out: &mut [T],
     seed: u64,
+    first: usize,
     f: impl Fn(&mut Xoshiro256PlusPlus, &mut [T]) + Sync,
 ) {
     out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| {
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(seed, i as u64));
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(seed, (first + i) as u64));
         f(&mut rng, c)
     });
 }
 
 /// Uniform in `[lo, hi)`.
 pub fn fill_uniform<T: FillFloat>(out: &mut [T], lo: f64, hi: f64, seed: u64) {
+    uniform_at(out, lo, hi, seed, 0)
+}
+
+/// [`fill_uniform`] of the part of an array starting at chunk `first`.
+fn uniform_at<T: FillFloat>(out: &mut [T], lo: f64, hi: f64, seed: u64, first: usize) {
     let (lo, hi) = (T::from_f64(lo), T::from_f64(hi));
-    par_seeded(out, seed, |rng, c| {
+    par_seeded(out, seed, first, |rng, c| {
         for x in c.iter_mut() {
             *x = T::lerp(lo, hi, T::unit(rng.next_u64()));
         }
@@ -347,8 +480,13 @@ pub fn fill_uniform<T: FillFloat>(out: &mut [T], lo: f64, hi: f64, seed: u64) {
 
 /// Normal with mean 0 and deviation `sigma`.
 pub fn fill_normal<T: FillFloat>(out: &mut [T], sigma: f64, seed: u64) {
+    normal_at(out, sigma, seed, 0)
+}
+
+/// [`fill_normal`] of the part of an array starting at chunk `first`.
+fn normal_at<T: FillFloat>(out: &mut [T], sigma: f64, seed: u64, first: usize) {
     let s = T::from_f64(sigma);
-    par_seeded(out, seed, |rng, c| {
+    par_seeded(out, seed, first, |rng, c| {
         for x in c.iter_mut() {
             *x = T::scale(T::normal(rng), s);
         }

@@ -22,6 +22,7 @@ pub mod loss;
 pub mod metric;
 mod param_dict;
 mod parameter;
+pub mod rnn;
 
 pub use block::{Block, Sequential, SummaryRow};
 pub use init::{FactorType, Initializer, RndType};
@@ -29,3 +30,4 @@ pub use io::{load_params, save_params, BlockIo, LoadOptions, SaveOptions};
 pub use layers::*;
 pub use param_dict::{glob_match, ParamDict};
 pub use parameter::{Parameter, UpdateView};
+pub use rnn::{GRUCell, LSTMCell, Layout, RNNCell, RecurrentCell, GRU, LSTM, RNN};

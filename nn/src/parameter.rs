@@ -279,6 +279,46 @@ impl Parameter {
         Self::create(&self.inner.name, &mut s, &chosen, seed)
     }
 
+    /// Create the weight in the `.npy` file at `path` instead of memory (out-of-core tables):
+    /// the values are those [`Parameter::initialize`] would make with the same seed, written a
+    /// block at a time ([`Initializer::generate_file`]), and the weight is a read-write
+    /// file-backed array, so a table larger than RAM trains with only the pages a batch
+    /// touches resident. Optimizer states created for it live in files beside it
+    /// (`<path>.<state>.npy`). The weight is on the CPU; its shape must be known and it must
+    /// not be initialized yet.
+    pub fn initialize_in_file(
+        &self,
+        default: &Initializer,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<()> {
+        const OP: &str = "Parameter::initialize_in_file";
+        let seed = init::next_seed();
+        let mut s = self.state_mut();
+        if s.data.is_some() {
+            return Err(Error::arg(
+                OP,
+                format!("parameter '{}' is already initialized", self.inner.name),
+            ));
+        }
+        if s.shape.contains(&0) {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "parameter '{}' has unknown dims {:?}: a file-backed weight needs its shape",
+                    self.inner.name, s.shape
+                ),
+            ));
+        }
+        let chosen = s.init.clone().unwrap_or_else(|| default.clone());
+        let desc = InitDesc::new(&self.inner.name, &s.shape, s.fan_in_first);
+        let arr = chosen.generate_file(&desc, s.dtype, seed, path.as_ref())?;
+        arr.attach_grad_with(s.grad_req, s.grad_stype);
+        s.device = Device::Cpu;
+        s.deferred = None;
+        s.data = Some(arr);
+        Ok(())
+    }
+
     /// Overwrite the weight with a fresh initialization (shape must be known).
     pub fn reinitialize(&self, default: &Initializer) -> Result<()> {
         let seed = init::next_seed();

@@ -223,9 +223,8 @@ fn deliver_leaf(a: &NDArray, g: NDArray) -> Result<()> {
         .unwrap_or_else(|e| e.into_inner())
         .grad
         .replace(new);
-    // A replaced gradient nobody else holds: its (large) buffer serves the next step's.
-    if let (GradReq::Write, Some(old)) = (req, replaced) {
-        old.recycle_buffer();
-    }
+    // A replaced gradient nobody else holds is dropped here, and its (large) buffer goes to the
+    // recycle pool to serve the next step's.
+    drop(replaced);
     Ok(())
 }

@@ -7,13 +7,15 @@
 use super::CpuStorage;
 
 /// Conversions between an element type and the CPU backend's storage.
-pub trait HostElement: Sized {
+pub trait HostElement: Sized + Copy + Send + Sync + 'static {
     /// Borrow the typed slice of a storage, if it holds this type.
     fn slice(buf: &CpuStorage) -> Option<&[Self]>;
     /// Wrap a vector into a storage.
     fn into_buffer(v: Vec<Self>) -> CpuStorage;
     /// Wrap a shared vector into a storage (no copy).
     fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> CpuStorage;
+    /// Wrap host memory of any owner (a mapped file's range) into a storage.
+    fn host_buffer(v: super::HostBuf<Self>) -> CpuStorage;
     /// Append the little-endian bytes of `self`.
     fn write_le(self, out: &mut Vec<u8>);
     /// The value of `size_of::<Self>()` little-endian bytes.

@@ -25,7 +25,8 @@ const SPLIT_ALIGN: usize = 8;
 
 /// The per-dtype entry points of the GEMM crates `gemm_into` uses (f32 and f64).
 pub(crate) trait GemmScalar: Float {
-    /// `c = a * b` through matrixmultiply, single-threaded; strides in elements (row, col).
+    /// `c = a * b + beta * c` through matrixmultiply, single-threaded; strides in elements
+    /// (row, col). With `beta = 0` `c` is only written.
     ///
     /// # Safety
     /// `a`, `b` must be valid for reads and `c` for writes of every element the dims and strides
@@ -43,6 +44,7 @@ pub(crate) trait GemmScalar: Float {
         b_cs: isize,
         c: *mut Self,
         c_rs: isize,
+        beta: Self,
     );
 }
 
@@ -62,9 +64,10 @@ macro_rules! gemm_scalar {
                 b_cs: isize,
                 c: *mut $t,
                 c_rs: isize,
+                beta: $t,
             ) {
                 // SAFETY: forwarded from the caller's contract; beta = 0 means c is only written.
-                unsafe { $mm(m, k, n, 1.0, a, a_rs, a_cs, b, b_rs, b_cs, 0.0, c, c_rs, 1) }
+                unsafe { $mm(m, k, n, 1.0, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, 1) }
             }
         }
     };
@@ -179,6 +182,7 @@ pub(crate) fn gemm_into<T: GemmScalar>(
                 b_cs,
                 dst.as_mut_ptr(),
                 n as isize,
+                <T as num_traits::Zero>::zero(),
             )
         };
         return;
@@ -204,19 +208,106 @@ pub(crate) fn gemm_into<T: GemmScalar>(
                         let a_blk = ap.offset(start as isize * a_rs);
                         let c_blk = c.get().add(start * n);
                         T::mm_gemm(
-                            size, k, n, a_blk, a_rs, a_cs, bp, b_rs, b_cs, c_blk, n as isize,
+                            size,
+                            k,
+                            n,
+                            a_blk,
+                            a_rs,
+                            a_cs,
+                            bp,
+                            b_rs,
+                            b_cs,
+                            c_blk,
+                            n as isize,
+                            <T as num_traits::Zero>::zero(),
                         );
                     } else {
                         let b_blk = bp.offset(start as isize * b_cs);
                         let c_blk = c.get().add(start);
                         T::mm_gemm(
-                            m, k, size, ap, a_rs, a_cs, b_blk, b_rs, b_cs, c_blk, n as isize,
+                            m,
+                            k,
+                            size,
+                            ap,
+                            a_rs,
+                            a_cs,
+                            b_blk,
+                            b_rs,
+                            b_cs,
+                            c_blk,
+                            n as isize,
+                            <T as num_traits::Zero>::zero(),
                         );
                     }
                 }
             });
         }
     });
+}
+
+/// `dst (+)= a(m x k, strides) * b(k x n, strides)` into a row-major `m x n` buffer on the
+/// calling thread, through matrixmultiply whatever the size: for callers that parallelise
+/// over something else (a convolution over its batch). `accumulate` adds the product to
+/// `dst`; otherwise `dst` is overwritten (never read).
+///
+/// Panics when the slices do not cover the dims and strides, as [`gemm_into`] does (the check
+/// the raw-pointer GEMM relies on).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_serial<T: GemmScalar>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    a_rs: isize,
+    a_cs: isize,
+    b: &[T],
+    b_rs: isize,
+    b_cs: isize,
+    dst: &mut [T],
+    accumulate: bool,
+) {
+    assert!(
+        m.checked_mul(n) == Some(dst.len())
+            && covers(a.len(), m, k, a_rs, a_cs)
+            && covers(b.len(), k, n, b_rs, b_cs),
+        "gemm_serial: operands do not cover {m}x{k} by {k}x{n} (lengths {}, {}, {})",
+        a.len(),
+        b.len(),
+        dst.len()
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.iter_mut()
+                .for_each(|x| *x = <T as num_traits::Zero>::zero());
+        }
+        return;
+    }
+    let beta = if accumulate {
+        <T as num_traits::One>::one()
+    } else {
+        <T as num_traits::Zero>::zero()
+    };
+    // SAFETY: the slices cover every (row, col) the dims and strides address (asserted
+    // above); dst is m*n row-major and does not alias a or b (a `&mut` and two `&` slices).
+    unsafe {
+        T::mm_gemm(
+            m,
+            k,
+            n,
+            a.as_ptr(),
+            a_rs,
+            a_cs,
+            b.as_ptr(),
+            b_rs,
+            b_cs,
+            dst.as_mut_ptr(),
+            n as isize,
+            beta,
+        )
+    };
 }
 
 /// (row stride, column stride) in elements of a row-major matrix with `cols` columns, read

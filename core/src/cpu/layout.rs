@@ -286,10 +286,13 @@ impl LayoutOps for CpuStorage {
     }
 
     fn nonzero_mask(&self) -> Result<Self> {
-        Ok(u8::into_buffer(with_buffer!(self, s => {
-            let z = Element::from_f64(0.0);
-            map_slice(s.as_slice(), |x| (x != z) as u8)
-        })))
+        fn nonzero<T: Element>(s: &[T]) -> Vec<u8> {
+            let z = T::from_f64(0.0);
+            map_slice(s, |x| (x != z) as u8)
+        }
+        Ok(u8::into_buffer(
+            with_buffer!(self, s => nonzero(s.as_slice())),
+        ))
     }
 
     fn select(&self, x: &Self, y: &Self) -> Result<Self> {
@@ -312,5 +315,23 @@ impl LayoutOps for CpuStorage {
             }
         });
         Ok(out)
+    }
+
+    fn write_at(&mut self, offset: usize, src: &Self) -> Result<()> {
+        let len = self.len();
+        with_buffer!(&mut *self, v => {
+            let src = same_typed("write_rows", v.as_slice(), src)?;
+            let end = offset
+                .checked_add(src.len())
+                .filter(|&e| e <= len)
+                .ok_or_else(|| {
+                    Error::index(
+                        "write_rows",
+                        format!("{} elements at {offset} overrun the array's {len}", src.len()),
+                    )
+                })?;
+            super::host_buf::unique_mut("write_rows", v)?[offset..end].copy_from_slice(src);
+        });
+        Ok(())
     }
 }

@@ -2,23 +2,29 @@
 //!
 //! Operators in `crate::ops` and `crate::sparse` validate, dispatch and record; the loops live
 //! here. Files by concept: elementwise maps and zips (`elementwise`), the `exp` kernel
-//! (`expf`), dense products (`gemm`, with the memory-bound `skinny` and `tiny` shapes), and the
+//! (`expf`), dense products (`gemm`, with the memory-bound `skinny` and `tiny` shapes), convolution (`conv`: im2col +
+//! GEMM) and pooling (`pool`), and the
 //! sparse inner loops (`gather`, `segment`, `rows`, `radix`), and the span loop of the
 //! optimizer update operators (`update`).
 
 pub(crate) mod broadcast;
 pub(crate) mod cast;
+pub(crate) mod conv;
 mod element;
 pub(crate) mod elementwise;
 pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
+mod host_buf;
 pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod map;
+pub(crate) mod mapped;
+pub(crate) mod pool;
 pub(crate) mod radix;
 pub(crate) mod random;
 pub(crate) mod reduce;
+mod rnn;
 pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
@@ -31,5 +37,6 @@ pub(crate) mod update;
 mod update_rules;
 
 pub use element::HostElement;
+pub use host_buf::HostBuf;
 pub(crate) use storage::with_buffer;
 pub use storage::CpuStorage;

@@ -278,8 +278,8 @@ impl SparseDotOps for CpuStorage {
 
     fn to_ids(&self, op: &'static str, bound: usize) -> Result<Arc<Vec<i64>>> {
         let ids: Arc<Vec<i64>> = match self {
-            // Already i64: shared, not copied (the buffer is copy-on-write).
-            CpuStorage::I64(v) => v.clone(),
+            // Ids are one per looked-up row: copying them is cheap beside the rows they fetch.
+            CpuStorage::I64(v) => Arc::new(v.to_vec()),
             CpuStorage::I32(v) => Arc::new(v.iter().map(|&x| x as i64).collect()),
             CpuStorage::U8(v) => Arc::new(v.iter().map(|&x| x as i64).collect()),
             other => with_buffer!(other, v => {

@@ -1,9 +1,10 @@
-//! Host memory of the CPU backend: typed, reference-counted vectors.
+//! Host memory of the CPU backend: typed, reference-counted host buffers.
 //!
-//! Buffers are `Arc<Vec<T>>` so that `detach`, `reshape` and CSR row slices share memory; an
+//! Buffers are `Arc<HostBuf<T>>` so that `detach`, `reshape` and CSR row slices share memory; an
 //! in-place write goes through `Arc::make_mut`, which copies only when the buffer is shared.
+//! A [`HostBuf`] is a vector or the pages of a mapped file; kernels see a slice either way.
 
-use crate::cpu::HostElement;
+use crate::cpu::{HostBuf, HostElement};
 use std::sync::Arc;
 
 use crate::dtype::{DType, Element};
@@ -12,15 +13,15 @@ use crate::dtype::{DType, Element};
 #[derive(Debug, Clone)]
 pub enum CpuStorage {
     /// f32 elements.
-    F32(Arc<Vec<f32>>),
+    F32(Arc<HostBuf<f32>>),
     /// f64 elements.
-    F64(Arc<Vec<f64>>),
+    F64(Arc<HostBuf<f64>>),
     /// i64 elements.
-    I64(Arc<Vec<i64>>),
+    I64(Arc<HostBuf<i64>>),
     /// i32 elements.
-    I32(Arc<Vec<i32>>),
+    I32(Arc<HostBuf<i32>>),
     /// u8 elements.
-    U8(Arc<Vec<u8>>),
+    U8(Arc<HostBuf<u8>>),
 }
 
 /// Run `$body` with `$v` bound to the typed `Arc<Vec<T>>` of a buffer (a `CpuStorage` or the
@@ -77,9 +78,9 @@ impl CpuStorage {
     pub fn zeros(dtype: DType, n: usize) -> CpuStorage {
         // `vec![0; n]` is calloc: large sizes arrive as untouched zero pages, so the huge-page
         // hint lands before the first write (dense gradients of big layers are such buffers).
-        fn advised<T>(mut v: Vec<T>) -> Arc<Vec<T>> {
+        fn advised<T: Copy + Send + Sync + 'static>(mut v: Vec<T>) -> Arc<HostBuf<T>> {
             crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
-            Arc::new(v)
+            Arc::new(HostBuf::owned(v))
         }
         match dtype {
             DType::F32 => CpuStorage::F32(advised(vec![0.0; n])),
@@ -93,17 +94,27 @@ impl CpuStorage {
     pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
         T::slice(self)
     }
-    /// Typed mutable borrow (copy-on-write if shared).
+    /// Typed mutable borrow (copy-on-write if shared), `None` when the dtype differs.
     pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
-        // Matching on `T::DTYPE` keeps this generic without transmutes.
+        self.writable::<T>("write").ok().flatten()
+    }
+    /// Typed mutable borrow for an in-place operator named `op`: `Ok(None)` when the dtype
+    /// differs; a buffer shared with another array is copied first, except a mapped file's,
+    /// which is an error (see `host_buf::unique_mut`).
+    pub(crate) fn writable<T: Element>(
+        &mut self,
+        op: &'static str,
+    ) -> crate::Result<Option<&mut [T]>> {
+        use super::host_buf::unique_mut;
+        // Matching on the variant and downcasting keeps this generic without transmutes.
         let any: &mut dyn std::any::Any = match self {
-            CpuStorage::F32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            CpuStorage::F64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            CpuStorage::I64(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            CpuStorage::I32(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
-            CpuStorage::U8(v) => Arc::make_mut(v) as &mut dyn std::any::Any,
+            CpuStorage::F32(v) => unique_mut(op, v)?,
+            CpuStorage::F64(v) => unique_mut(op, v)?,
+            CpuStorage::I64(v) => unique_mut(op, v)?,
+            CpuStorage::I32(v) => unique_mut(op, v)?,
+            CpuStorage::U8(v) => unique_mut(op, v)?,
         };
-        any.downcast_mut::<Vec<T>>().map(|v| v.as_mut_slice())
+        Ok(any.downcast_mut::<HostBuf<T>>().map(|b| &mut b[..]))
     }
     /// Element `i` as f64 (for inspection and tests).
     pub fn get_f64(&self, i: usize) -> f64 {

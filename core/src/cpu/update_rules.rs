@@ -82,7 +82,7 @@ fn typed_states<'a, T: Float, const N: usize>(
     }
     let mut out: [&mut [T]; N] = std::array::from_fn(|_| Default::default());
     for (o, s) in out.iter_mut().zip(states.iter_mut()) {
-        let s = s.as_mut_slice::<T>().ok_or_else(&dtype_err)?;
+        let s = s.writable::<T>(op)?.ok_or_else(&dtype_err)?;
         if s.len() != n {
             return Err(Error::shape(op, "state size differs from the weight's"));
         }
@@ -103,7 +103,7 @@ fn update_typed<T: Float>(
 ) -> Result<[f64; 2]> {
     let op = rule.name();
     let dtype_err = || Error::dtype(op, "weight, gradient and states must share one float dtype");
-    let w = w.as_mut_slice::<T>().ok_or_else(dtype_err)?;
+    let w = w.writable::<T>(op)?.ok_or_else(dtype_err)?;
     let n = w.len();
     let Scalars {
         lr,

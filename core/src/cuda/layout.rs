@@ -207,6 +207,30 @@ fn range_t<T: CudaElement>(
     Ok(x.with(out))
 }
 
+/// `src` copied over elements `offset..` of `dst`, in place (copied first when shared).
+fn write_at_t<T: CudaElement>(
+    dst: &mut CudaStorage,
+    offset: usize,
+    src: &CudaStorage,
+) -> Result<()> {
+    const OP: &str = "write_rows";
+    same_dtype(OP, dst, src)?;
+    let s = typed::<T>(OP, src)?;
+    if offset + s.len() > dst.len() {
+        return Err(Error::index(
+            OP,
+            format!("{} elements at {offset} of {}", s.len(), dst.len()),
+        ));
+    }
+    if s.is_empty() {
+        return Ok(());
+    }
+    let dev = dst.dev.clone();
+    let d = dst.make_mut::<T>(OP)?;
+    let mut view = d.slice_mut(offset..offset + s.len());
+    dev.stream.memcpy_dtod(s, &mut view).map_err(driver_err(OP))
+}
+
 impl LayoutOps for CudaStorage {
     fn broadcast(&self, shape: &[usize], out: &[usize]) -> Result<Self> {
         if shape.len() > out.len() {
@@ -265,6 +289,9 @@ impl LayoutOps for CudaStorage {
     }
     fn nonzero_mask(&self) -> Result<Self> {
         with_cuda!(&self.buf, s, _T => nonzero_t(self, s))
+    }
+    fn write_at(&mut self, offset: usize, src: &Self) -> Result<()> {
+        with_cuda!(&src.buf, _s, T => write_at_t::<T>(self, offset, src))
     }
     fn select(&self, x: &Self, y: &Self) -> Result<Self> {
         same_dtype("where", x, y)?;

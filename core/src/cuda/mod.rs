@@ -15,6 +15,7 @@
 //!   silent copy to the host, never a panic). ARCHITECTURE.md lists which families are ported.
 
 mod compile;
+mod conv_rnn;
 mod driver;
 mod elementwise;
 mod index;

@@ -10,6 +10,7 @@ mod create;
 pub(crate) use create::checked_size;
 mod data;
 mod host;
+mod mapped;
 
 pub use host::CsrView;
 

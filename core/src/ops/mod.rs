@@ -4,13 +4,16 @@
 mod arith;
 pub(crate) mod axis;
 pub(crate) mod broadcast;
+pub(crate) mod conv;
 pub use crate::cpu::expf;
 pub mod fused;
 mod index;
 mod linalg;
 mod matmul;
+mod pool;
 pub(crate) mod reduce;
 mod reduce_more;
+pub mod rnn;
 mod shape;
 mod softmax;
 mod sort;
@@ -20,6 +23,8 @@ mod unary;
 pub use crate::cpu::map::sigmoid;
 pub use arith::BinaryOp;
 pub use broadcast::broadcast_shapes;
+pub use conv::ConvParams;
+pub use pool::{PoolParams, PoolType};
 pub use reduce::sum_to_shape;
 
 pub(crate) use crate::cpu::elementwise::{map_assign, map_slice, zip_assign, zip_assign_rows};

@@ -49,6 +49,10 @@ pub(crate) trait LayoutOps: Sized {
     /// `self` is a u8 mask: `x` where it is non-zero, else `y` (all three the same length,
     /// `x` and `y` the same dtype).
     fn select(&self, x: &Self, y: &Self) -> Result<Self>;
+    /// Overwrite elements `offset..offset + src.len()` of `self` with `src` (same dtype), in
+    /// place: memory shared with another array is copied first, except memory that is a
+    /// mapped file's, which is an error (the write would silently stop reaching the file).
+    fn write_at(&mut self, offset: usize, src: &Self) -> Result<()>;
 }
 
 /// The device of whichever of three storages differs from the first (for the error of an
@@ -153,6 +157,10 @@ impl Storage {
     /// See [`LayoutOps::nonzero_mask`].
     pub(crate) fn nonzero_mask(&self) -> Result<Storage> {
         super::on_backend!(self, b => Ok(Storage::from(b.nonzero_mask()?)))
+    }
+    /// See [`LayoutOps::write_at`].
+    pub(crate) fn write_at(&mut self, offset: usize, src: &Storage) -> Result<()> {
+        super::on_backends!("write_rows", (self, src), (s, x) => s.write_at(offset, x))
     }
     /// See [`LayoutOps::select`].
     pub(crate) fn select(&self, x: &Storage, y: &Storage) -> Result<Storage> {

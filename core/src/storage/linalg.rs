@@ -79,7 +79,7 @@ pub(crate) trait LinalgOps: Sized {
 
 /// The error for three operands that should share a device and do not: names the first pair
 /// that differs.
-fn device_mismatch3(op: &'static str, a: Device, b: Device, c: Device) -> Error {
+pub(super) fn device_mismatch3(op: &'static str, a: Device, b: Device, c: Device) -> Error {
     if a != b {
         Error::device_mismatch(op, a, b)
     } else {

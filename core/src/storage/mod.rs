@@ -15,22 +15,27 @@
 //! operator changes. Host memory owned by a memory-mapped file is a `CpuStorage` owner, not a
 //! variant. See ARCHITECTURE.md.
 
+mod conv;
 mod elementwise;
 mod index;
 mod layout;
 mod linalg;
 mod random;
 mod reduce;
+mod rnn;
 mod sparse;
 mod sparse_dot;
 mod update;
 
+pub(crate) use conv::{ConvGeom, ConvOps, PoolGeom, PoolKind, SPATIAL};
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
 pub(crate) use index::{BackendIndex, IndexOf, IndexStorage};
 pub(crate) use layout::LayoutOps;
 pub(crate) use linalg::{LinalgOps, MatMul};
 pub(crate) use random::{RandomDist, RandomOps};
 pub(crate) use reduce::{ArgReduceOp, ReduceOp, ReduceOps, SoftmaxOp};
+pub use rnn::RnnMode;
+pub(crate) use rnn::{RnnDims, RnnGrads, RnnOps};
 pub(crate) use sparse::{
     check_csr_layout, Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce,
     WithDense,
@@ -53,11 +58,13 @@ pub(crate) trait BackendStorage:
     + Send
     + Sync
     + Sized
+    + ConvOps
     + ElementwiseOps
     + LayoutOps
     + LinalgOps
     + RandomOps
     + ReduceOps
+    + RnnOps
     + SparseDotOps
     + SparseOps
     + UpdateOps

@@ -1,6 +1,6 @@
 //! [`State`]: an optimizer's per-parameter arrays, scalars and update count.
 
-use sparrow_core::{Error, NDArray, Result};
+use sparrow_core::{Error, MapMode, NDArray, Result};
 
 /// Per-parameter optimizer state: named dense arrays shaped like the weight, named scalars, and
 /// the parameter's update count `t`. Allocated once by [`super::Optimizer::create_state`].
@@ -17,10 +17,24 @@ pub struct State {
 impl State {
     /// A state with zero-filled dense arrays of the weight's shape and dtype, one per name, on
     /// the weight's device (not the default device: the update operators need both together).
+    /// A read-write file-backed weight (out-of-core) gets file-backed states beside its file,
+    /// `<weight file>.<name>.npy`, created sparse: no state costs memory beyond the pages its
+    /// updates touch.
     pub fn zeros_like(weight: &NDArray, names: &[&str]) -> Result<State> {
         let mut arrays = Vec::with_capacity(names.len());
+        let file = weight
+            .backing_file()
+            .filter(|(_, mode)| *mode == MapMode::ReadWrite);
         for n in names {
-            arrays.push((n.to_string(), weight.zeros_like()));
+            let a = match &file {
+                Some((path, _)) => {
+                    let mut p = path.clone().into_os_string();
+                    p.push(format!(".{n}.npy"));
+                    NDArray::create_npy(p, &weight.shape(), weight.dtype())?
+                }
+                None => weight.zeros_like(),
+            };
+            arrays.push((n.to_string(), a));
         }
         Ok(State {
             t: 0,

@@ -1,0 +1,203 @@
+//! One typed run of host memory, whoever owns it: a vector of this process, a vector shared
+//! with the caller that made it, or pages of a memory-mapped file.
+//!
+//! Kernels see a `[T]` either way (`Deref`); only the owner differs, so a file-backed array
+//! runs every CPU kernel unchanged. Writes go through `DerefMut`: an owned vector and a
+//! writable mapping are written in place; memory this buffer may not write (a vector shared
+//! with its creator, a read-only mapping) is first copied into an owned vector, which is what
+//! copy-on-write means for an array.
+//!
+//! Large owned vectors go back to the [recycle](crate::recycle) pool when dropped, so a loop
+//! that makes and drops outputs of the same size reuses memory that is already faulted in
+//! instead of paying the kernel's page faults again (or depending on glibc's moving mmap
+//! threshold for whether it does).
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use super::mapped::MappedFile;
+
+/// Host memory holding `len` elements of `T`.
+pub struct HostBuf<T: Copy + Send + Sync + 'static> {
+    repr: Repr<T>,
+}
+
+enum Repr<T> {
+    /// A vector this buffer owns.
+    Owned(Vec<T>),
+    /// A vector shared with whoever built the array (a data loader's batch values): read here,
+    /// copied before a write.
+    Shared(Arc<Vec<T>>),
+    /// `len` elements at byte `offset` of a mapped file.
+    Mapped {
+        file: Arc<MappedFile>,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl<T: Copy + Send + Sync + 'static> HostBuf<T> {
+    /// A buffer owning `v`.
+    pub fn owned(v: Vec<T>) -> Self {
+        HostBuf {
+            repr: Repr::Owned(v),
+        }
+    }
+    /// A buffer reading `v`, which others may also hold (copied on the first write).
+    pub fn shared(v: Arc<Vec<T>>) -> Self {
+        HostBuf {
+            repr: Repr::Shared(v),
+        }
+    }
+    /// `len` elements at byte `offset` of `file`. The caller has checked that the range lies in
+    /// the mapping and that `offset` is aligned for `T` ([`MappedFile::typed_range`]).
+    pub(crate) fn mapped(file: Arc<MappedFile>, offset: usize, len: usize) -> Self {
+        HostBuf {
+            repr: Repr::Mapped { file, offset, len },
+        }
+    }
+    /// The elements (the same as `&*self`; kernels written for vectors call it).
+    #[inline]
+    pub fn as_slice(&self) -> &[T] {
+        self
+    }
+    /// The mapped file holding the elements, if they live in one.
+    pub(crate) fn mapped_file(&self) -> Option<(&Arc<MappedFile>, usize)> {
+        match &self.repr {
+            Repr::Mapped { file, offset, .. } => Some((file, *offset)),
+            _ => None,
+        }
+    }
+    /// The elements as a vector: moved out when owned (or shared with no other holder),
+    /// copied otherwise.
+    pub fn into_vec(mut self) -> Vec<T> {
+        match &mut self.repr {
+            Repr::Owned(v) => std::mem::take(v),
+            Repr::Shared(a) => {
+                let a = std::mem::replace(a, Arc::new(Vec::new()));
+                Arc::try_unwrap(a).unwrap_or_else(|a| a.to_vec())
+            }
+            Repr::Mapped { .. } => self.to_vec(),
+        }
+    }
+}
+
+/// The elements of `buf` for writing in place: a buffer shared with other arrays is copied
+/// first (`Arc::make_mut`), unless it is a mapped file's pages, where that copy would be the
+/// whole file read into memory and the write would no longer reach the file: that is an error
+/// naming `op`.
+pub(crate) fn unique_mut<'a, T: Copy + Send + Sync + 'static>(
+    op: &'static str,
+    buf: &'a mut Arc<HostBuf<T>>,
+) -> crate::Result<&'a mut HostBuf<T>> {
+    if Arc::get_mut(buf).is_none() {
+        if let Some((file, _)) = buf.mapped_file() {
+            return Err(crate::Error::file(
+                op,
+                file.path(),
+                "the file-backed array is shared with another array (a clone, view or saved \
+                 input); writing it would copy the file into memory, so drop the other handle \
+                 first",
+            ));
+        }
+    }
+    Ok(Arc::make_mut(buf))
+}
+
+impl<T: Copy + Send + Sync + 'static> Deref for HostBuf<T> {
+    type Target = [T];
+    #[inline]
+    fn deref(&self) -> &[T] {
+        match &self.repr {
+            Repr::Owned(v) => v,
+            Repr::Shared(a) => a,
+            // SAFETY: construction checked that `offset..offset + len * size_of::<T>()` lies in
+            // the mapping and is aligned for T; the mapping lives as long as `file`, and every
+            // bit pattern is a valid T for the element types (plain numbers).
+            Repr::Mapped { file, offset, len } => unsafe {
+                std::slice::from_raw_parts(file.ptr().add(*offset) as *const T, *len)
+            },
+        }
+    }
+}
+
+impl<T: Copy + Send + Sync + 'static> DerefMut for HostBuf<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        let writable = match &mut self.repr {
+            Repr::Owned(_) => true,
+            Repr::Shared(a) => Arc::get_mut(a).is_some(),
+            Repr::Mapped { file, .. } => file.writable(),
+        };
+        if !writable {
+            self.repr = Repr::Owned(self.to_vec());
+        }
+        match &mut self.repr {
+            Repr::Owned(v) => v,
+            Repr::Shared(a) => Arc::get_mut(a).expect("checked unique above"),
+            // SAFETY: as in `deref`, and the mapping is writable (shared or private). `&mut self`
+            // is the only handle to this buffer, and buffers over one file never overlap
+            // (`MappedFile::typed_range` hands out each tensor's own range), so no other slice
+            // aliases these bytes.
+            Repr::Mapped { file, offset, len } => unsafe {
+                std::slice::from_raw_parts_mut(file.ptr().add(*offset) as *mut T, *len)
+            },
+        }
+    }
+}
+
+impl<T: Copy + Send + Sync + 'static> Clone for HostBuf<T> {
+    /// A clone is about to be written (`Arc::make_mut` clones only a shared buffer), so shared
+    /// and mapped memory is copied into an owned vector here rather than at that write.
+    fn clone(&self) -> Self {
+        HostBuf::owned(self.to_vec())
+    }
+}
+
+impl<T: Copy + Send + Sync + 'static> Drop for HostBuf<T> {
+    fn drop(&mut self) {
+        if let Repr::Owned(v) = &mut self.repr {
+            crate::recycle::recycle(std::mem::take(v));
+        }
+    }
+}
+
+impl<T: Copy + Send + Sync + std::fmt::Debug + 'static> std::fmt::Debug for HostBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let owner = match &self.repr {
+            Repr::Owned(_) => "owned",
+            Repr::Shared(_) => "shared",
+            Repr::Mapped { .. } => "mapped",
+        };
+        write!(f, "{owner} ")?;
+        f.debug_list().entries(self.iter().take(8)).finish()?;
+        if self.len() > 8 {
+            write!(f, " .. {} elements", self.len())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_is_copied_before_a_write_and_owned_is_not() {
+        let a = Arc::new(vec![1.0f32, 2.0]);
+        let mut b = HostBuf::shared(a.clone());
+        b[0] = 5.0;
+        assert_eq!(&*a, &[1.0, 2.0]);
+        assert_eq!(&*b, &[5.0, 2.0]);
+        let mut o = HostBuf::owned(vec![1i64, 2]);
+        let p = o.as_ptr();
+        o[1] = 3;
+        assert_eq!(o.as_ptr(), p);
+        assert_eq!(o.into_vec(), vec![1, 3]);
+        // A sole shared owner is written in place.
+        let mut s = HostBuf::shared(Arc::new(vec![1u8]));
+        let p = s.as_ptr();
+        s[0] = 2;
+        assert_eq!(s.as_ptr(), p);
+    }
+}

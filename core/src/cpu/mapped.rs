@@ -1,0 +1,208 @@
+//! A file mapped into the address space: the memory under a file-backed array.
+//!
+//! One [`MappedFile`] per open file; each array over it ([`HostBuf`](super::HostBuf)) holds an
+//! `Arc` of it and its own byte range, so a safetensors file with many tensors is mapped once
+//! and stays mapped until its last array is dropped.
+//!
+//! A mapping fails loudly in one way no `Result` can catch: touching a page past the end of a
+//! file that another process truncated raises `SIGBUS`. The file's length is checked when it
+//! is opened and again before every flush ([`MappedFile::check_len`]), which turns the common
+//! case (a file replaced or cut between two steps) into an error.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// How a file's pages are mapped into an array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapMode {
+    /// Reads come from the file; the file is never written. Writing to the array first copies
+    /// it into memory (the array then no longer follows the file).
+    ReadOnly,
+    /// Reads come from the file; writes go to private copies of the touched pages and never
+    /// reach the file (MAP_PRIVATE).
+    CopyOnWrite,
+    /// Reads and writes go to the file's pages (MAP_SHARED); `flush` makes them durable.
+    ReadWrite,
+}
+
+enum Map {
+    Read(memmap2::Mmap),
+    Write(memmap2::MmapMut),
+}
+
+/// An open, mapped file.
+pub struct MappedFile {
+    map: Map,
+    ptr: *mut u8,
+    len: usize,
+    mode: MapMode,
+    path: PathBuf,
+    file: File,
+}
+
+// SAFETY: the mapping is plain memory owned by this value until it drops; `ptr` only gives
+// access to it. Writes through it happen via `HostBuf::deref_mut`, which needs `&mut` to the
+// one buffer owning each (disjoint) range.
+unsafe impl Send for MappedFile {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for MappedFile {}
+
+impl std::fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MappedFile({}, {:?}, {} bytes)",
+            self.path.display(),
+            self.mode,
+            self.len
+        )
+    }
+}
+
+impl MappedFile {
+    /// Map the whole of the existing file at `path`.
+    pub fn open(op: &'static str, path: &Path, mode: MapMode) -> Result<Arc<MappedFile>> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(mode == MapMode::ReadWrite)
+            .open(path)
+            .map_err(|e| Error::file(op, path, format!("cannot open ({mode:?}): {e}")))?;
+        Self::map(op, path, file, mode)
+    }
+
+    fn map(op: &'static str, path: &Path, file: File, mode: MapMode) -> Result<Arc<MappedFile>> {
+        let len = file.metadata().map_err(|e| Error::file(op, path, e))?.len();
+        let len = usize::try_from(len)
+            .map_err(|_| Error::file(op, path, "file larger than the address space"))?;
+        if len == 0 {
+            return Err(Error::file(op, path, "file is empty"));
+        }
+        let mapped = |e: std::io::Error| Error::file(op, path, format!("cannot map: {e}"));
+        // SAFETY (all three): the mapping stays valid while `MappedFile` owns it; another
+        // process changing the file underneath is the documented SIGBUS hazard (module docs),
+        // checked at open and at every flush.
+        let mut map = match mode {
+            MapMode::ReadOnly => Map::Read(unsafe { memmap2::Mmap::map(&file) }.map_err(mapped)?),
+            MapMode::CopyOnWrite => {
+                Map::Write(unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(mapped)?)
+            }
+            MapMode::ReadWrite => {
+                Map::Write(unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(mapped)?)
+            }
+        };
+        let ptr = match &mut map {
+            Map::Read(m) => m.as_ptr() as *mut u8,
+            Map::Write(m) => m.as_mut_ptr(),
+        };
+        Ok(Arc::new(MappedFile {
+            map,
+            ptr,
+            len,
+            mode,
+            path: path.to_path_buf(),
+            file,
+        }))
+    }
+
+    /// Start of the mapping.
+    #[inline]
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// Whether arrays may write the mapped pages (read-write or copy-on-write).
+    #[inline]
+    pub(crate) fn writable(&self) -> bool {
+        self.mode != MapMode::ReadOnly
+    }
+    /// The mode the file was mapped with.
+    pub fn mode(&self) -> MapMode {
+        self.mode
+    }
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The mapped bytes (headers are parsed from here).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr + len` is the live mapping.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Check that `count` elements of `size` bytes at byte `offset` lie inside the mapping and
+    /// that `offset` is a multiple of `size` (a typed slice needs alignment; the mapping itself
+    /// starts on a page).
+    pub(crate) fn check_range(
+        &self,
+        op: &'static str,
+        offset: usize,
+        count: usize,
+        size: usize,
+    ) -> Result<()> {
+        let end = count
+            .checked_mul(size)
+            .and_then(|b| b.checked_add(offset))
+            .ok_or_else(|| Error::file(op, &self.path, "element range overflows"))?;
+        if end > self.len {
+            return Err(Error::file(
+                op,
+                &self.path,
+                format!(
+                    "file too short: {count} elements of {size} bytes at offset {offset} need \
+                     {end} bytes, the file has {}",
+                    self.len
+                ),
+            ));
+        }
+        if !offset.is_multiple_of(size) {
+            return Err(Error::file(
+                op,
+                &self.path,
+                format!("data offset {offset} is not a multiple of the element size {size}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Error if the file's length on disk is no longer the mapped length (truncated or
+    /// extended by someone else since it was mapped).
+    pub fn check_len(&self, op: &'static str) -> Result<()> {
+        let now = self
+            .file
+            .metadata()
+            .map_err(|e| Error::file(op, &self.path, e))?
+            .len();
+        if now != self.len as u64 {
+            return Err(Error::file(
+                op,
+                &self.path,
+                format!(
+                    "file changed size underneath: mapped {} bytes, now {now}",
+                    self.len
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Write the pages of byte range `offset..offset + len` back to the file and wait for the
+    /// device (msync). A read-only mapping has nothing to write; a copy-on-write mapping never
+    /// writes its file, so flushing one is an error rather than a silent no-op.
+    pub fn flush_range(&self, op: &'static str, offset: usize, len: usize) -> Result<()> {
+        self.check_len(op)?;
+        match (&self.map, self.mode) {
+            (_, MapMode::CopyOnWrite) => Err(Error::file(
+                op,
+                &self.path,
+                "a copy-on-write mapping never writes its file; map it ReadWrite to flush",
+            )),
+            (Map::Write(m), MapMode::ReadWrite) => m
+                .flush_range(offset, len)
+                .map_err(|e| Error::file(op, &self.path, format!("flush failed: {e}"))),
+            // Read-only: nothing was written.
+            _ => Ok(()),
+        }
+    }
+}
