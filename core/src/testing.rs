@@ -97,7 +97,7 @@ pub fn test_devices() -> Vec<Device> {
     {
         static SKIP: std::sync::Once = std::sync::Once::new();
         if let Err(e) = Device::cuda_status() {
-            SKIP.call_once(|| eprintln!("SKIPPED: tests on CUDA devices: {e}"));
+            SKIP.call_once(|| skip_line(&format!("tests on CUDA devices: {e}")));
         }
     }
     Device::available()
@@ -181,7 +181,7 @@ pub fn run_on_device<E: std::fmt::Display>(
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| with_test_device(device, f)));
     match run {
         Ok(Err(e)) if is_not_ported(&e.to_string()) => {
-            eprintln!("SKIPPED: {name} on {device:?}: {e}");
+            skip_line(&format!("{name} on {device:?}: {e}"));
             Ok(())
         }
         Ok(r) => r,
