@@ -147,6 +147,13 @@ pub fn with_test_device<R>(device: Device, f: impl FnOnce() -> R) -> R {
     crate::with_device(device, f).unwrap_or_else(|e| panic!("test device: {e}"))
 }
 
+/// Print `SKIPPED: why` to the process's stderr directly: the test harness captures
+/// `eprintln!` of passing tests, and a skip must stay visible.
+pub fn skip_line(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 /// The words every "no kernel for this op on this backend yet" error carries
 /// (`crate::cuda`'s not-ported error), by which the harness tells a missing kernel from a
 /// wrong one.
@@ -186,10 +193,10 @@ pub fn run_on_device<E: std::fmt::Display>(
         }
         Ok(r) => r,
         Err(p) if is_not_ported(panic_message(p.as_ref())) => {
-            eprintln!(
-                "SKIPPED: {name} on {device:?}: {}",
+            skip_line(&format!(
+                "{name} on {device:?}: {}",
                 panic_message(p.as_ref())
-            );
+            ));
             Ok(())
         }
         Err(p) => std::panic::resume_unwind(p),

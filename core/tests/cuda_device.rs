@@ -11,7 +11,7 @@ fn gpu() -> Option<Device> {
     match Device::cuda_status() {
         Ok(_) => Some(Device::Cuda(0)),
         Err(e) => {
-            eprintln!("SKIPPED: CUDA kernel test: {e}");
+            sparrow_core::testing::skip_line(&format!("CUDA kernel test: {e}"));
             None
         }
     }
