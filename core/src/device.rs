@@ -14,7 +14,7 @@
 
 use std::cell::Cell;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::Device;
 
 thread_local! {
@@ -65,7 +65,8 @@ fn scoped<T: Copy + 'static, R>(
 /// previous default back, also when `f` panics. Scopes nest: the innermost wins, and each
 /// restores what its caller had.
 ///
-/// An unavailable device ([`Device::is_available`]) is an error and `f` does not run.
+/// An unavailable device ([`Device::is_available`]) is an [`Error::Device`](crate::Error::Device) saying why, and `f`
+/// does not run.
 ///
 /// ```
 /// use sparrow_core::{with_device, DType, Device, NDArray};
@@ -74,10 +75,7 @@ fn scoped<T: Copy + 'static, R>(
 /// ```
 pub fn with_device<R>(device: Device, f: impl FnOnce() -> R) -> Result<R> {
     if !device.is_available() {
-        return Err(Error::arg(
-            "with_device",
-            format!("device {device:?} is not available in this build or on this machine"),
-        ));
+        return Err(Device::unavailable_error("with_device", device));
     }
     Ok(scoped(&CURRENT, device, f))
 }
@@ -115,13 +113,19 @@ mod tests {
             (Device::Cpu, Device::Cpu, Device::Cpu, 7)
         );
         assert_eq!(Device::current(), Device::Cpu);
-        // An unavailable device is an error before the closure runs. No such `Device` value
-        // can be written today (the CPU is the only variant and always available), so the
-        // error branch waits for the first backend's tests; this checks the available case
-        // does not report one.
+        // An unavailable device is an error before the closure runs (no machine has CUDA
+        // device 4096; without the `cuda` feature no CUDA device is available at all).
         let mut ran = false;
         assert!(with_device(Device::Cpu, || ran = true).is_ok());
         assert!(ran);
+        let mut ran = false;
+        let missing = with_device(Device::Cuda(4096), || ran = true);
+        assert!(
+            matches!(missing, Err(crate::Error::Device { .. })),
+            "{missing:?}"
+        );
+        assert!(!ran);
+        assert_eq!(Device::current(), Device::Cpu);
     }
 
     #[test]

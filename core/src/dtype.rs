@@ -55,25 +55,78 @@ pub enum SType {
     RowSparse,
 }
 
-/// Where an array lives. Only the CPU backend exists today; a new backend adds a variant here,
-/// a storage variant and a kernel folder beside `core/src/cpu/` (see ARCHITECTURE.md).
+/// Where an array lives: host memory, or a CUDA device's memory (cargo feature `cuda`).
+/// A new backend adds a variant here, a storage variant and a kernel folder beside
+/// `core/src/cpu/` (see ARCHITECTURE.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Device {
     /// Host memory, computed with rayon and a GEMM crate.
     #[default]
     Cpu,
+    /// CUDA device `ordinal` (0-based, as `nvidia-smi` numbers them): kernels compiled with
+    /// NVRTC, products through cuBLAS. Available only in a build with the `cuda` feature on a
+    /// machine with an NVIDIA driver and GPU; [`Device::cuda_status`] says why not.
+    Cuda(usize),
 }
 
 impl Device {
     /// The devices this build can compute on and this machine has: the CPU always, then each
-    /// compiled-in backend's devices that are present.
+    /// compiled-in backend's devices that are present. Never panics: a build with the `cuda`
+    /// feature on a machine without a driver or a GPU lists the CPU alone.
     pub fn available() -> Vec<Device> {
-        vec![Device::Cpu]
+        let mut v = vec![Device::Cpu];
+        if let Ok(n) = Device::cuda_status() {
+            v.extend((0..n).map(Device::Cuda));
+        }
+        v
     }
 
     /// Whether this build can compute on `self` on this machine.
     pub fn is_available(self) -> bool {
-        Device::available().contains(&self)
+        match self {
+            Device::Cpu => true,
+            Device::Cuda(i) => Device::cuda_status().is_ok_and(|n| i < n),
+        }
+    }
+
+    /// The number of CUDA devices this build can use, or an [`Error::Device`](crate::Error::Device)
+    /// saying why there are none: the build lacks the `cuda` feature, no CUDA driver library
+    /// was found, or the driver found no GPU. Looked up once per process; never panics.
+    ///
+    /// ```
+    /// use sparrow_core::Device;
+    /// match Device::cuda_status() {
+    ///     Ok(n) => assert!(n > 0),
+    ///     Err(e) => assert!(e.to_string().contains("cuda")),
+    /// }
+    /// ```
+    pub fn cuda_status() -> crate::Result<usize> {
+        #[cfg(feature = "cuda")]
+        {
+            crate::cuda::cuda_device_count()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err(crate::Error::Device {
+                op: "cuda",
+                msg: "this build has no CUDA backend (build with the cargo feature `cuda`)".into(),
+            })
+        }
+    }
+
+    /// The error of an operation asked to make an array on a device that is not available.
+    pub(crate) fn unavailable_error(op: &'static str, device: Device) -> crate::Error {
+        let why = match device {
+            Device::Cpu => String::new(),
+            Device::Cuda(_) => match Device::cuda_status() {
+                Ok(n) => format!(": this machine has {n} CUDA device(s)"),
+                Err(e) => format!(": {e}"),
+            },
+        };
+        crate::Error::Device {
+            op,
+            msg: format!("device {device:?} is not available{why}"),
+        }
     }
 }
 

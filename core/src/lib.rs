@@ -10,6 +10,8 @@
 
 pub mod autograd;
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod device;
 mod dtype;
 mod error;

@@ -10,8 +10,8 @@
 //! fills, ...) and by [`test_array`]; [`test_device`] is that device. Sparse constructors
 //! (`csr_from_parts`, `row_sparse_from_parts`, `sparse::cast_storage`, ...) are not scoped yet:
 //! tests move their results with [`NDArray::to_device`]`(`[`test_device`]`())`, as [`test_csr`]
-//! does. Today the CPU is the only device; a new backend switches its tests on by adding its
-//! devices to [`Device::available`].
+//! does. A backend switches its tests on by adding its devices to [`Device::available`]: with
+//! the `cuda` feature on a machine with a GPU every such test also runs on `Device::Cuda(i)`.
 
 use crate::error::{Error, Result};
 use crate::{autograd, DType, Device, NDArray};
@@ -89,8 +89,17 @@ where
     Ok(worst)
 }
 
-/// The devices op tests run on ([`Device::available`]).
+/// The devices op tests run on ([`Device::available`]). A build with a device backend but no
+/// device of it (the `cuda` feature on a machine without a GPU) prints one visible skip line,
+/// once per test process, saying why, and the tests run on the CPU alone.
 pub fn test_devices() -> Vec<Device> {
+    #[cfg(feature = "cuda")]
+    {
+        static SKIP: std::sync::Once = std::sync::Once::new();
+        if let Err(e) = Device::cuda_status() {
+            SKIP.call_once(|| skip_line(&format!("tests on CUDA devices: {e}")));
+        }
+    }
     Device::available()
 }
 
@@ -138,14 +147,71 @@ pub fn with_test_device<R>(device: Device, f: impl FnOnce() -> R) -> R {
     crate::with_device(device, f).unwrap_or_else(|e| panic!("test device: {e}"))
 }
 
+/// Print `SKIPPED: why` to the process's stderr directly: the test harness captures
+/// `eprintln!` of passing tests, and a skip must stay visible.
+pub fn skip_line(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
+/// The words every "no kernel for this op on this backend yet" error carries
+/// (`crate::cuda`'s not-ported error), by which the harness tells a missing kernel from a
+/// wrong one.
+pub const NOT_PORTED: &str = "no CUDA kernel for";
+
+/// Whether a failure message is a backend's missing kernel (see [`NOT_PORTED`]).
+pub fn is_not_ported(msg: &str) -> bool {
+    msg.contains(NOT_PORTED)
+}
+
+/// The message of a panic payload (`panic!` with a string or a formatted message).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| p.downcast_ref::<&str>().copied())
+        .unwrap_or("")
+}
+
+/// Run a test body on `device`: on the CPU as it is; on another device, a failure that is a
+/// kernel the backend has not ported yet ([`is_not_ported`], a panic or an error) prints one
+/// visible `SKIPPED` line naming the test, the device and the op, instead of failing; any
+/// other failure fails the test.
+pub fn run_on_device<E: std::fmt::Display>(
+    name: &str,
+    device: Device,
+    f: impl FnOnce() -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    if device == Device::Cpu {
+        return with_test_device(device, f);
+    }
+    let run =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| with_test_device(device, f)));
+    match run {
+        Ok(Err(e)) if is_not_ported(&e.to_string()) => {
+            skip_line(&format!("{name} on {device:?}: {e}"));
+            Ok(())
+        }
+        Ok(r) => r,
+        Err(p) if is_not_ported(panic_message(p.as_ref())) => {
+            skip_line(&format!(
+                "{name} on {device:?}: {}",
+                panic_message(p.as_ref())
+            ));
+            Ok(())
+        }
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
 /// Run `f` once per test device inside that device's default-device scope
 /// ([`with_test_device`]); stops at the first error. For property tests, whose bodies return
-/// `Result<(), TestCaseError>`.
-pub fn for_each_test_device<E>(
+/// `Result<(), TestCaseError>`. An op without a kernel on a device is a skip line
+/// ([`run_on_device`]).
+pub fn for_each_test_device<E: std::fmt::Display>(
     mut f: impl FnMut(Device) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
     for device in test_devices() {
-        with_test_device(device, || f(device))?;
+        run_on_device("test", device, || f(device))?;
     }
     Ok(())
 }
@@ -153,7 +219,8 @@ pub fn for_each_test_device<E>(
 /// A test that runs once per test device, inside that device's default-device scope
 /// ([`with_test_device`]), so arrays its body makes with the plain constructors are made there:
 /// `device_test! { fn name() { ... } }`. Each run prints the device first, so a failure's
-/// captured output names it.
+/// captured output names it; an op the device has no kernel for yet is a `SKIPPED` line
+/// ([`run_on_device`]).
 #[macro_export]
 macro_rules! device_test {
     ($(#[$meta:meta])* fn $name:ident() $body:block) => {
@@ -162,7 +229,10 @@ macro_rules! device_test {
         fn $name() {
             for device in $crate::testing::test_devices() {
                 println!("{} on {:?}", stringify!($name), device);
-                $crate::testing::with_test_device(device, || $body);
+                let _ = $crate::testing::run_on_device::<String>(stringify!($name), device, || {
+                    $body;
+                    Ok(())
+                });
             }
         }
     };

@@ -696,14 +696,14 @@ impl SparseOps for CpuStorage {
         })
     }
 
-    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> (Self::Index, i64) {
+    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> Result<(Self::Index, i64)> {
         let base = indptr[start];
         let rebased = indptr[start..=end].iter().map(|&p| p - base).collect();
-        (Arc::new(rebased), base)
+        Ok((Arc::new(rebased), base))
     }
 
-    fn index_range(idx: &Self::Index, range: Range<usize>) -> Self::Index {
-        Arc::new(idx[range].to_vec())
+    fn index_range(idx: &Self::Index, range: Range<usize>) -> Result<Self::Index> {
+        Ok(Arc::new(idx[range].to_vec()))
     }
 
     /// Always: the lengths, the end points, a non-decreasing `indptr` and every column id in

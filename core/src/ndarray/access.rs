@@ -9,26 +9,31 @@ impl NDArray {
     /// `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let dense = self.dense_data()?;
-        dense
-            .buf
-            .as_slice::<T>()
-            .map(|s| s.to_vec())
-            .ok_or_else(|| {
-                Error::dtype(
-                    "to_vec",
-                    format!(
-                        "array has dtype {}, asked for {}",
-                        dense.buf.dtype().name(),
-                        T::DTYPE.name()
-                    ),
-                )
-            })
+        let host = dense.buf.to_host()?;
+        host.as_slice::<T>().map(|s| s.to_vec()).ok_or_else(|| {
+            Error::dtype(
+                "to_vec",
+                format!(
+                    "array has dtype {}, asked for {}",
+                    dense.buf.dtype().name(),
+                    T::DTYPE.name()
+                ),
+            )
+        })
     }
 
-    /// All logical elements converted to f64 (for inspection and tests).
+    /// All logical elements converted to f64 (for inspection and tests; a device's array is
+    /// copied to the host once).
+    ///
+    /// # Panics
+    /// When a sparse array cannot be densified or a device's copy to the host fails.
     pub fn to_f64_vec(&self) -> Vec<f64> {
         let dense = self.dense_data().expect("densify of a valid array");
-        (0..dense.buf.len()).map(|i| dense.buf.get_f64(i)).collect()
+        let host = dense
+            .buf
+            .to_host()
+            .unwrap_or_else(|e| panic!("to_f64_vec: {e}"));
+        (0..host.len()).map(|i| host.get_f64(i)).collect()
     }
 
     /// The value of a one-element array.
@@ -40,7 +45,8 @@ impl NDArray {
                 format!("array of shape {:?} has {n} elements, not 1", self.shape()),
             ));
         }
-        Ok(self.to_f64_vec()[0])
+        // One element read from the storage (one element copied from a device).
+        self.dense_data()?.buf.get_f64(0)
     }
 
     /// Dense storage of this array: shared for dense arrays, densified for sparse ones.
@@ -78,11 +84,12 @@ impl NDArray {
         f(&da, &db)
     }
 
-    /// Run `f` on the typed dense slice of a dense array without copying.
+    /// Run `f` on the typed dense slice of a dense array: without copying in host memory, on
+    /// a copy of a device's array.
     pub fn with_slice<T: Element, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
         let d = self.read();
         match &*d {
-            ArrayData::Dense(dd) => dd.buf.as_slice::<T>().map(f).ok_or_else(|| {
+            ArrayData::Dense(dd) => dd.buf.to_host()?.as_slice::<T>().map(f).ok_or_else(|| {
                 Error::dtype(
                     "with_slice",
                     format!(
@@ -100,10 +107,18 @@ impl NDArray {
     }
 
     /// Run `f` on the typed mutable dense slice of a dense array, in place (copy-on-write if the
-    /// buffer is shared with a detached handle). Not recorded by autograd.
+    /// buffer is shared with a detached handle). Not recorded by autograd. Host memory only: a
+    /// device's array is an [`Error::Device`] (write a host array, then `to_device`).
     pub fn with_slice_mut<T: Element, R>(&self, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
         let mut d = self.write();
         match &mut *d {
+            ArrayData::Dense(dd) if dd.buf.host().is_none() => Err(Error::Device {
+                op: "with_slice_mut",
+                msg: format!(
+                    "the array is on {:?}; a host slice needs host memory (to_device(Device::Cpu))",
+                    dd.buf.device()
+                ),
+            }),
             ArrayData::Dense(dd) => {
                 let dt = dd.buf.dtype();
                 dd.buf.as_mut_slice::<T>().map(f).ok_or_else(|| {
@@ -130,16 +145,16 @@ impl NDArray {
         let out = match &*d {
             ArrayData::Dense(dd) => ArrayData::Dense(DenseData {
                 shape: dd.shape.clone(),
-                buf: dd.buf.cast(dtype),
+                buf: dd.buf.cast(dtype)?,
             }),
             ArrayData::Csr(c) => {
                 let mut c = c.clone();
-                c.data = c.data.cast(dtype);
+                c.data = c.data.cast(dtype)?;
                 ArrayData::Csr(c)
             }
             ArrayData::RowSparse(r) => {
                 let mut r = r.clone();
-                r.data = r.data.cast(dtype);
+                r.data = r.data.cast(dtype)?;
                 ArrayData::RowSparse(r)
             }
         };
@@ -153,11 +168,17 @@ impl NDArray {
     }
 
     /// A deep copy (new buffers).
+    ///
+    /// # Panics
+    /// When a device cannot allocate the copy.
     pub fn copy(&self) -> NDArray {
         let d = self.data();
         let deep = match d {
             ArrayData::Dense(mut dd) => {
-                dd.buf = dd.buf.gather(0..dd.buf.len());
+                dd.buf = dd
+                    .buf
+                    .gather(0..dd.buf.len())
+                    .unwrap_or_else(|e| panic!("copy: {e}"));
                 ArrayData::Dense(dd)
             }
             other => other,

@@ -118,7 +118,7 @@ impl NDArray {
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<NDArray> {
         let n = checked_size("zeros", shape)?;
         // Zeros need no host values: the device's own allocation fills them.
-        NDArray::from_buffer(Storage::zeros_on(dtype, n, Device::current()), shape)
+        NDArray::from_buffer(Storage::zeros_on(dtype, n, Device::current())?, shape)
     }
 
     /// Ones of a shape and dtype, on the default device ([`Device::current`]).
@@ -145,12 +145,17 @@ impl NDArray {
         NDArray::from_buffer(buf, shape)
     }
 
-    /// Zeros with this array's shape and dtype (always dense).
+    /// Zeros with this array's shape and dtype (always dense), on this array's device.
+    ///
+    /// # Panics
+    /// When the allocation on this array's device fails (not on the CPU).
     pub fn zeros_like(&self) -> NDArray {
         let d = self.read();
+        let buf = Storage::zeros_on(d.dtype(), d.shape().iter().product(), d.device())
+            .unwrap_or_else(|e| panic!("NDArray::zeros_like: {e}"));
         NDArray::from_data(ArrayData::Dense(DenseData {
             shape: Shape::from_slice(d.shape()),
-            buf: Storage::zeros_on(d.dtype(), d.shape().iter().product(), d.device()),
+            buf,
         }))
     }
 
@@ -257,7 +262,9 @@ impl NDArray {
             for i in 0..n {
                 let j = i as i64 + k;
                 if j >= 0 && (j as usize) < m {
-                    set_one(d.buf.host_mut(), i * m + j as usize);
+                    if let Some(h) = d.buf.host_mut() {
+                        set_one(h, i * m + j as usize);
+                    }
                 }
             }
         }

@@ -126,7 +126,8 @@ impl NDArray {
     pub fn to_le_bytes(&self) -> Result<Vec<u8>> {
         let d = self.dense_data()?;
         let mut out = Vec::with_capacity(d.buf.nbytes());
-        crate::with_buffer!(&d.buf, v => v.iter().for_each(|x| x.write_le(&mut out)));
+        let host = d.buf.to_host()?;
+        crate::with_buffer!(host.as_ref(), v => v.iter().for_each(|x| x.write_le(&mut out)));
         Ok(out)
     }
 

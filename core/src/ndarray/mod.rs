@@ -149,26 +149,37 @@ impl NDArray {
     }
 
     /// This array on `device` (MXNet's `as_in_context`, PyTorch's `to`): the same array, with
-    /// its graph, when it is already there. An unavailable device is an error naming it.
+    /// its graph, when it is already there; otherwise a copy in `device`'s memory (values and
+    /// index arrays), without a graph (copies between devices are explicit and not
+    /// recorded). An unavailable device is an [`Error::Device`](crate::Error::Device) naming it
+    /// and why (no `cuda` feature, no driver, no GPU).
     pub fn to_device(&self, device: Device) -> crate::Result<NDArray> {
-        if !device.is_available() {
-            return Err(crate::Error::arg(
-                "to_device",
-                format!("device {device:?} is not available in this build or on this machine"),
-            ));
-        }
         if device == self.device() {
             return Ok(self.clone());
         }
-        // Only reachable once a second backend exists: copying between backends is that
-        // backend's `BackendStorage` work.
-        Err(crate::Error::arg(
-            "to_device",
-            format!(
-                "no copy from {:?} to {device:?} in this build",
-                self.device()
-            ),
-        ))
+        if !device.is_available() {
+            return Err(Device::unavailable_error("to_device", device));
+        }
+        let d = self.read();
+        let moved = match &*d {
+            ArrayData::Dense(dd) => ArrayData::Dense(DenseData {
+                shape: dd.shape.clone(),
+                buf: dd.buf.to_device(device)?,
+            }),
+            ArrayData::Csr(c) => ArrayData::Csr(CsrData {
+                shape: c.shape,
+                indptr: c.indptr.to_device(device)?,
+                indices: c.indices.to_device(device)?,
+                data: c.data.to_device(device)?,
+                offset: c.offset,
+            }),
+            ArrayData::RowSparse(r) => ArrayData::RowSparse(RowSparseData {
+                shape: r.shape.clone(),
+                indices: r.indices.to_device(device)?,
+                data: r.data.to_device(device)?,
+            }),
+        };
+        Ok(NDArray::from_data(moved))
     }
     /// Bytes held by the storage: data + indices (+ indptr) for sparse arrays.
     pub fn nbytes(&self) -> usize {
@@ -188,8 +199,14 @@ impl std::fmt::Debug for NDArray {
         )?;
         if let ArrayData::Dense(dd) = &*d {
             if dd.buf.len() <= 16 {
-                let vals: Vec<f64> = (0..dd.buf.len()).map(|i| dd.buf.get_f64(i)).collect();
-                write!(f, ", data={vals:?}")?;
+                // A device's values are copied to the host for the printout.
+                if let Ok(h) = dd.buf.to_host() {
+                    let vals: Vec<f64> = (0..h.len()).map(|i| h.get_f64(i)).collect();
+                    write!(f, ", data={vals:?}")?;
+                }
+            }
+            if d.device() != Device::Cpu {
+                write!(f, ", device={:?}", d.device())?;
             }
         }
         write!(f, ")")

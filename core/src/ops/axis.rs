@@ -60,7 +60,7 @@ pub(crate) fn scatter_grad(
 /// them run.
 pub(crate) fn positions_array(idx: &[usize], device: crate::Device) -> Result<NDArray> {
     let v: Vec<i64> = idx.iter().map(|&i| i as i64).collect();
-    NDArray::from_buffer(Storage::positions_on(v, device), &[idx.len()])
+    NDArray::from_buffer(Storage::positions_on(v, device)?, &[idx.len()])
 }
 
 /// The values of an index array as i64. Read on the host on purpose: operators validate

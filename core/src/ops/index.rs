@@ -196,7 +196,7 @@ impl NDArray {
             // Made on the gradient's device, where `index` lives too.
             let dev = g.device();
             let zeros = |n: usize, dtype: DType| {
-                NDArray::from_buffer(Storage::zeros_on(dtype, n, dev), &[n])
+                NDArray::from_buffer(Storage::zeros_on(dtype, n, dev)?, &[n])
             };
             let (mask, keep) = crate::autograd::pause(|| -> Result<(NDArray, NDArray)> {
                 // Rows that were overwritten get no gradient in `self`; `new` gets those rows.

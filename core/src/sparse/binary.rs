@@ -11,15 +11,15 @@ use crate::storage::{Merge, Storage, WithDense};
 use crate::NDArray;
 
 /// The same sparse structure with new stored values (`vals` aligned with the stored values).
-fn with_values(s: &ArrayData, vals: Storage) -> ArrayData {
-    match s {
+fn with_values(s: &ArrayData, vals: Storage) -> Result<ArrayData> {
+    Ok(match s {
         ArrayData::Csr(c) => ArrayData::Csr(CsrData {
             shape: c.shape,
             indptr: c.indptr.clone(),
             indices: if c.offset == 0 {
                 c.indices.clone()
             } else {
-                c.indices.index_range(c.offset..c.offset + c.nnz())
+                c.indices.index_range(c.offset..c.offset + c.nnz())?
             },
             data: vals,
             offset: 0,
@@ -33,7 +33,7 @@ fn with_values(s: &ArrayData, vals: Storage) -> ArrayData {
             shape: d.shape.clone(),
             buf: vals,
         }),
-    }
+    })
 }
 
 /// `s op d` for `Add` / `Sub` with a sparse `s` and a dense `d` of its shape (`sparse_left`
@@ -62,7 +62,7 @@ fn combine(s: &ArrayData, d: &DenseData, how: WithDense) -> Result<ArrayData> {
         ArrayData::RowSparse(r) => r.data.with_dense(r.sparse_layout(), &d.buf, how)?,
         ArrayData::Dense(_) => return Err(Error::stype("binary", "needs a sparse operand")),
     };
-    Ok(with_values(s, vals))
+    with_values(s, vals)
 }
 
 /// The sparse kernel of `op(a, b)`, if there is one for these storage types and shapes.

@@ -89,7 +89,7 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
             let buf = d.buf.gather(
                 ids.iter()
                     .flat_map(|&r| r as usize * row..(r as usize + 1) * row),
-            );
+            )?;
             return Ok(NDArray::from_data(ArrayData::Dense(crate::DenseData {
                 shape,
                 buf,
@@ -120,11 +120,12 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
         })
     };
     let indices: Vec<i64> = positions().map(|p| c.indices[p]).collect();
-    let data = c.data.gather(positions());
+    let data = c.data.gather(positions())?;
+    let device = data.device();
     Ok(NDArray::from_data(ArrayData::Csr(CsrData {
         shape: [ids.len(), c.shape[1]],
-        indptr: IndexStorage::from(indptr),
-        indices: IndexStorage::from(indices),
+        indptr: IndexStorage::from_vec_on(indptr, device)?,
+        indices: IndexStorage::from_vec_on(indices, device)?,
         data,
         offset: 0,
     })))

@@ -53,8 +53,8 @@ fn retained(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
             let positions = ids
                 .iter()
                 .flat_map(|&r| (r as usize * row_len)..(r as usize + 1) * row_len);
-            let data = dd.buf.gather(positions);
-            (IndexStorage::from_vec_on(ids, dd.buf.device()), data)
+            let data = dd.buf.gather(positions)?;
+            (IndexStorage::from_vec_on(ids, dd.buf.device())?, data)
         }
         ArrayData::RowSparse(r) => {
             let p = r.data.retain_stored(r.sparse_layout(), &ids, false)?;

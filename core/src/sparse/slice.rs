@@ -27,7 +27,7 @@ impl NDArray {
                 format!("rows {start}..{end} of an array with {} rows", c.shape[0]),
             ));
         }
-        let (indptr, base) = c.indptr.rebase_indptr(start, end);
+        let (indptr, base) = c.indptr.rebase_indptr(start, end)?;
         Ok(NDArray::from_data(ArrayData::Csr(CsrData {
             shape: [end - start, c.shape[1]],
             indptr,

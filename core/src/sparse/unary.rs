@@ -80,15 +80,15 @@ fn map_stored(d: &ArrayData, op: Map) -> Result<ArrayData> {
                 let data = if c.data.len() == nnz {
                     c.data.map(op)?
                 } else {
-                    c.data.gather(0..nnz).map(op)?
+                    c.data.gather(0..nnz)?.map(op)?
                 };
                 (c.indices.clone(), data)
             } else {
                 // A row slice: its own values and column ids, copied out of the parent's.
                 let range = c.offset..c.offset + nnz;
                 (
-                    c.indices.index_range(range.clone()),
-                    c.data.gather(range).map(op)?,
+                    c.indices.index_range(range.clone())?,
+                    c.data.gather(range)?.map(op)?,
                 )
             };
             ArrayData::Csr(CsrData {

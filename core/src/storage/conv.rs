@@ -150,6 +150,10 @@ impl Storage {
                 (Storage::Cpu(x), Storage::Cpu(w), Storage::Cpu(b)) => {
                     Ok(Storage::from(x.conv(w, Some(b), g)?))
                 }
+                #[cfg(feature = "cuda")]
+                (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(b)) => {
+                    Ok(Storage::from(x.conv(w, Some(b), g)?))
+                }
                 #[allow(unreachable_patterns)]
                 (x, w, b) => Err(super::linalg::device_mismatch3(
                     OP,

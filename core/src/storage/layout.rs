@@ -9,7 +9,6 @@
 //! here validates shapes or positions: the operator did that.
 
 use super::Storage;
-use crate::cpu::CpuStorage;
 use crate::dtype::{DType, Device};
 use crate::error::{Error, Result};
 
@@ -71,6 +70,12 @@ macro_rules! on_backends3 {
     ($op:expr, ($a:expr, $b:expr, $c:expr), ($x:ident, $y:ident, $z:ident) => $body:expr) => {
         match ($a, $b, $c) {
             (Storage::Cpu($x), Storage::Cpu($y), Storage::Cpu($z)) => $body,
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda($x), Storage::Cuda($y), Storage::Cuda($z))
+                if $x.ordinal() == $y.ordinal() && $x.ordinal() == $z.ordinal() =>
+            {
+                $body
+            }
             #[allow(unreachable_patterns)]
             (a, b, c) => {
                 let (p, q) = odd_device(a, b, c);
@@ -84,10 +89,8 @@ impl Storage {
     /// Positions computed on the host (a validated `take`, a slice's range) as an i64 storage
     /// on `device`, where the gathers that read them run. A device backend copies them up
     /// here, once per operator.
-    pub(crate) fn positions_on(pos: Vec<i64>, device: Device) -> Storage {
-        match device {
-            Device::Cpu => Storage::from_vec(pos),
-        }
+    pub(crate) fn positions_on(pos: Vec<i64>, device: Device) -> Result<Storage> {
+        Storage::from_vec(pos).to_device(device)
     }
     /// See [`LayoutOps::broadcast`].
     pub(crate) fn broadcast(&self, shape: &[usize], out: &[usize]) -> Result<Storage> {
@@ -141,25 +144,7 @@ impl Storage {
         let first = parts
             .first()
             .ok_or_else(|| Error::arg("concat", "needs at least one array"))?;
-        match first {
-            Storage::Cpu(_) => {
-                let cpu = parts
-                    .iter()
-                    .map(|p| match p {
-                        Storage::Cpu(c) => Ok(c),
-                        #[allow(unreachable_patterns)]
-                        other => Err(Error::device_mismatch(
-                            "concat",
-                            first.device(),
-                            other.device(),
-                        )),
-                    })
-                    .collect::<Result<Vec<&CpuStorage>>>()?;
-                Ok(Storage::from(CpuStorage::concat(
-                    &cpu, sizes, outer, inner,
-                )?))
-            }
-        }
+        super::on_backend!(first, f => concat_on(f, parts, sizes, outer, inner))
     }
     /// See [`LayoutOps::index_copy`].
     pub(crate) fn index_copy(&self, row: usize, pos: &Storage, new: &Storage) -> Result<Storage> {
@@ -181,4 +166,23 @@ impl Storage {
     pub(crate) fn select(&self, x: &Storage, y: &Storage) -> Result<Storage> {
         on_backends3!("where", (self, x, y), (c, a, b) => Ok(Storage::from(c.select(a, b)?)))
     }
+}
+
+/// [`Storage::concat`] on the backend of `_first`: every part must be there.
+fn concat_on<B>(
+    _first: &B,
+    parts: &[&Storage],
+    sizes: &[usize],
+    outer: usize,
+    inner: usize,
+) -> Result<Storage>
+where
+    B: LayoutOps + super::sparse::ValuesOf,
+    Storage: From<B>,
+{
+    let typed = parts
+        .iter()
+        .map(|p| B::values_of("concat", p))
+        .collect::<Result<Vec<&B>>>()?;
+    Ok(Storage::from(B::concat(&typed, sizes, outer, inner)?))
 }

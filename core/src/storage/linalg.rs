@@ -158,6 +158,13 @@ impl Storage {
                 let (dx, dz) = g.sigmoid_bce_grad(x, z, need_dz)?;
                 Ok((Storage::from(dx), dz.map(Storage::from)))
             }
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(g), Storage::Cuda(x), Storage::Cuda(z))
+                if g.ordinal() == x.ordinal() && g.ordinal() == z.ordinal() =>
+            {
+                let (dx, dz) = g.sigmoid_bce_grad(x, z, need_dz)?;
+                Ok((Storage::from(dx), dz.map(Storage::from)))
+            }
             #[allow(unreachable_patterns)]
             (g, x, z) => Err(device_mismatch3(OP, g.device(), x.device(), z.device())),
         }

@@ -7,8 +7,8 @@
 //! supertrait per family of kernels, each family in its own file here with the enums that name
 //! what to compute and the `impl Storage` forwarders operators call. An operator makes one
 //! `Storage` call per kernel; the forwarder matches the backend once (`on_backend!`,
-//! `on_backends!`). Today the one variant is [`Storage::Cpu`] and the kernels live in
-//! `crate::cpu`.
+//! `on_backends!`). The variants are [`Storage::Cpu`] (kernels in `crate::cpu`) and, with the
+//! cargo feature `cuda`, `Storage::Cuda` (kernels in `crate::cuda`).
 //!
 //! Adding a device backend (CUDA) adds a variant here and in [`IndexStorage`], its arms in the
 //! dispatch macros, and a storage type implementing [`BackendStorage`] in its own folder; no
@@ -29,7 +29,7 @@ mod update;
 
 pub(crate) use conv::{ConvGeom, ConvOps, PoolGeom, PoolKind, SPATIAL};
 pub(crate) use elementwise::{CmpOp, ElementwiseOps, Map, MapGrad};
-pub(crate) use index::{BackendIndex, IndexStorage};
+pub(crate) use index::{BackendIndex, IndexOf, IndexStorage};
 pub(crate) use layout::LayoutOps;
 pub(crate) use linalg::{LinalgOps, MatMul};
 pub(crate) use random::{RandomDist, RandomOps};
@@ -44,7 +44,10 @@ pub(crate) use sparse_dot::{CsrIndex, CsrView, SparseDotOps};
 pub(crate) use update::{GradRef, UpdateOps, UpdateRule, UpdateScalars};
 
 use crate::cpu::CpuStorage;
+#[cfg(feature = "cuda")]
+use crate::cuda::CudaStorage;
 use crate::dtype::{DType, Device, Element};
+use crate::error::{Error, Result};
 
 /// What every backend's storage provides: the structural operations that move, allocate and
 /// convert elements without knowing what the array means, and (as supertraits, one per family
@@ -72,14 +75,15 @@ pub(crate) trait BackendStorage:
     fn dtype(&self) -> DType;
     /// Number of elements.
     fn len(&self) -> usize;
-    /// `n` zeros of `dtype`.
-    fn zeros(dtype: DType, n: usize) -> Self;
+    /// `n` zeros of `dtype` in the memory of `device` (one of this backend's devices; another
+    /// is an [`Error::Device`](crate::Error::Device)).
+    fn zeros(device: Device, dtype: DType, n: usize) -> Result<Self>;
     /// Every element converted to `dtype` (`as` semantics).
-    fn cast(&self, dtype: DType) -> Self;
+    fn cast(&self, dtype: DType) -> Result<Self>;
     /// The elements at `positions`, in that order.
-    fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Self;
+    fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Result<Self>;
     /// Element `i` as f64 (inspection and tests).
-    fn get_f64(&self, i: usize) -> f64;
+    fn get_f64(&self, i: usize) -> Result<f64>;
 }
 
 impl BackendStorage for CpuStorage {
@@ -92,17 +96,48 @@ impl BackendStorage for CpuStorage {
     fn len(&self) -> usize {
         CpuStorage::len(self)
     }
-    fn zeros(dtype: DType, n: usize) -> Self {
-        CpuStorage::zeros(dtype, n)
+    fn zeros(device: Device, dtype: DType, n: usize) -> Result<Self> {
+        match device {
+            Device::Cpu => Ok(CpuStorage::zeros(dtype, n)),
+            other => Err(Error::device_mismatch("zeros", Device::Cpu, other)),
+        }
     }
-    fn cast(&self, dtype: DType) -> Self {
-        CpuStorage::cast(self, dtype)
+    fn cast(&self, dtype: DType) -> Result<Self> {
+        Ok(CpuStorage::cast(self, dtype))
     }
-    fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Self {
-        CpuStorage::gather(self, positions)
+    fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Result<Self> {
+        Ok(CpuStorage::gather(self, positions))
     }
-    fn get_f64(&self, i: usize) -> f64 {
-        CpuStorage::get_f64(self, i)
+    fn get_f64(&self, i: usize) -> Result<f64> {
+        Ok(CpuStorage::get_f64(self, i))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl BackendStorage for CudaStorage {
+    fn device(&self) -> Device {
+        CudaStorage::device(self)
+    }
+    fn dtype(&self) -> DType {
+        CudaStorage::dtype(self)
+    }
+    fn len(&self) -> usize {
+        CudaStorage::len(self)
+    }
+    fn zeros(device: Device, dtype: DType, n: usize) -> Result<Self> {
+        match device {
+            Device::Cuda(ordinal) => CudaStorage::zeros(ordinal, dtype, n),
+            other => Err(Error::device_mismatch("zeros", Device::Cuda(0), other)),
+        }
+    }
+    fn cast(&self, dtype: DType) -> Result<Self> {
+        CudaStorage::cast(self, dtype)
+    }
+    fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Result<Self> {
+        CudaStorage::gather(self, positions)
+    }
+    fn get_f64(&self, i: usize) -> Result<f64> {
+        CudaStorage::get_f64(self, i)
     }
 }
 
@@ -111,6 +146,9 @@ impl BackendStorage for CpuStorage {
 pub(crate) enum Storage {
     /// Host memory, computed on by `crate::cpu`.
     Cpu(CpuStorage),
+    /// Memory of a CUDA device, computed on by `crate::cuda`.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaStorage),
 }
 
 /// Dispatch an operation on one storage to its backend's implementation: `$body` runs with
@@ -119,6 +157,8 @@ macro_rules! on_backend {
     ($s:expr, $b:ident => $body:expr) => {
         match $s {
             $crate::storage::Storage::Cpu($b) => $body,
+            #[cfg(feature = "cuda")]
+            $crate::storage::Storage::Cuda($b) => $body,
         }
     };
 }
@@ -131,6 +171,12 @@ macro_rules! on_backends {
     ($op:expr, ($a:expr, $b:expr), ($x:ident, $y:ident) => $body:expr) => {
         match ($a, $b) {
             ($crate::storage::Storage::Cpu($x), $crate::storage::Storage::Cpu($y)) => $body,
+            #[cfg(feature = "cuda")]
+            ($crate::storage::Storage::Cuda($x), $crate::storage::Storage::Cuda($y))
+                if $x.ordinal() == $y.ordinal() =>
+            {
+                $body
+            }
             #[allow(unreachable_patterns)]
             (a, b) => Err($crate::Error::device_mismatch($op, a.device(), b.device())),
         }
@@ -144,14 +190,48 @@ impl Storage {
         Storage::Cpu(T::into_buffer(v))
     }
     /// `n` zeros of `dtype` on `device`.
-    pub(crate) fn zeros_on(dtype: DType, n: usize, device: Device) -> Storage {
+    pub(crate) fn zeros_on(dtype: DType, n: usize, device: Device) -> Result<Storage> {
         match device {
-            Device::Cpu => Storage::Cpu(<CpuStorage as BackendStorage>::zeros(dtype, n)),
+            Device::Cpu => Ok(Storage::Cpu(<CpuStorage as BackendStorage>::zeros(
+                device, dtype, n,
+            )?)),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => Ok(Storage::Cuda(<CudaStorage as BackendStorage>::zeros(
+                device, dtype, n,
+            )?)),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(Device::unavailable_error("zeros", device)),
         }
     }
     /// `n` zeros of `dtype` in host memory.
     pub(crate) fn zeros(dtype: DType, n: usize) -> Storage {
-        Storage::zeros_on(dtype, n, Device::Cpu)
+        Storage::Cpu(CpuStorage::zeros(dtype, n))
+    }
+    /// A copy of this storage in the memory of `device` (the explicit copy of
+    /// `NDArray::to_device`); the same storage when it is there already.
+    pub(crate) fn to_device(&self, device: Device) -> Result<Storage> {
+        if self.device() == device {
+            return Ok(self.clone());
+        }
+        match device {
+            Device::Cpu => Ok(Storage::Cpu(self.to_host()?.into_owned())),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(ordinal) => {
+                let host = self.to_host()?;
+                Ok(Storage::Cuda(CudaStorage::from_host(ordinal, &host)?))
+            }
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(Device::unavailable_error("to_device", device)),
+        }
+    }
+    /// The elements in host memory: borrowed on the CPU, copied from a device (the host
+    /// views of `ndarray/host.rs` and `to_vec` read through this).
+    pub(crate) fn to_host(&self) -> Result<std::borrow::Cow<'_, CpuStorage>> {
+        match self {
+            Storage::Cpu(c) => Ok(std::borrow::Cow::Borrowed(c)),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(c) => Ok(std::borrow::Cow::Owned(c.to_host()?)),
+        }
     }
     /// The device whose memory holds the elements.
     #[inline]
@@ -174,41 +254,47 @@ impl Storage {
         self.len() * self.dtype().size_of()
     }
     /// Every element converted to `dtype`, on the same device.
-    pub(crate) fn cast(&self, dtype: DType) -> Storage {
-        on_backend!(self, b => Storage::from(BackendStorage::cast(b, dtype)))
+    pub(crate) fn cast(&self, dtype: DType) -> Result<Storage> {
+        on_backend!(self, b => Ok(Storage::from(BackendStorage::cast(b, dtype)?)))
     }
     /// The elements at `positions`, in that order, on the same device.
-    pub(crate) fn gather(&self, mut positions: impl Iterator<Item = usize>) -> Storage {
-        on_backend!(self, b => Storage::from(BackendStorage::gather(b, &mut positions)))
+    pub(crate) fn gather(&self, mut positions: impl Iterator<Item = usize>) -> Result<Storage> {
+        on_backend!(self, b => Ok(Storage::from(BackendStorage::gather(b, &mut positions)?)))
     }
     /// Element `i` as f64.
-    pub(crate) fn get_f64(&self, i: usize) -> f64 {
+    pub(crate) fn get_f64(&self, i: usize) -> Result<f64> {
         on_backend!(self, b => BackendStorage::get_f64(b, i))
     }
-    /// The host memory of this storage, for CPU kernels. Operators reach CPU kernels only for
-    /// arrays they matched as [`Storage::Cpu`]; with one backend, every storage is.
+    /// The host memory of this storage, for CPU kernels and host views; `None` for device
+    /// memory (read it through [`Storage::to_host`]).
     #[inline]
-    pub(crate) fn host(&self) -> &CpuStorage {
+    pub(crate) fn host(&self) -> Option<&CpuStorage> {
         match self {
-            Storage::Cpu(c) => c,
+            Storage::Cpu(c) => Some(c),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => None,
         }
     }
     /// Mutable host memory of this storage (see [`Storage::host`]).
     #[inline]
-    pub(crate) fn host_mut(&mut self) -> &mut CpuStorage {
+    pub(crate) fn host_mut(&mut self) -> Option<&mut CpuStorage> {
         match self {
-            Storage::Cpu(c) => c,
+            Storage::Cpu(c) => Some(c),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => None,
         }
     }
-    /// Typed view of host memory (`None` when the dtype differs).
+    /// Typed view of host memory (`None` when the dtype differs or the memory is a
+    /// device's).
     #[inline]
     pub(crate) fn as_slice<T: Element>(&self) -> Option<&[T]> {
-        T::slice(self.host())
+        self.host().and_then(T::slice)
     }
-    /// Typed mutable view of host memory (copy-on-write if shared).
+    /// Typed mutable view of host memory (copy-on-write if shared; `None` as
+    /// [`Storage::as_slice`]).
     #[inline]
     pub(crate) fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
-        self.host_mut().as_mut_slice::<T>()
+        self.host_mut().and_then(|h| h.as_mut_slice::<T>())
     }
 }
 
@@ -218,7 +304,14 @@ impl From<CpuStorage> for Storage {
     }
 }
 
-/// Host memory of either a [`Storage`] or a [`CpuStorage`], for `with_buffer!`.
+#[cfg(feature = "cuda")]
+impl From<CudaStorage> for Storage {
+    fn from(c: CudaStorage) -> Storage {
+        Storage::Cuda(c)
+    }
+}
+
+/// Host memory of a [`CpuStorage`], for `with_buffer!`.
 pub(crate) trait AsHost {
     /// The CPU storage.
     fn as_host(&self) -> &CpuStorage;
@@ -227,13 +320,6 @@ pub(crate) trait AsHost {
 impl AsHost for CpuStorage {
     fn as_host(&self) -> &CpuStorage {
         self
-    }
-}
-
-impl AsHost for Storage {
-    #[inline]
-    fn as_host(&self) -> &CpuStorage {
-        self.host()
     }
 }
 
@@ -246,12 +332,5 @@ pub(crate) trait AsHostMut {
 impl AsHostMut for CpuStorage {
     fn as_host_mut(&mut self) -> &mut CpuStorage {
         self
-    }
-}
-
-impl AsHostMut for Storage {
-    #[inline]
-    fn as_host_mut(&mut self) -> &mut CpuStorage {
-        self.host_mut()
     }
 }

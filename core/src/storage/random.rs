@@ -97,6 +97,12 @@ impl Storage {
             Device::Cpu => Ok(Storage::from(<CpuStorage as RandomOps>::random(
                 dist, dtype, n, key,
             )?)),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(ordinal) => Ok(Storage::from(crate::cuda::CudaStorage::random_on(
+                ordinal, dist, dtype, n, key,
+            )?)),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(Device::unavailable_error(dist.name(), device)),
         }
     }
 }

@@ -141,13 +141,18 @@ impl Storage {
         dims: &RnnDims,
     ) -> Result<(Storage, Storage)> {
         const OP: &str = "rnn";
-        // The optional cell state joins the match below as a plain `Option` of the backend's
-        // storage (a device variant adds its arm here and a mismatch error).
-        let c0 = c0.map(|c| match c {
-            Storage::Cpu(c) => c,
-        });
+        use super::sparse::ValuesOf;
+        // The optional cell state joins each arm as a plain `Option` of that backend's storage
+        // (on another backend: the mismatch error).
         match (self, w, b, h0) {
             (Storage::Cpu(x), Storage::Cpu(w), Storage::Cpu(b), Storage::Cpu(h)) => {
+                let c0 = c0.map(|c| ValuesOf::values_of(OP, c)).transpose()?;
+                let (out, ws) = x.rnn_forward(w, b, h, c0, dims)?;
+                Ok((Storage::from(out), Storage::from(ws)))
+            }
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(x), Storage::Cuda(w), Storage::Cuda(b), Storage::Cuda(h)) => {
+                let c0 = c0.map(|c| ValuesOf::values_of(OP, c)).transpose()?;
                 let (out, ws) = x.rnn_forward(w, b, h, c0, dims)?;
                 Ok((Storage::from(out), Storage::from(ws)))
             }
@@ -165,6 +170,17 @@ impl Storage {
         const OP: &str = "rnn backward";
         match (self, ws, w) {
             (Storage::Cpu(g), Storage::Cpu(ws), Storage::Cpu(w)) => {
+                let r = g.rnn_backward(ws, w, dims)?;
+                Ok(RnnGrads {
+                    dxproj: Storage::from(r.dxproj),
+                    dweight: Storage::from(r.dweight),
+                    dbias: Storage::from(r.dbias),
+                    dh0: Storage::from(r.dh0),
+                    dc0: r.dc0.map(Storage::from),
+                })
+            }
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(g), Storage::Cuda(ws), Storage::Cuda(w)) => {
                 let r = g.rnn_backward(ws, w, dims)?;
                 Ok(RnnGrads {
                     dxproj: Storage::from(r.dxproj),

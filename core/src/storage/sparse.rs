@@ -170,9 +170,9 @@ pub(crate) trait SparseOps: super::BackendIndex + Sized {
     ) -> Result<SparseParts<Self, Self::Index>>;
     /// Row pointers `start..=end` of `indptr`, rebased to start at 0 (a csr row slice's), and
     /// the base subtracted (`indptr[start]`, the slice's first non-zero).
-    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> (Self::Index, i64);
+    fn rebase_indptr(indptr: &Self::Index, start: usize, end: usize) -> Result<(Self::Index, i64)>;
     /// Entries `range` of an index array, as a new one.
-    fn index_range(idx: &Self::Index, range: Range<usize>) -> Self::Index;
+    fn index_range(idx: &Self::Index, range: Range<usize>) -> Result<Self::Index>;
     /// The csr invariants (`check_format`) of the index arrays, given `values_len` stored
     /// values: lengths and end points always, plus monotone row pointers and sorted, unique,
     /// in-range column ids when `full`. A broken one is an [`Error::Format`] naming it.
@@ -184,9 +184,7 @@ pub(crate) trait SparseOps: super::BackendIndex + Sized {
 
 /// The device of an index array.
 pub(super) fn index_device(i: &IndexStorage) -> Device {
-    match i {
-        IndexStorage::Cpu(_) => Device::Cpu,
-    }
+    i.device()
 }
 
 impl CsrData {
@@ -211,27 +209,17 @@ impl RowSparseData {
     }
 }
 
-/// Host-memory arms of the forwarders below: a layout whose index arrays are not in host
-/// memory is an [`Error::Device`] naming `op`.
-mod host {
+/// The per-backend halves of the forwarders below: a layout whose index arrays are not on the
+/// backend of the values is an [`Error::Device`] naming `op`.
+mod on {
     use super::*;
-    use crate::cpu::CpuStorage;
-    use std::sync::Arc;
+    use crate::storage::IndexOf;
 
-    /// The host index vector, or the mismatch error.
-    pub(super) fn idx<'a>(op: &'static str, i: &'a IndexStorage) -> Result<&'a Arc<Vec<i64>>> {
-        #[allow(unreachable_patterns)]
-        match i {
-            IndexStorage::Cpu(v) => Ok(v),
-            other => Err(Error::device_mismatch(op, Device::Cpu, index_device(other))),
-        }
-    }
-
-    /// The layout over host index vectors.
-    pub(super) fn layout<'a>(
+    /// The layout over backend `B`'s index arrays.
+    pub(super) fn layout<'a, B: IndexOf>(
         op: &'static str,
         l: SparseLayout<'a, IndexStorage>,
-    ) -> Result<SparseLayout<'a, Arc<Vec<i64>>>> {
+    ) -> Result<SparseLayout<'a, B::Index>> {
         Ok(match l {
             SparseLayout::Csr {
                 shape,
@@ -240,35 +228,39 @@ mod host {
                 offset,
             } => SparseLayout::Csr {
                 shape,
-                indptr: idx(op, indptr)?,
-                indices: idx(op, indices)?,
+                indptr: B::index_of(op, indptr)?,
+                indices: B::index_of(op, indices)?,
                 offset,
             },
             SparseLayout::RowSparse { shape, indices } => SparseLayout::RowSparse {
                 shape,
-                indices: idx(op, indices)?,
+                indices: B::index_of(op, indices)?,
             },
         })
     }
 
-    /// A host value buffer, or the mismatch error.
-    pub(super) fn values<'a>(op: &'static str, s: &'a Storage) -> Result<&'a CpuStorage> {
-        #[allow(unreachable_patterns)]
-        match s {
-            Storage::Cpu(c) => Ok(c),
-            other => Err(Error::device_mismatch(op, Device::Cpu, other.device())),
+    /// Backend `B`'s parts as storage.
+    pub(super) fn parts<B: IndexOf>(
+        p: SparseParts<B, B::Index>,
+    ) -> SparseParts<Storage, IndexStorage>
+    where
+        Storage: From<B>,
+    {
+        SparseParts {
+            indptr: p.indptr.map(B::wrap_index),
+            indices: B::wrap_index(p.indices),
+            values: Storage::from(p.values),
         }
     }
 
-    /// Host parts as storage.
-    pub(super) fn parts(
-        p: SparseParts<CpuStorage, Arc<Vec<i64>>>,
-    ) -> SparseParts<Storage, IndexStorage> {
-        SparseParts {
-            indptr: p.indptr.map(IndexStorage::Cpu),
-            indices: IndexStorage::Cpu(p.indices),
-            values: Storage::Cpu(p.values),
-        }
+    /// The layout's backend as `l`'s storage type, for the type checker: `B` is inferred from
+    /// the values the forwarder matched.
+    pub(super) fn layout_like<'a, B: IndexOf>(
+        _values: &B,
+        op: &'static str,
+        l: SparseLayout<'a, IndexStorage>,
+    ) -> Result<SparseLayout<'a, B::Index>> {
+        layout::<B>(op, l)
     }
 }
 
@@ -282,13 +274,10 @@ impl Storage {
         op: Merge,
     ) -> Result<SparseParts<Storage, IndexStorage>> {
         const OP: &str = "sparse merge";
-        match self {
-            Storage::Cpu(a) => {
-                let b = host::values(OP, b)?;
-                let (la, lb) = (host::layout(OP, la)?, host::layout(OP, lb)?);
-                Ok(host::parts(a.merge(la, b, lb, op)?))
-            }
-        }
+        super::on_backends!(OP, (self, b), (a, b) => {
+            let (la, lb) = (on::layout_like(a, OP, la)?, on::layout_like(a, OP, lb)?);
+            Ok(on::parts(a.merge(la, b, lb, op)?))
+        })
     }
     /// See [`SparseOps::scatter_dense`].
     pub(crate) fn scatter_dense(
@@ -299,7 +288,7 @@ impl Storage {
         sparse_left: bool,
     ) -> Result<Storage> {
         super::on_backends!(op.name(), (self, dense), (s, d) => {
-            let l = host::layout(op.name(), l)?;
+            let l = on::layout_like(s, op.name(), l)?;
             Ok(Storage::from(s.scatter_dense(l, d, op, sparse_left)?))
         })
     }
@@ -312,7 +301,7 @@ impl Storage {
     ) -> Result<Storage> {
         const OP: &str = "sparse binary";
         super::on_backends!(OP, (self, dense), (s, d) => {
-            let l = host::layout(OP, l)?;
+            let l = on::layout_like(s, OP, l)?;
             Ok(Storage::from(s.with_dense(l, d, op)?))
         })
     }
@@ -324,7 +313,7 @@ impl Storage {
     ) -> Result<Storage> {
         const OP: &str = "sparse reduce";
         super::on_backend!(self, s => {
-            let l = host::layout(OP, l)?;
+            let l = on::layout_like(s, OP, l)?;
             Ok(Storage::from(s.reduce_stored(l, op)?))
         })
     }
@@ -337,7 +326,7 @@ impl Storage {
     ) -> Result<Storage> {
         const OP: &str = "square_sum backward";
         super::on_backends!(OP, (self, g), (x, g) => {
-            let l = host::layout(OP, l)?;
+            let l = on::layout_like(x, OP, l)?;
             Ok(Storage::from(x.square_sum_grad(l, g, axis)?))
         })
     }
@@ -345,7 +334,7 @@ impl Storage {
     pub(crate) fn densify(&self, l: SparseLayout<'_, IndexStorage>) -> Result<Storage> {
         const OP: &str = "cast_storage";
         super::on_backend!(self, s => {
-            let l = host::layout(OP, l)?;
+            let l = on::layout_like(s, OP, l)?;
             Ok(Storage::from(s.densify(l)?))
         })
     }
@@ -355,7 +344,7 @@ impl Storage {
         shape: &[usize],
         to: SType,
     ) -> Result<SparseParts<Storage, IndexStorage>> {
-        super::on_backend!(self, s => Ok(host::parts(s.sparsify(shape, to)?)))
+        super::on_backend!(self, s => Ok(on::parts(s.sparsify(shape, to)?)))
     }
     /// See [`SparseOps::slice_cols`].
     pub(crate) fn slice_cols(
@@ -365,8 +354,8 @@ impl Storage {
     ) -> Result<SparseParts<Storage, IndexStorage>> {
         const OP: &str = "slice_cols";
         super::on_backend!(self, s => {
-            let l = host::layout(OP, l)?;
-            Ok(host::parts(s.slice_cols(l, cols)?))
+            let l = on::layout_like(s, OP, l)?;
+            Ok(on::parts(s.slice_cols(l, cols)?))
         })
     }
     /// See [`SparseOps::retain_stored`].
@@ -378,8 +367,8 @@ impl Storage {
     ) -> Result<SparseParts<Storage, IndexStorage>> {
         const OP: &str = "retain";
         super::on_backend!(self, s => {
-            let l = host::layout(OP, l)?;
-            Ok(host::parts(s.retain_stored(l, ids, search)?))
+            let l = on::layout_like(s, OP, l)?;
+            Ok(on::parts(s.retain_stored(l, ids, search)?))
         })
     }
     /// See [`SparseOps::concat_csr`]; every part must be on the first part's backend.
@@ -387,43 +376,121 @@ impl Storage {
         parts: &[(&Storage, SparseLayout<'_, IndexStorage>)],
     ) -> Result<SparseParts<Storage, IndexStorage>> {
         const OP: &str = "concat_rows";
-        let host: Vec<_> = parts
-            .iter()
-            .map(|&(s, l)| Ok((host::values(OP, s)?, host::layout(OP, l)?)))
-            .collect::<Result<_>>()?;
-        Ok(host::parts(crate::cpu::CpuStorage::concat_csr(&host)?))
+        let (first, _) = parts
+            .first()
+            .ok_or_else(|| Error::arg(OP, "needs at least one array"))?;
+        super::on_backend!(first, f => concat_on(f, OP, parts))
+    }
+}
+
+/// [`Storage::concat_csr`] on the backend of `_first` (every part must be there).
+fn concat_on<B>(
+    _first: &B,
+    op: &'static str,
+    parts: &[(&Storage, SparseLayout<'_, IndexStorage>)],
+) -> Result<SparseParts<Storage, IndexStorage>>
+where
+    B: SparseOps + crate::storage::IndexOf + ValuesOf,
+    Storage: From<B>,
+{
+    let typed: Vec<(&B, SparseLayout<'_, B::Index>)> = parts
+        .iter()
+        .map(|&(s, l)| Ok((B::values_of(op, s)?, on::layout::<B>(op, l)?)))
+        .collect::<Result<_>>()?;
+    Ok(on::parts(B::concat_csr(&typed)?))
+}
+
+/// A storage as one backend's storage type, or the device error naming `op`.
+pub(crate) trait ValuesOf: Sized {
+    /// `s` as this backend's storage.
+    fn values_of<'a>(op: &'static str, s: &'a Storage) -> Result<&'a Self>;
+}
+
+impl ValuesOf for crate::cpu::CpuStorage {
+    #[allow(unused_variables)] // `op` names the error of the other backends' variants
+    fn values_of<'a>(op: &'static str, s: &'a Storage) -> Result<&'a Self> {
+        match s {
+            Storage::Cpu(c) => Ok(c),
+            #[cfg(feature = "cuda")]
+            other => Err(Error::device_mismatch(op, Device::Cpu, other.device())),
+        }
+    }
+}
+
+/// A storage as one backend's storage type, mutably (`None` on another backend).
+pub(crate) trait ValuesOfMut: Sized {
+    /// `s` as this backend's storage.
+    fn values_of_mut(s: &mut Storage) -> Option<&mut Self>;
+}
+
+impl ValuesOfMut for crate::cpu::CpuStorage {
+    fn values_of_mut(s: &mut Storage) -> Option<&mut Self> {
+        match s {
+            Storage::Cpu(c) => Some(c),
+            #[cfg(feature = "cuda")]
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl ValuesOfMut for crate::cuda::CudaStorage {
+    fn values_of_mut(s: &mut Storage) -> Option<&mut Self> {
+        match s {
+            Storage::Cuda(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl ValuesOf for crate::cuda::CudaStorage {
+    fn values_of<'a>(op: &'static str, s: &'a Storage) -> Result<&'a Self> {
+        match s {
+            Storage::Cuda(c) => Ok(c),
+            other => Err(Error::device_mismatch(op, Device::Cuda(0), other.device())),
+        }
     }
 }
 
 impl IndexStorage {
     /// Host ids (given by a caller) as an index array on `device`, beside the values they
     /// index.
-    pub(crate) fn from_vec_on(v: Vec<i64>, device: Device) -> IndexStorage {
-        match device {
-            Device::Cpu => IndexStorage::from(v),
-        }
+    pub(crate) fn from_vec_on(v: Vec<i64>, device: Device) -> Result<IndexStorage> {
+        IndexStorage::from_arc_on(std::sync::Arc::new(v), device)
     }
     /// See [`SparseOps::rebase_indptr`].
-    pub(crate) fn rebase_indptr(&self, start: usize, end: usize) -> (IndexStorage, i64) {
+    pub(crate) fn rebase_indptr(&self, start: usize, end: usize) -> Result<(IndexStorage, i64)> {
         match self {
             IndexStorage::Cpu(v) => {
-                let (p, base) = crate::cpu::CpuStorage::rebase_indptr(v, start, end);
-                (IndexStorage::Cpu(p), base)
+                let (p, base) = crate::cpu::CpuStorage::rebase_indptr(v, start, end)?;
+                Ok((IndexStorage::Cpu(p), base))
+            }
+            #[cfg(feature = "cuda")]
+            IndexStorage::Cuda(v) => {
+                let (p, base) = crate::cuda::CudaStorage::rebase_indptr(v, start, end)?;
+                Ok((IndexStorage::Cuda(p), base))
             }
         }
     }
     /// See [`SparseOps::index_range`].
-    pub(crate) fn index_range(&self, range: Range<usize>) -> IndexStorage {
+    pub(crate) fn index_range(&self, range: Range<usize>) -> Result<IndexStorage> {
         match self {
-            IndexStorage::Cpu(v) => {
-                IndexStorage::Cpu(crate::cpu::CpuStorage::index_range(v, range))
-            }
+            IndexStorage::Cpu(v) => Ok(IndexStorage::Cpu(crate::cpu::CpuStorage::index_range(
+                v, range,
+            )?)),
+            #[cfg(feature = "cuda")]
+            IndexStorage::Cuda(v) => Ok(IndexStorage::Cuda(crate::cuda::CudaStorage::index_range(
+                v, range,
+            )?)),
         }
     }
     /// See [`SparseOps::check_row_ids`].
     pub(crate) fn check_row_ids(&self, rows: usize) -> Result<()> {
         match self {
             IndexStorage::Cpu(v) => crate::cpu::CpuStorage::check_row_ids(v, rows),
+            #[cfg(feature = "cuda")]
+            IndexStorage::Cuda(v) => crate::cuda::CudaStorage::check_row_ids(v, rows),
         }
     }
 }
@@ -439,7 +506,20 @@ pub(crate) fn check_csr_layout(
         SparseLayout::Csr {
             indptr: IndexStorage::Cpu(_),
             ..
-        } => crate::cpu::CpuStorage::check_csr(host::layout(OP, l)?, values_len, full),
+        } => crate::cpu::CpuStorage::check_csr(
+            on::layout::<crate::cpu::CpuStorage>(OP, l)?,
+            values_len,
+            full,
+        ),
+        #[cfg(feature = "cuda")]
+        SparseLayout::Csr {
+            indptr: IndexStorage::Cuda(_),
+            ..
+        } => crate::cuda::CudaStorage::check_csr(
+            on::layout::<crate::cuda::CudaStorage>(OP, l)?,
+            values_len,
+            full,
+        ),
         SparseLayout::RowSparse { .. } => Err(Error::stype(OP, "needs a csr layout")),
     }
 }

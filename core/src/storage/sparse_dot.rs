@@ -90,9 +90,7 @@ pub(crate) trait SparseDotOps: super::BackendIndex + Sized {
 
 /// The device of an index array.
 fn index_device(i: &IndexStorage) -> Device {
-    match i {
-        IndexStorage::Cpu(_) => Device::Cpu,
-    }
+    i.device()
 }
 
 /// The error for operands of one operation on different devices: the first storage whose
@@ -116,6 +114,19 @@ macro_rules! on_csr {
         let ix: &CsrIndex<'_> = $ix;
         match (ix.indptr, ix.indices, $v $(, $s)*) {
             (IndexStorage::Cpu(p), IndexStorage::Cpu(i), Storage::Cpu($vb) $(, Storage::Cpu($b))*) => {
+                let $x = CsrView {
+                    shape: ix.shape,
+                    indptr: p,
+                    indices: i,
+                    offset: ix.offset,
+                };
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            (IndexStorage::Cuda(p), IndexStorage::Cuda(i), Storage::Cuda($vb) $(, Storage::Cuda($b))*)
+                if p.ordinal() == $vb.ordinal() && i.ordinal() == $vb.ordinal()
+                    $(&& $b.ordinal() == $vb.ordinal())* =>
+            {
                 let $x = CsrView {
                     shape: ix.shape,
                     indptr: p,
@@ -157,10 +168,10 @@ impl Storage {
         w_rows: &IndexStorage,
         n: usize,
     ) -> Result<Storage> {
-        on_csr!("dot", x, (self => v, w_data => w), x => match w_rows {
-            IndexStorage::Cpu(r) => Ok(Storage::from(v.csr_rsp(x, w, r, n)?)),
-            #[allow(unreachable_patterns)]
-            _ => Err(mismatch("dot", &[self, w_data], &[w_rows])),
+        on_csr!("dot", x, (self => v, w_data => w), x => {
+            let r = super::IndexOf::index_of_on(v, "dot", w_rows)
+                .map_err(|_| mismatch("dot", &[self, w_data], &[w_rows]))?;
+            Ok(Storage::from(v.csr_rsp(x, w, r, n)?))
         })
     }
     /// See [`SparseDotOps::dense_csr`]; `self` is the csr's values.
@@ -199,11 +210,11 @@ impl Storage {
     /// See [`SparseDotOps::gather_rows`].
     #[inline]
     pub(crate) fn gather_rows(&self, ids: &IndexStorage, dim: usize) -> Result<Storage> {
-        match (self, ids) {
-            (Storage::Cpu(t), IndexStorage::Cpu(i)) => Ok(Storage::from(t.gather_rows(i, dim)?)),
-            #[allow(unreachable_patterns)]
-            _ => Err(mismatch("embedding", &[self], &[ids])),
-        }
+        super::on_backend!(self, t => {
+            let i = super::IndexOf::index_of_on(t, "embedding", ids)
+                .map_err(|_| mismatch("embedding", &[self], &[ids]))?;
+            Ok(Storage::from(t.gather_rows(i, dim)?))
+        })
     }
     /// See [`SparseDotOps::segment_sum`].
     #[inline]
@@ -212,18 +223,17 @@ impl Storage {
         ids: &IndexStorage,
         dim: usize,
     ) -> Result<(IndexStorage, Storage)> {
-        match (self, ids) {
-            (Storage::Cpu(g), IndexStorage::Cpu(i)) => {
-                let (uniq, data) = g.segment_sum(i, dim)?;
-                Ok((IndexStorage::Cpu(uniq), Storage::from(data)))
-            }
-            #[allow(unreachable_patterns)]
-            _ => Err(mismatch("embedding backward", &[self], &[ids])),
-        }
+        super::on_backend!(self, g => {
+            let i = super::IndexOf::index_of_on(g, "embedding backward", ids)
+                .map_err(|_| mismatch("embedding backward", &[self], &[ids]))?;
+            let (uniq, data) = g.segment_sum(i, dim)?;
+            Ok((super::IndexOf::wrap_index_of(g, uniq), Storage::from(data)))
+        })
     }
     /// See [`SparseDotOps::to_ids`].
     #[inline]
     pub(crate) fn to_ids(&self, op: &'static str, bound: usize) -> Result<IndexStorage> {
-        super::on_backend!(self, b => Ok(IndexStorage::Cpu(b.to_ids(op, bound)?)))
+        super::on_backend!(self, b =>
+            Ok(super::IndexOf::wrap_index_of(b, b.to_ids(op, bound)?)))
     }
 }

@@ -258,42 +258,16 @@ impl Storage {
     ) -> Result<[f64; 2]> {
         let op = rule.name();
         let device = self.device();
-        match self {
-            Storage::Cpu(w) => {
-                #[allow(unreachable_patterns)]
-                let g = match grad {
-                    GradRef::Dense(Storage::Cpu(g)) => GradRef::Dense(g),
-                    GradRef::RowSparse {
-                        indices: IndexStorage::Cpu(i),
-                        values: Storage::Cpu(v),
-                        row_len,
-                    } => GradRef::RowSparse {
-                        indices: i,
-                        values: v,
-                        row_len,
-                    },
-                    GradRef::RowSparse {
-                        indices,
-                        values: Storage::Cpu(_),
-                        ..
-                    } => return Err(Error::device_mismatch(op, device, index_device(indices))),
-                    GradRef::Dense(g) | GradRef::RowSparse { values: g, .. } => {
-                        return Err(Error::device_mismatch(op, device, g.device()))
-                    }
-                };
-                // The states as the backend's type (an array: no allocation per update).
-                #[allow(unreachable_patterns)]
-                let st = states.map(|s| match s {
-                    Storage::Cpu(c) => Ok(c),
-                    other => Err(other.device()),
-                });
-                if let Some(Err(d)) = st.iter().find(|s| s.is_err()) {
-                    return Err(Error::device_mismatch(op, device, *d));
-                }
-                let mut st = st.map(|s| s.expect("every state checked on this backend above"));
-                w.update(rows, g, &mut st[..], scalars, rule, lazy)
+        super::on_backend!(self, w => {
+            let g = typed_grad(w, op, device, grad)?;
+            // The states as the backend's type (an array: no allocation per update).
+            let st = states.map(|s| typed_state(w, s));
+            if let Some(d) = st.iter().find_map(|s| s.as_ref().err()) {
+                return Err(Error::device_mismatch(op, device, *d));
             }
-        }
+            let mut st = st.map(|s| s.expect("every state checked on this backend above"));
+            w.update(rows, g, &mut st[..], scalars, rule, lazy)
+        })
     }
     /// See [`UpdateOps::sum_sq_range`].
     pub(crate) fn sum_sq_range(&self, range: Range<usize>) -> Result<f64> {
@@ -303,4 +277,41 @@ impl Storage {
     pub(crate) fn scale_range(&mut self, range: Range<usize>, factor: f64) -> Result<()> {
         super::on_backend!(self, b => b.scale_range(range, factor))
     }
+}
+
+/// The gradient of an update as the weight's backend's types, or the device error.
+fn typed_grad<'a, B>(
+    _w: &B,
+    op: &'static str,
+    device: crate::Device,
+    grad: GradRef<'a, Storage, IndexStorage>,
+) -> Result<GradRef<'a, B, B::Index>>
+where
+    B: super::IndexOf + super::sparse::ValuesOf,
+{
+    let values = |s: &'a Storage| {
+        B::values_of(op, s).map_err(|_| Error::device_mismatch(op, device, s.device()))
+    };
+    Ok(match grad {
+        GradRef::Dense(g) => GradRef::Dense(values(g)?),
+        GradRef::RowSparse {
+            indices,
+            values: v,
+            row_len,
+        } => GradRef::RowSparse {
+            values: values(v)?,
+            indices: B::index_of(op, indices)
+                .map_err(|_| Error::device_mismatch(op, device, index_device(indices)))?,
+            row_len,
+        },
+    })
+}
+
+/// A state of an update as the weight's backend's type, or the device it is on.
+fn typed_state<'a, B: super::sparse::ValuesOfMut>(
+    _w: &B,
+    s: &'a mut Storage,
+) -> std::result::Result<&'a mut B, crate::Device> {
+    let d = s.device();
+    B::values_of_mut(s).ok_or(d)
 }

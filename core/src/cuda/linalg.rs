@@ -1,0 +1,333 @@
+//! The CUDA dense-product family ([`LinalgOps`]): products through cuBLAS, the fused Dense
+//! layer and loss kernels in `kernels/linalg.cu`.
+//!
+//! cuBLAS is column-major and our operands are row-major. A row-major `(r, c)` matrix is the
+//! column-major `(c, r)` matrix with leading dimension `c`, its transpose; so the row-major
+//! `C = op(A) op(B)` is computed as the column-major `C^T = op(B)^T op(A)^T`: B first, the
+//! result's dimensions swapped, each operand's transpose flag kept.
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{Gemm, GemmConfig};
+use cudarc::driver::CudaSlice;
+use cudarc::driver::PushKernelArg;
+
+use super::elementwise::{float_error, float_only, kname, same_dtype, typed};
+use super::launch::{driver_err, grid};
+use super::storage::{CudaElement, CudaStorage};
+use crate::error::{Error, Result};
+use crate::ops::fused::FusedAct;
+use crate::storage::{LinalgOps, MatMul};
+
+/// An element type cuBLAS multiplies.
+trait BlasElement: CudaElement
+where
+    cudarc::cublas::CudaBlas: Gemm<Self>,
+{
+    /// 1 and 0 of the type (alpha and beta).
+    const ONE: Self;
+    const ZERO: Self;
+}
+impl BlasElement for f32 {
+    const ONE: f32 = 1.0;
+    const ZERO: f32 = 0.0;
+}
+impl BlasElement for f64 {
+    const ONE: f64 = 1.0;
+    const ZERO: f64 = 0.0;
+}
+
+fn op_of(t: bool) -> cublasOperation_t {
+    if t {
+        cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+fn dim(op: &'static str, v: usize) -> Result<i32> {
+    i32::try_from(v)
+        .map_err(|_| Error::shape(op, format!("dimension {v} exceeds cuBLAS's int range")))
+}
+
+/// `out[c_off..] = a[a_off..] . b[b_off..]` as `mm` describes, through cuBLAS.
+#[allow(clippy::too_many_arguments)]
+fn gemm_into<T: BlasElement>(
+    x: &CudaStorage,
+    a: &CudaSlice<T>,
+    a_off: usize,
+    b: &CudaSlice<T>,
+    b_off: usize,
+    out: &mut CudaSlice<T>,
+    c_off: usize,
+    mm: &MatMul,
+) -> Result<()>
+where
+    cudarc::cublas::CudaBlas: Gemm<T>,
+{
+    const OP: &str = "dot";
+    if mm.m == 0 || mm.n == 0 || mm.k == 0 {
+        return Ok(()); // the output is already zeros
+    }
+    let (a_len, b_len, c_len) = (mm.m * mm.k, mm.k * mm.n, mm.m * mm.n);
+    if a_off + a_len > a.len() || b_off + b_len > b.len() || c_off + c_len > out.len() {
+        return Err(Error::shape(
+            OP,
+            "a product's operand is shorter than its dimensions",
+        ));
+    }
+    let cfg = GemmConfig {
+        transa: op_of(mm.tb),
+        transb: op_of(mm.ta),
+        m: dim(OP, mm.n)?,
+        n: dim(OP, mm.m)?,
+        k: dim(OP, mm.k)?,
+        alpha: T::ONE,
+        lda: dim(OP, mm.b_cols())?,
+        ldb: dim(OP, mm.a_cols())?,
+        beta: T::ZERO,
+        ldc: dim(OP, mm.n)?,
+    };
+    let blas = x.dev.blas()?;
+    let av = a.slice(a_off..a_off + a_len);
+    let bv = b.slice(b_off..b_off + b_len);
+    let mut cv = out.slice_mut(c_off..c_off + c_len);
+    // SAFETY: the views hold exactly the elements the dimensions and leading dimensions
+    // address (checked above); cuBLAS runs on the device's stream.
+    unsafe { blas.gemm(cfg, &bv, &av, &mut cv) }
+        .map_err(|e| crate::cuda::driver::cuda_error(OP, format!("cuBLAS: {e}")))
+}
+
+fn matmul_t<T: BlasElement>(
+    x: &CudaStorage,
+    rhs: &CudaStorage,
+    mm: &MatMul,
+    offsets: &[(usize, usize)],
+) -> Result<CudaStorage>
+where
+    cudarc::cublas::CudaBlas: Gemm<T>,
+{
+    let (a, b) = (typed::<T>("dot", x)?, typed::<T>("dot", rhs)?);
+    let per = mm.m * mm.n;
+    let mut out = CudaStorage::alloc::<T>(&x.dev, "dot", per * offsets.len())?;
+    for (i, &(ao, bo)) in offsets.iter().enumerate() {
+        gemm_into(x, a, ao, b, bo, &mut out, i * per, mm)?;
+    }
+    Ok(x.with(out))
+}
+
+fn act_code(act: Option<FusedAct>) -> i32 {
+    match act {
+        None => -1,
+        Some(FusedAct::Sigmoid) => 0,
+        Some(FusedAct::Tanh) => 1,
+        Some(FusedAct::Relu) => 2,
+    }
+}
+
+/// Launch `name_T` over `n` items with the arguments `args` pushes.
+macro_rules! launch {
+    ($x:expr, $name:expr, $t:ty, $n:expr, |$l:ident| $args:block) => {{
+        let f = $x
+            .dev
+            .function("linalg.cu", kname($name, <$t as CudaElement>::SUFFIX))?;
+        let mut $l = $x.dev.stream.launch_builder(&f);
+        $args;
+        // SAFETY: each fused kernel reads and writes `n` elements of buffers the operator
+        // sized (`n` each, `units` for a bias or column sums), as the caller checks.
+        unsafe { $l.launch(grid($n)) }.map_err(driver_err($name))?;
+    }};
+}
+
+fn bias_act_t<T: CudaElement>(
+    y: &CudaStorage,
+    bias: &CudaStorage,
+    units: usize,
+    act: Option<FusedAct>,
+) -> Result<CudaStorage> {
+    let (ys, bs) = (typed::<T>("bias_act", y)?, typed::<T>("bias_act", bias)?);
+    let n = ys.len();
+    if units == 0 || bs.len() != units || n % units != 0 {
+        return Err(Error::shape(
+            "bias_act",
+            format!("{n} values for a bias of {}", bs.len()),
+        ));
+    }
+    let mut out = CudaStorage::alloc::<T>(&y.dev, "bias_act", n)?;
+    if n > 0 {
+        let (n64, u64_, code) = (n as u64, units as u64, act_code(act));
+        launch!(y, "bias_act", T, n, |l| {
+            l.arg(ys)
+                .arg(bs)
+                .arg(&mut out)
+                .arg(&n64)
+                .arg(&u64_)
+                .arg(&code);
+        });
+    }
+    Ok(y.with(out))
+}
+
+fn column_sums_t<T: CudaElement>(g: &CudaStorage, units: usize) -> Result<CudaStorage> {
+    let gs = typed::<T>("bias_act backward", g)?;
+    if units == 0 || gs.len() % units != 0 {
+        return Err(Error::shape(
+            "bias_act backward",
+            format!("{} values in rows of {units}", gs.len()),
+        ));
+    }
+    let rows = gs.len() / units;
+    let mut out = CudaStorage::alloc::<T>(&g.dev, "bias_act backward", units)?;
+    let (r64, u64_) = (rows as u64, units as u64);
+    launch!(g, "column_sums", T, units, |l| {
+        l.arg(gs).arg(&mut out).arg(&r64).arg(&u64_);
+    });
+    Ok(g.with(out))
+}
+
+fn act_grad_t<T: CudaElement>(
+    g: &CudaStorage,
+    y: &CudaStorage,
+    act: FusedAct,
+) -> Result<CudaStorage> {
+    let (gs, ys) = (
+        typed::<T>("bias_act backward", g)?,
+        typed::<T>("bias_act backward", y)?,
+    );
+    let n = gs.len();
+    if ys.len() != n {
+        return Err(Error::shape(
+            "bias_act backward",
+            format!("{n} gradients for {} outputs", ys.len()),
+        ));
+    }
+    let mut out = CudaStorage::alloc::<T>(&g.dev, "bias_act backward", n)?;
+    if n > 0 {
+        let (n64, code) = (n as u64, act_code(Some(act)));
+        launch!(g, "act_grad", T, n, |l| {
+            l.arg(gs).arg(ys).arg(&mut out).arg(&n64).arg(&code);
+        });
+    }
+    Ok(g.with(out))
+}
+
+fn act_derivative_t<T: CudaElement>(y: &CudaStorage, act: FusedAct) -> Result<CudaStorage> {
+    let ys = typed::<T>("bias_act backward", y)?;
+    let n = ys.len();
+    let mut out = CudaStorage::alloc::<T>(&y.dev, "bias_act backward", n)?;
+    if n > 0 {
+        let (n64, code) = (n as u64, act_code(Some(act)));
+        launch!(y, "act_derivative", T, n, |l| {
+            l.arg(ys).arg(&mut out).arg(&n64).arg(&code);
+        });
+    }
+    Ok(y.with(out))
+}
+
+const BCE: &str = "SigmoidBinaryCrossEntropyLoss";
+
+fn sigmoid_bce_t<T: CudaElement>(x: &CudaStorage, z: &CudaStorage) -> Result<CudaStorage> {
+    let (xs, zs) = (typed::<T>(BCE, x)?, typed::<T>(BCE, z)?);
+    let n = xs.len();
+    if zs.len() != n {
+        return Err(Error::shape(
+            BCE,
+            format!("{n} logits for {} labels", zs.len()),
+        ));
+    }
+    let mut out = CudaStorage::alloc::<T>(&x.dev, BCE, n)?;
+    if n > 0 {
+        let n64 = n as u64;
+        launch!(x, "sigmoid_bce", T, n, |l| {
+            l.arg(xs).arg(zs).arg(&mut out).arg(&n64);
+        });
+    }
+    Ok(x.with(out))
+}
+
+fn sigmoid_bce_grad_t<T: CudaElement>(
+    g: &CudaStorage,
+    x: &CudaStorage,
+    z: &CudaStorage,
+    need_dz: bool,
+) -> Result<(CudaStorage, Option<CudaStorage>)> {
+    let (gs, xs, zs) = (
+        typed::<T>(BCE, g)?,
+        typed::<T>(BCE, x)?,
+        typed::<T>(BCE, z)?,
+    );
+    let n = gs.len();
+    if xs.len() != n || zs.len() != n {
+        return Err(Error::shape(
+            BCE,
+            format!(
+                "{n} gradients for {} logits and {} labels",
+                xs.len(),
+                zs.len()
+            ),
+        ));
+    }
+    let mut dx = CudaStorage::alloc::<T>(&g.dev, BCE, n)?;
+    // Without `need_dz` the kernel never writes `dz`; a one-element buffer stands in.
+    let mut dz = CudaStorage::alloc::<T>(&g.dev, BCE, if need_dz { n } else { 1 })?;
+    if n > 0 {
+        let (n64, nd) = (n as u64, i32::from(need_dz));
+        launch!(g, "sigmoid_bce_grad", T, n, |l| {
+            l.arg(gs)
+                .arg(xs)
+                .arg(zs)
+                .arg(&mut dx)
+                .arg(&mut dz)
+                .arg(&n64)
+                .arg(&nd);
+        });
+    }
+    Ok((g.with(dx), need_dz.then(|| g.with(dz))))
+}
+
+impl LinalgOps for CudaStorage {
+    fn matmul(&self, rhs: &Self, mm: &MatMul) -> Result<Self> {
+        self.batched_matmul(rhs, mm, &[(0, 0)])
+    }
+
+    fn batched_matmul(&self, rhs: &Self, mm: &MatMul, offsets: &[(usize, usize)]) -> Result<Self> {
+        same_dtype("dot", self, rhs)?;
+        match self.dtype() {
+            crate::DType::F32 => matmul_t::<f32>(self, rhs, mm, offsets),
+            crate::DType::F64 => matmul_t::<f64>(self, rhs, mm, offsets),
+            _ => Err(float_error("dot", self)),
+        }
+    }
+
+    fn bias_act(&self, bias: &Self, units: usize, act: Option<FusedAct>) -> Result<Self> {
+        same_dtype("bias_act", self, bias)?;
+        float_only!(self, "bias_act", T => bias_act_t::<T>(self, bias, units, act))
+    }
+
+    fn bias_act_grad(&self, out: &Self, units: usize, act: FusedAct) -> Result<(Self, Self)> {
+        same_dtype("bias_act backward", self, out)?;
+        float_only!(self, "bias_act backward", T => {
+            let gp = act_grad_t::<T>(self, out, act)?;
+            let db = column_sums_t::<T>(&gp, units)?;
+            Ok((gp, db))
+        })
+    }
+
+    fn act_derivative(&self, act: FusedAct) -> Result<Self> {
+        float_only!(self, "bias_act backward", T => act_derivative_t::<T>(self, act))
+    }
+
+    fn column_sums(&self, units: usize) -> Result<Self> {
+        float_only!(self, "bias_act backward", T => column_sums_t::<T>(self, units))
+    }
+
+    fn sigmoid_bce(&self, z: &Self) -> Result<Self> {
+        same_dtype(BCE, self, z)?;
+        float_only!(self, BCE, T => sigmoid_bce_t::<T>(self, z))
+    }
+
+    fn sigmoid_bce_grad(&self, x: &Self, z: &Self, need_dz: bool) -> Result<(Self, Option<Self>)> {
+        same_dtype(BCE, self, x)?;
+        same_dtype(BCE, self, z)?;
+        float_only!(self, BCE, T => sigmoid_bce_grad_t::<T>(self, x, z, need_dz))
+    }
+}

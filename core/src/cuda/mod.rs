@@ -1,0 +1,44 @@
+//! The CUDA backend (cargo feature `cuda`): device memory through cudarc, kernels written here
+//! as CUDA C (`kernels/*.cu`) and compiled with NVRTC at first use on each device, cuBLAS for
+//! dense products.
+//!
+//! - `driver.rs`: finding the driver, the GPUs and the libraries without panicking (cudarc
+//!   panics when a dynamically loaded library is missing, so each is looked up first), and the
+//!   per-device state: context, stream, compiled modules, cuBLAS handle.
+//! - `compile.rs`: the kernel sources and the one NVRTC code path (the runtime's and the
+//!   build check's, `examples/cuda_kernels_check.rs`).
+//! - `storage.rs`: [`CudaStorage`] (a typed device buffer) and its structural operations
+//!   (zeros, cast, gather, copies to and from the host); `index.rs`: [`CudaIndex`].
+//! - one file per kernel family, implementing the family trait of `crate::storage`: the ported
+//!   ones launch kernels; a method without a CUDA kernel yet returns an
+//!   [`Error::Device`](crate::Error::Device) naming the operation and the device (never a
+//!   silent copy to the host, never a panic). ARCHITECTURE.md lists which families are ported.
+
+mod compile;
+mod conv_rnn;
+mod driver;
+mod elementwise;
+mod index;
+mod launch;
+mod layout;
+mod linalg;
+mod random;
+mod reduce;
+mod sparse;
+mod sparse_dot;
+mod storage;
+mod update;
+
+pub use compile::{compile_ptx, kernel_sources, KernelSource};
+pub(crate) use driver::cuda_device_count;
+pub(crate) use index::CudaIndex;
+pub(crate) use storage::CudaStorage;
+
+/// Wait until every kernel and copy queued on CUDA device `ordinal` has finished (for timing:
+/// operators return as soon as their kernels are queued). An unavailable device is an error.
+pub fn synchronize(ordinal: usize) -> crate::Result<()> {
+    let dev = driver::CudaDev::get(ordinal)?;
+    dev.stream
+        .synchronize()
+        .map_err(|e| driver::cuda_error("synchronize", format!("CUDA: {e}")))
+}

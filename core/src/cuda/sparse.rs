@@ -1,0 +1,207 @@
+//! The sparse operators on CUDA: `densify` (`kernels/sparse.cu`) and the format checks (on
+//! the index arrays' host copies); the rest (merges, sparse op dense, stored reductions,
+//! sparsify, slicing, retain) has no CUDA kernel yet: each such method returns the [`Error::Device`](crate::Error::Device)
+//! of [`not_ported`], naming the operation and the device, so a model that reaches one fails
+//! with a message instead of copying to the host behind the user's back. Porting a family
+//! replaces its block here with a file of kernels.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::index::CudaIndex;
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::launch::{driver_err, grid, not_ported};
+use super::storage::{with_cuda, CudaElement, CudaStorage};
+use crate::dtype::SType;
+use crate::error::{Error, Result};
+use crate::ops::BinaryOp;
+use crate::storage::{
+    BackendIndex, Merge, SparseLayout, SparseOps, SparseParts, SquareSumAxis, StoredReduce,
+    WithDense,
+};
+
+impl BackendIndex for CudaStorage {
+    type Index = CudaIndex;
+}
+
+impl SparseOps for CudaStorage {
+    fn merge(
+        &self,
+        _la: SparseLayout<'_, CudaIndex>,
+        _b: &Self,
+        _lb: SparseLayout<'_, CudaIndex>,
+        _op: Merge,
+    ) -> Result<SparseParts<Self, CudaIndex>> {
+        Err(not_ported("sparse merge", self.ordinal()))
+    }
+    fn scatter_dense(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _dense: &Self,
+        op: BinaryOp,
+        _sparse_left: bool,
+    ) -> Result<Self> {
+        Err(not_ported(op.name(), self.ordinal()))
+    }
+    fn with_dense(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _dense: &Self,
+        _op: WithDense,
+    ) -> Result<Self> {
+        Err(not_ported("sparse binary", self.ordinal()))
+    }
+    fn reduce_stored(&self, _l: SparseLayout<'_, CudaIndex>, _op: StoredReduce) -> Result<Self> {
+        Err(not_ported("sparse reduce", self.ordinal()))
+    }
+    fn square_sum_grad(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _g: &Self,
+        _axis: SquareSumAxis,
+    ) -> Result<Self> {
+        Err(not_ported("square_sum backward", self.ordinal()))
+    }
+    fn densify(&self, l: SparseLayout<'_, CudaIndex>) -> Result<Self> {
+        with_cuda!(&self.buf, s, T => densify_t::<T>(self, s, l))
+    }
+    fn sparsify(&self, _shape: &[usize], _to: SType) -> Result<SparseParts<Self, CudaIndex>> {
+        Err(not_ported("cast_storage", self.ordinal()))
+    }
+    fn slice_cols(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _cols: Range<usize>,
+    ) -> Result<SparseParts<Self, CudaIndex>> {
+        Err(not_ported("slice_cols", self.ordinal()))
+    }
+    fn retain_stored(
+        &self,
+        _l: SparseLayout<'_, CudaIndex>,
+        _ids: &[i64],
+        _search: bool,
+    ) -> Result<SparseParts<Self, CudaIndex>> {
+        Err(not_ported("retain", self.ordinal()))
+    }
+    fn concat_csr(
+        parts: &[(&Self, SparseLayout<'_, CudaIndex>)],
+    ) -> Result<SparseParts<Self, CudaIndex>> {
+        Err(not_ported(
+            "concat_rows",
+            parts.first().map_or(0, |p| p.0.ordinal()),
+        ))
+    }
+    fn rebase_indptr(indptr: &CudaIndex, start: usize, end: usize) -> Result<(CudaIndex, i64)> {
+        // Row pointers are read on the host copy; the slice's are uploaded.
+        let base = indptr.host[start];
+        let host: Vec<i64> = indptr.host[start..=end].iter().map(|p| p - base).collect();
+        Ok((CudaIndex::upload(indptr.ordinal(), Arc::new(host))?, base))
+    }
+    fn index_range(idx: &CudaIndex, range: Range<usize>) -> Result<CudaIndex> {
+        CudaIndex::upload(idx.ordinal(), Arc::new(idx.host[range].to_vec()))
+    }
+    fn check_csr(l: SparseLayout<'_, CudaIndex>, values_len: usize, full: bool) -> Result<()> {
+        // The invariants are checked on the host copies, by the CPU's check.
+        let host = match l {
+            SparseLayout::Csr {
+                shape,
+                indptr,
+                indices,
+                offset,
+            } => SparseLayout::Csr {
+                shape,
+                indptr: &indptr.host,
+                indices: &indices.host,
+                offset,
+            },
+            SparseLayout::RowSparse { shape, indices } => SparseLayout::RowSparse {
+                shape,
+                indices: &indices.host,
+            },
+        };
+        crate::cpu::CpuStorage::check_csr(host, values_len, full)
+    }
+    fn check_row_ids(idx: &CudaIndex, rows: usize) -> Result<()> {
+        crate::cpu::CpuStorage::check_row_ids(&idx.host, rows)
+    }
+}
+
+/// A csr or row_sparse array made dense on the device.
+fn densify_t<T: CudaElement>(
+    x: &CudaStorage,
+    vals: &CudaSlice<T>,
+    l: SparseLayout<'_, CudaIndex>,
+) -> Result<CudaStorage> {
+    const OP: &str = "cast_storage";
+    let kernel = |base: &'static str| {
+        let size = match std::mem::size_of::<T>() {
+            1 => "b1",
+            4 => "b4",
+            _ => "b8",
+        };
+        x.dev
+            .function("sparse.cu", super::elementwise::kname(base, size))
+    };
+    match l {
+        SparseLayout::Csr {
+            shape: [rows, cols],
+            indptr,
+            indices,
+            offset,
+        } => {
+            let nnz = *indptr.host.last().unwrap_or(&0) as usize;
+            if indptr.host.len() != rows + 1
+                || offset + nnz > indices.host.len()
+                || offset + nnz > vals.len()
+            {
+                return Err(Error::format(
+                    SType::Csr,
+                    "row pointers do not fit the stored values",
+                ));
+            }
+            let mut out = CudaStorage::alloc::<T>(&x.dev, OP, rows * cols)?;
+            if nnz > 0 {
+                let f = kernel("densify_csr")?;
+                let (off, r64, c64) = (offset as u64, rows as u64, cols as u64);
+                let mut b = x.dev.stream.launch_builder(&f);
+                b.arg(indptr.dev.as_ref())
+                    .arg(indices.dev.as_ref())
+                    .arg(vals)
+                    .arg(&off);
+                b.arg(&mut out).arg(&r64).arg(&c64);
+                // SAFETY: a validated csr (`check_csr` when built): column ids below `cols`,
+                // row pointers in order up to the stored values (checked above).
+                unsafe { b.launch(grid(rows)) }.map_err(driver_err(OP))?;
+            }
+            Ok(x.with(out))
+        }
+        SparseLayout::RowSparse { shape, indices } => {
+            let rows = shape.first().copied().unwrap_or(0);
+            let row_len: usize = shape.iter().skip(1).product();
+            let k = indices.host.len();
+            if vals.len() != k * row_len
+                || indices.host.iter().any(|&i| i < 0 || i as usize >= rows)
+            {
+                return Err(Error::format(
+                    SType::RowSparse,
+                    "row ids or values do not fit the shape",
+                ));
+            }
+            let mut out = CudaStorage::alloc::<T>(&x.dev, OP, rows * row_len)?;
+            if k * row_len > 0 {
+                let f = kernel("densify_rsp")?;
+                let (items, rl) = ((k * row_len) as u64, row_len as u64);
+                let mut b = x.dev.stream.launch_builder(&f);
+                b.arg(indices.dev.as_ref())
+                    .arg(vals)
+                    .arg(&mut out)
+                    .arg(&items)
+                    .arg(&rl);
+                // SAFETY: every row id was checked above to lie inside the shape's rows.
+                unsafe { b.launch(grid(k * row_len)) }.map_err(driver_err(OP))?;
+            }
+            Ok(x.with(out))
+        }
+    }
+}
