@@ -11,6 +11,11 @@ venv="${1:-${TMPDIR:-/tmp}/sparrow-cuda-venv}"
 # The CUDA 12.9 wheels: NVRTC (libnvrtc.so.12 and its builtins) and nvcc's ptxas.
 wheels=(nvidia-cuda-nvrtc-cu12==12.9.86 nvidia-cuda-nvcc-cu12==12.9.86)
 if [ ! -x "$venv/bin/python" ]; then
+  # A fresh Debian/Ubuntu machine may lack python3 or its venv module: install them.
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null; then
+    sudo_=""; [ "$(id -u)" -ne 0 ] && sudo_="sudo"
+    $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
   python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${wheels[@]}"
