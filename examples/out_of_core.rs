@@ -69,7 +69,7 @@ fn parse() -> Result<Args, BoxError> {
     if in_memory == a.dir.is_some() {
         return Err("give exactly one of --dir DIR (table in a file) and --in-memory".into());
     }
-    if a.hot == 0 || a.hot % 8 != 0 || a.hot > a.features {
+    if a.hot == 0 || !a.hot.is_multiple_of(8) || a.hot > a.features {
         return Err("--hot must be a positive multiple of 8, at most --features".into());
     }
     if in_memory {
@@ -109,7 +109,11 @@ fn make_batches(a: &Args) -> Result<Vec<(NDArray, NDArray)>, BoxError> {
                 let j = (mix(s) % a.hot as u64) as usize;
                 let id = row_of(j, a.features, a.hot);
                 if !row.contains(&id) {
-                    score += if mix(j as u64 ^ 0xABCD) & 1 == 0 { 1 } else { -1 };
+                    score += if mix(j as u64 ^ 0xABCD) & 1 == 0 {
+                        1
+                    } else {
+                        -1
+                    };
                     row.push(id);
                 }
             }
@@ -194,7 +198,10 @@ fn main() -> Result<(), BoxError> {
     if file.is_some() {
         let t = Instant::now();
         weight.data()?.flush()?;
-        println!("checkpoint (flush in place): {:.2} s", t.elapsed().as_secs_f64());
+        println!(
+            "checkpoint (flush in place): {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

@@ -4,10 +4,6 @@
 //! f32, 512 MB) makes a fresh gradient every backward pass while the previous one is dropped.
 //! Fresh memory arrives as untouched pages that the kernel zeroes on first write; profiled, that
 //! zeroing (`clear_page_erms`) was ~half of a step, for memory about to be overwritten anyway.
-//! The same holds at smaller sizes for any loop that makes and drops an output of about the
-//! same size each step (the row_sparse gradient of `dot(X^T, G)`, 15 MB at the tutorial's
-//! shapes), where whether glibc serves the block from its heap or from a fresh mapping also
-//! depends on the process's allocation history (its mmap threshold moves).
 //!
 //! So every owned host vector of at least [`RECYCLE_MIN_BYTES`] comes here when its array is
 //! dropped ([`HostBuf`](crate::cpu::HostBuf)'s `Drop`), and the next kernel that needs about
@@ -20,7 +16,7 @@ use std::any::Any;
 use std::sync::Mutex;
 
 /// Buffers smaller than this go straight back to the allocator (small allocations are cheap).
-pub const RECYCLE_MIN_BYTES: usize = 4 << 20;
+pub const RECYCLE_MIN_BYTES: usize = 32 << 20;
 /// How many buffers the pool keeps.
 pub const POOL_MAX: usize = 4;
 /// How many bytes the pool keeps in all; a larger buffer is freed at once.
@@ -108,19 +104,6 @@ pub(crate) fn recycle<T: Send + 'static>(v: Vec<T>) {
     }
     let evicted = pool().put(v);
     drop(evicted); // freed outside the lock
-}
-
-/// An empty vector with capacity for at least `n` elements: a kept buffer (faulted in) when the
-/// pool has one that fits, else a new allocation. For kernels that write every element through
-/// `spare_capacity_mut`.
-pub(crate) fn with_capacity<T: Send + 'static>(n: usize) -> Vec<T> {
-    match pool().take::<T>(n) {
-        Some(mut v) => {
-            v.clear();
-            v
-        }
-        None => Vec::with_capacity(n),
-    }
 }
 
 /// Free every kept buffer (for a program that is done with its large arrays and wants the

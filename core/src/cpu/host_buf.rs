@@ -18,9 +18,20 @@ use std::sync::Arc;
 use super::mapped::MappedFile;
 
 /// Host memory holding `len` elements of `T`.
+///
+/// The start and length are kept beside the owner, so reading the elements is two loads with no
+/// match on who owns them: kernels index these slices in their innermost loops.
 pub struct HostBuf<T: Copy + Send + Sync + 'static> {
+    ptr: *mut T,
+    len: usize,
     repr: Repr<T>,
 }
+
+// SAFETY: `ptr` points into memory owned by `repr` (a vector, a shared vector or a mapping),
+// which is Send and Sync for the plain element types; writes need `&mut HostBuf`.
+unsafe impl<T: Copy + Send + Sync + 'static> Send for HostBuf<T> {}
+// SAFETY: as above; `&HostBuf` only reads.
+unsafe impl<T: Copy + Send + Sync + 'static> Sync for HostBuf<T> {}
 
 enum Repr<T> {
     /// A vector this buffer owns.
@@ -28,32 +39,41 @@ enum Repr<T> {
     /// A vector shared with whoever built the array (a data loader's batch values): read here,
     /// copied before a write.
     Shared(Arc<Vec<T>>),
-    /// `len` elements at byte `offset` of a mapped file.
+    /// Elements at byte `offset` of a mapped file.
     Mapped {
         file: Arc<MappedFile>,
         offset: usize,
-        len: usize,
     },
 }
 
 impl<T: Copy + Send + Sync + 'static> HostBuf<T> {
     /// A buffer owning `v`.
-    pub fn owned(v: Vec<T>) -> Self {
+    pub fn owned(mut v: Vec<T>) -> Self {
+        // The vector is never grown again, so its heap pointer stays valid while it is owned
+        // here (moving the `Vec` does not move its elements).
         HostBuf {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
             repr: Repr::Owned(v),
         }
     }
     /// A buffer reading `v`, which others may also hold (copied on the first write).
     pub fn shared(v: Arc<Vec<T>>) -> Self {
         HostBuf {
+            ptr: v.as_ptr() as *mut T,
+            len: v.len(),
             repr: Repr::Shared(v),
         }
     }
     /// `len` elements at byte `offset` of `file`. The caller has checked that the range lies in
-    /// the mapping and that `offset` is aligned for `T` ([`MappedFile::typed_range`]).
+    /// the mapping and that `offset` is aligned for `T` ([`MappedFile::check_range`]).
     pub(crate) fn mapped(file: Arc<MappedFile>, offset: usize, len: usize) -> Self {
+        // SAFETY: `offset` lies inside the mapping (checked by the caller).
+        let ptr = unsafe { file.ptr().add(offset) } as *mut T;
         HostBuf {
-            repr: Repr::Mapped { file, offset, len },
+            ptr,
+            len,
+            repr: Repr::Mapped { file, offset },
         }
     }
     /// The elements (the same as `&*self`; kernels written for vectors call it).
@@ -64,21 +84,24 @@ impl<T: Copy + Send + Sync + 'static> HostBuf<T> {
     /// The mapped file holding the elements, if they live in one.
     pub(crate) fn mapped_file(&self) -> Option<(&Arc<MappedFile>, usize)> {
         match &self.repr {
-            Repr::Mapped { file, offset, .. } => Some((file, *offset)),
+            Repr::Mapped { file, offset } => Some((file, *offset)),
             _ => None,
         }
     }
     /// The elements as a vector: moved out when owned (or shared with no other holder),
     /// copied otherwise.
     pub fn into_vec(mut self) -> Vec<T> {
-        match &mut self.repr {
+        let v = match &mut self.repr {
             Repr::Owned(v) => std::mem::take(v),
             Repr::Shared(a) => {
                 let a = std::mem::replace(a, Arc::new(Vec::new()));
                 Arc::try_unwrap(a).unwrap_or_else(|a| a.to_vec())
             }
             Repr::Mapped { .. } => self.to_vec(),
-        }
+        };
+        // `self` now owns nothing: its drop must not read the old pointer.
+        self.len = 0;
+        v
     }
 }
 
@@ -108,16 +131,10 @@ impl<T: Copy + Send + Sync + 'static> Deref for HostBuf<T> {
     type Target = [T];
     #[inline]
     fn deref(&self) -> &[T] {
-        match &self.repr {
-            Repr::Owned(v) => v,
-            Repr::Shared(a) => a,
-            // SAFETY: construction checked that `offset..offset + len * size_of::<T>()` lies in
-            // the mapping and is aligned for T; the mapping lives as long as `file`, and every
-            // bit pattern is a valid T for the element types (plain numbers).
-            Repr::Mapped { file, offset, len } => unsafe {
-                std::slice::from_raw_parts(file.ptr().add(*offset) as *const T, *len)
-            },
-        }
+        // SAFETY: `ptr..ptr + len` is memory `repr` keeps alive (a vector's elements, a
+        // mapping's range checked at construction), initialized, aligned for T, and every bit
+        // pattern is a valid T for the element types (plain numbers).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 
@@ -130,19 +147,13 @@ impl<T: Copy + Send + Sync + 'static> DerefMut for HostBuf<T> {
             Repr::Mapped { file, .. } => file.writable(),
         };
         if !writable {
-            self.repr = Repr::Owned(self.to_vec());
+            *self = HostBuf::owned(self.to_vec());
         }
-        match &mut self.repr {
-            Repr::Owned(v) => v,
-            Repr::Shared(a) => Arc::get_mut(a).expect("checked unique above"),
-            // SAFETY: as in `deref`, and the mapping is writable (shared or private). `&mut self`
-            // is the only handle to this buffer, and buffers over one file never overlap
-            // (`MappedFile::typed_range` hands out each tensor's own range), so no other slice
-            // aliases these bytes.
-            Repr::Mapped { file, offset, len } => unsafe {
-                std::slice::from_raw_parts_mut(file.ptr().add(*offset) as *mut T, *len)
-            },
-        }
+        // SAFETY: as in `deref`, and the memory is writable: an owned vector, a shared vector
+        // with no other holder, or a writable (shared or private) mapping. `&mut self` is the
+        // only handle to this buffer, and buffers over one file never overlap (each array has
+        // its own range), so no other slice aliases these elements.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 

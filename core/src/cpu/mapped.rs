@@ -172,7 +172,11 @@ impl MappedFile {
     /// A hint: where the kernel refuses it, nothing changes.
     pub fn advise_random(&self, random: bool) {
         use memmap2::Advice;
-        let advice = if random { Advice::Random } else { Advice::Normal };
+        let advice = if random {
+            Advice::Random
+        } else {
+            Advice::Normal
+        };
         let _ = match &self.map {
             Map::Read(m) => m.advise(advice),
             Map::Write(m) => m.advise(advice),

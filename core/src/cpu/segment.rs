@@ -51,7 +51,7 @@ pub(crate) fn fill_rows<T: Send + 'static>(
     fill: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync + Send,
 ) -> Vec<T> {
     let n = rows * row_len;
-    let mut out: Vec<T> = crate::recycle::with_capacity(n);
+    let mut out: Vec<T> = Vec::with_capacity(n);
     crate::sys::advise_huge_pages(out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
     for_each_row(
         &mut out.spare_capacity_mut()[..n],
@@ -141,7 +141,7 @@ pub(crate) fn segment_sum_grouped<T: Float>(
     if work < PAR_WORK && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         // A small sum on this thread: the f32 AVX2 loop over all groups, if the CPU has it.
         let n = groups * row_len;
-        let mut out: Vec<T> = crate::recycle::with_capacity(n);
+        let mut out: Vec<T> = Vec::with_capacity(n);
         // SAFETY: T is f32 (checked above), so these casts only rename the element type.
         let done = unsafe {
             let o = std::slice::from_raw_parts_mut(
