@@ -254,3 +254,73 @@ fn shapes_past_2_pow_32_elements_map_sparsely() {
     let idx = NDArray::from_vec(vec![(n - 1) as i64, 0], &[2]).unwrap();
     assert_eq!(b.take(&idx, 0).unwrap().to_vec::<u8>().unwrap(), vec![7, 0]);
 }
+
+#[test]
+fn out_of_core_matmul_equals_the_in_memory_product_and_releases_its_blocks() {
+    let dir = Dir::new("matmul");
+    for (m, k, n, block, dtype) in [
+        (1000usize, 300usize, 40usize, 128usize, DType::F32),
+        (257, 64, 9, 1000, DType::F64),
+        (5, 3, 2, 2, DType::F32),
+    ] {
+        let a_mem = test_array(&[m, k], -1.0, 1.0, 11).astype(dtype).unwrap();
+        let b = test_array(&[k, n], -1.0, 1.0, 12).astype(dtype).unwrap();
+        let ap = dir.path(&format!("a{m}.npy"));
+        let a = NDArray::create_npy(&ap, &[m, k], dtype).unwrap();
+        a.write_rows(0, &a_mem).unwrap();
+        a.flush().unwrap();
+        drop(a);
+        let a = NDArray::open_npy(&ap, MapMode::ReadOnly).unwrap();
+        let op = dir.path(&format!("out{m}.npy"));
+        let c = a.matmul_to_file(&b, &op, block).unwrap();
+        let want = a_mem.dot(&b).unwrap().to_f64_vec();
+        let got = c.to_f64_vec();
+        for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "{m}x{k}x{n}: {i}: {x} vs {y}"
+            );
+        }
+        // The result is durable: reopening the file gives it.
+        assert_eq!(
+            NDArray::open_npy(&op, MapMode::ReadOnly)
+                .unwrap()
+                .to_f64_vec(),
+            got
+        );
+        // Each finished block of the input was released from the resident set.
+        if let Some(r) = sparrow_core::sys::mapped_rss_bytes(&ap) {
+            let two_blocks = 2 * block.min(m) * k * dtype.size_of() + (1 << 16);
+            assert!((r as usize) <= two_blocks, "{r} bytes of A resident");
+        }
+    }
+    // Errors: an operand in memory, shapes that do not chain, an empty block.
+    let mem = NDArray::zeros(&[4, 3], DType::F32).unwrap();
+    let b = NDArray::zeros(&[3, 2], DType::F32).unwrap();
+    let out = dir.path("e.npy");
+    assert!(mem
+        .matmul_to_file(&b, &out, 2)
+        .unwrap_err()
+        .to_string()
+        .contains("in memory"));
+    let ap = dir.path("e_a.npy");
+    let a = NDArray::create_npy(&ap, &[4, 3], DType::F32).unwrap();
+    let bad = NDArray::zeros(&[2, 2], DType::F32).unwrap();
+    assert!(matches!(
+        a.matmul_to_file(&bad, &out, 2),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        a.matmul_to_file(&b, &out, 0),
+        Err(Error::Arg { .. })
+    ));
+    // A row view of a file-backed array reads the same rows without a copy.
+    a.write_rows(1, &NDArray::ones(&[2, 3], DType::F32).unwrap())
+        .unwrap();
+    let v = a.mapped_rows(1, 3).unwrap();
+    assert_eq!(v.shape(), &[2, 3]);
+    assert_eq!(f32s(&v), vec![1.0; 6]);
+    assert!(v.backing_file().is_some());
+    assert!(a.mapped_rows(3, 5).is_err());
+    assert!(mem.mapped_rows(0, 1).is_err());
+}

@@ -183,6 +183,38 @@ impl MappedFile {
         };
     }
 
+    /// Start reading byte range `offset..offset + len` from disk in the background
+    /// (`MADV_WILLNEED`), so that a later touch finds it cached: a blocked computation asks for
+    /// its next block while it computes on the current one. A hint.
+    pub fn prefetch(&self, offset: usize, len: usize) {
+        let _ = match &self.map {
+            Map::Read(m) => m.advise_range(memmap2::Advice::WillNeed, offset, len),
+            Map::Write(m) => m.advise_range(memmap2::Advice::WillNeed, offset, len),
+        };
+    }
+
+    /// Unmap this process's pages of byte range `offset..offset + len` (`MADV_DONTNEED` on a
+    /// shared mapping: the data stays in the file and the page cache, which the kernel may
+    /// reclaim), so a pass over a file larger than memory keeps its resident set bounded. Only
+    /// for read-only mappings and flushed read-write ones: on a private (copy-on-write)
+    /// mapping it would discard writes, so it does nothing there.
+    pub fn release(&self, offset: usize, len: usize) {
+        if self.mode == MapMode::CopyOnWrite {
+            return;
+        }
+        // SAFETY (both): MADV_DONTNEED on a MAP_SHARED file mapping only drops page-table
+        // entries; the next access faults the page back in from the file, with the same
+        // contents (dirty pages were flushed by the caller or are written back by the kernel).
+        let _ = match &self.map {
+            Map::Read(m) => unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+            },
+            Map::Write(m) => unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+            },
+        };
+    }
+
     /// Error if the file's length on disk is no longer the mapped length (truncated or
     /// extended by someone else since it was mapped).
     pub fn check_len(&self, op: &'static str) -> Result<()> {

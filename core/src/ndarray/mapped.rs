@@ -43,7 +43,7 @@ fn array_over(
 }
 
 /// The mapped file and byte offset under a buffer, when it lives in one.
-fn mapped_range(buf: &Storage) -> Option<(Arc<MappedFile>, usize)> {
+pub(super) fn mapped_range(buf: &Storage) -> Option<(Arc<MappedFile>, usize)> {
     match buf {
         Storage::Cpu(c) => with_buffer!(c, v => v.mapped_file().map(|(f, o)| (f.clone(), o))),
         #[allow(unreachable_patterns)]
@@ -232,5 +232,36 @@ impl NDArray {
         }
         let row: usize = shape[1..].iter().product();
         dd.buf.write_at(start * row, &s.buf)
+    }
+
+    /// Rows `start..end` of this file-backed dense array as an array over the same pages (no
+    /// copy: `a[start:end]` of a numpy memmap). Reading it reads those rows of the file; writing
+    /// it follows the mapping's mode. An array in memory is an error (use `slice_axis`).
+    pub fn mapped_rows(&self, start: usize, end: usize) -> Result<NDArray> {
+        const OP: &str = "mapped_rows";
+        let d = self.read();
+        let ArrayData::Dense(dd) = &*d else {
+            return Err(Error::stype(OP, "needs a dense file-backed array"));
+        };
+        let shape = dd.shape.to_vec();
+        let (file, offset) = mapped_range(&dd.buf)
+            .ok_or_else(|| Error::arg(OP, "the array is in memory, not backed by a file"))?;
+        if shape.is_empty() || start > end || end > shape[0] {
+            return Err(Error::index(
+                OP,
+                format!("rows {start}..{end} of an array of shape {shape:?}"),
+            ));
+        }
+        let row: usize = shape[1..].iter().product();
+        let size = dd.buf.dtype().size_of();
+        let mut out_shape = shape.clone();
+        out_shape[0] = end - start;
+        array_over(
+            OP,
+            &file,
+            offset + start * row * size,
+            dd.buf.dtype(),
+            &out_shape,
+        )
     }
 }

@@ -8,6 +8,7 @@ mod access;
 pub(crate) use access::dense_cow;
 mod create;
 pub(crate) use create::checked_size;
+mod blocked;
 mod data;
 mod host;
 mod mapped;
