@@ -88,21 +88,6 @@ impl<T: Copy + Send + Sync + 'static> HostBuf<T> {
             _ => None,
         }
     }
-    /// The elements as a vector: moved out when owned (or shared with no other holder),
-    /// copied otherwise.
-    pub fn into_vec(mut self) -> Vec<T> {
-        let v = match &mut self.repr {
-            Repr::Owned(v) => std::mem::take(v),
-            Repr::Shared(a) => {
-                let a = std::mem::replace(a, Arc::new(Vec::new()));
-                Arc::try_unwrap(a).unwrap_or_else(|a| a.to_vec())
-            }
-            Repr::Mapped { .. } => self.to_vec(),
-        };
-        // `self` now owns nothing: its drop must not read the old pointer.
-        self.len = 0;
-        v
-    }
 }
 
 /// The elements of `buf` for writing in place: a buffer shared with other arrays is copied
@@ -204,7 +189,7 @@ mod tests {
         let p = o.as_ptr();
         o[1] = 3;
         assert_eq!(o.as_ptr(), p);
-        assert_eq!(o.into_vec(), vec![1, 3]);
+        assert_eq!(&*o, &[1, 3]);
         // A sole shared owner is written in place.
         let mut s = HostBuf::shared(Arc::new(vec![1u8]));
         let p = s.as_ptr();

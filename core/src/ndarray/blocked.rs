@@ -3,8 +3,7 @@
 
 use std::path::Path;
 
-use super::mapped::mapped_range;
-use super::{ArrayData, NDArray};
+use super::NDArray;
 use crate::error::{Error, Result};
 
 impl NDArray {
@@ -35,28 +34,18 @@ impl NDArray {
         if self.dtype() != b.dtype() {
             return Err(Error::dtype_mismatch(OP, self.dtype(), b.dtype()));
         }
-        let (a_file, a_offset) = {
-            let d = self.read();
-            let ArrayData::Dense(dd) = &*d else {
-                return Err(Error::stype(OP, "needs a dense file-backed left operand"));
-            };
-            mapped_range(&dd.buf).ok_or_else(|| {
-                Error::arg(
-                    OP,
-                    "the left operand is in memory: use dot (or open it with open_npy)",
-                )
-            })?
-        };
+        let (a_file, a_offset, _) = self.mapping().ok_or_else(|| {
+            Error::arg(
+                OP,
+                "the left operand is in memory: use dot (or open it with open_npy)",
+            )
+        })?;
         let (m, k, n) = (ashape[0], ashape[1], bshape[1]);
         let size = self.dtype().size_of();
         let result = NDArray::create_npy(out, &[m, n], self.dtype())?;
-        let (o_file, o_offset) = {
-            let d = result.read();
-            let ArrayData::Dense(dd) = &*d else {
-                return Err(Error::stype(OP, "output is not dense"));
-            };
-            mapped_range(&dd.buf).ok_or_else(|| Error::arg(OP, "output is not file-backed"))?
-        };
+        let (o_file, o_offset, _) = result
+            .mapping()
+            .ok_or_else(|| Error::arg(OP, "output is not file-backed"))?;
         let a_bytes = |s: usize, e: usize| (a_offset + s * k * size, (e - s) * k * size);
         let o_bytes = |s: usize, e: usize| (o_offset + s * n * size, (e - s) * n * size);
         let mut start = 0;

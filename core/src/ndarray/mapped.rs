@@ -43,7 +43,7 @@ fn array_over(
 }
 
 /// The mapped file and byte offset under a buffer, when it lives in one.
-pub(super) fn mapped_range(buf: &Storage) -> Option<(Arc<MappedFile>, usize)> {
+fn mapped_range(buf: &Storage) -> Option<(Arc<MappedFile>, usize)> {
     match buf {
         Storage::Cpu(c) => with_buffer!(c, v => v.mapped_file().map(|(f, o)| (f.clone(), o))),
         #[allow(unreachable_patterns)]
@@ -52,6 +52,16 @@ pub(super) fn mapped_range(buf: &Storage) -> Option<(Arc<MappedFile>, usize)> {
 }
 
 impl NDArray {
+    /// The mapped file under this dense array, its byte offset there and its byte length;
+    /// `None` for an array in memory or a sparse one.
+    pub(super) fn mapping(&self) -> Option<(Arc<MappedFile>, usize, usize)> {
+        let d = self.read();
+        let ArrayData::Dense(dd) = &*d else {
+            return None;
+        };
+        mapped_range(&dd.buf).map(|(f, o)| (f, o, dd.buf.nbytes()))
+    }
+
     /// Open the `.npy` file at `path` as a dense array whose elements stay in the file
     /// (`np.load(path, mmap_mode=...)`): `ReadOnly` is `'r'`, `CopyOnWrite` is `'c'`,
     /// `ReadWrite` is `'r+'`.
@@ -152,11 +162,8 @@ impl NDArray {
     /// The file holding this array's elements and how it is mapped, when it is a file-backed
     /// dense array (`None` for an array in memory, including every operator's output).
     pub fn backing_file(&self) -> Option<(PathBuf, MapMode)> {
-        let d = self.read();
-        let ArrayData::Dense(dd) = &*d else {
-            return None;
-        };
-        mapped_range(&dd.buf).map(|(f, _)| (f.path().to_path_buf(), f.mode()))
+        self.mapping()
+            .map(|(f, _, _)| (f.path().to_path_buf(), f.mode()))
     }
 
     /// Declare that this file-backed array is read a few rows at a time in no order (an
@@ -164,11 +171,8 @@ impl NDArray {
     /// read-ahead or the 64 KiB fault-around it does by default, so resident memory follows
     /// the rows used. `false` restores the default for scans. No effect on an array in memory.
     pub fn advise_random_access(&self, random: bool) {
-        let d = self.read();
-        if let ArrayData::Dense(dd) = &*d {
-            if let Some((f, _)) = mapped_range(&dd.buf) {
-                f.advise_random(random);
-            }
+        if let Some((f, _, _)) = self.mapping() {
+            f.advise_random(random);
         }
     }
 
@@ -178,20 +182,13 @@ impl NDArray {
     /// changed since it was opened.
     pub fn flush(&self) -> Result<()> {
         const OP: &str = "flush";
-        let d = self.read();
-        let not_mapped = || {
+        let (f, offset, bytes) = self.mapping().ok_or_else(|| {
             Error::arg(
                 OP,
                 "the array is in memory, not backed by a file (open_npy, create_npy, open_raw)",
             )
-        };
-        let ArrayData::Dense(dd) = &*d else {
-            return Err(not_mapped());
-        };
-        match mapped_range(&dd.buf) {
-            Some((f, offset)) => f.flush_range(OP, offset, dd.buf.nbytes()),
-            None => Err(not_mapped()),
-        }
+        })?;
+        f.flush_range(OP, offset, bytes)
     }
 
     /// Overwrite rows `start..start + src.shape()[0]` of this dense array with `src`, in place
