@@ -40,6 +40,10 @@ pub enum Error {
     /// Autograd misuse: backward on an array that is not part of a recorded graph, etc.
     #[error("autograd: {0}")]
     Autograd(String),
+    /// Memory the operator needed could not be allocated (an array sized from the arguments
+    /// that the allocator refuses: `zeros` of 100 GB, `one_hot` with depth 2^40).
+    #[error("{op}: out of memory: {msg}")]
+    Memory { op: &'static str, msg: String },
     /// A file that could not be opened, mapped, read or written, or whose contents do not
     /// describe the array asked for (short file, wrong dtype or shape, changed size).
     #[error("{op}: {path}: {msg}")]

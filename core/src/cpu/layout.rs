@@ -156,16 +156,22 @@ fn scatter_along<T: Float>(
 }
 
 /// The typed one-hot rows of `idx`: `on` at each row's index in `0..depth`, `off` elsewhere.
-fn one_hot_typed<T: Element>(idx: &[i64], depth: usize, on: f64, off: f64) -> Vec<T> {
+fn one_hot_typed<T: Element>(idx: &[i64], depth: usize, on: f64, off: f64) -> Result<Vec<T>> {
     // `as` conversions, as `full` and `astype` make them.
     let (on, off) = (T::from_f64(on), T::from_f64(off));
-    let mut out = vec![off; idx.len() * depth];
+    let n = idx.len().checked_mul(depth).ok_or_else(|| {
+        Error::shape(
+            "one_hot",
+            format!("{} x {depth} elements overflow usize", idx.len()),
+        )
+    })?;
+    let mut out = super::alloc::try_filled("one_hot", n, off)?;
     for (r, &i) in idx.iter().enumerate() {
         if i >= 0 && (i as usize) < depth {
             out[r * depth + i as usize] = on;
         }
     }
-    out
+    Ok(out)
 }
 
 /// The i64 positions a gather reads (operators make them i64; anything else is a bug that
@@ -277,11 +283,11 @@ impl LayoutOps for CpuStorage {
             }
         };
         Ok(match dtype {
-            DType::F32 => f32::into_buffer(one_hot_typed(idx, depth, on, off)),
-            DType::F64 => f64::into_buffer(one_hot_typed(idx, depth, on, off)),
-            DType::I64 => i64::into_buffer(one_hot_typed(idx, depth, on, off)),
-            DType::I32 => i32::into_buffer(one_hot_typed(idx, depth, on, off)),
-            DType::U8 => u8::into_buffer(one_hot_typed(idx, depth, on, off)),
+            DType::F32 => f32::into_buffer(one_hot_typed(idx, depth, on, off)?),
+            DType::F64 => f64::into_buffer(one_hot_typed(idx, depth, on, off)?),
+            DType::I64 => i64::into_buffer(one_hot_typed(idx, depth, on, off)?),
+            DType::I32 => i32::into_buffer(one_hot_typed(idx, depth, on, off)?),
+            DType::U8 => u8::into_buffer(one_hot_typed(idx, depth, on, off)?),
         })
     }
 

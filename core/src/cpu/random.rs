@@ -18,7 +18,7 @@ use crate::storage::{RandomDist, RandomOps};
 type Core = Xoshiro256PlusPlus;
 
 /// Fill `n` values in parallel, chunk by chunk, each chunk from its own stream of `key`.
-fn fill<T, F>(key: u64, n: usize, draw: F) -> Vec<T>
+fn fill<T, F>(op: &'static str, key: u64, n: usize, draw: F) -> Result<Vec<T>>
 where
     T: Copy + Default + Send,
     F: Fn(&mut Core) -> T + Sync,
@@ -26,7 +26,8 @@ where
     // Uninitialised and huge-page advised: the draws are the first and only writes, so a
     // large array is neither zero-filled first nor left on 4 KiB pages (which would make
     // every later pass over it pay TLB misses).
-    let mut out: Vec<T> = crate::sys::uninit_vec(n);
+    let mut out: Vec<T> = super::alloc::try_with_capacity(op, n)?;
+    crate::sys::advise_huge_pages(out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
     let fill_chunk = |(c, dst): (usize, &mut [std::mem::MaybeUninit<T>])| {
         // splitmix inside seed_from_u64 decorrelates neighbouring chunk seeds.
         let mut r = Core::seed_from_u64(key ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -42,7 +43,7 @@ where
     }
     // SAFETY: the chunks cover all n slots and each slot was written above; capacity >= n.
     unsafe { out.set_len(n) };
-    out
+    Ok(out)
 }
 
 /// A distribution's parameters refused (the operator checks them first, so this is the
@@ -65,8 +66,8 @@ where
     D64: Distribution<f64> + Sync,
 {
     match dtype {
-        DType::F32 => Ok(f32::into_buffer(fill(key, n, |r| d32.sample(r)))),
-        DType::F64 => Ok(f64::into_buffer(fill(key, n, |r| d64.sample(r)))),
+        DType::F32 => Ok(f32::into_buffer(fill(op, key, n, |r| d32.sample(r))?)),
+        DType::F64 => Ok(f64::into_buffer(fill(op, key, n, |r| d64.sample(r))?)),
         other => Err(Error::dtype(
             op,
             format!("needs float32 or float64, got {}", other.name()),
@@ -75,8 +76,10 @@ where
 }
 
 /// Poisson counts as `T` (counts are exact integers in every dtype).
-fn poisson<T: Element>(key: u64, n: usize, d: &Poisson<f64>) -> CpuStorage {
-    T::into_buffer(fill(key, n, |r| T::from_f64(d.sample(r))))
+fn poisson<T: Element>(key: u64, n: usize, d: &Poisson<f64>) -> Result<CpuStorage> {
+    Ok(T::into_buffer(fill("poisson", key, n, |r| {
+        T::from_f64(d.sample(r))
+    })?))
 }
 
 impl RandomOps for CpuStorage {
@@ -107,21 +110,21 @@ impl RandomOps for CpuStorage {
             RandomDist::Poisson { lam } => {
                 let d = Poisson::new(lam).map_err(|e| bad(op, format!("lam {lam}: {e}")))?;
                 Ok(match dtype {
-                    DType::F32 => poisson::<f32>(key, n, &d),
-                    DType::F64 => poisson::<f64>(key, n, &d),
-                    DType::I64 => poisson::<i64>(key, n, &d),
-                    DType::I32 => poisson::<i32>(key, n, &d),
-                    DType::U8 => poisson::<u8>(key, n, &d),
+                    DType::F32 => poisson::<f32>(key, n, &d)?,
+                    DType::F64 => poisson::<f64>(key, n, &d)?,
+                    DType::I64 => poisson::<i64>(key, n, &d)?,
+                    DType::I32 => poisson::<i32>(key, n, &d)?,
+                    DType::U8 => poisson::<u8>(key, n, &d)?,
                 })
             }
             RandomDist::RandInt { low, high } => {
                 let d = Uniform::new(low, high).map_err(|e| bad(op, e))?;
                 Ok(match dtype {
-                    DType::I64 => i64::into_buffer(fill(key, n, |r| d.sample(r))),
-                    DType::I32 => i32::into_buffer(fill(key, n, |r| d.sample(r) as i32)),
-                    DType::U8 => u8::into_buffer(fill(key, n, |r| d.sample(r) as u8)),
-                    DType::F32 => f32::into_buffer(fill(key, n, |r| d.sample(r) as f32)),
-                    DType::F64 => f64::into_buffer(fill(key, n, |r| d.sample(r) as f64)),
+                    DType::I64 => i64::into_buffer(fill(op, key, n, |r| d.sample(r))?),
+                    DType::I32 => i32::into_buffer(fill(op, key, n, |r| d.sample(r) as i32)?),
+                    DType::U8 => u8::into_buffer(fill(op, key, n, |r| d.sample(r) as u8)?),
+                    DType::F32 => f32::into_buffer(fill(op, key, n, |r| d.sample(r) as f32)?),
+                    DType::F64 => f64::into_buffer(fill(op, key, n, |r| d.sample(r) as f64)?),
                 })
             }
             RandomDist::Bernoulli { p } => {
@@ -129,7 +132,7 @@ impl RandomOps for CpuStorage {
                     return Err(bad(op, format!("probability {p} is outside [0, 1]")));
                 }
                 // Drawn as u8 and converted: the same values in every dtype.
-                let v: Vec<u8> = fill(key, n, |r| r.random_bool(p) as u8);
+                let v: Vec<u8> = fill(op, key, n, |r| r.random_bool(p) as u8)?;
                 Ok(u8::into_buffer(v).cast(dtype))
             }
         }

@@ -72,23 +72,36 @@ impl CpuStorage {
     pub fn nbytes(&self) -> usize {
         self.len() * self.dtype().size_of()
     }
-    /// A zero-filled buffer. Large buffers come from `vec![0; n]`, i.e. `calloc`, so untouched
-    /// pages cost nothing until written; a large calloc is a fresh mapping that glibc does not
-    /// clear itself, so the huge-page advice still lands before the first touch.
+    /// A zero-filled buffer for sizes the caller derived from existing arrays. Large buffers
+    /// come from `alloc_zeroed` (calloc), so untouched pages cost nothing until written; a
+    /// large calloc is a fresh mapping that glibc does not clear itself, so the huge-page advice
+    /// still lands before the first touch.
+    ///
+    /// # Panics
+    /// When the allocator refuses; sizes that come from user input go through
+    /// [`CpuStorage::try_zeros`].
     pub fn zeros(dtype: DType, n: usize) -> CpuStorage {
-        // `vec![0; n]` is calloc: large sizes arrive as untouched zero pages, so the huge-page
-        // hint lands before the first write (dense gradients of big layers are such buffers).
-        fn advised<T: Copy + Send + Sync + 'static>(mut v: Vec<T>) -> Arc<HostBuf<T>> {
+        CpuStorage::try_zeros("zeros", dtype, n).unwrap_or_else(|e| panic!("{e}"))
+    }
+    /// [`CpuStorage::zeros`], or [`Error::Memory`](crate::Error::Memory) naming `op` when the
+    /// allocator refuses `n` elements.
+    pub fn try_zeros(op: &'static str, dtype: DType, n: usize) -> crate::Result<CpuStorage> {
+        use super::alloc::{try_zeroed, ZeroBits};
+        fn advised<T: ZeroBits + Send + Sync + 'static>(
+            op: &'static str,
+            n: usize,
+        ) -> crate::Result<Arc<HostBuf<T>>> {
+            let mut v = try_zeroed::<T>(op, n)?;
             crate::sys::advise_huge_pages(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(&v[..]));
-            Arc::new(HostBuf::owned(v))
+            Ok(Arc::new(HostBuf::owned(v)))
         }
-        match dtype {
-            DType::F32 => CpuStorage::F32(advised(vec![0.0; n])),
-            DType::F64 => CpuStorage::F64(advised(vec![0.0; n])),
-            DType::I64 => CpuStorage::I64(advised(vec![0; n])),
-            DType::I32 => CpuStorage::I32(advised(vec![0; n])),
-            DType::U8 => CpuStorage::U8(advised(vec![0; n])),
-        }
+        Ok(match dtype {
+            DType::F32 => CpuStorage::F32(advised(op, n)?),
+            DType::F64 => CpuStorage::F64(advised(op, n)?),
+            DType::I64 => CpuStorage::I64(advised(op, n)?),
+            DType::I32 => CpuStorage::I32(advised(op, n)?),
+            DType::U8 => CpuStorage::U8(advised(op, n)?),
+        })
     }
     /// Typed borrow.
     pub fn as_slice<T: Element>(&self) -> Option<&[T]> {

@@ -8,6 +8,7 @@
 //! an operator's output lives where its inputs live.
 
 use super::{ArrayData, DenseData, NDArray, Shape};
+use crate::cpu::alloc::{try_filled, try_with_capacity};
 use crate::cpu::CpuStorage;
 use crate::cpu::HostElement;
 use crate::dtype::{DType, Device, Element};
@@ -135,12 +136,13 @@ impl NDArray {
     /// [`NDArray::full`] in host memory, whatever the default device.
     fn host_full(shape: &[usize], value: f64, dtype: DType) -> Result<NDArray> {
         let n = checked_size("full", shape)?;
+        let op = "full";
         let buf = match dtype {
-            DType::F32 => f32::into_buffer(vec![value as f32; n]),
-            DType::F64 => f64::into_buffer(vec![value; n]),
-            DType::I64 => i64::into_buffer(vec![value as i64; n]),
-            DType::I32 => i32::into_buffer(vec![value as i32; n]),
-            DType::U8 => u8::into_buffer(vec![value as u8; n]),
+            DType::F32 => f32::into_buffer(try_filled(op, n, value as f32)?),
+            DType::F64 => f64::into_buffer(try_filled(op, n, value)?),
+            DType::I64 => i64::into_buffer(try_filled(op, n, value as i64)?),
+            DType::I32 => i32::into_buffer(try_filled(op, n, value as i32)?),
+            DType::U8 => u8::into_buffer(try_filled(op, n, value as u8)?),
         };
         NDArray::from_buffer(buf, shape)
     }
@@ -193,12 +195,15 @@ impl NDArray {
         }
         let n = ((stop - start) / step).ceil().max(0.0) as usize;
         match dtype {
-            DType::F32 => NDArray::host_vec(
-                (0..n).map(|i| (start + i as f64 * step) as f32).collect(),
-                &[n],
-            ),
+            DType::F32 => {
+                let mut v = try_with_capacity("arange", n)?;
+                v.extend((0..n).map(|i| (start + i as f64 * step) as f32));
+                NDArray::host_vec(v, &[n])
+            }
             DType::F64 => {
-                NDArray::host_vec((0..n).map(|i| start + i as f64 * step).collect(), &[n])
+                let mut v = try_with_capacity("arange", n)?;
+                v.extend((0..n).map(|i| start + i as f64 * step));
+                NDArray::host_vec(v, &[n])
             }
             DType::I64 | DType::I32 | DType::U8 => {
                 let a = NDArray::host_arange_i64(start as i64, stop.ceil() as i64, step as i64)?;
@@ -224,7 +229,9 @@ impl NDArray {
             ((start as i128 - stop as i128).max(0) as u128).div_ceil((-(step as i128)) as u128)
         };
         let n = usize::try_from(n).map_err(|_| Error::arg("arange_i64", "too many elements"))?;
-        NDArray::host_vec((0..n as i64).map(|i| start + i * step).collect(), &[n])
+        let mut v = try_with_capacity("arange_i64", n)?;
+        v.extend((0..n as i64).map(|i| start + i * step));
+        NDArray::host_vec(v, &[n])
     }
 
     /// `num` evenly spaced values over `[start, stop]` (`endpoint` includes stop), on the
@@ -242,7 +249,8 @@ impl NDArray {
         } else {
             (stop - start) / div as f64
         };
-        let v: Vec<f64> = (0..num).map(|i| start + i as f64 * step).collect();
+        let mut v: Vec<f64> = try_with_capacity("linspace", num)?;
+        v.extend((0..num).map(|i| start + i as f64 * step));
         // Cast on the host, then move once.
         NDArray::host_vec(v, &[num])?
             .astype(dtype)?
@@ -255,7 +263,10 @@ impl NDArray {
         let m = m.unwrap_or(n);
         let size = checked_size("eye", &[n, m])?;
         // The ones are written through host memory, then the array moves once.
-        let a = NDArray::from_buffer(Storage::zeros(dtype, size), &[n, m])?;
+        let a = NDArray::from_buffer(
+            Storage::Cpu(CpuStorage::try_zeros("eye", dtype, size)?),
+            &[n, m],
+        )?;
         {
             let mut g = a.write();
             let d = g.as_dense_mut().expect("dense");

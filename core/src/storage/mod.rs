@@ -98,7 +98,7 @@ impl BackendStorage for CpuStorage {
     }
     fn zeros(device: Device, dtype: DType, n: usize) -> Result<Self> {
         match device {
-            Device::Cpu => Ok(CpuStorage::zeros(dtype, n)),
+            Device::Cpu => CpuStorage::try_zeros("zeros", dtype, n),
             other => Err(Error::device_mismatch("zeros", Device::Cpu, other)),
         }
     }
