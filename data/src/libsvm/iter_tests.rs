@@ -611,3 +611,33 @@ fn idle_producer_keeps_a_small_epochs_work_off_the_pool() {
     );
     assert_eq!(many, pooled);
 }
+
+/// A batch size far past what the file holds (1e9 rows of a 100-row file) must not allocate
+/// for the batch size: this aborted the process (the round batch wrapped the file around until
+/// the allocator gave up). `Pad` and `RoundBatch`, which would repeat or pad rows up to the
+/// batch size, refuse it naming both sizes; `Keep` emits the file's rows as one short batch and
+/// `Discard` emits nothing, allocating only for the rows that arrive.
+#[test]
+fn batch_size_past_the_file_does_not_allocate_for_it() {
+    let d = tmpdir("hugebatch");
+    let f = d.join("a.libsvm");
+    write_rows(&f, 100);
+    for lb in [LastBatch::RoundBatch, LastBatch::Pad] {
+        let e = LibSVMIter::new(params(&f, 1_000_000_000, lb))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("batch_size 1000000000") && e.contains("bytes"),
+            "{e}"
+        );
+    }
+    let mut keep = LibSVMIter::new(params(&f, 1_000_000_000, LastBatch::Keep)).unwrap();
+    let b = keep.next().unwrap().unwrap();
+    assert_eq!(b.data.shape(), vec![100, 8]);
+    assert!(keep.next().is_none());
+    let mut discard = LibSVMIter::new(params(&f, 1_000_000_000, LastBatch::Discard)).unwrap();
+    assert!(discard.next().is_none());
+    // A batch the file can fill by wrapping stays MXNet's round batch.
+    assert!(LibSVMIter::new(params(&f, 150, LastBatch::RoundBatch)).is_ok());
+}

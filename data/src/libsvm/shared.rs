@@ -8,8 +8,10 @@ use super::params::LibSVMIterParams;
 use super::parse::ChunkOpts;
 use super::plan::{file_infos, pair_labels, plan_part, read_span, Block, FileInfo};
 use super::{parse_parallel, IndexBase, LibSvmOptions, Rows};
-use crate::batch::{csr_from_segs, csr_labels_from_segs, dense_labels_from_segs, Batch, Seg};
-use crate::error::Result;
+use crate::batch::{
+    csr_from_segs, csr_labels_from_segs, dense_labels_from_segs, Batch, LastBatch, Seg,
+};
+use crate::error::{DataError, Result};
 
 /// Everything the background threads share.
 pub(super) struct Shared {
@@ -89,6 +91,7 @@ impl Shared {
             }
         };
         let part_bytes: u64 = blocks.iter().map(|b| b.data.end - b.data.start).sum();
+        check_batch_fits(&p, part_bytes)?;
         Ok(Shared {
             p,
             files,
@@ -107,6 +110,29 @@ impl Shared {
             pool_tasks: Default::default(),
         })
     }
+}
+
+/// A row line takes at least two bytes (a label or an index and its newline), so a part of
+/// `part_bytes` holds at most `(part_bytes + 1) / 2` rows. With `Pad` and `RoundBatch` a batch
+/// larger than that is made of the part's rows repeated (or empty padding rows) to reach
+/// `batch_size`: a typo such as `batch_size` 1e9 on a 100-row file would allocate for a billion
+/// rows. Such a batch size is refused here, naming both sizes; the other modes emit only the
+/// rows the file has and allocate as rows arrive.
+fn check_batch_fits(p: &LibSVMIterParams, part_bytes: u64) -> Result<()> {
+    let max_rows = part_bytes.div_ceil(2);
+    let fabricates = matches!(p.last_batch, LastBatch::Pad | LastBatch::RoundBatch);
+    if fabricates && part_bytes > 0 && p.batch_size as u64 > max_rows {
+        return Err(DataError::arg(
+            "LibSVMIter",
+            format!(
+                "batch_size {} is more rows than this part's {part_bytes} bytes can hold (at \
+                 most {max_rows}); with LastBatch::{:?} each batch would repeat or pad the \
+                 part's rows up to batch_size: use a smaller batch_size or LastBatch::Keep",
+                p.batch_size, p.last_batch
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Scan the whole data once, parsing raw, to find whether any index 0 occurs.
