@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example libsvm_read -- FILE --data-shape N --batch-size B [--json]
-//!     [--num-parts P --part-index I] [--block-mb M] [--prefetch K] [--dump-values N OUT]
+//!     [--num-parts P --part-index I] [--block-mb M] [--prefetch K] [--dump-values N OUT] [--map]
 //! ```
 //!
 //! `--dump-values N OUT` writes the first N parsed values as little-endian f32 to OUT (used to
@@ -24,7 +24,7 @@ fn peak_rss_mb() -> Option<f64> {
 fn usage() -> ! {
     eprintln!(
         "usage: libsvm_read FILE --data-shape N --batch-size B [--json] [--num-parts P] \
-         [--part-index I] [--block-mb M] [--prefetch K]"
+         [--part-index I] [--block-mb M] [--prefetch K] [--dump-values N OUT] [--map]"
     );
     std::process::exit(2)
 }
@@ -32,7 +32,7 @@ fn usage() -> ! {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut file = None;
-    let (mut shape, mut bs, mut json) = (None, None, false);
+    let (mut shape, mut bs, mut json, mut map) = (None, None, false, false);
     let (mut parts, mut part, mut block_mb, mut prefetch) = (1usize, 0usize, 16usize, 4usize);
     let mut dump: Option<(usize, String)> = None;
     let mut dumped: Vec<u8> = Vec::new();
@@ -61,6 +61,11 @@ fn main() {
                 i += 1;
                 continue;
             }
+            "--map" => {
+                map = true;
+                i += 1;
+                continue;
+            }
             f if !f.starts_with("--") && file.is_none() => {
                 file = Some(f.to_string());
                 i += 1;
@@ -82,6 +87,7 @@ fn main() {
     p.block_bytes = block_mb << 20;
     p.prefetch = prefetch;
     p.progress = !json;
+    p.map_files = map;
     let it = match LibSVMIter::new(p) {
         Ok(it) => it,
         Err(e) => {

@@ -47,9 +47,9 @@ impl BlockBuf {
 pub(super) fn map_span(files: &[FileInfo], s: Span) -> Result<memmap2::Mmap> {
     let path = &files[s.file].path;
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    // SAFETY: the map is read-only and only read while it lives; a file truncated by another
-    // process meanwhile could fault, the documented hazard of memory-mapped input (the whole-file
-    // loader accepts the same).
+    // SAFETY: the map is read-only and only read while it lives. A file truncated by another
+    // process meanwhile faults (SIGBUS): the hazard `LibSVMIterParams::map_files` documents,
+    // which is why mapping is opt-in.
     unsafe {
         memmap2::MmapOptions::new()
             .offset(s.start)

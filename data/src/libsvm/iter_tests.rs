@@ -641,3 +641,33 @@ fn batch_size_past_the_file_does_not_allocate_for_it() {
     // A batch the file can fill by wrapping stays MXNet's round batch.
     assert!(LibSVMIter::new(params(&f, 150, LastBatch::RoundBatch)).is_ok());
 }
+
+/// A file truncated by another process in the middle of a pass: mapped blocks made this a
+/// SIGBUS that killed the process; blocks are now read by default (`map_files` off), so the
+/// pass sees the short file and ends with an error or early, and the process lives.
+#[test]
+fn a_file_truncated_during_a_pass_is_not_a_crash() {
+    let d = tmpdir("trunc");
+    let f = d.join("a.libsvm");
+    write_rows(&f, 400_000); // ~7 MB: several 2 MB blocks, each past the small-block size
+    let mut p = params(&f, 1000, LastBatch::Keep);
+    p.block_bytes = 2 << 20;
+    p.prefetch = 1;
+    assert!(!p.map_files, "reading is the default");
+    let mut it = LibSVMIter::new(p).unwrap();
+    assert!(it.next().unwrap().is_ok());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let (mut rows, mut errors) = (1000usize, 0usize);
+    for b in it.by_ref() {
+        match b {
+            Ok(b) => rows += b.data.shape()[0],
+            Err(_) => errors += 1,
+        }
+    }
+    assert!(errors > 0 || rows < 400_000, "rows {rows}, errors {errors}");
+}

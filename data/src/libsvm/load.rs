@@ -123,25 +123,49 @@ pub(crate) fn concat(mut parts: Vec<Rows>) -> Rows {
 /// ```
 pub fn load_libsvm(path: impl AsRef<Path>, opts: &LibSvmOptions) -> Result<LibSvmData> {
     let files = list_files(path.as_ref())?;
-    let mut maps = Vec::with_capacity(files.len());
+    let mut texts = Vec::with_capacity(files.len());
     for f in &files {
-        let file = std::fs::File::open(f).map_err(|e| DataError::io(f, e))?;
-        let len = file.metadata().map_err(|e| DataError::io(f, e))?.len();
-        // SAFETY: the map is read-only; a file truncated by another process while we read it
-        // could fault, which is the documented hazard of memory-mapped input.
-        let map = if len == 0 {
-            None
-        } else {
-            Some(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| DataError::io(f, e))?)
-        };
-        maps.push(map);
+        texts.push(Text::open(f, opts.map_file)?);
     }
     let bufs: Vec<(&Path, &[u8])> = files
         .iter()
-        .zip(&maps)
-        .map(|(f, m)| (f.as_path(), m.as_deref().unwrap_or(&[])))
+        .zip(&texts)
+        .map(|(f, t)| (f.as_path(), t.bytes()))
         .collect();
     parse_sources(&bufs, opts)
+}
+
+/// A whole file's text: read into memory (the default), or mapped with `map_file`.
+enum Text {
+    Read(Vec<u8>),
+    Mapped(Option<memmap2::Mmap>),
+}
+
+impl Text {
+    fn open(f: &Path, map: bool) -> Result<Text> {
+        if !map {
+            return std::fs::read(f)
+                .map(Text::Read)
+                .map_err(|e| DataError::io(f, e));
+        }
+        let file = std::fs::File::open(f).map_err(|e| DataError::io(f, e))?;
+        let len = file.metadata().map_err(|e| DataError::io(f, e))?.len();
+        if len == 0 {
+            return Ok(Text::Mapped(None));
+        }
+        // SAFETY: the map is read-only and only read while it lives. A file truncated by
+        // another process meanwhile faults (SIGBUS): the hazard `LibSvmOptions::map_file`
+        // documents, which is why mapping is opt-in.
+        let m = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| DataError::io(f, e))?;
+        Ok(Text::Mapped(Some(m)))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Text::Read(v) => v,
+            Text::Mapped(m) => m.as_deref().unwrap_or(&[]),
+        }
+    }
 }
 
 /// Parse LibSVM text held in memory (`name` is used in error messages).

@@ -67,6 +67,11 @@ pub struct LibSvmOptions {
     /// Accept non-finite values (`nan`, `inf`, `1e999`); by default they are a parse error
     /// with file, line and column.
     pub allow_non_finite: bool,
+    /// Memory-map the file instead of reading it (saves the copy out of the page cache).
+    /// Off by default: a mapped file that another process truncates while it is parsed kills
+    /// this process with SIGBUS (a fault no Rust code can catch); reading turns the same
+    /// event into a short read. Map only files nothing else writes.
+    pub map_file: bool,
 }
 
 impl LibSvmOptions {

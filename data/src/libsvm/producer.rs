@@ -98,6 +98,7 @@ fn produce_inner(
     // Batches are parsed straight from row ranges of the block unless rows are shuffled within
     // blocks or labels come from a second file (those take the general piece path).
     let direct = !sh.p.shuffle && sh.label_file.is_none();
+    let map = sh.p.map_files;
     // Reader thread: blocks are mapped (direct path) or read while the previous one is parsed.
     // Buffers come back through `ret` and are reused: a fresh 16 MB buffer per block cost more
     // in page faults (the kernel zeroing new pages) than the copy out of the page cache itself.
@@ -128,7 +129,7 @@ fn produce_inner(
     let (btx, brx) = sync_channel::<Result<(usize, BlockBuf)>>(cap);
     let (ret_tx, ret_rx) = channel::<BlockBuf>();
     let reader = if inline {
-        read_blocks(&sh.files, spans, direct, &btx, &ret_rx);
+        read_blocks(&sh.files, spans, direct, map, &btx, &ret_rx);
         drop(btx);
         None
     } else {
@@ -137,7 +138,7 @@ fn produce_inner(
         sh.readers
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(std::thread::spawn(move || {
-            read_blocks(&files, spans, direct, &btx, &ret_rx)
+            read_blocks(&files, spans, direct, map, &btx, &ret_rx)
         }))
     };
     let mut left = carry.unwrap_or_default();

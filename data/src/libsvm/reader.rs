@@ -17,18 +17,20 @@ pub(super) fn is_small(s: Span) -> bool {
     s.end - s.start <= SMALL_BLOCK_BYTES
 }
 
-/// The reader: send blocks `spans` in order (mapped on the direct path, or read), reusing the
-/// buffers that come back through `ret`. Stops when the receiver has gone.
+/// The reader: send blocks `spans` in order (mapped on the direct path when `map` allows it,
+/// else read), reusing the buffers that come back through `ret`. Stops when the receiver has
+/// gone.
 pub(super) fn read_blocks(
     files: &[FileInfo],
     spans: Vec<Span>,
     direct: bool,
+    map: bool,
     btx: &SyncSender<Result<(usize, BlockBuf)>>,
     ret: &Receiver<BlockBuf>,
 ) {
     for (k, s) in spans.into_iter().enumerate() {
         let mut b: BlockBuf = ret.try_recv().unwrap_or_default();
-        let r = if direct && !is_small(s) {
+        let r = if direct && map && !is_small(s) {
             map_span(files, s).map(|m| {
                 row_starts(&m, &mut b.row_starts);
                 b.map = Some(m);

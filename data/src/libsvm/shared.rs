@@ -52,6 +52,7 @@ impl Shared {
             num_features: Some(p.data_shape),
             sort_indices: p.sort_indices,
             allow_non_finite: p.allow_non_finite,
+            map_file: p.map_files,
         };
         let mut base = p.index_base;
         if base == IndexBase::Auto {

@@ -9,6 +9,7 @@ fn parse(s: &str, base: IndexBase, nf: Option<usize>) -> crate::Result<LibSvmDat
         num_features: nf,
         sort_indices: false,
         allow_non_finite: false,
+        map_file: false,
     };
     parse_libsvm_bytes(s.as_bytes(), "t.svm", &o)
 }
@@ -227,6 +228,7 @@ fn never_panics_on_junk() {
                 num_features: Some(50),
                 sort_indices: seed.is_multiple_of(2),
                 allow_non_finite: seed.is_multiple_of(3),
+                map_file: seed.is_multiple_of(5),
             };
             let _ = parse_libsvm_bytes(&bytes, "junk", &o);
         }
@@ -262,6 +264,7 @@ fn write_read(x: &sparrow_core::NDArray, y: &sparrow_core::NDArray, base: IndexB
         num_features: Some(x.shape()[1]),
         sort_indices: false,
         allow_non_finite: false,
+        map_file: false,
     };
     let d = load_libsvm(&p, &o).unwrap();
     std::fs::remove_file(&p).unwrap();
@@ -439,6 +442,7 @@ fn non_finite_values_are_refused_with_their_position() {
             num_features: Some(10),
             sort_indices: false,
             allow_non_finite: true,
+            map_file: false,
         };
         let d = parse_libsvm_bytes(text.as_bytes(), "t.svm", &o).unwrap();
         let all = d.rows.values.iter().chain(&d.rows.labels);
