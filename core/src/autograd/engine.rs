@@ -21,6 +21,10 @@ pub fn backward_with(
     head_grad: Option<&NDArray>,
     retain_graph: bool,
 ) -> Result<()> {
+    let detect = super::anomaly::is_detecting_anomaly();
+    if detect {
+        super::anomaly::forward_error()?;
+    }
     let head_grad = match head_grad {
         Some(g) => {
             if !g.same_shape(head) {
@@ -123,6 +127,9 @@ pub fn backward_with(
             deliver_leaf(a, g.clone())?;
         }
         let in_grads = (node.backward)(&g)?;
+        if detect {
+            super::anomaly::check_backward(node.op, &g, &in_grads)?;
+        }
         if in_grads.len() != node.inputs.len() {
             return Err(Error::Autograd(format!(
                 "{}: backward returned {} gradients for {} inputs",

@@ -13,10 +13,12 @@
 //! gradient. Gradients are `NDArray`s and so carry a storage type: a backward may return a
 //! row_sparse gradient, and accumulation keeps it sparse where it can.
 
+mod anomaly;
 mod engine;
 mod idmap;
 mod mode;
 
+pub use anomaly::{detect_anomaly, is_detecting_anomaly, set_detect_anomaly};
 pub use engine::{accumulate, backward_with};
 pub use mode::{
     is_recording, is_training, pause, predict_mode, record, record_with, set_recording,
@@ -212,6 +214,9 @@ pub(crate) fn attach_node<F>(
 where
     F: Fn(&NDArray) -> Result<Vec<Option<NDArray>>> + Send + Sync + 'static,
 {
+    if anomaly::is_detecting_anomaly() {
+        anomaly::check_forward(op, &out, inputs);
+    }
     let node = Node {
         op,
         inputs: inputs.iter().map(|&x| x.clone()).collect(),
