@@ -18,6 +18,8 @@ fuzz_target!(|data: &[u8]| {
         index_base: base,
         num_features: if flags & 4 != 0 { Some((flags >> 3) as usize * 7) } else { None },
         sort_indices: flags & 128 != 0,
+        allow_non_finite: flags & 64 != 0,
+        map_file: false,
     };
     match parse_libsvm_bytes(text, "fuzz", &opts) {
         Ok(d) => {
@@ -29,6 +31,9 @@ fuzz_target!(|data: &[u8]| {
                 let row = &r.indices[r.indptr[w] as usize..r.indptr[w + 1] as usize];
                 assert!(row.windows(2).all(|p| p[0] < p[1]));
                 assert!(row.iter().all(|&c| c >= 0 && (c as usize) < d.num_features));
+            }
+            if !opts.allow_non_finite {
+                assert!(r.values.iter().all(|v| v.is_finite()));
             }
             let _ = d.csr();
         }
