@@ -41,6 +41,8 @@ pub struct MappedFile {
     mode: MapMode,
     path: PathBuf,
     file: File,
+    /// The undo journal of a read-write mapping (`None` for the other modes).
+    journal: Option<std::sync::Mutex<super::journal::Journal>>,
 }
 
 // SAFETY: the mapping is plain memory owned by this value until it drops; `ptr` only gives
@@ -64,12 +66,19 @@ impl std::fmt::Debug for MappedFile {
 
 impl MappedFile {
     /// Map the whole of the existing file at `path`.
+    ///
+    /// A read-write open first restores what an undo journal beside the file (`<path>.undo`,
+    /// see `cpu/journal.rs`) saved: a process that changed the file and died before its next
+    /// flush leaves the file as it was at that flush.
     pub fn open(op: &'static str, path: &Path, mode: MapMode) -> Result<Arc<MappedFile>> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(mode == MapMode::ReadWrite)
             .open(path)
             .map_err(|e| Error::file(op, path, format!("cannot open ({mode:?}): {e}")))?;
+        if mode == MapMode::ReadWrite {
+            super::journal::recover(op, path, &file)?;
+        }
         Self::map(op, path, file, mode)
     }
 
@@ -97,6 +106,12 @@ impl MappedFile {
             Map::Read(m) => m.as_ptr() as *mut u8,
             Map::Write(m) => m.as_mut_ptr(),
         };
+        let journal = match mode {
+            MapMode::ReadWrite => Some(std::sync::Mutex::new(
+                super::journal::Journal::new(path, &file).map_err(|e| Error::file(op, path, e))?,
+            )),
+            _ => None,
+        };
         Ok(Arc::new(MappedFile {
             map,
             ptr,
@@ -104,6 +119,7 @@ impl MappedFile {
             mode,
             path: path.to_path_buf(),
             file,
+            journal,
         }))
     }
 
@@ -253,5 +269,30 @@ impl MappedFile {
             // Read-only: nothing was written.
             _ => Ok(()),
         }
+    }
+
+    /// Save byte ranges `(offset, len)` in the undo journal before changing them (a read-write
+    /// mapping; nothing for the other modes). Each range is saved once between two flushes.
+    pub(crate) fn save_ranges(
+        &self,
+        op: &'static str,
+        ranges: &mut dyn Iterator<Item = (usize, usize)>,
+    ) -> Result<()> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let mut j = j.lock().unwrap_or_else(|e| e.into_inner());
+        j.save(op, self.bytes(), ranges)
+    }
+
+    /// Write every changed page back to the file and wait for the device, then empty the undo
+    /// journal: the file as it is now is the state a crash returns to. Errors as
+    /// [`MappedFile::flush_range`].
+    pub fn flush_all(&self, op: &'static str) -> Result<()> {
+        self.flush_range(op, 0, self.len)?;
+        if let Some(j) = &self.journal {
+            j.lock().unwrap_or_else(|e| e.into_inner()).clear(op)?;
+        }
+        Ok(())
     }
 }

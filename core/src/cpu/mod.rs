@@ -17,6 +17,7 @@ pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
 mod host_buf;
+pub(crate) mod journal;
 pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod map;

@@ -51,6 +51,43 @@ fn mapped_range(buf: &Storage) -> Option<(Arc<MappedFile>, usize)> {
     }
 }
 
+/// Save in the undo journal of the read-write file under `buf` (if it is one) the rows an
+/// in-place writer named `op` is about to change: rows `ids` of the array's `nrows`, or every
+/// row for `None` (in ranges of about 1 MiB). Nothing for an array in memory.
+pub(crate) fn journal_rows(
+    op: &'static str,
+    buf: &Storage,
+    nrows: usize,
+    ids: Option<&[i64]>,
+) -> Result<()> {
+    let Some((file, offset)) = mapped_range(buf) else {
+        return Ok(());
+    };
+    let bytes = buf.nbytes();
+    if file.mode() != MapMode::ReadWrite || nrows == 0 || bytes == 0 {
+        return Ok(());
+    }
+    let row = bytes / nrows;
+    match ids {
+        Some(ids) => file.save_ranges(
+            op,
+            &mut ids
+                .iter()
+                .filter_map(|&r| usize::try_from(r).ok().filter(|&r| r < nrows))
+                .map(|r| (offset + r * row, row)),
+        ),
+        None => {
+            let per = ((1usize << 20) / row.max(1)).max(1);
+            file.save_ranges(
+                op,
+                &mut (0..nrows)
+                    .step_by(per)
+                    .map(|r0| (offset + r0 * row, per.min(nrows - r0) * row)),
+            )
+        }
+    }
+}
+
 impl NDArray {
     /// The mapped file under this dense array, its byte offset there and its byte length;
     /// `None` for an array in memory or a sparse one.
@@ -180,15 +217,23 @@ impl NDArray {
     /// numpy's `memmap.flush`). A read-only array has nothing to write. Errors: an array in
     /// memory, a copy-on-write array (its writes never reach the file), or a file whose size
     /// changed since it was opened.
+    ///
+    /// For a read-write array this is a checkpoint: the updates and `write_rows` since the last
+    /// flush saved the old contents of the rows they changed in `<file>.undo`, which the flush
+    /// empties; a process killed before the next flush leaves that journal, and opening the
+    /// file read-write again restores the rows, so the file is this flush's state again. The
+    /// whole file is written back (every array over it).
     pub fn flush(&self) -> Result<()> {
         const OP: &str = "flush";
-        let (f, offset, bytes) = self.mapping().ok_or_else(|| {
+        let (f, _, _) = self.mapping().ok_or_else(|| {
             Error::arg(
                 OP,
                 "the array is in memory, not backed by a file (open_npy, create_npy, open_raw)",
             )
         })?;
-        f.flush_range(OP, offset, bytes)
+        // The whole file: the undo journal (see `cpu/journal.rs`) is per file, and emptying it
+        // is only right once every range it guards is durable.
+        f.flush_all(OP)
     }
 
     /// Overwrite rows `start..start + src.shape()[0]` of this dense array with `src`, in place
@@ -228,6 +273,8 @@ impl NDArray {
             ));
         }
         let row: usize = shape[1..].iter().product();
+        let ids: Vec<i64> = (start as i64..(start + s.shape[0]) as i64).collect();
+        journal_rows(OP, &dd.buf, shape[0], Some(&ids))?;
         dd.buf.write_at(start * row, &s.buf)
     }
 

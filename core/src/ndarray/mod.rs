@@ -12,6 +12,7 @@ mod blocked;
 mod data;
 mod host;
 mod mapped;
+pub(crate) use mapped::journal_rows;
 
 pub use host::CsrView;
 

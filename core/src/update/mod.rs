@@ -140,5 +140,16 @@ fn run<P, const N: usize>(
         },
         ArrayData::Csr(_) => return Err(Error::stype(op, "csr gradients are not supported")),
     };
+    // A read-write file-backed weight or state saves the rows this step changes in its undo
+    // journal first (so a crash returns the file to its last flush): the gradient's rows for
+    // a lazy row_sparse update, every row otherwise.
+    let ids = match &g {
+        GradRef::RowSparse { indices, .. } if args.lazy() => Some(indices.host_arc().as_slice()),
+        _ => None,
+    };
+    crate::ndarray::journal_rows(op, w, rows, ids)?;
+    for s in &sbufs {
+        crate::ndarray::journal_rows(op, s, rows, ids)?;
+    }
     w.update(rows, g, sbufs, &args.scalars(), &rule, args.lazy())
 }
