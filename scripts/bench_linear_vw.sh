@@ -28,8 +28,9 @@ run_vw() {
         --reps 1 --bits 24 --quick --opts default,ftrl,coin --src-bytes "$(stat -c %s "$TRAIN")" > /dev/null
 }
 run_sparrow() {
-    for r in $RUNS; do
-        IFS=: read -r opt lr batch <<< "$r"
+    local run opt lr batch
+    for run in $RUNS; do
+        IFS=: read -r opt lr batch <<< "$run"
         "$BIN" --train "$TRAIN" --test "$TEST" --features 10000000 --optimizer "$opt" --lr "$lr" \
             --batch "$batch" --json >> "$OUT/sparrow.jsonl"
     done
