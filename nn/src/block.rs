@@ -87,16 +87,16 @@ pub trait Block: Send + Sync {
             self as *const Self as *const () as usize,
             std::any::type_name::<Self>(),
         );
-        let outer = DEFAULT_FORWARD.with(|c| c.replace(Some(me)));
-        if outer == Some(me) {
+        // Restores the outer value when this call ends, by return or by unwinding.
+        let guard = DefaultForward::enter(me);
+        if guard.outer == Some(me) {
             // This default `forward` is running already, innermost, for this very block: its
             // `forward_multi` called `forward` back (a `#[derive(Block)]` struct without an
             // inherent `fn forward`), which would recurse until the stack overflows.
-            DEFAULT_FORWARD.with(|c| c.set(outer));
             return Err(neither_forward::<Self>(self.kind()));
         }
         let out = self.forward_multi(std::slice::from_ref(x));
-        DEFAULT_FORWARD.with(|c| c.set(outer));
+        drop(guard);
         let mut out = out?;
         match out.len() {
             1 => Ok(out.pop().expect("one output")),
@@ -236,6 +236,25 @@ thread_local! {
     /// thread, so that the default [`Block::forward_multi`] of the same block can tell that
     /// neither method is implemented (an error instead of endless recursion).
     static DEFAULT_FORWARD: Cell<Option<(usize, &'static str)>> = const { Cell::new(None) };
+}
+
+/// While alive, `DEFAULT_FORWARD` holds one block; dropping it restores the value before.
+struct DefaultForward {
+    outer: Option<(usize, &'static str)>,
+}
+
+impl DefaultForward {
+    fn enter(me: (usize, &'static str)) -> DefaultForward {
+        DefaultForward {
+            outer: DEFAULT_FORWARD.with(|c| c.replace(Some(me))),
+        }
+    }
+}
+
+impl Drop for DefaultForward {
+    fn drop(&mut self) {
+        DEFAULT_FORWARD.with(|c| c.set(self.outer));
+    }
 }
 
 /// The error of a block whose `forward` and `forward_multi` only call each other.

@@ -229,3 +229,30 @@ fn lstm_takes_and_returns_states() {
     assert!(cell.forward_multi(&[xt, s[0].clone()]).is_err());
 }
 }
+
+#[test]
+fn a_panicking_forward_leaves_no_guard_behind() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Panics inside its forward_multi while its flag is set.
+    struct Boom(AtomicBool);
+    impl Block for Boom {
+        fn forward_multi(&self, xs: &[NDArray]) -> Result<Vec<NDArray>> {
+            assert!(!self.0.load(Ordering::SeqCst), "boom");
+            Ok(xs.to_vec())
+        }
+        fn kind(&self) -> &'static str {
+            "boom"
+        }
+    }
+    let x = vec2([1.0, 2.0]);
+    let b = Boom(AtomicBool::new(true));
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.forward(&x)));
+    assert!(caught.is_err());
+    // The same block again: had the panic left it marked as running its default forward, this
+    // call would be refused as a recursion.
+    b.0.store(false, Ordering::SeqCst);
+    assert_eq!(
+        b.forward(&x).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 2.0]
+    );
+}
