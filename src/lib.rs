@@ -7,6 +7,11 @@ pub use sparrow_data as data;
 pub use sparrow_nn as nn;
 pub use sparrow_optim as optim;
 
+// The README's Rust snippets compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The names most programs need: arrays and autograd, blocks and layers, losses and metrics
 /// (as the `loss` and `metric` modules, with their traits), the Trainer and every optimizer,
 /// and the data iterators.

@@ -2,9 +2,9 @@
 //!
 //! ## File layout
 //! - One tensor per parameter, named by its hierarchical name (`dense0.weight`), stored with its
-//!   dtype and the shape it is **held** in. A row_sparse-gradient `Dense` holds its weight as
-//!   `(in_units, units)`; its entry's metadata says `layout = in_out` (transpose it to get the
-//!   Gluon/PyTorch `(units, in_units)` weight).
+//!   dtype and the shape it is **held** in. A `Dense` holds its weight as `(in_units, units)`
+//!   (whatever its gradient's storage type; see [`crate::Dense`]); its entry's metadata says
+//!   `layout = in_out` (transpose it to get the Gluon/PyTorch `(units, in_units)` weight).
 //! - A parameter with `stype = RowSparse` is saved densely by default; with
 //!   [`SaveOptions::row_sparse_as_pairs`] it is saved as two tensors `<name>@indices` (int64,
 //!   the non-zero rows) and `<name>@data` (`(k, ...)`), and loaded back into the same parameter.
@@ -25,10 +25,11 @@
 //! failed load leaves the model unchanged; the error names the file and lists every problem.
 //!
 //! ## Layouts
-//! A weight saved with `layout = in_out` and loaded into a parameter held `(out, in)` (or the
-//! reverse: a plain `Dense` file into a row_sparse-gradient `Dense`) is **transposed on
-//! load**: both hold the same Gluon weight, so the layer computes the same outputs. A layout
-//! other than `in_out` / `out_in`, or on a tensor that is not 2-D, is an error.
+//! A weight saved with `layout = out_in` (or without a layout: Gluon, PyTorch, other tools,
+//! and sparrow files written before `Dense` had one layout) and loaded into a parameter held
+//! `(in, out)` (a `Dense` weight), or the reverse, is **transposed on load**: both hold the same
+//! weight, so the layer computes the same outputs. A layout other than `in_out` / `out_in`, or
+//! on a tensor that is not 2-D, is an error.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};

@@ -14,7 +14,12 @@
 //! assert!(params.get("dense0.weight").unwrap().grad().is_some());
 //! ```
 
-mod block;
+// Derived blocks name this crate `::sparrow_nn`, also in its own tests and doctests.
+extern crate self as sparrow_nn;
+
+pub mod block;
+#[doc(hidden)]
+pub mod derive_support;
 pub mod init;
 pub mod io;
 pub mod layers;
@@ -31,3 +36,6 @@ pub use layers::*;
 pub use param_dict::{glob_match, ParamDict};
 pub use parameter::{Parameter, UpdateView};
 pub use rnn::{GRUCell, LSTMCell, Layout, RNNCell, RecurrentCell, GRU, LSTM, RNN};
+/// `#[derive(Block)]`: `kind`, parameters and children from a struct's fields (see
+/// [`sparrow_derive`]).
+pub use sparrow_derive::Block;

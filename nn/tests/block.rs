@@ -52,17 +52,17 @@ fn deferred_shapes_are_inferred_and_bias_starts_at_zero() {
     net.initialize(&Initializer::xavier(), Device::current()).unwrap();
     let p = net.collect_params().unwrap();
     assert!(p.get("dense0.weight").unwrap().data().is_err());
-    // dense1 knows its input size: initialized right away.
+    // dense1 knows its input size: initialized right away, (in_units, units).
     assert_eq!(
         p.get("dense1.weight").unwrap().data().unwrap().shape(),
-        vec![3, 6]
+        vec![6, 3]
     );
     let x = NDArray::ones(&[2, 5], DType::F32).unwrap();
     let y = net.forward(&x).unwrap();
     assert_eq!(y.shape(), vec![2, 3]);
     assert_eq!(
         p.get("dense0.weight").unwrap().data().unwrap().shape(),
-        vec![8, 5]
+        vec![5, 8]
     );
     let b = p
         .get("dense0.bias")

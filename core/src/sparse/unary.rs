@@ -112,13 +112,28 @@ fn map_stored(d: &ArrayData, op: Map) -> Result<ArrayData> {
 }
 
 /// The sparse kernel of a zero-preserving unary op, recorded. The backward multiplies the
-/// output gradient by the op's derivative evaluated on the densified input.
+/// output gradient by the op's derivative evaluated on the densified input, except for a
+/// row_sparse input and an op whose derivative is 0 at 0 (abs, relu, square): there the
+/// derivative is taken on the stored rows alone and the gradient is row_sparse over them
+/// (`rs * g`), so the square of a batch's rows of a large table (a factorization machine's
+/// `V^2`) never densifies the table.
 pub(crate) fn unary(op: ZeroOp, a: &NDArray) -> Result<NDArray> {
     let d = a.data();
     let out = NDArray::from_data(map_stored(&d, op.map())?);
     let x = a.clone();
     let y = out.detach();
     Ok(record_op(op.name(), out, &[a], move |g| {
+        if x.stype() == SType::RowSparse {
+            let stored = match op {
+                ZeroOp::Abs => Some(x.sign()?),
+                ZeroOp::Relu => Some(x.sign()?.relu()?),
+                ZeroOp::Square => Some(x.mul_scalar(2.0)?),
+                _ => None,
+            };
+            if let Some(derivative) = stored {
+                return Ok(vec![Some(derivative.mul(g)?)]);
+            }
+        }
         let xd = x.tostype(SType::Dense)?;
         let gx = match op {
             ZeroOp::Neg => g.neg()?,

@@ -1,14 +1,20 @@
 //! `Dense`: a fully connected layer that is sparse-aware.
 //!
-//! ## Weight layout
-//! - Default (`grad_stype` dense): weight `(units, in_units)` as in Gluon, `y = X W^T + b`.
-//!   A CSR batch is multiplied by the sparse kernel; the weight gradient is dense.
-//! - `grad_stype(SType::RowSparse)`: weight stored **transposed**, `(in_units, units)`, and
-//!   `y = X W + b`. Row `k` of the weight belongs to input feature `k`, so the gradient
-//!   `X^T dY` of a CSR batch is row_sparse over exactly the features the batch used, and lazy
-//!   optimizers touch only those rows. Parameter files store this weight as it is held,
-//!   `(in_units, units)` (see [`Dense::weight_transposed`]); transpose it to compare with a
-//!   Gluon/PyTorch `(out, in)` weight.
+//! ## Weight layout: `(in_units, units)`, whatever the gradient's storage type
+//! The weight is held, saved and initialized as `(in_units, units)` and the layer computes
+//! `y = X W + b`, for a dense gradient as for a row_sparse one, so a model's parameter files
+//! do not depend on its gradient storage types. This is the transpose of Gluon's and PyTorch's
+//! `(units, in_units)`; it is the kernel layout of Keras and Flax, and the layout of MXNet's own
+//! sparse models (`dot(csr, weight)`). Chosen because it is the only layout in which one input
+//! feature's weights are one contiguous row: a CSR batch's gradient `X^T dY` is then row_sparse
+//! over exactly the features the batch used, lazy optimizers touch only those rows, and the
+//! forward gathers whole rows. A dense product costs the same either way (the GEMM reads a
+//! transposed operand in place).
+//!
+//! Parameter files say so (`layout = in_out` in their metadata, see [`crate::io`]); a Gluon or
+//! PyTorch weight `(units, in_units)` (a file saved with `layout = out_in`, or by another tool,
+//! without a layout) is transposed when loaded, so ports load their files unchanged. To put a
+//! Gluon weight in by hand, transpose it: `w.transpose(None)` before `set_data`.
 
 use sparrow_core::{DType, Error, NDArray, Result, SType, Shape};
 
@@ -16,7 +22,6 @@ use super::activation::apply_activation;
 use crate::block::Block;
 use crate::init::Initializer;
 use crate::parameter::Parameter;
-use sparrow_core::sparse::dot_csr_dense_t;
 
 /// Fully connected layer (Gluon's `nn.Dense`).
 #[derive(Debug, Clone)]
@@ -53,16 +58,10 @@ impl Dense {
     }
 
     fn rebuild(&mut self) {
-        let transposed = self.weight_transposed();
-        let shape = if transposed {
-            [self.in_units, self.units]
-        } else {
-            [self.units, self.in_units]
-        };
-        let mut w = Parameter::new("weight", &shape)
+        let mut w = Parameter::new("weight", &[self.in_units, self.units])
             .with_dtype(self.dtype)
             .with_grad_stype(self.grad_stype)
-            .with_fan_in_first(transposed);
+            .with_fan_in_first(true);
         if let Some(i) = &self.weight_init {
             w = w.with_init(i.clone());
         }
@@ -104,8 +103,9 @@ impl Dense {
         self.rebuild();
         self
     }
-    /// Builder: storage type of the weight gradient. `RowSparse` switches the weight to the
-    /// `(in_units, units)` layout (see the module docs).
+    /// Builder: storage type of the weight gradient: `RowSparse` for a gradient over the rows
+    /// (input features) a CSR batch uses, which lazy optimizers update alone. The weight's
+    /// layout is `(in_units, units)` either way (see the module docs).
     pub fn grad_stype(mut self, stype: SType) -> Self {
         self.grad_stype = stype;
         self.rebuild();
@@ -118,11 +118,7 @@ impl Dense {
         self
     }
 
-    /// True when the weight is stored `(in_units, units)` (row_sparse gradient layout).
-    pub fn weight_transposed(&self) -> bool {
-        self.grad_stype == SType::RowSparse
-    }
-    /// The weight parameter.
+    /// The weight parameter, `(in_units, units)`.
     pub fn weight(&self) -> &Parameter {
         &self.weight
     }
@@ -136,29 +132,18 @@ impl Dense {
     }
 
     fn infer(&self, in_units: usize) -> Result<NDArray> {
-        let shape = if self.weight_transposed() {
-            [in_units, self.units]
-        } else {
-            [self.units, in_units]
-        };
-        self.weight.data_for_shape(&shape)
+        self.weight.data_for_shape(&[in_units, self.units])
     }
 }
 
 impl Block for Dense {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        let transposed = self.weight_transposed();
         let xshape = x.dims();
         let (y, lead) = if x.stype() == SType::Csr {
             let w = self.infer(xshape[1])?;
-            // (in, out) layout: core's csr x dense kernel, whose weight gradient is row_sparse
-            // over the batch's columns. Gluon layout: X W^T with a dense gradient.
-            let y = if transposed {
-                x.dot(&w)?
-            } else {
-                dot_csr_dense_t(x, &w)?
-            };
-            (y, Shape::from_slice(&xshape[..1]))
+            // Core's csr x dense kernel: its weight gradient is row_sparse over the batch's
+            // columns (densified on delivery when the weight's gradient is dense).
+            (x.dot(&w)?, Shape::from_slice(&xshape[..1]))
         } else {
             if xshape.is_empty() {
                 return Err(Error::shape("Dense", "input must have at least 1 dim"));
@@ -177,12 +162,7 @@ impl Block for Dense {
                 (x.reshape(&[lead.iter().product(), last])?, lead)
             };
             let w = self.infer(x2.dims()[1])?;
-            let y = if transposed {
-                x2.dot(&w)?
-            } else {
-                x2.dot_t(&w, false, true)?
-            };
-            (y, lead)
+            (x2.dot(&w)?, lead)
         };
         // Bias and activation in one recorded op where the activation allows it (sigmoid, tanh,
         // relu), which also takes over the product's node (`y` is ours alone): one node per
@@ -225,16 +205,16 @@ impl Block for Dense {
     }
     fn describe(&self) -> String {
         let inu = if self.in_units == 0 {
-            self.weight.shape()[if self.weight_transposed() { 0 } else { 1 }]
+            self.weight.shape()[0]
         } else {
             self.in_units
         };
         let act = self.activation.as_deref().unwrap_or("linear");
-        let layout = if self.weight_transposed() {
-            ", weight (in, out), row_sparse grad"
+        let grad = if self.grad_stype == SType::RowSparse {
+            ", row_sparse grad"
         } else {
             ""
         };
-        format!("Dense({inu} -> {}, {act}{layout})", self.units)
+        format!("Dense({inu} -> {}, {act}{grad})", self.units)
     }
 }

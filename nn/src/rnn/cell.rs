@@ -185,6 +185,19 @@ macro_rules! cell_type {
                 let states = self.cell.begin_state(batch)?;
                 Ok(self.cell.step(x, &states)?.0)
             }
+            /// Gluon's `cell(x, states)`: `[x, h]` (`[x, h, c]` for the LSTM) gives
+            /// `[output, h', c']`; `[x]` alone starts from zero states and gives `[output]`.
+            fn forward_multi(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+                match inputs {
+                    [] => Err(Error::arg($desc, "no input; pass [x] or [x, states...]")),
+                    [x] => Ok(vec![self.forward(x)?]),
+                    // The state count and shapes are checked by the step.
+                    [x, states @ ..] => {
+                        let (out, states) = self.cell.step(x, states)?;
+                        Ok(std::iter::once(out).chain(states).collect())
+                    }
+                }
+            }
             fn kind(&self) -> &'static str {
                 cell_kind(self.cell.mode)
             }

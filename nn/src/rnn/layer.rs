@@ -328,6 +328,19 @@ macro_rules! layer_type {
             fn forward(&self, x: &NDArray) -> Result<NDArray> {
                 Ok(self.forward_with(x, None, None)?.0)
             }
+            /// Gluon's `layer(x)` and `layer(x, states)`: `[x]` gives `[output]`;
+            /// `[x, h]` (`[x, h, c]` for the LSTM) gives `[output, h', c']`, the final states.
+            fn forward_multi(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+                match inputs {
+                    [] => Err(Error::arg($desc, "no input; pass [x] or [x, states...]")),
+                    [x] => Ok(vec![self.forward(x)?]),
+                    // The state count and shapes are checked by the step.
+                    [x, states @ ..] => {
+                        let (out, states) = self.forward_with(x, Some(states), None)?;
+                        Ok(std::iter::once(out).chain(states).collect())
+                    }
+                }
+            }
             fn kind(&self) -> &'static str {
                 self.layer.kind()
             }
