@@ -66,7 +66,7 @@ fn main() -> Result<(), BoxError> {
         als::synthesize(&x, &truth, noise, block, 11)?;
         x.flush()?;
         drop(x);
-        fsio::drop_cached_pages(&path)?;
+        fsio::drop_cached_pages(&path);
         NDArray::open_npy(&path, MapMode::ReadOnly)?
     };
     println!(

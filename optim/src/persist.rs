@@ -233,9 +233,55 @@ pub(crate) fn load_states(
                     )));
                 }
             }
+            check_values(slot, &arr).map_err(|m| bad(&m))?;
             state.arrays.push((slot.to_string(), arr));
         }
         states.push(Some(state));
     }
     Ok((num_update, states))
+}
+
+/// State slots that hold sums of squares or other magnitudes (Adam's `var`, AdaGrad's
+/// `history`, FTRL's `n`, ...): a negative value there is no state any step made, and the
+/// next update takes its square root.
+const NON_NEGATIVE_SLOTS: &[&str] = &[
+    "var",
+    "history",
+    "acc_grad",
+    "acc_delta",
+    "n",
+    "inf_norm",
+    "v",
+    "d",
+];
+
+/// A state array from a file must hold what a step can have made: finite values, and no
+/// negative ones in a magnitude slot. A file whose checksums were recomputed over such values
+/// (crafted, or written by a buggy tool) turned every weight NaN one step after loading.
+fn check_values(slot: &str, arr: &NDArray) -> std::result::Result<(), String> {
+    let values: Vec<f64> = match arr.dtype() {
+        sparrow_core::DType::F32 => arr
+            .to_vec::<f32>()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        _ => arr.to_vec::<f64>().map_err(|e| e.to_string())?,
+    };
+    let non_negative = NON_NEGATIVE_SLOTS.contains(&slot);
+    match values
+        .iter()
+        .position(|v| !v.is_finite() || (non_negative && *v < 0.0))
+    {
+        None => Ok(()),
+        Some(k) => Err(format!(
+            "slot {slot} holds {} at element {k}{}",
+            values[k],
+            if non_negative {
+                " (it must be finite and >= 0)"
+            } else {
+                " (it must be finite)"
+            }
+        )),
+    }
 }

@@ -200,3 +200,57 @@ fn checkpoint_parameter_files_are_checksummed() {
     let msg = other.load_parameters(&path).unwrap_err().to_string();
     assert!(msg.contains("checksum mismatch"), "{msg}");
 }
+
+/// A state file whose arrays were rewritten and whose checksums were recomputed (crafted, or
+/// from a buggy writer) is refused when a value is one no step makes: a negative Adam
+/// variance or a NaN. Loaded, a negative variance turned the weight NaN one step later (the
+/// fuzz target `load_states` found it).
+#[test]
+fn state_values_no_step_makes_are_refused_even_with_good_checksums() {
+    let d = dir("values");
+    for (slot, value, needle) in [
+        ("var", -1.0f32, "must be finite and >= 0"),
+        ("mean", f32::NAN, "must be finite"),
+    ] {
+        let path = d.join(format!("{slot}.states"));
+        let p = saved_states(Adam::new(0.01), &path, 2);
+        let bytes = std::fs::read(&path).unwrap();
+        let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+        let mut meta = header.metadata().clone().unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec()))
+            .collect();
+        let target = tensors
+            .iter_mut()
+            .find(|t| t.0.ends_with(&format!(".{slot}")))
+            .unwrap();
+        target.3[..4].copy_from_slice(&value.to_le_bytes());
+        for t in &tensors {
+            meta.insert(
+                format!("checksum:{}", t.0),
+                checksum_hex(sparrow_core::fsio::checksum64(&t.3)),
+            );
+        }
+        let mc = checksum_hex(checksum_pairs(&meta, "meta_checksum"));
+        meta.insert("meta_checksum".into(), mc);
+        let views: Vec<(String, TensorView<'_>)> = tensors
+            .iter()
+            .map(|t| {
+                (
+                    t.0.clone(),
+                    TensorView::new(t.1, t.2.clone(), &t.3).unwrap(),
+                )
+            })
+            .collect();
+        std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+        let mut t = Trainer::new(vec![p], Adam::new(0.01)).unwrap();
+        let e = t.load_states(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("slot {slot}")) && e.contains(needle),
+            "{e}"
+        );
+    }
+}
