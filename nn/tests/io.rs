@@ -213,8 +213,7 @@ fn writes_file_for_python_check() {
     let out = std::env::var("SPARROW_SAFETENSORS_OUT")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/sparrow_nn_check.safetensors")
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sparrow_nn_check.safetensors")
         });
     net.save_parameters(&out).unwrap();
     let bytes = std::fs::read(&out).unwrap();
