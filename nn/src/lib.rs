@@ -15,6 +15,7 @@
 //! ```
 
 mod block;
+pub mod hybrid;
 pub mod init;
 pub mod io;
 pub mod layers;
@@ -25,6 +26,7 @@ mod parameter;
 pub mod rnn;
 
 pub use block::{Block, Sequential, SummaryRow};
+pub use hybrid::{HybridBlock, HybridLoss, Hybridize, SymbolBlock};
 pub use init::{FactorType, Initializer, RndType};
 pub use io::{load_params, save_params, BlockIo, LoadOptions, SaveOptions};
 pub use layers::*;
