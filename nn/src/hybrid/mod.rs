@@ -41,6 +41,9 @@ use crate::parameter::Parameter;
 pub struct HybridBlock<B: Block> {
     inner: B,
     cache: CachedGraph,
+    /// The block's parameters by hierarchical name, collected once: the set of parameters
+    /// is fixed once the block is wrapped, and collecting formats every name.
+    params: std::sync::OnceLock<Vec<(String, Parameter)>>,
 }
 
 /// `block.hybridize()` for every block.
@@ -53,22 +56,38 @@ pub trait Hybridize: Block + Sized {
 
 impl<B: Block> Hybridize for B {}
 
-/// The block's initialized parameters as `(hierarchical name, weight)`.
-pub(crate) fn param_arrays(b: &dyn Block) -> Result<Vec<(String, NDArray)>> {
-    let mut v = Vec::new();
-    for (n, p) in b.collect_params()?.iter() {
-        if p.is_initialized() {
-            v.push((n.to_string(), p.data()?));
-        }
-    }
-    Ok(v)
-}
-
 impl<B: Block> HybridBlock<B> {
     /// Wrap `inner`.
     pub fn new(inner: B) -> HybridBlock<B> {
         let cache = CachedGraph::new(inner.kind(), &["data"]);
-        HybridBlock { inner, cache }
+        HybridBlock {
+            inner,
+            cache,
+            params: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The initialized parameters' weights by hierarchical name.
+    fn param_arrays(&self) -> Result<Vec<(String, NDArray)>> {
+        let all = match self.params.get() {
+            Some(v) => v,
+            None => {
+                let v: Vec<(String, Parameter)> = self
+                    .inner
+                    .collect_params()?
+                    .iter()
+                    .map(|(n, p)| (n.to_string(), p.clone()))
+                    .collect();
+                self.params.get_or_init(|| v)
+            }
+        };
+        let mut out = Vec::with_capacity(all.len());
+        for (n, p) in all {
+            if p.is_initialized() {
+                out.push((n.clone(), p.data()?));
+            }
+        }
+        Ok(out)
     }
 
     /// The wrapped block.
@@ -120,11 +139,11 @@ impl<B: Block> HybridBlock<B> {
 
 impl<B: Block> Block for HybridBlock<B> {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        let outs = self.cache.call(
-            std::slice::from_ref(x),
-            &|| param_arrays(&self.inner),
-            &|ins| Ok(vec![self.inner.forward(&ins[0])?]),
-        )?;
+        let outs = self
+            .cache
+            .call(std::slice::from_ref(x), &|| self.param_arrays(), &|ins| {
+                Ok(vec![self.inner.forward(&ins[0])?])
+            })?;
         outs.into_iter()
             .next()
             .ok_or_else(|| sparrow_core::Error::arg("HybridBlock", "the graph returned no output"))
