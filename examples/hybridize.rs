@@ -259,12 +259,16 @@ fn main() -> Result<()> {
     let y = NDArray::from_vec((0..256).map(|i| (i % 512) as f32).collect(), &[256])?;
     let eager = mlp(&widths, SType::Dense);
     let hybrid = mlp(&widths, SType::Dense).hybridize();
+    let loss = SoftmaxCrossEntropyLoss::new();
     for n in [&eager as &dyn Block, &hybrid] {
         n.initialize(&Initializer::xavier(), Device::Cpu)?;
-        autograd::pause(|| n.forward(&x))?;
-        autograd::pause(|| n.forward(&x))?;
+        // Warm-up: both signatures (inference and training) traced, pools filled.
+        for _ in 0..2 {
+            autograd::pause(|| n.forward(&x))?;
+            let l = autograd::record(|| loss.forward(&n.forward(&x)?, &y)?.sum_all())?;
+            l.backward()?;
+        }
     }
-    let loss = SoftmaxCrossEntropyLoss::new();
     for (name, net) in [("eager", &eager as &dyn Block), ("hybridized", &hybrid)] {
         let (r, n_inf, p_inf) = measure(|| autograd::pause(|| net.forward(&x)));
         r?;

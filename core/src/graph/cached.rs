@@ -45,10 +45,16 @@ pub struct CachedGraph {
     input_names: Vec<String>,
     entries: Mutex<HashMap<Signature, Entry>>,
     last: Mutex<Option<Arc<Graph>>>,
+    /// The graph of the latest call and its training flag: a call with the same signature
+    /// (the common case: every step of a training loop) is recognized by comparing its inputs
+    /// with the graph's, without building and hashing a [`Signature`].
+    hit: Mutex<Option<(bool, Arc<Graph>)>>,
 }
 
 /// The parameters a forward may read, by hierarchical name, as they are now.
 pub type ParamsFn<'a> = &'a dyn Fn() -> Result<Vec<(String, NDArray)>>;
+/// The parameters a graph reads, in its order ([`Graph::params`]), as they are now.
+pub type GraphParamsFn<'a> = &'a dyn Fn(&Arc<Graph>) -> Result<Vec<NDArray>>;
 /// The eager forward.
 pub type ForwardFn<'a> = &'a dyn Fn(&[NDArray]) -> Result<Vec<NDArray>>;
 
@@ -60,28 +66,42 @@ impl CachedGraph {
             input_names: input_names.iter().map(|s| s.to_string()).collect(),
             entries: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
+            hit: Mutex::new(None),
         }
     }
 
     /// Call the block: run the graph of `inputs`' signature, tracing `forward` first if there
-    /// is none, or run `forward` eagerly where the signature could not be traced. Inside a
-    /// parent's trace the forward runs inline (its operators join the parent's graph).
+    /// is none, or run `forward` eagerly where the signature could not be traced. `params`
+    /// lists the parameters by name for a trace; `graph_params` gives a graph's parameters in
+    /// its order for a run. Inside a parent's trace the forward runs inline (its operators
+    /// join the parent's graph).
     pub fn call(
         &self,
         inputs: &[NDArray],
         params: ParamsFn<'_>,
+        graph_params: GraphParamsFn<'_>,
         forward: ForwardFn<'_>,
     ) -> Result<Vec<NDArray>> {
         if is_tracing() {
             return forward(inputs);
         }
+        let training = autograd::is_training();
+        let hit = self
+            .hit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|(t, g)| *t == training && g.accepts(inputs))
+            .map(|(_, g)| g.clone());
+        if let Some(g) = hit {
+            return g.run(inputs, &graph_params(&g)?);
+        }
         let sig = Signature::of(inputs);
         let entry = self.lock_entries().get(&sig).cloned();
         match entry {
             Some(Entry::Graph(g)) => {
-                let all = params()?;
-                let ps = select_params(&g, &all)?;
-                g.run(inputs, &ps)
+                *self.hit.lock().unwrap_or_else(|e| e.into_inner()) = Some((training, g.clone()));
+                g.run(inputs, &graph_params(&g)?)
             }
             Some(Entry::Eager(_)) => forward(inputs),
             None => {
@@ -150,6 +170,7 @@ impl CachedGraph {
     /// Forget every graph (after a change that tracing cannot see, such as a new activation).
     pub fn clear(&self) {
         self.lock_entries().clear();
+        *self.hit.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }

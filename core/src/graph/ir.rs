@@ -421,6 +421,15 @@ impl Graph {
         &self.is_output
     }
 
+    /// True when `inputs` have the shapes, dtypes and storage types of the graph's inputs.
+    pub fn accepts(&self, inputs: &[NDArray]) -> bool {
+        inputs.len() == self.inputs.len()
+            && inputs
+                .iter()
+                .zip(&self.inputs)
+                .all(|(a, &v)| self.values[v].matches(a))
+    }
+
     /// Run the graph on `inputs` and `params` (in [`Graph::params`] order). Every array must
     /// have the shape, dtype and storage type the graph was built for, and so must every node's
     /// output (a graph file that lies about a shape fails at that node). Each value is

@@ -18,7 +18,7 @@ mod op;
 mod plan;
 mod trace;
 
-pub use cached::{select_params, CachedGraph, ForwardFn, ParamsFn, Signature};
+pub use cached::{select_params, CachedGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature};
 pub use ir::{Graph, Node, ParamInfo, ValueInfo};
 pub use op::{
     dtype_from_name, dtype_name, stype_from_name, stype_name, AttrValue, CmpFn, Op, ScalarFn,

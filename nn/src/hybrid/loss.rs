@@ -49,15 +49,18 @@ impl<L: Loss> Loss for HybridLoss<L> {
         sample_weight: Option<&NDArray>,
     ) -> Result<NDArray> {
         let no_params = || Ok(Vec::new());
+        let no_graph_params = |_: &std::sync::Arc<sparrow_core::graph::Graph>| Ok(Vec::new());
         let outs = match sample_weight {
-            None => self
-                .plain
-                .call(&[pred.clone(), label.clone()], &no_params, &|x| {
-                    Ok(vec![self.inner.forward_weighted(&x[0], &x[1], None)?])
-                })?,
+            None => self.plain.call(
+                &[pred.clone(), label.clone()],
+                &no_params,
+                &no_graph_params,
+                &|x| Ok(vec![self.inner.forward_weighted(&x[0], &x[1], None)?]),
+            )?,
             Some(sw) => self.weighted.call(
                 &[pred.clone(), label.clone(), sw.clone()],
                 &no_params,
+                &no_graph_params,
                 &|x| {
                     Ok(vec![self.inner.forward_weighted(
                         &x[0],

@@ -44,6 +44,8 @@ pub struct HybridBlock<B: Block> {
     /// The block's parameters by hierarchical name, collected once: the set of parameters
     /// is fixed once the block is wrapped, and collecting formats every name.
     params: std::sync::OnceLock<Vec<(String, Parameter)>>,
+    /// Per traced graph, its parameters in its order (resolved by name once).
+    graph_params: std::sync::Mutex<Vec<(Arc<Graph>, Vec<Parameter>)>>,
 }
 
 /// `block.hybridize()` for every block.
@@ -64,23 +66,57 @@ impl<B: Block> HybridBlock<B> {
             inner,
             cache,
             params: std::sync::OnceLock::new(),
+            graph_params: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The block's parameters by hierarchical name (collected at the first call).
+    fn all_params(&self) -> Result<&Vec<(String, Parameter)>> {
+        if let Some(v) = self.params.get() {
+            return Ok(v);
+        }
+        let v: Vec<(String, Parameter)> = self
+            .inner
+            .collect_params()?
+            .iter()
+            .map(|(n, p)| (n.to_string(), p.clone()))
+            .collect();
+        Ok(self.params.get_or_init(|| v))
+    }
+
+    /// The weights `g` reads, in its order.
+    fn params_of(&self, g: &Arc<Graph>) -> Result<Vec<NDArray>> {
+        let mut cache = self.graph_params.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, ps)) = cache.iter().find(|(h, _)| Arc::ptr_eq(h, g)) {
+            return ps.iter().map(Parameter::data).collect();
+        }
+        let all = self.all_params()?;
+        let ps = g
+            .params()
+            .iter()
+            .map(|p| {
+                all.iter()
+                    .find(|(n, _)| *n == p.name)
+                    .map(|(_, q)| q.clone())
+                    .ok_or_else(|| {
+                        sparrow_core::Error::arg(
+                            "HybridBlock",
+                            format!(
+                                "the graph reads parameter '{}', which the block lacks",
+                                p.name
+                            ),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<Parameter>>>()?;
+        let data = ps.iter().map(Parameter::data).collect();
+        cache.push((g.clone(), ps));
+        data
     }
 
     /// The initialized parameters' weights by hierarchical name.
     fn param_arrays(&self) -> Result<Vec<(String, NDArray)>> {
-        let all = match self.params.get() {
-            Some(v) => v,
-            None => {
-                let v: Vec<(String, Parameter)> = self
-                    .inner
-                    .collect_params()?
-                    .iter()
-                    .map(|(n, p)| (n.to_string(), p.clone()))
-                    .collect();
-                self.params.get_or_init(|| v)
-            }
-        };
+        let all = self.all_params()?;
         let mut out = Vec::with_capacity(all.len());
         for (n, p) in all {
             if p.is_initialized() {
@@ -117,7 +153,11 @@ impl<B: Block> HybridBlock<B> {
 
     /// Forget the cached graphs (the next call traces again).
     pub fn clear_cache(&self) {
-        self.cache.clear()
+        self.cache.clear();
+        self.graph_params
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Write the most recent graph to `graph_path` (JSON, see ARCHITECTURE.md) and the
