@@ -122,7 +122,7 @@ fn dense_layers_and_softmax_ce_on_dense_and_csr_batches() {
         net.add(Dense::new(4).grad_stype(gs));
         check(
             net.hybridize(),
-            &[csr.clone()],
+            std::slice::from_ref(&csr),
             L2Loss::new(),
             &arr(&[8, 4], -1.0, 1.0, 3),
         );
@@ -170,7 +170,7 @@ fn inference_only_blocks_and_bce_l2() {
     let net = net.hybridize();
     check(
         net,
-        &[x.clone()],
+        std::slice::from_ref(&x),
         L2Loss::new(),
         &arr(&[8, 4], -1.0, 1.0, 6),
     );
@@ -179,7 +179,7 @@ fn inference_only_blocks_and_bce_l2() {
     net.add(Dense::new(1));
     check(
         net.hybridize(),
-        &[x.clone()],
+        std::slice::from_ref(&x),
         SigmoidBinaryCrossEntropyLoss::new(),
         &labels(8, 2),
     );
@@ -188,7 +188,7 @@ fn inference_only_blocks_and_bce_l2() {
     let z = arr(&[8, 3], 0.0, 1.0, 7);
     check(
         net.hybridize(),
-        &[x.clone()],
+        std::slice::from_ref(&x),
         SigmoidBinaryCrossEntropyLoss::new(),
         &z,
     );
@@ -216,7 +216,7 @@ fn embeddings_and_batchnorm_in_inference() {
         net.add(Dense::new(3));
         check(
             net.hybridize(),
-            &[ids.clone()],
+            std::slice::from_ref(&ids),
             SoftmaxCrossEntropyLoss::new(),
             &labels(8, 3),
         );

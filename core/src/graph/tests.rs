@@ -37,7 +37,14 @@ fn traced_graph_replays_eager_values_and_gradients() {
     let out = out.unwrap();
     assert_eq!(log.len(), 4);
     let params = vec![("w".to_string(), w.clone()), ("b".to_string(), b.clone())];
-    let g = Graph::from_trace(log, &names(), &[x.clone()], &[out.clone()], &params).unwrap();
+    let g = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&out),
+        &params,
+    )
+    .unwrap();
     let ops: Vec<&str> = g.nodes().iter().map(|n| n.op.name()).collect();
     assert_eq!(ops, ["dot", "bias_act", "mul_scalar", "sum"]);
     assert_eq!(g.params().len(), 2);
@@ -49,8 +56,10 @@ fn traced_graph_replays_eager_values_and_gradients() {
         w.grad().unwrap().to_f64_vec(),
         b.grad().unwrap().to_f64_vec(),
     );
-    let hy =
-        autograd::record(|| g.run(&[x2.clone()], &[w.clone(), b.clone()])?[0].sum_all()).unwrap();
+    let hy = autograd::record(|| {
+        g.run(std::slice::from_ref(&x2), &[w.clone(), b.clone()])?[0].sum_all()
+    })
+    .unwrap();
     assert_eq!(hy.to_f64_vec(), eager.to_f64_vec());
     hy.backward().unwrap();
     assert_eq!(w.grad().unwrap().to_f64_vec(), gw);
@@ -62,7 +71,14 @@ fn untraceable_forwards_are_named() {
     let x = arr(&[1., 2.], &[2]);
     // A constant made inside the forward.
     let (out, log) = trace(|| x.add(&NDArray::ones(&[2], Default::default())?)).unwrap();
-    let err = Graph::from_trace(log, &names(), &[x.clone()], &[out.unwrap()], &[]).unwrap_err();
+    let err = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[],
+    )
+    .unwrap_err();
     assert!(err.contains("neither an input, a parameter"), "{err}");
     // Data-dependent control flow: a host read decides what to compute.
     let (out, log) = trace(|| {
@@ -73,7 +89,14 @@ fn untraceable_forwards_are_named() {
         }
     })
     .unwrap();
-    let err = Graph::from_trace(log, &names(), &[x.clone()], &[out.unwrap()], &[]).unwrap_err();
+    let err = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[],
+    )
+    .unwrap_err();
     assert!(err.contains("on the host (to_vec)"), "{err}");
     // A block that declares itself not traceable.
     let (_, log) = trace(|| not_traceable("Dropout", "draws a random mask")).unwrap();
@@ -249,7 +272,14 @@ fn memory_plan_shares_buffers_of_a_chain() {
         Ok::<_, crate::Error>(h)
     })
     .unwrap();
-    let g = Graph::from_trace(log, &names(), &[x.clone()], &[out.unwrap()], &[]).unwrap();
+    let g = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[],
+    )
+    .unwrap();
     let plan = MemoryPlan::of(&g);
     assert_eq!(plan.total_bytes, 20 * 256);
     assert_eq!(plan.in_place, 10);

@@ -179,14 +179,12 @@ impl<B: Block> HybridBlock<B> {
 
 impl<B: Block> Block for HybridBlock<B> {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        let outs = self
-            .cache
-            .call(
-                std::slice::from_ref(x),
-                &|| self.param_arrays(),
-                &|g| self.params_of(g),
-                &|ins| Ok(vec![self.inner.forward(&ins[0])?]),
-            )?;
+        let outs = self.cache.call(
+            std::slice::from_ref(x),
+            &|| self.param_arrays(),
+            &|g| self.params_of(g),
+            &|ins| Ok(vec![self.inner.forward(&ins[0])?]),
+        )?;
         outs.into_iter()
             .next()
             .ok_or_else(|| sparrow_core::Error::arg("HybridBlock", "the graph returned no output"))
