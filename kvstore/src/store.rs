@@ -1,0 +1,404 @@
+//! [`SyncStore`]: MXNet's synchronous KVStore semantics over any [`Transport`]; `local` and
+//! `dist_sync` are this store over threads and over MPI.
+
+use std::collections::BTreeMap;
+
+use sparrow_core::sparse::add_grads;
+use sparrow_core::{DType, Error, NDArray, Result, SType};
+use sparrow_optim::{KVStore, Optimizer, State};
+
+use crate::transport::{Traffic, Transport};
+use crate::wire::{self, check_headers, Header};
+
+/// One key's value and, with an optimizer on the store, its optimizer state.
+pub(crate) struct Replica {
+    pub(crate) value: NDArray,
+    pub(crate) state: Option<State>,
+}
+
+/// A key: replicated on every worker, or a row_sparse table split by rows
+/// ([`SyncStore::init_sharded`]).
+pub(crate) enum Slot {
+    Replicated(Replica),
+    Sharded(crate::sharded::Shard),
+}
+
+/// A synchronous store: every push is summed over all workers before it is stored or applied,
+/// as MXNet's `local` (several devices) and `dist_sync` stores do. Built from a
+/// [`Transport`]; see [`crate::local`], [`crate::local_group`] and, with the `mpi` feature,
+/// `crate::dist_sync`.
+///
+/// - Dense pushes are summed by an all-reduce.
+/// - Row_sparse pushes are summed by gathering every worker's (row ids, rows) and merging
+///   them in worker order, so every worker holds the same bits; no dense array of the table's
+///   size is sent.
+/// - Before any data moves, every worker's header (op, key, dtype, storage type, shape, or the
+///   error it found locally) is gathered: a call that fails or disagrees on one worker fails
+///   with the same message on all of them, and nothing is changed.
+pub struct SyncStore<T: Transport> {
+    kind: &'static str,
+    pub(crate) transport: T,
+    pub(crate) slots: BTreeMap<usize, Slot>,
+    pub(crate) optimizer: Option<Box<dyn Optimizer>>,
+}
+
+impl<T: Transport> SyncStore<T> {
+    /// A store named `kind` (`local`, `dist_sync`) over `transport`.
+    pub fn new(kind: &'static str, transport: T) -> Self {
+        SyncStore {
+            kind,
+            transport,
+            slots: BTreeMap::new(),
+            optimizer: None,
+        }
+    }
+
+    /// What this worker has sent through the transport so far.
+    pub fn traffic(&self) -> Traffic {
+        self.transport.traffic()
+    }
+
+    /// Whether `key` has been initialized.
+    pub fn contains(&self, key: usize) -> bool {
+        self.slots.contains_key(&key)
+    }
+
+    /// Gather every worker's header for one call and check them (see [`check_headers`]).
+    pub(crate) fn agree(
+        &mut self,
+        op: &'static str,
+        mine: Header,
+        same_stype: bool,
+    ) -> Result<Vec<Header>> {
+        let all = self.transport.all_gather(&mine.encode())?;
+        let headers = all
+            .iter()
+            .map(|b| Header::decode(b))
+            .collect::<Result<Vec<_>>>()?;
+        check_headers(op, &headers, same_stype)?;
+        Ok(headers)
+    }
+
+    /// The (shape, dtype) of `key`, or the error of an unknown key.
+    pub(crate) fn meta(&self, op: &'static str, key: usize) -> Result<(Vec<usize>, DType)> {
+        match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => Ok((r.value.shape(), r.value.dtype())),
+            Some(Slot::Sharded(s)) => Ok((s.shape.clone(), s.dtype)),
+            None => Err(unknown_key(op, key)),
+        }
+    }
+
+    /// The sum of one worker's `values` for `key`, checked against the key.
+    fn local_sum(&self, key: usize, values: &[NDArray]) -> Result<NDArray> {
+        const OP: &str = "KVStore::push";
+        let (shape, dtype) = self.meta(OP, key)?;
+        let Some(first) = values.first() else {
+            return Err(Error::arg(OP, format!("key {key}: no values to push")));
+        };
+        for v in values {
+            check_value(OP, key, v, &shape, dtype)?;
+        }
+        let mut sum = first.clone();
+        for v in &values[1..] {
+            sum = add_grads(&sum, v)?;
+        }
+        if let Some(Slot::Sharded(_)) = self.slots.get(&key) {
+            if sum.stype() != SType::RowSparse {
+                return Err(Error::stype(
+                    OP,
+                    format!(
+                        "key {key} is a sharded table: push row_sparse gradients (got {})",
+                        wire::stype_name(sum.stype())
+                    ),
+                ));
+            }
+            if self.optimizer.is_none() {
+                return Err(Error::arg(
+                    OP,
+                    format!(
+                        "key {key} is a sharded table, updated by the worker that owns each \
+                         row: set_optimizer first"
+                    ),
+                ));
+            }
+        }
+        Ok(sum)
+    }
+
+    /// Sum `local` (this worker's part) over the workers: all-reduce when dense, gather and
+    /// merge of (row ids, rows) when row_sparse.
+    fn sum_over_workers(&mut self, local: NDArray) -> Result<NDArray> {
+        if self.transport.size() == 1 {
+            return Ok(local);
+        }
+        let shape = local.shape();
+        match local.stype() {
+            SType::RowSparse => {
+                let (ids, rows) = local.row_sparse_parts()?;
+                let msg = wire::encode_rows(&ids, &rows.to_le_bytes()?);
+                let parts = self.transport.all_gather(&msg)?;
+                merge_rows(&parts, local.dtype(), &shape)
+            }
+            _ => match local.dtype() {
+                DType::F32 => {
+                    let mut v = local.to_vec::<f32>()?;
+                    self.transport.all_reduce_sum_f32(&mut v)?;
+                    NDArray::from_vec(v, &shape)
+                }
+                DType::F64 => {
+                    let mut v = local.to_vec::<f64>()?;
+                    self.transport.all_reduce_sum_f64(&mut v)?;
+                    NDArray::from_vec(v, &shape)
+                }
+                other => Err(Error::dtype(
+                    "KVStore::push",
+                    format!(
+                        "dense pushes are summed as float32 or float64, got {}",
+                        other.name()
+                    ),
+                )),
+            },
+        }
+    }
+
+    /// Store or apply the summed push of a replicated key.
+    fn apply(&mut self, key: usize, sum: NDArray) -> Result<()> {
+        let Some(Slot::Replicated(r)) = self.slots.get_mut(&key) else {
+            return Err(unknown_key("KVStore::push", key));
+        };
+        match self.optimizer.as_mut() {
+            None => {
+                r.value = sum;
+                Ok(())
+            }
+            Some(opt) => {
+                if r.state.is_none() {
+                    r.state = Some(opt.create_state(key, &r.value)?);
+                }
+                let state = r.state.as_mut().expect("created above");
+                opt.update(key, &r.value, &sum, state)
+            }
+        }
+    }
+}
+
+impl<T: Transport> KVStore for SyncStore<T> {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn rank(&self) -> usize {
+        self.transport.rank()
+    }
+
+    fn num_workers(&self) -> usize {
+        self.transport.size()
+    }
+
+    fn init(&mut self, key: usize, value: &NDArray) -> Result<()> {
+        const OP: &str = "KVStore::init";
+        let local = if self.slots.contains_key(&key) {
+            Err(Error::arg(OP, format!("key {key} is already initialized")))
+        } else if value.stype() == SType::Csr {
+            Err(Error::stype(
+                OP,
+                format!("key {key}: csr values cannot be stored (dense or row_sparse)"),
+            ))
+        } else {
+            Ok(())
+        };
+        let header = Header::new("init", key, local.as_ref().map(|_| value));
+        // Workers may init with different values (worker 0's wins) but not different kinds.
+        self.agree(OP, header, true)?;
+        let stored = if self.transport.size() > 1 {
+            let mut bytes = if self.transport.rank() == 0 {
+                wire::encode_value(value)?
+            } else {
+                Vec::new()
+            };
+            self.transport.broadcast(0, &mut bytes)?;
+            wire::decode_value(&bytes, value.dtype(), value.stype(), &value.shape())?
+        } else {
+            // A copy, as MXNet's init: later writes to `value` do not reach the store.
+            value.copy()
+        };
+        self.slots.insert(
+            key,
+            Slot::Replicated(Replica {
+                value: stored,
+                state: None,
+            }),
+        );
+        Ok(())
+    }
+
+    fn push(&mut self, key: usize, values: &[NDArray]) -> Result<()> {
+        const OP: &str = "KVStore::push";
+        let local = self.local_sum(key, values);
+        let header = Header::new("push", key, local.as_ref());
+        // Workers' pushes may differ in storage type (one dense, one row_sparse): the sum
+        // below then goes dense on every worker.
+        let headers = self.agree(OP, header, false)?;
+        let mut local = local?;
+        let mixed = headers.iter().any(|h| h.stype != headers[0].stype);
+        if mixed && local.stype() != SType::Dense {
+            local = local.tostype(SType::Dense)?;
+        }
+        if let Some(Slot::Sharded(_)) = self.slots.get(&key) {
+            return crate::sharded::push(self, key, local);
+        }
+        let sum = self.sum_over_workers(local)?;
+        self.apply(key, sum)
+    }
+
+    fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
+        const OP: &str = "KVStore::pull";
+        let (shape, dtype) = self.meta(OP, key)?;
+        for o in out {
+            check_out(OP, key, o, &shape, dtype)?;
+        }
+        let value = match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => r.value.clone(),
+            Some(Slot::Sharded(s)) => {
+                let all: Vec<i64> = (0..s.shape[0] as i64).collect();
+                crate::sharded::gather_rows(self, key, &all)?.tostype(SType::Dense)?
+            }
+            None => return Err(unknown_key(OP, key)),
+        };
+        for o in out {
+            o.assign(&value);
+        }
+        Ok(())
+    }
+
+    fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()> {
+        const OP: &str = "KVStore::row_sparse_pull";
+        let (shape, dtype) = self.meta(OP, key)?;
+        for o in out {
+            check_out(OP, key, o, &shape, dtype)?;
+        }
+        if let Some(&bad) = row_ids.iter().find(|&&i| i < 0 || i as usize >= shape[0]) {
+            return Err(Error::index(
+                OP,
+                format!("key {key}: row id {bad} out of range for {} rows", shape[0]),
+            ));
+        }
+        let mut ids = row_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let rows = match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => rows_of(&r.value, ids, &shape)?,
+            Some(Slot::Sharded(_)) => crate::sharded::gather_rows(self, key, &ids)?,
+            None => return Err(unknown_key(OP, key)),
+        };
+        for o in out {
+            o.assign(&rows);
+        }
+        Ok(())
+    }
+
+    fn set_optimizer(&mut self, optimizer: Box<dyn Optimizer>) -> Result<()> {
+        self.optimizer = Some(optimizer);
+        Ok(())
+    }
+
+    fn has_optimizer(&self) -> bool {
+        self.optimizer.is_some()
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        self.transport.barrier()
+    }
+}
+
+/// The rows `ids` (sorted, unique, in range) of `value` as a row_sparse array.
+fn rows_of(value: &NDArray, ids: Vec<i64>, shape: &[usize]) -> Result<NDArray> {
+    match value.stype() {
+        SType::RowSparse => value.retain(&ids),
+        _ => {
+            let rows = value.take_rows(&ids)?;
+            NDArray::row_sparse_from_arrays(&rows, ids, shape)
+        }
+    }
+}
+
+/// Every worker's (row ids, rows) merged in worker order into one row_sparse array.
+pub(crate) fn merge_rows(parts: &[Vec<u8>], dtype: DType, shape: &[usize]) -> Result<NDArray> {
+    let mut sum: Option<NDArray> = None;
+    for p in parts {
+        let (ids, rows_le) = wire::decode_rows(p)?;
+        let mut rows_shape = shape.to_vec();
+        rows_shape[0] = ids.len();
+        let rows = NDArray::from_le_bytes(rows_le, dtype, &rows_shape)?;
+        let part = NDArray::row_sparse_from_arrays(&rows, ids, shape)?;
+        sum = Some(match sum {
+            None => part,
+            Some(s) => add_grads(&s, &part)?,
+        });
+    }
+    sum.ok_or_else(|| Error::arg("KVStore::push", "no workers"))
+}
+
+pub(crate) fn unknown_key(op: &'static str, key: usize) -> Error {
+    Error::arg(op, format!("unknown key {key} (init it first)"))
+}
+
+/// A pushed value must have the key's shape and dtype and be dense or row_sparse.
+fn check_value(
+    op: &'static str,
+    key: usize,
+    v: &NDArray,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<()> {
+    if v.shape() != shape {
+        return Err(Error::shape(
+            op,
+            format!("key {key} has shape {shape:?}, the value {:?}", v.shape()),
+        ));
+    }
+    if v.dtype() != dtype {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "key {key} has dtype {}, the value {}",
+                dtype.name(),
+                v.dtype().name()
+            ),
+        ));
+    }
+    if v.stype() == SType::Csr {
+        return Err(Error::stype(
+            op,
+            format!("key {key}: csr values cannot be pushed (dense or row_sparse)"),
+        ));
+    }
+    Ok(())
+}
+
+/// An output array must have the key's shape and dtype.
+fn check_out(
+    op: &'static str,
+    key: usize,
+    o: &NDArray,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<()> {
+    if o.shape() != shape {
+        return Err(Error::shape(
+            op,
+            format!("key {key} has shape {shape:?}, the output {:?}", o.shape()),
+        ));
+    }
+    if o.dtype() != dtype {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "key {key} has dtype {}, the output {}",
+                dtype.name(),
+                o.dtype().name()
+            ),
+        ));
+    }
+    Ok(())
+}
