@@ -373,6 +373,16 @@ fn check_value(
             format!("key {key}: csr values cannot be pushed (dense or row_sparse)"),
         ));
     }
+    if !matches!(v.dtype(), DType::F32 | DType::F64) {
+        // Sums are taken as float32 or float64, with one worker as with many.
+        return Err(Error::dtype(
+            op,
+            format!(
+                "key {key}: pushes are summed as float32 or float64, got {}",
+                v.dtype().name()
+            ),
+        ));
+    }
     Ok(())
 }
 
