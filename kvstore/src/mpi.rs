@@ -1,6 +1,7 @@
 //! `dist_sync` over MPI (cargo feature `mpi`): [`MpiTransport`], the ranks of an MPI job as
 //! the workers of a [`SyncStore`], through rsmpi.
 
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use mpi::collective::SystemOperation;
@@ -19,8 +20,9 @@ use crate::watchdog::Watchdog;
 /// buffer MPI needs (send and receive must differ) stays small.
 const REDUCE_CHUNK: usize = 4 << 20;
 
-/// The ranks of `MPI_COMM_WORLD` as the workers of a store. One per process: it initializes
-/// MPI when made and finalizes it when dropped.
+/// The ranks of `MPI_COMM_WORLD` as the workers of a store, on a communicator of its own
+/// (a duplicate of the world's), so several stores of one process never mix their messages.
+/// The first one made initializes MPI; MPI is finalized when the last one is dropped.
 ///
 /// A watchdog thread ends the job (`MPI_Abort`, with a message naming the rank and the call)
 /// when a collective call has not returned within the timeout: a rank that died, hung, or lost
@@ -32,8 +34,59 @@ pub struct MpiTransport {
     size: usize,
     traffic: Traffic,
     watchdog: Watchdog,
-    // Dropped last: finalizes MPI.
-    _universe: Universe,
+    // Dropped last: the last transport's drop finalizes MPI.
+    _universe: Arc<Mpi>,
+}
+
+/// The initialized MPI library (rsmpi's `Universe`, whose drop finalizes it).
+struct Mpi(Universe);
+// The universe is only read (for the world communicator) under `MPI` below, and dropped once,
+// by the last transport; MPI runs with MPI_THREAD_MULTIPLE.
+unsafe impl Send for Mpi {}
+unsafe impl Sync for Mpi {}
+
+/// The library while some transport or session uses it.
+static MPI: Mutex<Weak<Mpi>> = Mutex::new(Weak::new());
+
+/// Keeps MPI initialized while it lives. MPI cannot be initialized again once finalized, and
+/// it is finalized when the last store (and session) is dropped; a program that makes stores
+/// one after another holds a session for as long as it makes them.
+pub struct MpiSession(#[allow(dead_code)] Arc<Mpi>);
+
+impl MpiSession {
+    /// Initialize MPI, or join the stores already using it.
+    pub fn start() -> Result<MpiSession> {
+        Ok(MpiSession(universe()?))
+    }
+}
+
+/// The initialized library, initializing it if no transport or session holds it.
+fn universe() -> Result<Arc<Mpi>> {
+    const OP: &str = "dist_sync";
+    let mut alive = MPI.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(u) = alive.upgrade() {
+        return Ok(u);
+    }
+    let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
+        .ok_or_else(|| {
+            Error::arg(
+                OP,
+                "MPI was initialized outside sparrow-kvstore, or finalized (when the last store \
+                 was dropped; hold an MpiSession to make stores one after another)",
+            )
+        })?;
+    if threading != mpi::Threading::Multiple {
+        return Err(Error::arg(
+            OP,
+            format!(
+                "the MPI library provides {threading:?} threading; the store's watchdog needs \
+                 Multiple"
+            ),
+        ));
+    }
+    let u = Arc::new(Mpi(universe));
+    *alive = Arc::downgrade(&u);
+    Ok(u)
 }
 
 // The communicator is a handle into the MPI library, which was initialized with
@@ -42,22 +95,12 @@ pub struct MpiTransport {
 unsafe impl Send for MpiTransport {}
 
 impl MpiTransport {
-    /// Initialize MPI and take `MPI_COMM_WORLD`. Fails when MPI was already initialized in
-    /// this process or does not provide `MPI_THREAD_MULTIPLE`.
+    /// A duplicate of `MPI_COMM_WORLD`, initializing MPI first if no transport is alive.
+    /// Fails when MPI was initialized (or finalized) by someone else, or does not provide
+    /// `MPI_THREAD_MULTIPLE`.
     pub fn world(timeout: Duration) -> Result<MpiTransport> {
-        const OP: &str = "dist_sync";
-        let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
-            .ok_or_else(|| Error::arg(OP, "MPI is already initialized in this process"))?;
-        if threading != mpi::Threading::Multiple {
-            return Err(Error::arg(
-                OP,
-                format!(
-                    "the MPI library provides {threading:?} threading; the store's watchdog \
-                     needs Multiple"
-                ),
-            ));
-        }
-        let world = universe.world();
+        let universe = universe()?;
+        let world = universe.0.world().duplicate();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
         let comm = RawComm(world.as_raw());
         let watchdog = Watchdog::start(

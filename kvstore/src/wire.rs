@@ -68,7 +68,7 @@ impl<'a> Reader<'a> {
     }
     pub(crate) fn ids(&mut self) -> Result<Vec<i64>> {
         let n = self.u64()? as usize;
-        let b = self.take(n.checked_mul(8).unwrap_or(usize::MAX))?;
+        let b = self.take(n.saturating_mul(8))?;
         Ok(b.chunks_exact(8)
             .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect())

@@ -11,6 +11,11 @@ fn dense(v: &[f32], shape: &[usize]) -> NDArray {
     NDArray::from_vec(v.to_vec(), shape).unwrap()
 }
 
+/// One output array as the slice the store's methods take.
+fn one(a: &NDArray) -> &[NDArray] {
+    std::slice::from_ref(a)
+}
+
 fn rsp(ids: Vec<i64>, rows: &[f32], shape: &[usize]) -> NDArray {
     NDArray::row_sparse_from_parts(rows.to_vec(), ids, shape).unwrap()
 }
@@ -66,7 +71,7 @@ fn push_sums_the_values_of_several_devices() {
     )
     .unwrap();
     let out = NDArray::zeros(&[3], DType::F32).unwrap();
-    kv.pull(0, &[out.clone()]).unwrap();
+    kv.pull(0, one(&out)).unwrap();
     assert_eq!(out.to_vec::<f32>().unwrap(), vec![11.0, 22.0, 33.0]);
 }
 
@@ -78,7 +83,7 @@ fn push_of_row_sparse_values_stays_row_sparse() {
     let a = rsp(vec![0, 3], &[1.0, 1.0, 2.0, 2.0], &[5, 2]);
     let b = rsp(vec![3, 4], &[10.0, 10.0, 5.0, 5.0], &[5, 2]);
     let out = NDArray::zeros(&[5, 2], DType::F32).unwrap();
-    kv.pushpull(1, &[a, b], &[out.clone()]).unwrap();
+    kv.pushpull(1, &[a, b], one(&out)).unwrap();
     assert_eq!(out.stype(), SType::RowSparse);
     assert_eq!(out.row_ids().unwrap(), vec![0, 3, 4]);
     let d = out.tostype(SType::Dense).unwrap().to_vec::<f32>().unwrap();
@@ -93,15 +98,15 @@ fn workers_sum_dense_and_row_sparse_pushes_and_get_the_same_bits() {
             .unwrap();
         // init: worker 0's value on every worker.
         let init = NDArray::zeros(&[4], DType::F32).unwrap();
-        kv.pull(0, &[init.clone()]).unwrap();
+        kv.pull(0, one(&init)).unwrap();
         let f = r as f32 + 1.0;
         let d = NDArray::zeros(&[4], DType::F32).unwrap();
-        kv.pushpull(0, &[dense(&[f, 2.0 * f, 0.1, 0.2], &[4])], &[d.clone()])
+        kv.pushpull(0, &[dense(&[f, 2.0 * f, 0.1, 0.2], &[4])], one(&d))
             .unwrap();
         let s = NDArray::zeros(&[6, 2], DType::F32).unwrap();
         let g = rsp(vec![r as i64, 5], &[f, f, 1.0, 1.0], &[6, 2]);
         let before = kv.traffic().bytes;
-        kv.pushpull(1, &[g], &[s.clone()]).unwrap();
+        kv.pushpull(1, &[g], one(&s)).unwrap();
         let sent = kv.traffic().bytes - before;
         (
             init.to_vec::<f32>().unwrap(),
@@ -135,7 +140,7 @@ fn mixed_dense_and_row_sparse_pushes_sum_dense() {
             rsp(vec![1], &[10.0], &[3, 1])
         };
         let out = NDArray::zeros(&[3, 1], DType::F32).unwrap();
-        kv.pushpull(0, &[v], &[out.clone()]).unwrap();
+        kv.pushpull(0, &[v], one(&out)).unwrap();
         out.to_vec::<f32>().unwrap()
     });
     assert_eq!(got, vec![vec![1.0, 12.0, 3.0]; 2]);
@@ -150,14 +155,14 @@ fn row_sparse_pull_gives_the_rows_asked_for() {
     )
     .unwrap();
     let out = NDArray::zeros(&[4, 2], DType::F32).unwrap();
-    kv.row_sparse_pull(2, &[out.clone()], &[3, 1, 3]).unwrap();
+    kv.row_sparse_pull(2, one(&out), &[3, 1, 3]).unwrap();
     let (ids, rows) = out.row_sparse_parts().unwrap();
     assert_eq!(ids, vec![1, 3]);
     assert_eq!(rows.to_vec::<f32>().unwrap(), vec![2.0, 3.0, 6.0, 7.0]);
     // From a row_sparse value: rows not stored come back absent (zero).
     kv.push(2, &[rsp(vec![0, 2], &[1.0, 1.0, 2.0, 2.0], &[4, 2])])
         .unwrap();
-    kv.row_sparse_pull(2, &[out.clone()], &[2, 3]).unwrap();
+    kv.row_sparse_pull(2, one(&out), &[2, 3]).unwrap();
     assert_eq!(out.row_ids().unwrap(), vec![2]);
 }
 
@@ -169,14 +174,14 @@ fn set_optimizer_updates_on_the_store() {
     kv.set_optimizer(Box::new(Sgd::new(0.5))).unwrap();
     assert!(kv.has_optimizer());
     let out = NDArray::zeros(&[2], DType::F32).unwrap();
-    kv.pushpull(0, &[dense(&[1.0, -2.0], &[2])], &[out.clone()])
+    kv.pushpull(0, &[dense(&[1.0, -2.0], &[2])], one(&out))
         .unwrap();
     assert_eq!(out.to_vec::<f32>().unwrap(), vec![0.5, 2.0]);
     // Row_sparse gradients update their rows only (lazy).
     kv.init(1, &dense(&[1.0, 1.0, 1.0], &[3, 1])).unwrap();
     kv.push(1, &[rsp(vec![1], &[2.0], &[3, 1])]).unwrap();
     let w = NDArray::zeros(&[3, 1], DType::F32).unwrap();
-    kv.pull(1, &[w.clone()]).unwrap();
+    kv.pull(1, one(&w)).unwrap();
     assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 1.0]);
 }
 
@@ -203,9 +208,9 @@ fn wrong_use_is_an_error_naming_what_was_wrong() {
     let mut kv = local();
     let v = NDArray::zeros(&[2, 3], DType::F32).unwrap();
     let out = NDArray::zeros(&[2, 3], DType::F32).unwrap();
-    assert!(err(kv.push(4, &[v.clone()])).contains("unknown key 4"));
-    assert!(err(kv.pull(4, &[out.clone()])).contains("unknown key 4"));
-    assert!(err(kv.row_sparse_pull(4, &[out.clone()], &[0])).contains("unknown key 4"));
+    assert!(err(kv.push(4, one(&v))).contains("unknown key 4"));
+    assert!(err(kv.pull(4, one(&out))).contains("unknown key 4"));
+    assert!(err(kv.row_sparse_pull(4, one(&out), &[0])).contains("unknown key 4"));
     kv.init(4, &v).unwrap();
     assert!(err(kv.init(4, &v)).contains("already initialized"));
     let e = err(kv.push(4, &[NDArray::zeros(&[3, 2], DType::F32).unwrap()]));
@@ -216,14 +221,14 @@ fn wrong_use_is_an_error_naming_what_was_wrong() {
         .unwrap()
         .tostype(SType::Csr)
         .unwrap();
-    assert!(err(kv.push(4, &[csr.clone()])).contains("csr"));
+    assert!(err(kv.push(4, one(&csr))).contains("csr"));
     assert!(err(kv.init(5, &csr)).contains("csr"));
     assert!(err(kv.push(4, &[])).contains("no values"));
     let e = err(kv.pull(4, &[NDArray::zeros(&[6], DType::F32).unwrap()]));
     assert!(e.contains("output [6]"), "{e}");
     let e = err(kv.pull(4, &[NDArray::zeros(&[2, 3], DType::I64).unwrap()]));
     assert!(e.contains("int64"), "{e}");
-    let e = err(kv.row_sparse_pull(4, &[out.clone()], &[2]));
+    let e = err(kv.row_sparse_pull(4, one(&out), &[2]));
     assert!(e.contains("row id 2 out of range"), "{e}");
     let i = NDArray::zeros(&[2], DType::I32).unwrap();
     kv.init(6, &i).unwrap();
@@ -243,9 +248,9 @@ fn a_push_that_fails_on_one_worker_fails_on_all_and_changes_nothing() {
         let e = kv.push(0, &[v]).unwrap_err().to_string();
         // Then both continue with a correct push.
         let out = NDArray::zeros(&[2], DType::F32).unwrap();
-        kv.pull(0, &[out.clone()]).unwrap();
+        kv.pull(0, one(&out)).unwrap();
         let kept = out.to_vec::<f32>().unwrap();
-        kv.pushpull(0, &[dense(&[1.0, 1.0], &[2])], &[out.clone()])
+        kv.pushpull(0, &[dense(&[1.0, 1.0], &[2])], one(&out))
             .unwrap();
         (e, kept, out.to_vec::<f32>().unwrap())
     });
@@ -322,7 +327,7 @@ fn sharded_table_matches_the_replicated_one() {
                 .map(|k| (k as f32 + 1.0) * (r as f32 - 1.3) * (step as f32 + 0.5))
                 .collect();
             let g = rsp(ids, &vals, &[rows, 2]);
-            kv.push(0, &[g.clone()]).unwrap();
+            kv.push(0, one(&g)).unwrap();
             kv.push(1, &[g]).unwrap();
         }
         let ask = [0i64, 3, 4, 9, 7];
@@ -330,14 +335,14 @@ fn sharded_table_matches_the_replicated_one() {
             NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
             NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
         );
-        kv.row_sparse_pull(0, &[a.clone()], &ask).unwrap();
-        kv.row_sparse_pull(1, &[b.clone()], &ask).unwrap();
+        kv.row_sparse_pull(0, one(&a), &ask).unwrap();
+        kv.row_sparse_pull(1, one(&b), &ask).unwrap();
         let (fa, fb) = (
             NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
             NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
         );
-        kv.pull(0, &[fa.clone()]).unwrap();
-        kv.pull(1, &[fb.clone()]).unwrap();
+        kv.pull(0, one(&fa)).unwrap();
+        kv.pull(1, one(&fb)).unwrap();
         let (shard_lo, shard_hi, _) = kv.shard(1).unwrap();
         (
             a.row_sparse_parts().unwrap().1.to_vec::<f32>().unwrap(),
