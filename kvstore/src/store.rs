@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use sparrow_core::sparse::add_grads;
 use sparrow_core::{DType, Error, NDArray, Result, SType};
-use sparrow_optim::{KVStore, Optimizer, State};
+use sparrow_optim::{check_many, KVStore, Optimizer, State};
 
 use crate::transport::{Traffic, Transport};
-use crate::wire::{self, check_headers, Header};
+use crate::wire::{self, check_headers, Header, Reader, Writer};
 
 /// One key's value and, with an optimizer on the store, its optimizer state.
 pub(crate) struct Replica {
@@ -180,6 +180,129 @@ impl<T: Transport> SyncStore<T> {
             }
         }
     }
+
+    /// Every key's header in one gather, checked key by key (see [`check_headers`]); a
+    /// worker whose list differs in length fails the call everywhere. Returns, per key,
+    /// whether the workers' storage types differ (the key is then summed dense).
+    fn agree_many(&mut self, op: &'static str, mine: &[Header]) -> Result<Vec<bool>> {
+        let mut w = Writer::default();
+        w.u64(mine.len() as u64);
+        for h in mine {
+            w.bytes(&h.encode());
+        }
+        let all = self.transport.all_gather(&w.0)?;
+        let mut per_worker = Vec::with_capacity(all.len());
+        for b in &all {
+            let mut r = Reader::new(b);
+            let n = r.u64()? as usize;
+            let hs = (0..n)
+                .map(|_| Header::decode(r.bytes()?))
+                .collect::<Result<Vec<_>>>()?;
+            per_worker.push(hs);
+        }
+        // A worker that failed before listing its keys (bad lists) sends one header with its
+        // error: report every worker's first error.
+        if per_worker
+            .iter()
+            .any(|hs| hs.iter().any(|h| !h.error.is_empty()))
+        {
+            let firsts: Vec<Header> = per_worker
+                .iter()
+                .map(|hs| {
+                    hs.iter()
+                        .find(|h| !h.error.is_empty())
+                        .or(hs.first())
+                        .cloned()
+                        .unwrap_or_else(|| Header::new("pushpull", 0, Ok(&NDArray::scalar(0f32))))
+                })
+                .collect();
+            check_headers(op, &firsts, false)?;
+        }
+        if let Some((r, hs)) = per_worker
+            .iter()
+            .enumerate()
+            .find(|(_, hs)| hs.len() != per_worker[0].len())
+        {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "workers disagree (nothing was changed): worker 0 pushes {} keys, worker {r} {}",
+                    per_worker[0].len(),
+                    hs.len()
+                ),
+            ));
+        }
+        let mut mixed = Vec::with_capacity(per_worker[0].len());
+        for i in 0..per_worker[0].len() {
+            let key_headers: Vec<Header> = per_worker.iter().map(|hs| hs[i].clone()).collect();
+            check_headers(op, &key_headers, false)?;
+            mixed.push(key_headers.iter().any(|h| h.stype != key_headers[0].stype));
+        }
+        Ok(mixed)
+    }
+
+    /// The fused `pushpull_many` of replicated keys: one all-reduce per dtype for the dense
+    /// values, one gather for all row_sparse values, then each key stored or updated.
+    fn sum_many(&mut self, locals: Vec<NDArray>) -> Result<Vec<NDArray>> {
+        if self.transport.size() == 1 {
+            return Ok(locals);
+        }
+        let mut sums: Vec<Option<NDArray>> = vec![None; locals.len()];
+        // Dense values by dtype, concatenated into one all-reduce each.
+        for dtype in [DType::F32, DType::F64] {
+            let idx: Vec<usize> = (0..locals.len())
+                .filter(|&i| locals[i].stype() == SType::Dense && locals[i].dtype() == dtype)
+                .collect();
+            if idx.is_empty() {
+                continue;
+            }
+            macro_rules! reduce {
+                ($t:ty, $f:ident) => {{
+                    let mut flat: Vec<$t> = Vec::new();
+                    for &i in &idx {
+                        locals[i].with_slice::<$t, _>(|s| flat.extend_from_slice(s))?;
+                    }
+                    self.transport.$f(&mut flat)?;
+                    let mut at = 0;
+                    for &i in &idx {
+                        let shape = locals[i].shape();
+                        let n: usize = shape.iter().product();
+                        sums[i] = Some(NDArray::from_vec(flat[at..at + n].to_vec(), &shape)?);
+                        at += n;
+                    }
+                }};
+            }
+            match dtype {
+                DType::F32 => reduce!(f32, all_reduce_sum_f32),
+                _ => reduce!(f64, all_reduce_sum_f64),
+            }
+        }
+        // Row_sparse values: every key's (ids, rows) in one message per worker.
+        let rsp: Vec<usize> = (0..locals.len())
+            .filter(|&i| locals[i].stype() == SType::RowSparse)
+            .collect();
+        if !rsp.is_empty() {
+            let mut w = Writer::default();
+            for &i in &rsp {
+                let (ids, rows) = locals[i].row_sparse_parts()?;
+                w.bytes(&wire::encode_rows(&ids, &rows.to_le_bytes()?));
+            }
+            let all = self.transport.all_gather(&w.0)?;
+            let mut readers: Vec<Reader> = all.iter().map(|b| Reader::new(b)).collect();
+            for &i in &rsp {
+                let parts = readers
+                    .iter_mut()
+                    .map(|r| r.bytes().map(<[u8]>::to_vec))
+                    .collect::<Result<Vec<_>>>()?;
+                sums[i] = Some(merge_rows(&parts, locals[i].dtype(), &locals[i].shape())?);
+            }
+        }
+        sums.into_iter()
+            .map(|s| {
+                s.ok_or_else(|| Error::arg("KVStore::pushpull_many", "a value was not summed"))
+            })
+            .collect()
+    }
 }
 
 impl<T: Transport> KVStore for SyncStore<T> {
@@ -251,6 +374,65 @@ impl<T: Transport> KVStore for SyncStore<T> {
         self.apply(key, sum)
     }
 
+    fn pushpull_many(&mut self, keys: &[usize], values: &[NDArray], out: &[NDArray]) -> Result<()> {
+        const OP: &str = "KVStore::pushpull_many";
+        // Local checks first; their errors travel in the headers, so every worker fails.
+        let headers: Vec<Header>;
+        let mut locals = Vec::new();
+        match check_many(OP, keys, values, out) {
+            Err(e) => {
+                headers = vec![Header::new(
+                    "pushpull",
+                    keys.first().copied().unwrap_or(0),
+                    Err(&e),
+                )]
+            }
+            Ok(()) => {
+                let mut hs = Vec::with_capacity(keys.len());
+                for ((&k, v), o) in keys.iter().zip(values).zip(out) {
+                    let local = self.local_sum(k, std::slice::from_ref(v)).and_then(|s| {
+                        let (shape, dtype) = self.meta(OP, k)?;
+                        check_out(OP, k, o, &shape, dtype)?;
+                        Ok(s)
+                    });
+                    hs.push(Header::new("pushpull", k, local.as_ref()));
+                    locals.push(local);
+                }
+                headers = hs;
+            }
+        }
+        let mixed = self.agree_many(OP, &headers)?;
+        let mut locals = locals.into_iter().collect::<Result<Vec<_>>>()?;
+        for (l, &m) in locals.iter_mut().zip(&mixed) {
+            if m && l.stype() != SType::Dense {
+                *l = l.tostype(SType::Dense)?;
+            }
+        }
+        // Sharded keys go one by one; the rest are fused.
+        let sharded: Vec<bool> = keys
+            .iter()
+            .map(|k| matches!(self.slots.get(k), Some(Slot::Sharded(_))))
+            .collect();
+        let mut fused_keys = Vec::new();
+        let mut fused_vals = Vec::new();
+        for ((&k, l), &sh) in keys.iter().zip(locals).zip(&sharded) {
+            if sh {
+                crate::sharded::push(self, k, l)?;
+            } else {
+                fused_keys.push(k);
+                fused_vals.push(l);
+            }
+        }
+        let sums = self.sum_many(fused_vals)?;
+        for (k, s) in fused_keys.into_iter().zip(sums) {
+            self.apply(k, s)?;
+        }
+        for (&k, o) in keys.iter().zip(out) {
+            self.pull(k, std::slice::from_ref(o))?;
+        }
+        Ok(())
+    }
+
     fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
         const OP: &str = "KVStore::pull";
         let (shape, dtype) = self.meta(OP, key)?;
@@ -308,6 +490,10 @@ impl<T: Transport> KVStore for SyncStore<T> {
 
     fn barrier(&mut self) -> Result<()> {
         self.transport.barrier()
+    }
+
+    fn bytes_sent(&self) -> Option<u64> {
+        Some(self.transport.traffic().bytes)
     }
 }
 

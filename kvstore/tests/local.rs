@@ -425,3 +425,120 @@ fn partition_libsvm_follows_the_rank() {
         assert_eq!((p.num_parts, p.part_index), (2, kv.rank()));
     }
 }
+
+#[test]
+fn pushpull_many_sums_like_one_key_at_a_time() {
+    let got = on_workers(2, |r, kv| {
+        let f = r as f32 + 1.0;
+        kv.init(0, &NDArray::zeros(&[3], DType::F32).unwrap())
+            .unwrap();
+        kv.init(1, &NDArray::zeros(&[4, 2], DType::F32).unwrap())
+            .unwrap();
+        kv.init(2, &NDArray::zeros(&[2], DType::F64).unwrap())
+            .unwrap();
+        kv.init(3, &NDArray::zeros(&[2, 1], DType::F32).unwrap())
+            .unwrap();
+        let vals = vec![
+            dense(&[f, 2.0 * f, 3.0], &[3]),
+            rsp(vec![r as i64, 3], &[f, f, 1.0, 1.0], &[4, 2]),
+            NDArray::from_vec(vec![f as f64, 0.5], &[2]).unwrap(),
+            // Worker 0 dense, worker 1 row_sparse: summed dense.
+            if r == 0 {
+                dense(&[1.0, 2.0], &[2, 1])
+            } else {
+                rsp(vec![1], &[5.0], &[2, 1])
+            },
+        ];
+        let outs: Vec<NDArray> = vals.iter().map(|v| v.zeros_like()).collect();
+        kv.pushpull_many(&[0, 1, 2, 3], &vals, &outs).unwrap();
+        outs.iter()
+            .map(|o| o.tostype(SType::Dense).unwrap().to_f64_vec())
+            .collect::<Vec<_>>()
+    });
+    let want = vec![
+        vec![3.0, 6.0, 6.0],
+        vec![1.0, 1.0, 2.0, 2.0, 0.0, 0.0, 2.0, 2.0],
+        vec![3.0, 1.0],
+        vec![1.0, 7.0],
+    ];
+    assert_eq!(got, vec![want.clone(), want]);
+}
+
+#[test]
+fn pushpull_many_errors_reach_every_worker() {
+    let got = on_workers(2, |r, kv| {
+        kv.init(0, &NDArray::zeros(&[2], DType::F32).unwrap())
+            .unwrap();
+        kv.init(1, &NDArray::zeros(&[2], DType::F32).unwrap())
+            .unwrap();
+        let v = NDArray::zeros(&[2], DType::F32).unwrap();
+        let mut errs = vec![];
+        // Worker 1 lists key 0 twice.
+        let keys: &[usize] = if r == 1 { &[0, 0] } else { &[0, 1] };
+        errs.push(err(kv.pushpull_many(
+            keys,
+            &[v.clone(), v.clone()],
+            &[v.clone(), v.clone()],
+        )));
+        // Worker 0 gives one output for two keys.
+        let outs = if r == 0 {
+            vec![v.clone()]
+        } else {
+            vec![v.clone(), v.clone()]
+        };
+        errs.push(err(kv.pushpull_many(
+            &[0, 1],
+            &[v.clone(), v.clone()],
+            &outs,
+        )));
+        // Worker 1 pushes one key only.
+        let keys: &[usize] = if r == 1 { &[0] } else { &[0, 1] };
+        let n = keys.len();
+        errs.push(err(kv.pushpull_many(
+            keys,
+            &vec![v.clone(); n],
+            &vec![v.clone(); n],
+        )));
+        // Worker 0 pushes the wrong shape to key 1.
+        let bad = NDArray::zeros(&[3], DType::F32).unwrap();
+        let vals = if r == 0 {
+            vec![v.clone(), bad]
+        } else {
+            vec![v.clone(), v.clone()]
+        };
+        errs.push(err(kv.pushpull_many(
+            &[0, 1],
+            &vals,
+            &[v.clone(), v.clone()],
+        )));
+        // And the store still works.
+        let one = NDArray::ones(&[2], DType::F32).unwrap();
+        let o = v.zeros_like();
+        kv.pushpull_many(&[0, 1], &[one.clone(), one], &[o.clone(), v.clone()])
+            .unwrap();
+        (errs, o.to_vec::<f32>().unwrap())
+    });
+    for (errs, sum) in got {
+        assert!(
+            errs[0].contains("worker 1") && errs[0].contains("listed twice"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].contains("worker 0") && errs[1].contains("1 outputs"),
+            "{}",
+            errs[1]
+        );
+        assert!(
+            errs[2].contains("2 keys") && errs[2].contains("worker 1 1"),
+            "{}",
+            errs[2]
+        );
+        assert!(
+            errs[3].contains("worker 0") && errs[3].contains("[3]"),
+            "{}",
+            errs[3]
+        );
+        assert_eq!(sum, vec![2.0, 2.0]);
+    }
+}

@@ -57,6 +57,18 @@ pub trait KVStore: Send {
         self.pull(key, out)
     }
 
+    /// `pushpull` of several keys at once: `values[i]` is pushed to `keys[i]` and the result
+    /// pulled into `out[i]` (MXNet's list form of `pushpull`). A store may sum all keys in a
+    /// few collective calls instead of two per key; every worker passes the same keys in the
+    /// same order.
+    fn pushpull_many(&mut self, keys: &[usize], values: &[NDArray], out: &[NDArray]) -> Result<()> {
+        check_many("KVStore::pushpull_many", keys, values, out)?;
+        for ((&k, v), o) in keys.iter().zip(values).zip(out) {
+            self.pushpull(k, std::slice::from_ref(v), std::slice::from_ref(o))?;
+        }
+        Ok(())
+    }
+
     /// The rows `row_ids` (any order, repeats ignored) of `key`'s value, as a row_sparse array
     /// assigned to every `out` (each of the key's shape and dtype). Collective on stores whose
     /// rows live on other workers (sharded tables).
@@ -72,4 +84,40 @@ pub trait KVStore: Send {
 
     /// Wait until every worker has reached the barrier. Collective.
     fn barrier(&mut self) -> Result<()>;
+
+    /// Bytes this worker has handed to its transport to send so far, when the store counts
+    /// them (for traffic reports); `None` otherwise.
+    fn bytes_sent(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The lists of [`KVStore::pushpull_many`] must have one value and one output per key, and no
+/// key twice.
+pub fn check_many(
+    op: &'static str,
+    keys: &[usize],
+    values: &[NDArray],
+    out: &[NDArray],
+) -> Result<()> {
+    if values.len() != keys.len() || out.len() != keys.len() {
+        return Err(sparrow_core::Error::arg(
+            op,
+            format!(
+                "{} keys, {} values and {} outputs (one of each per key)",
+                keys.len(),
+                values.len(),
+                out.len()
+            ),
+        ));
+    }
+    let mut seen = keys.to_vec();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(sparrow_core::Error::arg(
+            op,
+            format!("key {} is listed twice", w[0]),
+        ));
+    }
+    Ok(())
 }

@@ -21,7 +21,7 @@ pub use fit::{
     Accuracy, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler, FitOptions,
     LabelledBatch, Metric,
 };
-pub use kvstore::KVStore;
+pub use kvstore::{check_many, KVStore};
 pub use trainer::{NonFinite, Trainer};
 
 pub use optimizer::{

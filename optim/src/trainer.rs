@@ -286,16 +286,19 @@ impl Trainer {
             }
             self.kv_ready = true;
         }
-        for e in entries {
-            let g = std::slice::from_ref(&e.grad);
-            kv.pushpull(e.index, g, g).map_err(|err| {
-                Error::arg(
-                    "Trainer::allreduce_grads",
-                    format!("parameter '{}': {err}", self.params[e.index].name()),
-                )
-            })?;
-        }
-        Ok(())
+        // All gradients in one call: the store sums them in a few collective calls.
+        let keys: Vec<usize> = entries.iter().map(|e| e.index).collect();
+        let grads: Vec<NDArray> = entries.iter().map(|e| e.grad.clone()).collect();
+        kv.pushpull_many(&keys, &grads, &grads).map_err(|err| {
+            let names: Vec<String> = keys
+                .iter()
+                .map(|&k| format!("{k} = '{}'", self.params[k].name()))
+                .collect();
+            Error::arg(
+                "Trainer::allreduce_grads",
+                format!("{err} (keys are parameters: {})", names.join(", ")),
+            )
+        })
     }
 
     fn trainable(&self) -> impl Iterator<Item = &Parameter> {
