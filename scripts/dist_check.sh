@@ -3,7 +3,8 @@
 # `mpirun -np 2` on this machine (shared memory and loopback):
 #   1. installs what the `mpi` feature needs to build and run, when missing (Debian's OpenMPI,
 #      and clang/libclang for rsmpi's bindings);
-#   2. lints and builds sparrow-kvstore with the feature (only that crate and its deps);
+#   2. lints sparrow-kvstore and examples/dist_train with the feature, builds the check (only
+#      that crate and its deps);
 #   3. `dist_check check`: N ranks x batch B == 1 process x batch N*B (1e-6 relative) for SGD
 #      with momentum, Adam lazy and standard, FTRL; sharded == replicated table; mismatched
 #      pushes fail on every rank;
@@ -21,6 +22,7 @@ if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null \
   $sudo_ apt-get install -y -qq libopenmpi-dev openmpi-bin clang libclang-dev pkg-config >/dev/null
 fi
 cargo clippy -p sparrow-kvstore --all-targets --features mpi -- -D warnings
+cargo clippy -p sparrow --features mpi --example dist_train -- -D warnings
 cargo build --release -p sparrow-kvstore --features mpi --example dist_check
 bin=target/release/examples/dist_check
 # As root (CI) OpenMPI wants both variables; --oversubscribe lets N ranks share fewer cores;
