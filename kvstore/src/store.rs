@@ -182,23 +182,41 @@ impl<T: Transport> SyncStore<T> {
     }
 
     /// Every key's header in one gather, checked key by key (see [`check_headers`]); a
-    /// worker whose list differs in length fails the call everywhere. Returns, per key,
-    /// whether the workers' storage types differ (the key is then summed dense).
-    fn agree_many(&mut self, op: &'static str, mine: &[Header]) -> Result<Vec<bool>> {
+    /// worker whose list differs in length fails the call everywhere. `payload` (this
+    /// worker's row_sparse rows, one entry per key) rides in the same message, so a step costs
+    /// one gather for the headers and every row_sparse key. Returns, per key, whether the
+    /// workers' storage types differ (the key is then summed dense), and every worker's
+    /// payload entries.
+    fn agree_many(
+        &mut self,
+        op: &'static str,
+        mine: &[Header],
+        payload: &[Vec<u8>],
+    ) -> Result<(Vec<bool>, Vec<Vec<Vec<u8>>>)> {
         let mut w = Writer::default();
         w.u64(mine.len() as u64);
         for h in mine {
             w.bytes(&h.encode());
         }
+        w.u64(payload.len() as u64);
+        for p in payload {
+            w.bytes(p);
+        }
         let all = self.transport.all_gather(&w.0)?;
         let mut per_worker = Vec::with_capacity(all.len());
+        let mut payloads = Vec::with_capacity(all.len());
         for b in &all {
             let mut r = Reader::new(b);
             let n = r.u64()? as usize;
             let hs = (0..n)
                 .map(|_| Header::decode(r.bytes()?))
                 .collect::<Result<Vec<_>>>()?;
+            let m = r.u64()? as usize;
+            let ps = (0..m)
+                .map(|_| r.bytes().map(<[u8]>::to_vec))
+                .collect::<Result<Vec<_>>>()?;
             per_worker.push(hs);
+            payloads.push(ps);
         }
         // A worker that failed before listing its keys (bad lists) sends one header with its
         // error: report every worker's first error.
@@ -238,37 +256,52 @@ impl<T: Transport> SyncStore<T> {
             check_headers(op, &key_headers, false)?;
             mixed.push(key_headers.iter().any(|h| h.stype != key_headers[0].stype));
         }
-        Ok(mixed)
+        Ok((mixed, payloads))
     }
 
-    /// The fused `pushpull_many` of replicated keys: one all-reduce per dtype for the dense
-    /// values, one gather for all row_sparse values, then each key stored or updated.
-    fn sum_many(&mut self, locals: Vec<NDArray>) -> Result<Vec<NDArray>> {
+    /// The sums of the fused keys `idx` of `pushpull_many`: one all-reduce per dtype for the
+    /// dense values (concatenated), and for row_sparse values the merge, in worker order, of
+    /// the rows every worker sent with its headers (`rows_from[worker][key]`).
+    fn sum_many(
+        &mut self,
+        locals: &[NDArray],
+        idx: &[usize],
+        rows_from: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<(usize, NDArray)>> {
         if self.transport.size() == 1 {
-            return Ok(locals);
+            return Ok(idx.iter().map(|&i| (i, locals[i].clone())).collect());
         }
-        let mut sums: Vec<Option<NDArray>> = vec![None; locals.len()];
-        // Dense values by dtype, concatenated into one all-reduce each.
+        let mut sums = Vec::with_capacity(idx.len());
         for dtype in [DType::F32, DType::F64] {
-            let idx: Vec<usize> = (0..locals.len())
+            let group: Vec<usize> = idx
+                .iter()
+                .copied()
                 .filter(|&i| locals[i].stype() == SType::Dense && locals[i].dtype() == dtype)
                 .collect();
-            if idx.is_empty() {
+            if group.is_empty() {
                 continue;
             }
             macro_rules! reduce {
                 ($t:ty, $f:ident) => {{
                     let mut flat: Vec<$t> = Vec::new();
-                    for &i in &idx {
+                    for &i in &group {
                         locals[i].with_slice::<$t, _>(|s| flat.extend_from_slice(s))?;
                     }
                     self.transport.$f(&mut flat)?;
-                    let mut at = 0;
-                    for &i in &idx {
-                        let shape = locals[i].shape();
-                        let n: usize = shape.iter().product();
-                        sums[i] = Some(NDArray::from_vec(flat[at..at + n].to_vec(), &shape)?);
-                        at += n;
+                    if group.len() == 1 {
+                        // One key: its sum is the buffer itself, no copy.
+                        sums.push((
+                            group[0],
+                            NDArray::from_vec(flat, &locals[group[0]].shape())?,
+                        ));
+                    } else {
+                        let mut at = 0;
+                        for &i in &group {
+                            let shape = locals[i].shape();
+                            let n: usize = shape.iter().product();
+                            sums.push((i, NDArray::from_vec(flat[at..at + n].to_vec(), &shape)?));
+                            at += n;
+                        }
                     }
                 }};
             }
@@ -277,31 +310,24 @@ impl<T: Transport> SyncStore<T> {
                 _ => reduce!(f64, all_reduce_sum_f64),
             }
         }
-        // Row_sparse values: every key's (ids, rows) in one message per worker.
-        let rsp: Vec<usize> = (0..locals.len())
-            .filter(|&i| locals[i].stype() == SType::RowSparse)
-            .collect();
-        if !rsp.is_empty() {
-            let mut w = Writer::default();
-            for &i in &rsp {
-                let (ids, rows) = locals[i].row_sparse_parts()?;
-                w.bytes(&wire::encode_rows(&ids, &rows.to_le_bytes()?));
+        for &i in idx {
+            if locals[i].stype() != SType::RowSparse {
+                continue;
             }
-            let all = self.transport.all_gather(&w.0)?;
-            let mut readers: Vec<Reader> = all.iter().map(|b| Reader::new(b)).collect();
-            for &i in &rsp {
-                let parts = readers
-                    .iter_mut()
-                    .map(|r| r.bytes().map(<[u8]>::to_vec))
-                    .collect::<Result<Vec<_>>>()?;
-                sums[i] = Some(merge_rows(&parts, locals[i].dtype(), &locals[i].shape())?);
-            }
+            let parts = rows_from
+                .iter()
+                .map(|w| {
+                    w.get(i).cloned().ok_or_else(|| {
+                        Error::arg("KVStore::pushpull_many", "a worker sent no rows for a key")
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            sums.push((
+                i,
+                merge_rows(&parts, locals[i].dtype(), &locals[i].shape())?,
+            ));
         }
-        sums.into_iter()
-            .map(|s| {
-                s.ok_or_else(|| Error::arg("KVStore::pushpull_many", "a value was not summed"))
-            })
-            .collect()
+        Ok(sums)
     }
 }
 
@@ -379,12 +405,14 @@ impl<T: Transport> KVStore for SyncStore<T> {
         // Local checks first; their errors travel in the headers, so every worker fails.
         let headers: Vec<Header>;
         let mut locals = Vec::new();
-        match check_many(OP, keys, values, out) {
+        let mut rows: Vec<Vec<Vec<u8>>> = Vec::new();
+        let listed = check_many(OP, keys, values, out);
+        match &listed {
             Err(e) => {
                 headers = vec![Header::new(
                     "pushpull",
                     keys.first().copied().unwrap_or(0),
-                    Err(&e),
+                    Err(e),
                 )]
             }
             Ok(()) => {
@@ -401,7 +429,39 @@ impl<T: Transport> KVStore for SyncStore<T> {
                 headers = hs;
             }
         }
-        let mixed = self.agree_many(OP, &headers)?;
+        let sharded: Vec<bool> = keys
+            .iter()
+            .map(|k| matches!(self.slots.get(k), Some(Slot::Sharded(_))))
+            .collect();
+        let size = self.transport.size();
+        let mixed = if size == 1 {
+            // Nobody to agree with: a local error is the error.
+            listed?;
+            if let Some(Err(e)) = locals.iter().find(|l| l.is_err()) {
+                return Err(e.clone());
+            }
+            vec![false; keys.len()]
+        } else {
+            // This worker's rows of every replicated row_sparse key, one entry per key.
+            let payload: Vec<Vec<u8>> = if locals.iter().all(|l| l.is_ok()) {
+                locals
+                    .iter()
+                    .zip(&sharded)
+                    .map(|(l, &sh)| match l {
+                        Ok(l) if !sh && l.stype() == SType::RowSparse => {
+                            let (ids, rows) = l.row_sparse_parts()?;
+                            Ok(wire::encode_rows(&ids, &rows.to_le_bytes()?))
+                        }
+                        _ => Ok(Vec::new()),
+                    })
+                    .collect::<Result<_>>()?
+            } else {
+                Vec::new()
+            };
+            let (mixed, rows_from) = self.agree_many(OP, &headers, &payload)?;
+            rows = rows_from;
+            mixed
+        };
         let mut locals = locals.into_iter().collect::<Result<Vec<_>>>()?;
         for (l, &m) in locals.iter_mut().zip(&mixed) {
             if m && l.stype() != SType::Dense {
@@ -409,23 +469,14 @@ impl<T: Transport> KVStore for SyncStore<T> {
             }
         }
         // Sharded keys go one by one; the rest are fused.
-        let sharded: Vec<bool> = keys
-            .iter()
-            .map(|k| matches!(self.slots.get(k), Some(Slot::Sharded(_))))
-            .collect();
-        let mut fused_keys = Vec::new();
-        let mut fused_vals = Vec::new();
-        for ((&k, l), &sh) in keys.iter().zip(locals).zip(&sharded) {
-            if sh {
-                crate::sharded::push(self, k, l)?;
-            } else {
-                fused_keys.push(k);
-                fused_vals.push(l);
+        for (i, &k) in keys.iter().enumerate() {
+            if sharded[i] {
+                crate::sharded::push(self, k, locals[i].clone())?;
             }
         }
-        let sums = self.sum_many(fused_vals)?;
-        for (k, s) in fused_keys.into_iter().zip(sums) {
-            self.apply(k, s)?;
+        let fused: Vec<usize> = (0..keys.len()).filter(|&i| !sharded[i]).collect();
+        for (i, sum) in self.sum_many(&locals, &fused, &rows)? {
+            self.apply(keys[i], sum)?;
         }
         for (&k, o) in keys.iter().zip(out) {
             self.pull(k, std::slice::from_ref(o))?;

@@ -542,3 +542,19 @@ fn pushpull_many_errors_reach_every_worker() {
         assert_eq!(sum, vec![2.0, 2.0]);
     }
 }
+
+#[test]
+fn pushpull_many_with_one_worker_checks_its_lists_and_keys() {
+    let mut kv = local();
+    let v = NDArray::ones(&[2], DType::F32).unwrap();
+    kv.init(0, &v).unwrap();
+    let o = v.zeros_like();
+    let e = err(kv.pushpull_many(&[0, 0], &[v.clone(), v.clone()], &[o.clone(), o.clone()]));
+    assert!(e.contains("listed twice"), "{e}");
+    let e = err(kv.pushpull_many(&[0, 9], &[v.clone(), v.clone()], &[o.clone(), o.clone()]));
+    assert!(e.contains("unknown key 9"), "{e}");
+    let e = err(kv.pushpull_many(&[0], &[v.clone()], &[]));
+    assert!(e.contains("0 outputs"), "{e}");
+    kv.pushpull_many(&[0], &[v.clone()], one(&o)).unwrap();
+    assert_eq!(o.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+}
