@@ -134,8 +134,7 @@ impl<T: Transport> SyncStore<T> {
         let shape = local.shape();
         match local.stype() {
             SType::RowSparse => {
-                let (ids, rows) = local.row_sparse_parts()?;
-                let msg = wire::encode_rows(&ids, &rows.to_le_bytes()?);
+                let msg = wire::encode_rsp(&local)?;
                 let parts = self.transport.all_gather(&msg)?;
                 merge_rows(&parts, local.dtype(), &shape)
             }
@@ -448,10 +447,7 @@ impl<T: Transport> KVStore for SyncStore<T> {
                     .iter()
                     .zip(&sharded)
                     .map(|(l, &sh)| match l {
-                        Ok(l) if !sh && l.stype() == SType::RowSparse => {
-                            let (ids, rows) = l.row_sparse_parts()?;
-                            Ok(wire::encode_rows(&ids, &rows.to_le_bytes()?))
-                        }
+                        Ok(l) if !sh && l.stype() == SType::RowSparse => wire::encode_rsp(l),
                         _ => Ok(Vec::new()),
                     })
                     .collect::<Result<_>>()?

@@ -20,6 +20,33 @@ impl Writer {
     pub(crate) fn str(&mut self, s: &str) -> &mut Self {
         self.bytes(s.as_bytes())
     }
+    /// A dense array's values, length-prefixed, in the layout of [`NDArray::to_le_bytes`]
+    /// (written straight from the array for f32 and f64: no intermediate vector).
+    pub(crate) fn values(&mut self, a: &NDArray) -> Result<&mut Self> {
+        let n = a.shape().iter().product::<usize>() * a.dtype().size_of();
+        self.u64(n as u64);
+        self.0.reserve(n);
+        let out = &mut self.0;
+        let direct = match a.dtype() {
+            DType::F32 => a.with_slice::<f32, _>(|s| {
+                s.iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+            }),
+            DType::F64 => a.with_slice::<f64, _>(|s| {
+                s.iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+            }),
+            _ => Err(Error::dtype("kvstore", "not a float array")),
+        };
+        if direct.is_err() {
+            // Other dtypes, or values not readable in place.
+            let start = self.0.len();
+            let b = a.to_le_bytes()?;
+            self.0.truncate(start);
+            self.0.extend_from_slice(&b);
+        }
+        Ok(self)
+    }
     pub(crate) fn ids(&mut self, ids: &[i64]) -> &mut Self {
         self.u64(ids.len() as u64);
         ids.iter()
@@ -251,6 +278,14 @@ pub(crate) fn encode_rows(ids: &[i64], rows_le: &[u8]) -> Vec<u8> {
     let mut w = Writer::default();
     w.ids(ids).bytes(rows_le);
     w.0
+}
+
+/// A row_sparse array's (row ids, rows) as bytes, in the layout of [`encode_rows`].
+pub(crate) fn encode_rsp(a: &NDArray) -> Result<Vec<u8>> {
+    let (ids, rows) = a.row_sparse_parts()?;
+    let mut w = Writer::default();
+    w.ids(&ids).values(&rows)?;
+    Ok(w.0)
 }
 
 /// What [`encode_rows`] wrote: the ids and the rows' bytes.
