@@ -10,6 +10,10 @@ use sparrow_optim::{check_many, KVStore, Optimizer, State};
 use crate::transport::{Traffic, Transport};
 use crate::wire::{self, check_headers, Header, Reader, Writer};
 
+/// Per worker, per key: the row_sparse rows the worker sent with its headers (empty for keys
+/// it did not send rows for).
+type PerWorkerRows = Vec<Vec<Vec<u8>>>;
+
 /// One key's value and, with an optimizer on the store, its optimizer state.
 pub(crate) struct Replica {
     pub(crate) value: NDArray,
@@ -191,7 +195,7 @@ impl<T: Transport> SyncStore<T> {
         op: &'static str,
         mine: &[Header],
         payload: &[Vec<u8>],
-    ) -> Result<(Vec<bool>, Vec<Vec<Vec<u8>>>)> {
+    ) -> Result<(Vec<bool>, PerWorkerRows)> {
         let mut w = Writer::default();
         w.u64(mine.len() as u64);
         for h in mine {
@@ -265,7 +269,7 @@ impl<T: Transport> SyncStore<T> {
         &mut self,
         locals: &[NDArray],
         idx: &[usize],
-        rows_from: &[Vec<Vec<u8>>],
+        rows_from: &PerWorkerRows,
     ) -> Result<Vec<(usize, NDArray)>> {
         if self.transport.size() == 1 {
             return Ok(idx.iter().map(|&i| (i, locals[i].clone())).collect());
@@ -402,18 +406,15 @@ impl<T: Transport> KVStore for SyncStore<T> {
     fn pushpull_many(&mut self, keys: &[usize], values: &[NDArray], out: &[NDArray]) -> Result<()> {
         const OP: &str = "KVStore::pushpull_many";
         // Local checks first; their errors travel in the headers, so every worker fails.
-        let headers: Vec<Header>;
         let mut locals = Vec::new();
-        let mut rows: Vec<Vec<Vec<u8>>> = Vec::new();
+        let mut rows: PerWorkerRows = Vec::new();
         let listed = check_many(OP, keys, values, out);
-        match &listed {
-            Err(e) => {
-                headers = vec![Header::new(
-                    "pushpull",
-                    keys.first().copied().unwrap_or(0),
-                    Err(e),
-                )]
-            }
+        let headers: Vec<Header> = match &listed {
+            Err(e) => vec![Header::new(
+                "pushpull",
+                keys.first().copied().unwrap_or(0),
+                Err(e),
+            )],
             Ok(()) => {
                 let mut hs = Vec::with_capacity(keys.len());
                 for ((&k, v), o) in keys.iter().zip(values).zip(out) {
@@ -425,9 +426,9 @@ impl<T: Transport> KVStore for SyncStore<T> {
                     hs.push(Header::new("pushpull", k, local.as_ref()));
                     locals.push(local);
                 }
-                headers = hs;
+                hs
             }
-        }
+        };
         let sharded: Vec<bool> = keys
             .iter()
             .map(|k| matches!(self.slots.get(k), Some(Slot::Sharded(_))))

@@ -553,8 +553,8 @@ fn pushpull_many_with_one_worker_checks_its_lists_and_keys() {
     assert!(e.contains("listed twice"), "{e}");
     let e = err(kv.pushpull_many(&[0, 9], &[v.clone(), v.clone()], &[o.clone(), o.clone()]));
     assert!(e.contains("unknown key 9"), "{e}");
-    let e = err(kv.pushpull_many(&[0], &[v.clone()], &[]));
+    let e = err(kv.pushpull_many(&[0], one(&v), &[]));
     assert!(e.contains("0 outputs"), "{e}");
-    kv.pushpull_many(&[0], &[v.clone()], one(&o)).unwrap();
+    kv.pushpull_many(&[0], one(&v), one(&o)).unwrap();
     assert_eq!(o.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
 }
