@@ -24,6 +24,7 @@ fi
 cargo clippy -p sparrow-kvstore --all-targets --features mpi -- -D warnings
 cargo clippy -p sparrow --features mpi --example dist_train -- -D warnings
 cargo build --release -p sparrow-kvstore --features mpi --example dist_check
+cargo test --release -p sparrow-kvstore --features mpi --lib   # the watchdog's unit tests
 bin=target/release/examples/dist_check
 # As root (CI) OpenMPI wants both variables; --oversubscribe lets N ranks share fewer cores;
 # no single-copy (CMA) between ranks, which containers often forbid (ptrace scope).
