@@ -4,6 +4,7 @@
 
 pub use sparrow_core as core;
 pub use sparrow_data as data;
+pub use sparrow_kvstore as kvstore;
 pub use sparrow_nn as nn;
 pub use sparrow_optim as optim;
 

@@ -16,6 +16,7 @@ mod device;
 mod dtype;
 mod error;
 pub mod fsio;
+pub mod graph;
 mod ndarray;
 pub mod npy;
 pub mod ops;

@@ -20,6 +20,7 @@ extern crate self as sparrow_nn;
 pub mod block;
 #[doc(hidden)]
 pub mod derive_support;
+pub mod hybrid;
 pub mod init;
 pub mod io;
 pub mod layers;
@@ -30,6 +31,7 @@ mod parameter;
 pub mod rnn;
 
 pub use block::{Block, Sequential, SummaryRow};
+pub use hybrid::{HybridBlock, HybridLoss, Hybridize, SymbolBlock};
 pub use init::{FactorType, Initializer, RndType};
 pub use io::{load_params, save_params, BlockIo, LoadOptions, SaveOptions};
 pub use layers::*;

@@ -9,6 +9,7 @@
 
 mod clip;
 pub mod fit;
+mod kvstore;
 pub mod optimizer;
 mod persist;
 pub mod schedule;
@@ -20,6 +21,7 @@ pub use fit::{
     Accuracy, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler, FitOptions,
     LabelledBatch, Metric,
 };
+pub use kvstore::{check_many, KVStore};
 pub use trainer::{NonFinite, Trainer};
 
 pub use optimizer::{

@@ -8,6 +8,7 @@ use sparrow_core::{Error, NDArray, Result};
 use sparrow_nn::{ParamDict, Parameter};
 
 use crate::clip::clip_global_norm;
+use crate::kvstore::KVStore;
 use crate::optimizer::{Optimizer, ParamArgs, State};
 use crate::persist;
 
@@ -59,6 +60,11 @@ pub struct Trainer {
     nonfinite: NonFinite,
     /// Steps skipped under [`NonFinite::SkipStep`].
     skipped: u64,
+    /// The store that sums gradients over workers ([`Trainer::set_kvstore`]); `None` for one
+    /// process on one device.
+    kvstore: Option<Box<dyn KVStore>>,
+    /// Whether every parameter's key has been initialized in the store (on the first step).
+    kv_ready: bool,
 }
 
 /// What [`Trainer::step`] does when a gradient holds NaN or ±inf (checked per step through the
@@ -136,6 +142,8 @@ impl Trainer {
             ignore_stale_grad: false,
             nonfinite: NonFinite::Apply,
             skipped: 0,
+            kvstore: None,
+            kv_ready: false,
             params,
             optimizer,
             scale,
@@ -203,15 +211,94 @@ impl Trainer {
     pub fn step(&mut self, batch_size: usize) -> Result<()> {
         check_batch_size(batch_size)?;
         let entries = self.gather("Trainer::allreduce_grads", true)?;
+        self.reduce(&entries)?;
         self.apply(batch_size, entries)
     }
 
-    /// Reduce gradients across devices: the hook a multi-device or distributed KVStore plugs
-    /// into. With one CPU device there is nothing to sum; this checks that every trainable
-    /// parameter has a gradient of its own shape, so a missing backward or an uninitialized
-    /// parameter is reported before any weight changes.
+    /// Reduce gradients across workers: with a store ([`Trainer::set_kvstore`]) each
+    /// gradient is replaced by its sum over the workers (`pushpull`; a row_sparse gradient
+    /// stays row_sparse, over the union of the workers' rows). Without one there is nothing to
+    /// sum; either way this checks that every trainable parameter has a gradient of its own
+    /// shape, so a missing backward or an uninitialized parameter is reported before any
+    /// weight changes.
     pub fn allreduce_grads(&mut self) -> Result<()> {
-        self.gather("Trainer::allreduce_grads", true).map(drop)
+        let entries = self.gather("Trainer::allreduce_grads", true)?;
+        self.reduce(&entries)
+    }
+
+    /// Data-parallel training: gradients are summed over the store's workers before each
+    /// update (Gluon's `Trainer(params, optimizer, kvstore=...)` with `update_on_kvstore =
+    /// False`). Every worker runs the same loop on its own part of the data; `step(batch_size)`
+    /// takes the worker's own batch size and rescales by `1 / (batch_size * num_workers)`, so
+    /// N workers with batch B take the step one worker takes with batch N * B. On the first
+    /// step every parameter's key is initialized and, with several workers, every worker's
+    /// weights are set to worker 0's, so replicas start equal. A store that updates on the
+    /// store side (an optimizer set) is refused: the trainer's optimizer updates here.
+    pub fn set_kvstore(&mut self, kvstore: Box<dyn KVStore>) -> Result<()> {
+        if kvstore.has_optimizer() {
+            return Err(Error::arg(
+                "Trainer::set_kvstore",
+                format!(
+                    "the '{}' store has an optimizer set (update on the store); the trainer \
+                     sums gradients through the store and updates with its own optimizer",
+                    kvstore.kind()
+                ),
+            ));
+        }
+        self.kvstore = Some(kvstore);
+        self.kv_ready = false;
+        Ok(())
+    }
+
+    /// [`Trainer::set_kvstore`], by value.
+    pub fn with_kvstore(mut self, kvstore: Box<dyn KVStore>) -> Result<Trainer> {
+        self.set_kvstore(kvstore)?;
+        Ok(self)
+    }
+
+    /// The store gradients are summed through, if any.
+    pub fn kvstore(&self) -> Option<&dyn KVStore> {
+        self.kvstore.as_deref()
+    }
+
+    /// How many workers a step's gradients are summed over (1 without a store).
+    pub fn num_workers(&self) -> usize {
+        self.kvstore.as_ref().map_or(1, |k| k.num_workers())
+    }
+
+    /// Sum the gathered gradients over the store's workers, in place (nothing without a store).
+    fn reduce(&mut self, entries: &[Entry]) -> Result<()> {
+        let Some(kv) = self.kvstore.as_mut() else {
+            return Ok(());
+        };
+        if !self.kv_ready {
+            // Every trainable parameter, whether or not this step has its gradient: keys are
+            // initialized once, in the same order on every worker.
+            for (i, p) in self.params.iter().enumerate() {
+                if p.grad_req() == GradReq::Null {
+                    continue;
+                }
+                let w = p.data()?;
+                kv.init(i, &w)?;
+                if kv.num_workers() > 1 {
+                    kv.pull(i, std::slice::from_ref(&w))?;
+                }
+            }
+            self.kv_ready = true;
+        }
+        // All gradients in one call: the store sums them in a few collective calls.
+        let keys: Vec<usize> = entries.iter().map(|e| e.index).collect();
+        let grads: Vec<NDArray> = entries.iter().map(|e| e.grad.clone()).collect();
+        kv.pushpull_many(&keys, &grads, &grads).map_err(|err| {
+            let names: Vec<String> = keys
+                .iter()
+                .map(|&k| format!("{k} = '{}'", self.params[k].name()))
+                .collect();
+            Error::arg(
+                "Trainer::allreduce_grads",
+                format!("{err} (keys are parameters: {})", names.join(", ")),
+            )
+        })
     }
 
     fn trainable(&self) -> impl Iterator<Item = &Parameter> {
@@ -317,7 +404,8 @@ impl Trainer {
                 ));
             }
         }
-        let rescale_grad = self.scale / batch_size as f64;
+        // Gradients were summed over the workers' batches (MXNet's dist_sync rescale).
+        let rescale_grad = self.scale / (batch_size * self.num_workers()) as f64;
         entries
             .into_iter()
             .try_for_each(|e| self.apply_one(e, rescale_grad))

@@ -196,6 +196,7 @@ pub fn record_op<F>(op: &'static str, out: NDArray, inputs: &[&NDArray], backwar
 where
     F: Fn(&NDArray) -> Result<Vec<Option<NDArray>>> + Send + Sync + 'static,
 {
+    crate::graph::note_op(op, &out);
     if !is_recording() || !inputs.iter().any(|x| x.requires_grad()) {
         return out;
     }

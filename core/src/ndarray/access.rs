@@ -8,6 +8,7 @@ impl NDArray {
     /// All logical elements as a row-major `Vec<T>` (sparse arrays are densified).
     /// `T` must match the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        crate::graph::host_read("to_vec", self);
         let dense = self.dense_data()?;
         let host = dense.buf.to_host()?;
         host.as_slice::<T>().map(|s| s.to_vec()).ok_or_else(|| {
@@ -28,6 +29,7 @@ impl NDArray {
     /// # Panics
     /// When a sparse array cannot be densified or a device's copy to the host fails.
     pub fn to_f64_vec(&self) -> Vec<f64> {
+        crate::graph::host_read("to_f64_vec", self);
         let dense = self.dense_data().expect("densify of a valid array");
         let host = dense
             .buf
@@ -38,6 +40,7 @@ impl NDArray {
 
     /// The value of a one-element array.
     pub fn item(&self) -> Result<f64> {
+        crate::graph::host_read("item", self);
         let n = self.size();
         if n != 1 {
             return Err(Error::shape(
@@ -141,6 +144,7 @@ impl NDArray {
 
     /// A copy converted to `dtype` (same storage type; not differentiable across dtypes).
     pub fn astype(&self, dtype: DType) -> Result<NDArray> {
+        crate::graph::traced!(Op::Astype(dtype), [self], self.astype(dtype));
         let d = self.read();
         let out = match &*d {
             ArrayData::Dense(dd) => ArrayData::Dense(DenseData {
@@ -164,6 +168,7 @@ impl NDArray {
     /// A new handle sharing this array's buffers but with no autograd history
     /// (`detach` / `stop_gradient`).
     pub fn detach(&self) -> NDArray {
+        crate::graph::traced_plain!(Op::Detach, [self], self.detach());
         NDArray::from_data(self.data())
     }
 

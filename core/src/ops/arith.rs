@@ -59,6 +59,7 @@ pub(crate) fn binary_raw(op: BinaryOp, a: &NDArray, b: &NDArray) -> Result<NDArr
 
 /// A broadcasting binary op with its backward.
 pub fn binary(op: BinaryOp, a: &NDArray, b: &NDArray) -> Result<NDArray> {
+    crate::graph::traced!(Op::Binary(op), [a, b], binary(op, a, b));
     if let Some(out) = crate::sparse::dispatch_binary(op, a, b)? {
         return Ok(out);
     }

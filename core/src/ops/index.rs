@@ -227,6 +227,16 @@ impl NDArray {
         off_value: f64,
         dtype: DType,
     ) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::OneHot {
+                depth,
+                on: on_value,
+                off: off_value,
+                dtype
+            },
+            [self],
+            self.one_hot(depth, on_value, off_value, dtype)
+        );
         if self.dtype().is_float() {
             // Validated only: the kernel reads whole numbers as positions.
             index_values("one_hot", self)?;
@@ -246,6 +256,7 @@ impl NDArray {
     /// `where(cond, x, y)`: `x` where `cond` is non-zero, else `y`, with broadcasting of all
     /// three (cond may have any dtype). Differentiable in `x` and `y`.
     pub fn where_(cond: &NDArray, x: &NDArray, y: &NDArray) -> Result<NDArray> {
+        crate::graph::traced!(Op::Where, [cond, x, y], NDArray::where_(cond, x, y));
         let op = "where";
         let (dx, dy) = (x.dense_data()?, y.dense_data()?);
         if dx.buf.dtype() != dy.buf.dtype() {

@@ -50,6 +50,14 @@ impl NDArray {
 
     /// `op(a) . op(b)` with `op` = transpose when the flag is set (MXNet's transpose_a/b).
     pub fn dot_t(&self, other: &NDArray, transpose_a: bool, transpose_b: bool) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::Dot {
+                ta: transpose_a,
+                tb: transpose_b
+            },
+            [self, other],
+            self.dot_t(other, transpose_a, transpose_b)
+        );
         if let Some(out) = crate::sparse::dispatch_dot(self, other, transpose_a, transpose_b)? {
             return Ok(out);
         }

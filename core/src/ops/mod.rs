@@ -4,6 +4,7 @@
 mod arith;
 pub(crate) mod axis;
 pub(crate) mod broadcast;
+mod check;
 pub(crate) mod conv;
 pub use crate::cpu::expf;
 pub mod fused;

@@ -15,6 +15,14 @@ impl NDArray {
     /// i64) sum exactly into an **i64** result (not differentiable), so a sum over billions of
     /// u8 values cannot overflow.
     pub fn sum(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::Sum {
+                axes: axes.map(<[i64]>::to_vec),
+                keepdims
+            },
+            [self],
+            self.sum(axes, keepdims)
+        );
         if let Some(out) = crate::sparse::dispatch_sum(self, axes, keepdims)? {
             return Ok(out);
         }
@@ -54,6 +62,14 @@ impl NDArray {
 
     /// Mean over `axes` (`None`: all axes).
     pub fn mean(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::Mean {
+                axes: axes.map(<[i64]>::to_vec),
+                keepdims
+            },
+            [self],
+            self.mean(axes, keepdims)
+        );
         let shape = self.shape();
         let ax = norm_axes("mean", axes, shape.len())?;
         let count: usize = ax.iter().map(|&a| shape[a]).product();
@@ -66,6 +82,11 @@ impl NDArray {
 
     /// Broadcast to a larger shape (NumPy rules); differentiable.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::BroadcastTo(shape.to_vec()),
+            [self],
+            self.broadcast_to(shape)
+        );
         let own = self.shape();
         let target = super::broadcast_shapes("broadcast_to", &own, shape)?;
         if target != shape {

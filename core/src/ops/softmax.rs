@@ -43,12 +43,14 @@ impl NDArray {
     /// assert_eq!(x.softmax(-1).unwrap().to_vec::<f32>().unwrap(), vec![0.5, 0.5]);
     /// ```
     pub fn softmax(&self, axis: i64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Softmax(axis), [self], self.softmax(axis));
         softmax_impl(self, axis, false)
     }
 
     /// `log(softmax(x))` along `axis`, computed as `x - max - log(sum(exp(x - max)))`.
     /// Float only; differentiable.
     pub fn log_softmax(&self, axis: i64) -> Result<NDArray> {
+        crate::graph::traced!(Op::LogSoftmax(axis), [self], self.log_softmax(axis));
         softmax_impl(self, axis, true)
     }
 }

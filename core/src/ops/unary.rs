@@ -36,6 +36,7 @@ fn fused_grad(g: &NDArray, s: &NDArray, op: MapGrad) -> Result<Option<NDArray>> 
 impl NDArray {
     /// `-x`.
     pub fn neg(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Neg), [self], self.neg());
         if let Some(out) = crate::sparse::dispatch_unary("neg", self)? {
             return Ok(out);
         }
@@ -45,6 +46,7 @@ impl NDArray {
 
     /// `exp(x)`.
     pub fn exp(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Exp), [self], self.exp());
         let out = self.map_raw(Map::Exp)?;
         let y = out.detach();
         Ok(record_op("exp", out, &[self], move |g| {
@@ -54,6 +56,7 @@ impl NDArray {
 
     /// Natural logarithm.
     pub fn log(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Log), [self], self.log());
         let out = self.map_raw(Map::Log)?;
         let x = self.clone();
         Ok(record_op("log", out, &[self], move |g| {
@@ -63,6 +66,7 @@ impl NDArray {
 
     /// Square root.
     pub fn sqrt(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Sqrt), [self], self.sqrt());
         if let Some(out) = crate::sparse::dispatch_unary("sqrt", self)? {
             return Ok(out);
         }
@@ -75,6 +79,7 @@ impl NDArray {
 
     /// `x * x`.
     pub fn square(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Square), [self], self.square());
         if let Some(out) = crate::sparse::dispatch_unary("square", self)? {
             return Ok(out);
         }
@@ -87,6 +92,7 @@ impl NDArray {
 
     /// `|x|` (gradient sign(x), 0 at 0).
     pub fn abs(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Abs), [self], self.abs());
         if let Some(out) = crate::sparse::dispatch_unary("abs", self)? {
             return Ok(out);
         }
@@ -99,6 +105,7 @@ impl NDArray {
 
     /// `sign(x)` in {-1, 0, 1}; gradient zero.
     pub fn sign(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Sign), [self], self.sign());
         if let Some(out) = crate::sparse::dispatch_unary("sign", self)? {
             return Ok(out);
         }
@@ -110,6 +117,7 @@ impl NDArray {
 
     /// Logistic sigmoid `1 / (1 + exp(-x))`, stable for large |x|.
     pub fn sigmoid(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Sigmoid), [self], self.sigmoid());
         let out = self.map_raw(Map::Sigmoid)?;
         let y = out.detach();
         Ok(record_op("sigmoid", out, &[self], move |g| {
@@ -124,6 +132,7 @@ impl NDArray {
 
     /// `max(x, 0)`.
     pub fn relu(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Relu), [self], self.relu());
         if let Some(out) = crate::sparse::dispatch_unary("relu", self)? {
             return Ok(out);
         }
@@ -140,6 +149,7 @@ impl NDArray {
 
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Tanh), [self], self.tanh());
         let out = self.map_raw(Map::Tanh)?;
         let y = out.detach();
         Ok(record_op("tanh", out, &[self], move |g| {
@@ -153,6 +163,7 @@ impl NDArray {
 
     /// softrelu / softplus `log(1 + exp(x))`, stable for large |x|.
     pub fn softrelu(&self) -> Result<NDArray> {
+        crate::graph::traced!(Op::Unary(UnaryFn::Softrelu), [self], self.softrelu());
         let out = self.map_raw(Map::Softrelu)?;
         let x = self.clone();
         Ok(record_op("softrelu", out, &[self], move |g| {
@@ -166,6 +177,11 @@ impl NDArray {
 
     /// Leaky ReLU: `x` for x > 0, `slope * x` otherwise.
     pub fn leaky_relu(&self, slope: f64) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::Scalar(ScalarFn::LeakyRelu, slope),
+            [self],
+            self.leaky_relu(slope)
+        );
         let out = self.map_raw(Map::LeakyRelu(slope))?;
         let x = self.clone();
         Ok(record_op("leaky_relu", out, &[self], move |g| {
@@ -176,6 +192,7 @@ impl NDArray {
 
     /// `x + s`.
     pub fn add_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Scalar(ScalarFn::Add, s), [self], self.add_scalar(s));
         let out = self.map_raw(Map::AddScalar(s))?;
         Ok(record_op("add_scalar", out, &[self], |g| {
             Ok(vec![Some(g.clone())])
@@ -184,11 +201,13 @@ impl NDArray {
 
     /// `x - s`.
     pub fn sub_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Scalar(ScalarFn::Sub, s), [self], self.sub_scalar(s));
         self.add_scalar(-s)
     }
 
     /// `s - x`.
     pub fn rsub_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Scalar(ScalarFn::RSub, s), [self], self.rsub_scalar(s));
         let out = self.map_raw(Map::RsubScalar(s))?;
         Ok(record_op("rsub_scalar", out, &[self], |g| {
             Ok(vec![Some(g.neg()?)])
@@ -197,6 +216,7 @@ impl NDArray {
 
     /// `x * s` (keeps the storage type of sparse arrays).
     pub fn mul_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Scalar(ScalarFn::Mul, s), [self], self.mul_scalar(s));
         if let Some(out) = crate::sparse::dispatch_scalar("mul_scalar", self, s)? {
             return Ok(out);
         }
@@ -208,6 +228,7 @@ impl NDArray {
 
     /// `x / s` (keeps the storage type of sparse arrays).
     pub fn div_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Scalar(ScalarFn::Div, s), [self], self.div_scalar(s));
         if let Some(out) = crate::sparse::dispatch_scalar("div_scalar", self, s)? {
             return Ok(out);
         }
@@ -219,6 +240,7 @@ impl NDArray {
 
     /// `s / x`.
     pub fn rdiv_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Scalar(ScalarFn::RDiv, s), [self], self.rdiv_scalar(s));
         let out = self.map_raw(Map::RdivScalar(s))?;
         let x = self.clone();
         Ok(record_op("rdiv_scalar", out, &[self], move |g| {
@@ -228,6 +250,7 @@ impl NDArray {
 
     /// `x ^ p`.
     pub fn pow_scalar(&self, p: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Scalar(ScalarFn::Pow, p), [self], self.pow_scalar(p));
         let out = self.map_raw(Map::PowScalar(p))?;
         let x = self.clone();
         Ok(record_op("pow_scalar", out, &[self], move |g| {
@@ -237,6 +260,11 @@ impl NDArray {
 
     /// `max(x, s)`.
     pub fn maximum_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::Scalar(ScalarFn::Maximum, s),
+            [self],
+            self.maximum_scalar(s)
+        );
         let out = self.map_raw(Map::MaximumScalar(s))?;
         let x = self.clone();
         Ok(record_op("maximum_scalar", out, &[self], move |g| {
@@ -246,6 +274,11 @@ impl NDArray {
 
     /// `min(x, s)`.
     pub fn minimum_scalar(&self, s: f64) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::Scalar(ScalarFn::Minimum, s),
+            [self],
+            self.minimum_scalar(s)
+        );
         let out = self.map_raw(Map::MinimumScalar(s))?;
         let x = self.clone();
         Ok(record_op("minimum_scalar", out, &[self], move |g| {
@@ -255,6 +288,7 @@ impl NDArray {
 
     /// Clip to `[a_min, a_max]`; the gradient passes where the value was inside.
     pub fn clip(&self, a_min: f64, a_max: f64) -> Result<NDArray> {
+        crate::graph::traced!(Op::Clip(a_min, a_max), [self], self.clip(a_min, a_max));
         if a_min > a_max {
             return Err(crate::Error::arg(
                 "clip",
@@ -278,6 +312,7 @@ macro_rules! comparison {
         impl NDArray {
             #[doc = concat!("Elementwise `a ", $doc, " b` with broadcasting, as 1/0 of the input dtype (not differentiable).")]
             pub fn $name(&self, other: &NDArray) -> Result<NDArray> {
+                crate::graph::traced!(Op::Compare(CmpFn::of($op)), [self, other], self.$name(other));
                 let (da, db) = (self.dense_data()?, other.dense_data()?);
                 if da.buf.dtype() != db.buf.dtype() {
                     return Err(crate::Error::dtype_mismatch(stringify!($name), da.buf.dtype(), db.buf.dtype()));
@@ -287,6 +322,7 @@ macro_rules! comparison {
             }
             #[doc = concat!("Elementwise `a ", $doc, " s` against a scalar, as 1/0 of the input dtype.")]
             pub fn $sname(&self, s: f64) -> Result<NDArray> {
+                crate::graph::traced!(Op::CompareScalar(CmpFn::of($op), s), [self], self.$sname(s));
                 let d = self.dense_data()?;
                 NDArray::from_buffer(d.buf.compare_scalar(s, $op)?, &d.shape)
             }

@@ -20,6 +20,7 @@ fn csr_of(x: &NDArray) -> Result<CsrData> {
 /// `X . W^T` for a csr `X` `(batch, in_features)` and a dense `W` `(units, in_features)`.
 /// Recorded: `W` gets the dense gradient `dY^T X` (computed from the non-zeros only); `X` none.
 pub fn dot_csr_dense_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
+    crate::graph::traced!(Op::DotCsrDenseT, [x, w], dot_csr_dense_t(x, w));
     let c = csr_of(x)?;
     let wd = w.dense_data()?;
     let [rows, feats] = c.shape;

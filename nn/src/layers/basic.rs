@@ -40,6 +40,7 @@ impl Block for Dropout {
         if !autograd::is_training() || self.rate == 0.0 {
             return Ok(x.clone());
         }
+        sparrow_core::graph::not_traceable("Dropout", "training mode draws a random mask");
         let n = x.size();
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let seed = self.seed ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15);

@@ -93,6 +93,10 @@ impl Block for BatchNorm {
         let cs = channel_shape(nd, ax, c);
         let red: Vec<i64> = (0..nd).filter(|&i| i != ax).map(|i| i as i64).collect();
         let (mean, var) = if autograd::is_training() {
+            sparrow_core::graph::not_traceable(
+                "BatchNorm",
+                "training mode updates the running statistics",
+            );
             let mean = x.mean(Some(&red), true)?;
             let var = x.sub(&mean)?.square()?.mean(Some(&red), true)?;
             // Running statistics: `m * running + (1 - m) * batch`, outside the graph and with

@@ -51,6 +51,11 @@ pub fn bias_add(y: &NDArray, b: &NDArray) -> Result<Option<NDArray>> {
 /// `gp = g * act'(out)`, `dy = gp`, `db = sum over rows of gp`. Returns `Ok(None)` under the
 /// same conditions as [`bias_add`]; the caller then composes the general ops.
 pub fn bias_act(y: &NDArray, b: &NDArray, act: Option<FusedAct>) -> Result<Option<NDArray>> {
+    crate::graph::traced_opt!(
+        Op::BiasAct { act, absorb: false },
+        [y, b],
+        bias_act(y, b, act)
+    );
     bias_act_impl(y, b, act, false)
 }
 
@@ -64,6 +69,11 @@ pub fn bias_act_absorbing(
     b: &NDArray,
     act: Option<FusedAct>,
 ) -> Result<Option<NDArray>> {
+    crate::graph::traced_opt!(
+        Op::BiasAct { act, absorb: true },
+        [y, b],
+        bias_act_absorbing(y, b, act)
+    );
     bias_act_impl(y, b, act, true)
 }
 

@@ -14,6 +14,7 @@ use crate::{ArrayData, DenseData, NDArray, Result, Shape};
 /// Returns `Ok(None)` when the operands are not two dense arrays of one shape and float dtype;
 /// the caller then uses the composite expression, which handles every other case.
 pub fn sigmoid_bce_logits(x: &NDArray, z: &NDArray) -> Result<Option<NDArray>> {
+    crate::graph::traced_opt!(Op::SigmoidBce, [x, z], sigmoid_bce_logits(x, z));
     sigmoid_bce_impl(x, z, None)
 }
 
@@ -27,6 +28,11 @@ pub fn sigmoid_bce_logits_to(
     z: &NDArray,
     out_shape: &[usize],
 ) -> Result<Option<NDArray>> {
+    crate::graph::traced_opt!(
+        Op::SigmoidBceTo(out_shape.to_vec()),
+        [x, z],
+        sigmoid_bce_logits_to(x, z, out_shape)
+    );
     sigmoid_bce_impl(x, z, Some(out_shape))
 }
 

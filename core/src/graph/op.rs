@@ -1,0 +1,621 @@
+//! What a graph node computes: an operator with its attributes, replayed through the same
+//! public operator the eager code called (so a replayed node records the same backward, keeps
+//! the same storage types and runs the same kernel), and its name and attributes as plain
+//! values for the exported graph format.
+
+use crate::ops::fused::FusedAct;
+use crate::ops::BinaryOp;
+use crate::{DType, Error, NDArray, Result, SType};
+
+/// An attribute value of an exported node (the JSON format maps each to one JSON value).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    /// A whole number (axes, depths).
+    Int(i64),
+    /// A number (scalars, slopes).
+    Float(f64),
+    /// A flag.
+    Bool(bool),
+    /// A list of whole numbers (shapes, axes).
+    Ints(Vec<i64>),
+    /// A name (dtype, activation).
+    Str(String),
+}
+
+/// Elementwise unary operators without attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnaryFn {
+    /// `-x`.
+    Neg,
+    /// `exp(x)`.
+    Exp,
+    /// `ln(x)`.
+    Log,
+    /// `sqrt(x)`.
+    Sqrt,
+    /// `x^2`.
+    Square,
+    /// `|x|`.
+    Abs,
+    /// `sign(x)`.
+    Sign,
+    /// `1 / (1 + exp(-x))`.
+    Sigmoid,
+    /// `max(x, 0)`.
+    Relu,
+    /// `tanh(x)`.
+    Tanh,
+    /// `ln(1 + exp(x))`.
+    Softrelu,
+}
+
+/// Elementwise operators with one scalar operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalarFn {
+    /// `x + s`.
+    Add,
+    /// `x - s`.
+    Sub,
+    /// `s - x`.
+    RSub,
+    /// `x * s`.
+    Mul,
+    /// `x / s`.
+    Div,
+    /// `s / x`.
+    RDiv,
+    /// `x ^ s`.
+    Pow,
+    /// `max(x, s)`.
+    Maximum,
+    /// `min(x, s)`.
+    Minimum,
+    /// `x` where positive, else `s x`.
+    LeakyRelu,
+}
+
+/// Comparisons (1/0 of the input dtype, not differentiable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpFn {
+    /// `==`.
+    Eq,
+    /// `!=`.
+    Ne,
+    /// `>`.
+    Gt,
+    /// `>=`.
+    Ge,
+    /// `<`.
+    Lt,
+    /// `<=`.
+    Le,
+}
+
+/// One traced operator application: which public operator and with which attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Broadcasting binary arithmetic (`add`, `sub`, `mul`, ...); inputs `a, b`.
+    Binary(BinaryOp),
+    /// Elementwise unary map; input `x`.
+    Unary(UnaryFn),
+    /// Elementwise op with a scalar; input `x`.
+    Scalar(ScalarFn, f64),
+    /// Broadcasting comparison; inputs `a, b`.
+    Compare(CmpFn),
+    /// Comparison against a scalar; input `x`.
+    CompareScalar(CmpFn, f64),
+    /// `clip(x, lo, hi)`.
+    Clip(f64, f64),
+    /// `reshape(x, shape)`.
+    Reshape(Vec<usize>),
+    /// `broadcast_to(x, shape)`.
+    BroadcastTo(Vec<usize>),
+    /// `dot_t(a, b, transpose_a, transpose_b)` (dispatches on storage types as eager does).
+    Dot {
+        /// Transpose the left operand.
+        ta: bool,
+        /// Transpose the right operand.
+        tb: bool,
+    },
+    /// `sparse::dot_csr_dense_t(x, w)`: csr `x` times the transpose of a Gluon-layout weight.
+    DotCsrDenseT,
+    /// `ops::fused::bias_act{,_absorbing}(y, b, act)`; inputs `y, b`.
+    BiasAct {
+        /// The fused activation.
+        act: Option<FusedAct>,
+        /// Fold `y`'s producer into this node (only when `y` has no other reader).
+        absorb: bool,
+    },
+    /// `ops::fused::sigmoid_bce_logits(x, z)`.
+    SigmoidBce,
+    /// `ops::fused::sigmoid_bce_logits_to(x, z, shape)`.
+    SigmoidBceTo(Vec<usize>),
+    /// `sum(x, axes, keepdims)`.
+    Sum {
+        /// Reduced axes (`None`: all).
+        axes: Option<Vec<i64>>,
+        /// Keep reduced axes as size 1.
+        keepdims: bool,
+    },
+    /// `mean(x, axes, keepdims)`.
+    Mean {
+        /// Reduced axes (`None`: all).
+        axes: Option<Vec<i64>>,
+        /// Keep reduced axes as size 1.
+        keepdims: bool,
+    },
+    /// `softmax(x, axis)`.
+    Softmax(i64),
+    /// `log_softmax(x, axis)`.
+    LogSoftmax(i64),
+    /// `one_hot(ids, depth, on, off, dtype)`.
+    OneHot {
+        /// Number of classes.
+        depth: usize,
+        /// Value at the id.
+        on: f64,
+        /// Value elsewhere.
+        off: f64,
+        /// Output dtype.
+        dtype: DType,
+    },
+    /// `where_(cond, x, y)`.
+    Where,
+    /// `astype(x, dtype)`.
+    Astype(DType),
+    /// `detach(x)`: same values, no gradient path.
+    Detach,
+    /// `sparse::embedding(table, ids)`.
+    Embedding,
+    /// `check_class_ids(labels, classes, count)`: validates labels, returns them unchanged.
+    CheckClassIds {
+        /// Number of classes.
+        classes: usize,
+        /// Number of labels expected.
+        count: usize,
+    },
+}
+
+macro_rules! name_table {
+    ($ty:ty, $($v:ident => $n:literal),* $(,)?) => {
+        impl $ty {
+            /// The name in the exported format.
+            pub fn name(self) -> &'static str {
+                match self { $(Self::$v => $n),* }
+            }
+            /// The variant of an exported name.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name { $($n => Some(Self::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+name_table!(UnaryFn, Neg => "neg", Exp => "exp", Log => "log", Sqrt => "sqrt",
+    Square => "square", Abs => "abs", Sign => "sign", Sigmoid => "sigmoid", Relu => "relu",
+    Tanh => "tanh", Softrelu => "softrelu");
+name_table!(ScalarFn, Add => "add_scalar", Sub => "sub_scalar", RSub => "rsub_scalar",
+    Mul => "mul_scalar", Div => "div_scalar", RDiv => "rdiv_scalar", Pow => "pow_scalar",
+    Maximum => "maximum_scalar", Minimum => "minimum_scalar", LeakyRelu => "leaky_relu");
+name_table!(CmpFn, Eq => "equal", Ne => "not_equal", Gt => "greater", Ge => "greater_equal",
+    Lt => "lesser", Le => "lesser_equal");
+
+impl CmpFn {
+    /// The comparison of a storage kernel's enum.
+    pub(crate) fn of(c: crate::storage::CmpOp) -> CmpFn {
+        use crate::storage::CmpOp;
+        match c {
+            CmpOp::Eq => CmpFn::Eq,
+            CmpOp::Ne => CmpFn::Ne,
+            CmpOp::Gt => CmpFn::Gt,
+            CmpOp::Ge => CmpFn::Ge,
+            CmpOp::Lt => CmpFn::Lt,
+            CmpOp::Le => CmpFn::Le,
+        }
+    }
+}
+
+const BINARY: [BinaryOp; 7] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Pow,
+    BinaryOp::Maximum,
+    BinaryOp::Minimum,
+];
+
+/// The exported name of a dtype.
+pub fn dtype_name(d: DType) -> &'static str {
+    d.name()
+}
+
+/// The dtype of an exported name.
+pub fn dtype_from_name(name: &str) -> Option<DType> {
+    [DType::F32, DType::F64, DType::I64, DType::I32, DType::U8]
+        .into_iter()
+        .find(|d| d.name() == name)
+}
+
+/// The exported name of a storage type.
+pub fn stype_name(s: SType) -> &'static str {
+    match s {
+        SType::Dense => "default",
+        SType::Csr => "csr",
+        SType::RowSparse => "row_sparse",
+    }
+}
+
+/// The storage type of an exported name (MXNet's names).
+pub fn stype_from_name(name: &str) -> Option<SType> {
+    [SType::Dense, SType::Csr, SType::RowSparse]
+        .into_iter()
+        .find(|&s| stype_name(s) == name)
+}
+
+fn act_name(a: Option<FusedAct>) -> &'static str {
+    match a {
+        None => "identity",
+        Some(FusedAct::Sigmoid) => "sigmoid",
+        Some(FusedAct::Tanh) => "tanh",
+        Some(FusedAct::Relu) => "relu",
+    }
+}
+
+fn usizes(v: &[usize]) -> AttrValue {
+    AttrValue::Ints(v.iter().map(|&d| d as i64).collect())
+}
+
+impl Op {
+    /// The number of inputs the operator takes.
+    pub fn arity(&self) -> usize {
+        match self {
+            Op::Binary(_)
+            | Op::Compare(_)
+            | Op::Dot { .. }
+            | Op::DotCsrDenseT
+            | Op::BiasAct { .. }
+            | Op::SigmoidBce
+            | Op::SigmoidBceTo(_)
+            | Op::Embedding => 2,
+            Op::Where => 3,
+            _ => 1,
+        }
+    }
+
+    /// True for operators that map each element on its own (same shape in and out): the
+    /// candidates for running in place of a dying input.
+    pub fn is_elementwise_unary(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary(_) | Op::Scalar(..) | Op::CompareScalar(..) | Op::Clip(..)
+        )
+    }
+
+    /// The name in the exported format.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Binary(b) => b.name(),
+            Op::Unary(u) => u.name(),
+            Op::Scalar(s, _) => s.name(),
+            Op::Compare(c) => c.name(),
+            Op::CompareScalar(..) => "compare_scalar",
+            Op::Clip(..) => "clip",
+            Op::Reshape(_) => "reshape",
+            Op::BroadcastTo(_) => "broadcast_to",
+            Op::Dot { .. } => "dot",
+            Op::DotCsrDenseT => "dot_csr_dense_t",
+            Op::BiasAct { .. } => "bias_act",
+            Op::SigmoidBce => "sigmoid_bce_logits",
+            Op::SigmoidBceTo(_) => "sigmoid_bce_logits_to",
+            Op::Sum { .. } => "sum",
+            Op::Mean { .. } => "mean",
+            Op::Softmax(_) => "softmax",
+            Op::LogSoftmax(_) => "log_softmax",
+            Op::OneHot { .. } => "one_hot",
+            Op::Where => "where",
+            Op::Astype(_) => "astype",
+            Op::Detach => "detach",
+            Op::Embedding => "embedding",
+            Op::CheckClassIds { .. } => "check_class_ids",
+        }
+    }
+
+    /// The attributes in the exported format, by name.
+    pub fn attrs(&self) -> Vec<(&'static str, AttrValue)> {
+        let axes = |a: &Option<Vec<i64>>| match a {
+            Some(v) => AttrValue::Ints(v.clone()),
+            None => AttrValue::Str("all".into()),
+        };
+        match self {
+            Op::Binary(_) | Op::Unary(_) | Op::Compare(_) => vec![],
+            Op::Scalar(_, s) => vec![("scalar", AttrValue::Float(*s))],
+            Op::CompareScalar(c, s) => vec![
+                ("cmp", AttrValue::Str(c.name().into())),
+                ("scalar", AttrValue::Float(*s)),
+            ],
+            Op::Clip(lo, hi) => vec![("lo", AttrValue::Float(*lo)), ("hi", AttrValue::Float(*hi))],
+            Op::Reshape(s) | Op::BroadcastTo(s) | Op::SigmoidBceTo(s) => vec![("shape", usizes(s))],
+            Op::Dot { ta, tb } => vec![
+                ("transpose_a", AttrValue::Bool(*ta)),
+                ("transpose_b", AttrValue::Bool(*tb)),
+            ],
+            Op::BiasAct { act, absorb } => vec![
+                ("act", AttrValue::Str(act_name(*act).into())),
+                ("absorb", AttrValue::Bool(*absorb)),
+            ],
+            Op::Sum { axes: a, keepdims } | Op::Mean { axes: a, keepdims } => {
+                vec![("axes", axes(a)), ("keepdims", AttrValue::Bool(*keepdims))]
+            }
+            Op::Softmax(a) | Op::LogSoftmax(a) => vec![("axis", AttrValue::Int(*a))],
+            Op::OneHot {
+                depth,
+                on,
+                off,
+                dtype,
+            } => vec![
+                ("depth", AttrValue::Int(*depth as i64)),
+                ("on", AttrValue::Float(*on)),
+                ("off", AttrValue::Float(*off)),
+                ("dtype", AttrValue::Str(dtype.name().into())),
+            ],
+            Op::Astype(d) => vec![("dtype", AttrValue::Str(d.name().into()))],
+            Op::CheckClassIds { classes, count } => vec![
+                ("classes", AttrValue::Int(*classes as i64)),
+                ("count", AttrValue::Int(*count as i64)),
+            ],
+            Op::DotCsrDenseT | Op::SigmoidBce | Op::Where | Op::Detach | Op::Embedding => vec![],
+        }
+    }
+
+    /// The operator of an exported name and attributes; an unknown name, a missing or
+    /// ill-typed attribute is an error naming it.
+    pub fn from_attrs(name: &str, attrs: &[(String, AttrValue)]) -> Result<Op> {
+        const OP: &str = "graph import";
+        let get = |k: &str| -> Result<&AttrValue> {
+            attrs
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v)
+                .ok_or_else(|| Error::arg(OP, format!("operator '{name}' needs attribute '{k}'")))
+        };
+        let bad = |k: &str, want: &str| {
+            Error::arg(
+                OP,
+                format!("operator '{name}': attribute '{k}' must be {want}"),
+            )
+        };
+        let float = |k: &str| match get(k)? {
+            AttrValue::Float(f) => Ok(*f),
+            AttrValue::Int(i) => Ok(*i as f64),
+            _ => Err(bad(k, "a number")),
+        };
+        let boolean = |k: &str| match get(k)? {
+            AttrValue::Bool(b) => Ok(*b),
+            _ => Err(bad(k, "true or false")),
+        };
+        let int = |k: &str| match get(k)? {
+            AttrValue::Int(i) => Ok(*i),
+            _ => Err(bad(k, "a whole number")),
+        };
+        let count =
+            |k: &str| usize::try_from(int(k)?).map_err(|_| bad(k, "a non-negative whole number"));
+        let shape = |k: &str| match get(k)? {
+            AttrValue::Ints(v) => v
+                .iter()
+                .map(|&d| usize::try_from(d).map_err(|_| bad(k, "a list of sizes >= 0")))
+                .collect::<Result<Vec<usize>>>(),
+            _ => Err(bad(k, "a list of sizes")),
+        };
+        let string = |k: &str| match get(k)? {
+            AttrValue::Str(s) => Ok(s.clone()),
+            _ => Err(bad(k, "a name")),
+        };
+        let dtype = |k: &str| {
+            dtype_from_name(&string(k)?)
+                .ok_or_else(|| bad(k, "float32, float64, int64, int32 or uint8"))
+        };
+        let axes = |k: &str| match get(k)? {
+            AttrValue::Str(s) if s == "all" => Ok(None),
+            AttrValue::Ints(v) => Ok(Some(v.clone())),
+            _ => Err(bad(k, "a list of axes or \"all\"")),
+        };
+        if let Some(b) = BINARY.into_iter().find(|b| b.name() == name) {
+            return Ok(Op::Binary(b));
+        }
+        if let Some(u) = UnaryFn::from_name(name) {
+            return Ok(Op::Unary(u));
+        }
+        if let Some(s) = ScalarFn::from_name(name) {
+            return Ok(Op::Scalar(s, float("scalar")?));
+        }
+        if let Some(c) = CmpFn::from_name(name) {
+            return Ok(Op::Compare(c));
+        }
+        Ok(match name {
+            "compare_scalar" => {
+                let c = string("cmp")?;
+                let c = CmpFn::from_name(&c).ok_or_else(|| bad("cmp", "a comparison name"))?;
+                Op::CompareScalar(c, float("scalar")?)
+            }
+            "clip" => Op::Clip(float("lo")?, float("hi")?),
+            "reshape" => Op::Reshape(shape("shape")?),
+            "broadcast_to" => Op::BroadcastTo(shape("shape")?),
+            "sigmoid_bce_logits_to" => Op::SigmoidBceTo(shape("shape")?),
+            "dot" => Op::Dot {
+                ta: boolean("transpose_a")?,
+                tb: boolean("transpose_b")?,
+            },
+            "dot_csr_dense_t" => Op::DotCsrDenseT,
+            "bias_act" => {
+                let a = string("act")?;
+                let act = match a.as_str() {
+                    "identity" => None,
+                    other => Some(
+                        FusedAct::from_name(other)
+                            .ok_or_else(|| bad("act", "identity, sigmoid, tanh or relu"))?,
+                    ),
+                };
+                Op::BiasAct {
+                    act,
+                    absorb: boolean("absorb")?,
+                }
+            }
+            "sigmoid_bce_logits" => Op::SigmoidBce,
+            "sum" => Op::Sum {
+                axes: axes("axes")?,
+                keepdims: boolean("keepdims")?,
+            },
+            "mean" => Op::Mean {
+                axes: axes("axes")?,
+                keepdims: boolean("keepdims")?,
+            },
+            "softmax" => Op::Softmax(int("axis")?),
+            "log_softmax" => Op::LogSoftmax(int("axis")?),
+            "one_hot" => Op::OneHot {
+                depth: count("depth")?,
+                on: float("on")?,
+                off: float("off")?,
+                dtype: dtype("dtype")?,
+            },
+            "where" => Op::Where,
+            "astype" => Op::Astype(dtype("dtype")?),
+            "detach" => Op::Detach,
+            "embedding" => Op::Embedding,
+            "check_class_ids" => Op::CheckClassIds {
+                classes: count("classes")?,
+                count: count("count")?,
+            },
+            other => {
+                return Err(Error::arg(
+                    OP,
+                    format!("unknown operator '{other}' (not one sparrow traces)"),
+                ))
+            }
+        })
+    }
+
+    /// Run the operator on `x` (as many arrays as [`Op::arity`]) through the public operator
+    /// the traced code called.
+    pub fn apply(&self, x: &[NDArray]) -> Result<NDArray> {
+        if x.len() != self.arity() {
+            return Err(Error::arg(
+                "graph",
+                format!(
+                    "operator '{}' takes {} inputs, got {}",
+                    self.name(),
+                    self.arity(),
+                    x.len()
+                ),
+            ));
+        }
+        let declined = |what: &str| {
+            Error::arg(
+                "graph",
+                format!(
+                    "operator '{}' declined operands it accepted when traced ({what})",
+                    self.name()
+                ),
+            )
+        };
+        match self {
+            Op::Binary(b) => {
+                let (a, c) = (&x[0], &x[1]);
+                match b {
+                    BinaryOp::Add => a.add(c),
+                    BinaryOp::Sub => a.sub(c),
+                    BinaryOp::Mul => a.mul(c),
+                    BinaryOp::Div => a.div(c),
+                    BinaryOp::Pow => a.pow(c),
+                    BinaryOp::Maximum => a.maximum(c),
+                    BinaryOp::Minimum => a.minimum(c),
+                }
+            }
+            Op::Unary(u) => {
+                let a = &x[0];
+                match u {
+                    UnaryFn::Neg => a.neg(),
+                    UnaryFn::Exp => a.exp(),
+                    UnaryFn::Log => a.log(),
+                    UnaryFn::Sqrt => a.sqrt(),
+                    UnaryFn::Square => a.square(),
+                    UnaryFn::Abs => a.abs(),
+                    UnaryFn::Sign => a.sign(),
+                    UnaryFn::Sigmoid => a.sigmoid(),
+                    UnaryFn::Relu => a.relu(),
+                    UnaryFn::Tanh => a.tanh(),
+                    UnaryFn::Softrelu => a.softrelu(),
+                }
+            }
+            Op::Scalar(f, s) => {
+                let (a, s) = (&x[0], *s);
+                match f {
+                    ScalarFn::Add => a.add_scalar(s),
+                    ScalarFn::Sub => a.sub_scalar(s),
+                    ScalarFn::RSub => a.rsub_scalar(s),
+                    ScalarFn::Mul => a.mul_scalar(s),
+                    ScalarFn::Div => a.div_scalar(s),
+                    ScalarFn::RDiv => a.rdiv_scalar(s),
+                    ScalarFn::Pow => a.pow_scalar(s),
+                    ScalarFn::Maximum => a.maximum_scalar(s),
+                    ScalarFn::Minimum => a.minimum_scalar(s),
+                    ScalarFn::LeakyRelu => a.leaky_relu(s),
+                }
+            }
+            Op::Compare(c) => {
+                let (a, b) = (&x[0], &x[1]);
+                match c {
+                    CmpFn::Eq => a.equal(b),
+                    CmpFn::Ne => a.not_equal(b),
+                    CmpFn::Gt => a.greater(b),
+                    CmpFn::Ge => a.greater_equal(b),
+                    CmpFn::Lt => a.lesser(b),
+                    CmpFn::Le => a.lesser_equal(b),
+                }
+            }
+            Op::CompareScalar(c, s) => {
+                let (a, s) = (&x[0], *s);
+                match c {
+                    CmpFn::Eq => a.equal_scalar(s),
+                    CmpFn::Ne => a.not_equal_scalar(s),
+                    CmpFn::Gt => a.greater_scalar(s),
+                    CmpFn::Ge => a.greater_equal_scalar(s),
+                    CmpFn::Lt => a.lesser_scalar(s),
+                    CmpFn::Le => a.lesser_equal_scalar(s),
+                }
+            }
+            Op::Clip(lo, hi) => x[0].clip(*lo, *hi),
+            Op::Reshape(s) => x[0].reshape(s),
+            Op::BroadcastTo(s) => x[0].broadcast_to(s),
+            Op::Dot { ta, tb } => x[0].dot_t(&x[1], *ta, *tb),
+            Op::DotCsrDenseT => crate::sparse::dot_csr_dense_t(&x[0], &x[1]),
+            Op::BiasAct { act, absorb } => {
+                let r = if *absorb {
+                    crate::ops::fused::bias_act_absorbing(&x[0], &x[1], *act)?
+                } else {
+                    crate::ops::fused::bias_act(&x[0], &x[1], *act)?
+                };
+                r.ok_or_else(|| declined("a 2-D dense product and a bias of its column count"))
+            }
+            Op::SigmoidBce => crate::ops::fused::sigmoid_bce_logits(&x[0], &x[1])?
+                .ok_or_else(|| declined("dense float operands of one shape")),
+            Op::SigmoidBceTo(s) => crate::ops::fused::sigmoid_bce_logits_to(&x[0], &x[1], s)?
+                .ok_or_else(|| declined("dense float operands of one element count")),
+            Op::Sum { axes, keepdims } => x[0].sum(axes.as_deref(), *keepdims),
+            Op::Mean { axes, keepdims } => x[0].mean(axes.as_deref(), *keepdims),
+            Op::Softmax(a) => x[0].softmax(*a),
+            Op::LogSoftmax(a) => x[0].log_softmax(*a),
+            Op::OneHot {
+                depth,
+                on,
+                off,
+                dtype,
+            } => x[0].one_hot(*depth, *on, *off, *dtype),
+            Op::Where => NDArray::where_(&x[0], &x[1], &x[2]),
+            Op::Astype(d) => x[0].astype(*d),
+            Op::Detach => Ok(x[0].detach()),
+            Op::Embedding => crate::sparse::embedding(&x[0], &x[1]),
+            Op::CheckClassIds { classes, count } => x[0].check_class_ids(*classes, *count),
+        }
+    }
+}

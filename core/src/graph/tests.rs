@@ -1,0 +1,289 @@
+use super::*;
+use crate::{autograd, NDArray};
+
+fn arr(v: &[f32], shape: &[usize]) -> NDArray {
+    NDArray::from_vec(v.to_vec(), shape).unwrap()
+}
+
+/// `relu(x . w^T + b).sum(axis 1)`, the shape of a small Dense layer and a reduction.
+fn forward(x: &NDArray, w: &NDArray, b: &NDArray) -> crate::Result<NDArray> {
+    let y = x.dot_t(w, false, true)?;
+    let y = crate::ops::fused::bias_act_absorbing(
+        &y,
+        b,
+        crate::ops::fused::FusedAct::from_name("relu"),
+    )?
+    .expect("dense operands");
+    y.mul_scalar(0.5)?.sum(Some(&[1]), false)
+}
+
+fn names() -> Vec<String> {
+    vec!["x".to_string()]
+}
+
+#[test]
+fn traced_graph_replays_eager_values_and_gradients() {
+    let x = arr(&[1., -2., 3., 0.5, 1., -1.], &[2, 3]);
+    let w = arr(
+        &[
+            0.1, 0.2, -0.3, 0.4, -0.5, 0.6, 0.7, 0.8, -0.9, 1.0, 0.0, 0.1,
+        ],
+        &[4, 3],
+    );
+    let b = arr(&[0.1, -0.2, 0.3, 0.0], &[4]);
+    w.attach_grad();
+    b.attach_grad();
+    let (out, log) = trace(|| forward(&x, &w, &b)).unwrap();
+    let out = out.unwrap();
+    assert_eq!(log.len(), 4);
+    let params = vec![("w".to_string(), w.clone()), ("b".to_string(), b.clone())];
+    let g = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&out),
+        &params,
+    )
+    .unwrap();
+    let ops: Vec<&str> = g.nodes().iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops, ["dot", "bias_act", "mul_scalar", "sum"]);
+    assert_eq!(g.params().len(), 2);
+    // A different batch through the graph equals eager on that batch, gradients included.
+    let x2 = arr(&[0.3, 2., -1., 1.5, -1., 2.], &[2, 3]);
+    let eager = autograd::record(|| forward(&x2, &w, &b)?.sum_all()).unwrap();
+    eager.backward().unwrap();
+    let (gw, gb) = (
+        w.grad().unwrap().to_f64_vec(),
+        b.grad().unwrap().to_f64_vec(),
+    );
+    let hy = autograd::record(|| {
+        g.run(std::slice::from_ref(&x2), &[w.clone(), b.clone()])?[0].sum_all()
+    })
+    .unwrap();
+    assert_eq!(hy.to_f64_vec(), eager.to_f64_vec());
+    hy.backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_f64_vec(), gw);
+    assert_eq!(b.grad().unwrap().to_f64_vec(), gb);
+}
+
+#[test]
+fn untraceable_forwards_are_named() {
+    let x = arr(&[1., 2.], &[2]);
+    // A constant made inside the forward.
+    let (out, log) = trace(|| x.add(&NDArray::ones(&[2], Default::default())?)).unwrap();
+    let err = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.contains("neither an input, a parameter"), "{err}");
+    // Data-dependent control flow: a host read decides what to compute.
+    let (out, log) = trace(|| {
+        if x.to_vec::<f32>()?[0] > 0.0 {
+            x.relu()
+        } else {
+            x.neg()
+        }
+    })
+    .unwrap();
+    let err = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.contains("on the host (to_vec)"), "{err}");
+    // A block that declares itself not traceable.
+    let (_, log) = trace(|| not_traceable("Dropout", "draws a random mask")).unwrap();
+    assert_eq!(log.problem(), Some("Dropout: draws a random mask"));
+    // Nested traces are refused.
+    let nested = trace(|| trace(|| ()).is_err()).unwrap().0;
+    assert!(nested);
+    assert!(!is_tracing());
+}
+
+#[test]
+fn crafted_graphs_are_rejected() {
+    let v = |s: &[usize]| ValueInfo {
+        shape: s.to_vec(),
+        dtype: crate::DType::F32,
+        stype: crate::SType::Dense,
+        bytes: s.iter().fold(4usize, |a, &d| a.saturating_mul(d)),
+    };
+    let relu = |i: usize, o: usize| Node {
+        op: Op::Unary(UnaryFn::Relu),
+        inputs: vec![i],
+        output: o,
+    };
+    let ok = Graph::new(
+        vec![v(&[2]), v(&[2])],
+        names(),
+        vec![0],
+        vec![],
+        vec![relu(0, 1)],
+        vec![1],
+    );
+    assert!(ok.is_ok());
+    let cases: Vec<(Graph2, &str)> = vec![
+        (
+            (vec![v(&[2]), v(&[2])], vec![0], vec![relu(1, 1)], vec![1]),
+            "before it is defined",
+        ),
+        (
+            (vec![v(&[2]), v(&[2])], vec![0], vec![relu(0, 5)], vec![1]),
+            "has 2 values",
+        ),
+        (
+            (vec![v(&[2]), v(&[2])], vec![0], vec![relu(0, 0)], vec![1]),
+            "second time",
+        ),
+        (
+            (vec![v(&[2]), v(&[2])], vec![0], vec![relu(0, 1)], vec![]),
+            "no outputs",
+        ),
+        (
+            (
+                vec![v(&[2]), v(&[2]), v(&[2])],
+                vec![0],
+                vec![relu(0, 1)],
+                vec![1],
+            ),
+            "never defined",
+        ),
+        (
+            (
+                vec![v(&[2]), v(&[2])],
+                vec![0],
+                vec![Node {
+                    op: Op::Binary(crate::ops::BinaryOp::Add),
+                    inputs: vec![0],
+                    output: 1,
+                }],
+                vec![1],
+            ),
+            "the operator takes 2",
+        ),
+        (
+            (
+                vec![v(&[usize::MAX, 4]), v(&[2])],
+                vec![0],
+                vec![relu(0, 1)],
+                vec![1],
+            ),
+            "too large",
+        ),
+    ];
+    for ((values, inputs, nodes, outputs), want) in cases {
+        let err = Graph::new(values, names(), inputs, vec![], nodes, outputs)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{err} (wanted '{want}')");
+    }
+    // A graph that lies about a shape fails at that node when run.
+    let liar = Graph::new(
+        vec![v(&[2]), v(&[3])],
+        names(),
+        vec![0],
+        vec![],
+        vec![relu(0, 1)],
+        vec![1],
+    )
+    .unwrap();
+    let err = liar
+        .run(&[arr(&[1., 2.], &[2])], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("node 0 (relu) produced"), "{err}");
+    // And inputs of another signature are refused.
+    let g = ok.unwrap();
+    let err = g
+        .run(&[arr(&[1., 2., 3.], &[3])], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("input 'x'"), "{err}");
+}
+
+type Graph2 = (Vec<ValueInfo>, Vec<usize>, Vec<Node>, Vec<usize>);
+
+#[test]
+fn attributes_round_trip() {
+    let ops = vec![
+        Op::Scalar(ScalarFn::Mul, 0.5),
+        Op::Reshape(vec![2, 3]),
+        Op::Sum {
+            axes: Some(vec![-1]),
+            keepdims: true,
+        },
+        Op::Mean {
+            axes: None,
+            keepdims: false,
+        },
+        Op::Dot {
+            ta: false,
+            tb: true,
+        },
+        Op::BiasAct {
+            act: crate::ops::fused::FusedAct::from_name("tanh"),
+            absorb: true,
+        },
+        Op::OneHot {
+            depth: 4,
+            on: 1.0,
+            off: 0.0,
+            dtype: crate::DType::F64,
+        },
+        Op::CompareScalar(CmpFn::Gt, 1.5),
+        Op::CheckClassIds {
+            classes: 3,
+            count: 7,
+        },
+        Op::Unary(UnaryFn::Softrelu),
+    ];
+    for op in ops {
+        let attrs: Vec<(String, AttrValue)> = op
+            .attrs()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(Op::from_attrs(op.name(), &attrs).unwrap(), op);
+    }
+    let err = Op::from_attrs("reshape", &[]).unwrap_err().to_string();
+    assert!(err.contains("needs attribute 'shape'"), "{err}");
+    let err = Op::from_attrs("launch_missiles", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown operator"), "{err}");
+}
+
+#[test]
+fn memory_plan_shares_buffers_of_a_chain() {
+    // x -> tanh -> mul_scalar -> ... : every step can reuse the dying buffer.
+    let x = arr(&[0.5; 64], &[8, 8]);
+    let (out, log) = trace(|| {
+        let mut h = x.clone();
+        for _ in 0..10 {
+            h = h.dot_t(&x, false, false)?.tanh()?;
+        }
+        Ok::<_, crate::Error>(h)
+    })
+    .unwrap();
+    let g = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[],
+    )
+    .unwrap();
+    let plan = MemoryPlan::of(&g);
+    assert_eq!(plan.total_bytes, 20 * 256);
+    assert_eq!(plan.in_place, 10);
+    // Two buffers ping-pong through the chain.
+    assert_eq!(plan.planned_bytes(), 2 * 256);
+    assert!(plan.live_peak_bytes <= 3 * 256);
+}

@@ -1,0 +1,227 @@
+//! The sparse tutorial's model (`features -> 128 -> 8 -> 1`, sigmoid, sigmoid BCE; the first
+//! layer a csr product with a row_sparse weight gradient) trained data-parallel with
+//! `dist_sync`: every rank reads its part of one LibSVM file (`num_parts = num_workers`,
+//! `part_index = rank`) and the Trainer sums gradients through the store. The training loop is
+//! the single-process one; only the store is new.
+//!
+//! ```text
+//! cargo build --release --features mpi --example dist_train
+//! mpirun -np 2 target/release/examples/dist_train -- [--samples 1000] [--features 1000000]
+//!     [--density 1e-5] [--batch-size 10] [--epochs 5] [--optimizer sgd|adam|ftrl]
+//!     [--first-grad row_sparse|dense] [--max-steps N] [--data-dir DIR]
+//! ```
+//!
+//! Prints, from rank 0: samples per second over the timed epochs (all ranks' samples; each
+//! rank on one thread: the example runs rayon with one thread), the bytes this rank handed to
+//! MPI per step (the store's count), and the bytes the loopback interface carried per step
+//! (`/proc/net/dev`, all ranks; meaningful with `--mca btl tcp,self`, where the ranks talk
+//! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
+//! gradient dense, summed by an all-reduce each step.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sparrow::core::{autograd, Device, NDArray, SType};
+use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
+use sparrow::data::synthetic;
+use sparrow::kvstore::mpi::{dist_sync, MpiSession};
+use sparrow::kvstore::partition_libsvm;
+use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
+use sparrow::nn::{Block, Dense, Initializer, Sequential};
+use sparrow::optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, Trainer};
+
+type BoxError = Box<dyn std::error::Error>;
+
+struct Args {
+    samples: usize,
+    features: usize,
+    density: f64,
+    batch_size: usize,
+    epochs: usize,
+    optimizer: String,
+    dense_grad: bool,
+    max_steps: Option<usize>,
+    data_dir: Option<PathBuf>,
+}
+
+fn parse() -> Result<Args, BoxError> {
+    let mut a = Args {
+        samples: 1000,
+        features: 1_000_000,
+        density: 1e-5,
+        batch_size: 10,
+        epochs: 5,
+        optimizer: "sgd".into(),
+        dense_grad: false,
+        max_steps: None,
+        data_dir: None,
+    };
+    let mut it = std::env::args().skip(1).filter(|s| s != "--");
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--samples" => a.samples = val()?.parse()?,
+            "--features" => a.features = val()?.parse()?,
+            "--density" => a.density = val()?.parse()?,
+            "--batch-size" => a.batch_size = val()?.parse()?,
+            "--epochs" => a.epochs = val()?.parse()?,
+            "--optimizer" => a.optimizer = val()?,
+            "--first-grad" => a.dense_grad = val()? == "dense",
+            "--max-steps" => a.max_steps = Some(val()?.parse()?),
+            "--data-dir" => a.data_dir = Some(val()?.into()),
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    if a.batch_size == 0 || a.epochs == 0 {
+        return Err("--batch-size and --epochs must be >= 1".into());
+    }
+    Ok(a)
+}
+
+/// Bytes the loopback interface has sent (`/proc/net/dev`), when readable.
+fn loopback_tx_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/net/dev").ok()?;
+    let line = s.lines().find(|l| l.trim_start().starts_with("lo:"))?;
+    // "lo: rx_bytes rx_packets ... (8 rx fields) tx_bytes ..."
+    line.split(':')
+        .nth(1)?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("dist_train: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), BoxError> {
+    let args = parse()?;
+    // One thread per rank: the ranks are the parallelism.
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build_global()?;
+    let _mpi = MpiSession::start()?;
+    let mut kv = dist_sync(Duration::from_secs(300))?;
+    let (rank, workers) = (kv.rank(), kv.num_workers());
+
+    // Rank 0 writes the data set; everyone reads its part of it.
+    let dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("sparrow-dist-train"));
+    let path = dir.join(format!(
+        "tutorial-{}x{}-{:e}.libsvm",
+        args.samples, args.features, args.density
+    ));
+    if rank == 0 && !path.exists() {
+        std::fs::create_dir_all(&dir)?;
+        let (x, y) = synthetic::tutorial_data(args.samples, args.features, args.density, 42)?;
+        let tmp = path.with_extension("tmp");
+        save_libsvm(&tmp, &x, &y)?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    kv.barrier()?;
+    let mut params = LibSVMIterParams::new(&path, args.features, args.batch_size);
+    params.prepare_transpose = !args.dense_grad;
+    params.idle_priority = true;
+    partition_libsvm(&mut params, &kv);
+    let mut iter = LibSVMIter::new(params)?;
+
+    // Ranks' parts may differ by a batch; synchronous steps need the same count everywhere:
+    // each rank's count goes into its slot of a vector the store sums.
+    let mine = iter.by_ref().count();
+    iter.reset();
+    let mut counts = vec![0f64; workers];
+    counts[rank] = mine as f64;
+    const COUNT_KEY: usize = 1 << 40;
+    kv.init(
+        COUNT_KEY,
+        &NDArray::zeros(&[workers], sparrow::core::DType::F64)?,
+    )?;
+    let all = NDArray::from_vec(counts, &[workers])?;
+    kv.pushpull(
+        COUNT_KEY,
+        std::slice::from_ref(&all),
+        std::slice::from_ref(&all),
+    )?;
+    let mut steps = all.to_vec::<f64>()?.into_iter().fold(f64::MAX, f64::min) as usize;
+    if let Some(m) = args.max_steps {
+        steps = steps.min(m);
+    }
+
+    let mut net = Sequential::new();
+    let first = Dense::new(128)
+        .in_units(args.features)
+        .activation("sigmoid");
+    net.add(if args.dense_grad {
+        first
+    } else {
+        first.grad_stype(SType::RowSparse)
+    });
+    net.add(Dense::new(8).in_units(128).activation("sigmoid"));
+    net.add(Dense::new(1).in_units(8).activation("sigmoid"));
+    net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
+    let opt: Box<dyn Optimizer> = match args.optimizer.as_str() {
+        "adam" => Box::new(Adam::new(0.01)),
+        "ftrl" => Box::new(Ftrl::new(0.1)),
+        _ => Box::new(Sgd::new(0.1)),
+    };
+    let mut trainer =
+        Trainer::with_boxed(net.collect_params()?.iter().map(|(_, p)| p.clone()), opt)?
+            .with_kvstore(Box::new(kv))?;
+    let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
+
+    let mut timed = Duration::ZERO;
+    let (mut timed_steps, mut loss_sum, mut rows) = (0usize, 0f64, 0usize);
+    let mut sent = 0u64;
+    let mut lo_bytes = 0u64;
+    for epoch in 0..args.epochs + 1 {
+        iter.reset();
+        let sent0 = trainer.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0);
+        let lo0 = loopback_tx_bytes().unwrap_or(0);
+        let t0 = Instant::now();
+        for batch in iter.by_ref().take(steps) {
+            let batch = batch?;
+            let y = batch.label.clone().ok_or("batch without labels")?;
+            let loss = autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?;
+            loss.backward()?;
+            trainer.step(args.batch_size)?;
+            if epoch == args.epochs {
+                loss_sum += loss.to_f64_vec().iter().sum::<f64>();
+                rows += args.batch_size;
+            }
+        }
+        // Epoch 0 warms up (first-step key initialization, page faults of the weight).
+        if epoch > 0 {
+            timed += t0.elapsed();
+            timed_steps += steps;
+            sent += trainer.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0) - sent0;
+            lo_bytes += loopback_tx_bytes().unwrap_or(0) - lo0;
+        }
+    }
+    if rank == 0 {
+        let samples = (timed_steps * args.batch_size * workers) as f64;
+        println!(
+            "{{\"ranks\": {workers}, \"batch_per_rank\": {}, \"steps\": {timed_steps}, \
+             \"first_grad\": \"{}\", \"samples_per_s\": {:.1}, \"ms_per_step\": {:.4}, \
+             \"bytes_sent_per_step_rank0\": {:.0}, \"loopback_bytes_per_step\": {:.0}, \
+             \"last_epoch_loss\": {:.5}}}",
+            args.batch_size,
+            if args.dense_grad {
+                "dense"
+            } else {
+                "row_sparse"
+            },
+            samples / timed.as_secs_f64(),
+            timed.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
+            sent as f64 / timed_steps.max(1) as f64,
+            lo_bytes as f64 / timed_steps.max(1) as f64,
+            loss_sum / rows.max(1) as f64,
+        );
+    }
+    Ok(())
+}

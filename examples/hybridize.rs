@@ -1,0 +1,298 @@
+//! Eager against hybridized (`sparrow::nn::Hybridize`): step time, allocations and peak heap
+//! bytes per step, and the memory plan of a deep MLP.
+//!
+//! ```text
+//! cargo run --release --example hybridize -- [--steps 30] [--rounds 5]
+//! ```
+//!
+//! * `mlp`: 784-512-512-10 (relu), batch 256, softmax cross-entropy, SGD: one training step.
+//! * `tutorial`: the sparse tutorial's variant (c) model on a synthetic csr batch (10 rows of
+//!   1,000,000 features, 10 non-zeros a row): Dense(128, sigmoid, row_sparse weight gradient),
+//!   Dense(8, sigmoid), Dense(1, sigmoid), sigmoid BCE, lazy SGD.
+//! * `mlp20`: a 20-layer MLP (512 wide, relu), batch 256: peak heap bytes above the
+//!   parameters of one inference forward and of one training step, eager and hybridized, and
+//!   the graph's memory plan (intermediates kept by a run that holds them all, the peak with
+//!   release after the last reader, and the planned peak with buffer sharing and in-place).
+//!
+//! Eager and hybridized steps alternate in rounds (so drift hits both); each figure is the
+//! median over rounds of the per-step mean. Allocations and peaks come from a counting global
+//! allocator around the system one.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use sparrow::core::graph::MemoryPlan;
+use sparrow::core::{autograd, DType, Device, NDArray, Result, SType};
+use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
+use sparrow::nn::{Block, Dense, Hybridize, Initializer, Sequential};
+use sparrow::optim::{Sgd, Trainer};
+
+/// The system allocator, counting allocations and live bytes (and their peak).
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grow(n: usize) {
+    let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call forwards to the system allocator with the same layout; the counters are
+// bookkeeping only.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        grow(l.size());
+        System.alloc(l)
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        grow(l.size());
+        System.alloc_zeroed(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        grow(n);
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations and peak live bytes above the starting level while `f` runs.
+fn measure<R>(f: impl FnOnce() -> R) -> (R, usize, usize) {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let a0 = ALLOCS.load(Ordering::Relaxed);
+    let r = f();
+    let allocs = ALLOCS.load(Ordering::Relaxed) - a0;
+    (r, allocs, PEAK.load(Ordering::Relaxed).saturating_sub(base))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+struct Args {
+    steps: usize,
+    rounds: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        steps: 30,
+        rounds: 5,
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    for w in v.chunks(2) {
+        let n = w.get(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            eprintln!("usage: hybridize [--steps N] [--rounds N]");
+            std::process::exit(2)
+        });
+        match w[0].as_str() {
+            "--steps" => a.steps = n,
+            "--rounds" => a.rounds = n,
+            other => {
+                eprintln!("unknown flag {other}; usage: hybridize [--steps N] [--rounds N]");
+                std::process::exit(2)
+            }
+        }
+    }
+    a
+}
+
+/// One training step: forward and loss under `record`, backward, optimizer step.
+fn train_step(
+    net: &dyn Block,
+    loss: &dyn Loss,
+    tr: &mut Trainer,
+    x: &NDArray,
+    y: &NDArray,
+) -> Result<()> {
+    let l = autograd::record(|| loss.forward(&net.forward(x)?, y)?.sum_all())?;
+    l.backward()?;
+    tr.step(x.shape()[0])
+}
+
+/// Time, allocations and peak bytes per training step of `eager` and `hybrid` (same model,
+/// two copies with the same seed-independent initialization: both start from the same
+/// weights copied over).
+fn compare(
+    name: &str,
+    eager: &dyn Block,
+    hybrid: &dyn Block,
+    loss: &dyn Loss,
+    x: &NDArray,
+    y: &NDArray,
+    a: &Args,
+) -> Result<()> {
+    let sgd = || Sgd::new(0.01);
+    let mut te = Trainer::from_params(&eager.collect_params()?, sgd())?;
+    let mut th = Trainer::from_params(&hybrid.collect_params()?, sgd())?;
+    for _ in 0..3 {
+        train_step(eager, loss, &mut te, x, y)?;
+        train_step(hybrid, loss, &mut th, x, y)?;
+    }
+    let (mut t_e, mut t_h) = (Vec::new(), Vec::new());
+    let (mut al_e, mut al_h, mut pk_e, mut pk_h) = (0, 0, 0, 0);
+    for _ in 0..a.rounds {
+        for (times, tr, net, al, pk) in [
+            (&mut t_e, &mut te, eager, &mut al_e, &mut pk_e),
+            (&mut t_h, &mut th, hybrid, &mut al_h, &mut pk_h),
+        ] {
+            let t0 = Instant::now();
+            for _ in 0..a.steps {
+                train_step(net, loss, tr, x, y)?;
+            }
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+            let (r, n, p) = measure(|| train_step(net, loss, tr, x, y));
+            r?;
+            *al = n;
+            *pk = p;
+        }
+    }
+    let (me, mh) = (median(t_e), median(t_h));
+    println!(
+        "{name:9} step us: eager {me:9.1}  hybridized {mh:9.1}  (eager/hybridized {:.3});  \
+         allocations/step: eager {al_e}, hybridized {al_h};  peak heap/step: eager {:.2} MB, \
+         hybridized {:.2} MB",
+        me / mh,
+        pk_e as f64 / 1e6,
+        pk_h as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn copy_params(from: &dyn Block, to: &dyn Block) -> Result<()> {
+    let (f, t) = (from.collect_params()?, to.collect_params()?);
+    for (n, p) in f.iter() {
+        if let Some(q) = t.get(n) {
+            q.set_data(&p.data()?)?;
+        }
+    }
+    Ok(())
+}
+
+fn mlp(widths: &[usize], grad_first: SType) -> Sequential {
+    let mut s = Sequential::new();
+    for (i, &w) in widths.iter().enumerate() {
+        let last = i + 1 == widths.len();
+        let mut d = Dense::new(w);
+        if !last {
+            d = d.activation("relu");
+        }
+        if i == 0 {
+            d = d.grad_stype(grad_first);
+        }
+        s.add(d);
+    }
+    s
+}
+
+fn main() -> Result<()> {
+    let a = args();
+    println!("threads: {}", rayon::current_num_threads());
+    // 784-512-512-10, batch 256.
+    let x = sparrow::core::testing::test_array(&[256, 784], -1.0, 1.0, 1).astype(DType::F32)?;
+    let y = NDArray::from_vec((0..256).map(|i| (i % 10) as f32).collect(), &[256])?;
+    let eager = mlp(&[512, 512, 10], SType::Dense);
+    let hybrid = mlp(&[512, 512, 10], SType::Dense).hybridize();
+    for n in [&eager as &dyn Block, &hybrid] {
+        n.initialize(&Initializer::xavier(), Device::Cpu)?;
+        autograd::pause(|| n.forward(&x))?;
+    }
+    copy_params(&eager, &hybrid)?;
+    compare(
+        "mlp",
+        &eager,
+        &hybrid,
+        &SoftmaxCrossEntropyLoss::new(),
+        &x,
+        &y,
+        &a,
+    )?;
+
+    // The tutorial's (c) model on a synthetic csr batch.
+    let xc = sparrow::core::testing::test_csr(10, 1_000_000, 1e-5, 3, DType::F32);
+    let yc = NDArray::from_vec((0..10).map(|i| (i % 2) as f32).collect(), &[10])?;
+    let tut = |h: bool| {
+        let mut s = Sequential::new();
+        s.add(
+            Dense::new(128)
+                .activation("sigmoid")
+                .grad_stype(SType::RowSparse),
+        );
+        s.add(Dense::new(8).in_units(128).activation("sigmoid"));
+        s.add(Dense::new(1).in_units(8).activation("sigmoid"));
+        (s, h)
+    };
+    let (te, _) = tut(false);
+    let th = tut(true).0.hybridize();
+    for n in [&te as &dyn Block, &th] {
+        n.initialize(&Initializer::xavier(), Device::Cpu)?;
+        autograd::pause(|| n.forward(&xc))?;
+    }
+    copy_params(&te, &th)?;
+    compare(
+        "tutorial",
+        &te,
+        &th,
+        &SigmoidBinaryCrossEntropyLoss::new(),
+        &xc,
+        &yc,
+        &a,
+    )?;
+
+    // Memory of a 20-layer MLP.
+    let widths = [512; 20];
+    let x = sparrow::core::testing::test_array(&[256, 512], -1.0, 1.0, 2).astype(DType::F32)?;
+    let y = NDArray::from_vec((0..256).map(|i| (i % 512) as f32).collect(), &[256])?;
+    let eager = mlp(&widths, SType::Dense);
+    let hybrid = mlp(&widths, SType::Dense).hybridize();
+    let loss = SoftmaxCrossEntropyLoss::new();
+    for n in [&eager as &dyn Block, &hybrid] {
+        n.initialize(&Initializer::xavier(), Device::Cpu)?;
+        // Warm-up: both signatures (inference and training) traced, pools filled.
+        for _ in 0..2 {
+            autograd::pause(|| n.forward(&x))?;
+            let l = autograd::record(|| loss.forward(&n.forward(&x)?, &y)?.sum_all())?;
+            l.backward()?;
+        }
+    }
+    for (name, net) in [("eager", &eager as &dyn Block), ("hybridized", &hybrid)] {
+        let (r, n_inf, p_inf) = measure(|| autograd::pause(|| net.forward(&x)));
+        r?;
+        let (r, n_tr, p_tr) = measure(|| -> Result<()> {
+            let l = autograd::record(|| loss.forward(&net.forward(&x)?, &y)?.sum_all())?;
+            l.backward()
+        });
+        r?;
+        println!(
+            "mlp20 {name:10}: inference peak {:.2} MB ({n_inf} allocations); training step \
+             (forward + backward) peak {:.2} MB ({n_tr} allocations)",
+            p_inf as f64 / 1e6,
+            p_tr as f64 / 1e6
+        );
+    }
+    let plan = MemoryPlan::of(&hybrid.graph().expect("traced"));
+    println!(
+        "mlp20 plan: intermediates all kept {:.2} MB; released after last reader {:.2} MB; \
+         planned (shared buffers, {} in place) {:.2} MB in {} buffers",
+        plan.total_bytes as f64 / 1e6,
+        plan.live_peak_bytes as f64 / 1e6,
+        plan.in_place,
+        plan.planned_bytes() as f64 / 1e6,
+        plan.slot_bytes.len()
+    );
+    Ok(())
+}

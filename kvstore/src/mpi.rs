@@ -1,0 +1,307 @@
+//! `dist_sync` over MPI (cargo feature `mpi`): [`MpiTransport`], the ranks of an MPI job as
+//! the workers of a [`SyncStore`], through rsmpi.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use mpi::Count;
+use sparrow_core::{Error, Result};
+
+use crate::store::SyncStore;
+use crate::transport::{Traffic, Transport};
+use crate::watchdog::Watchdog;
+
+/// Elements per all-reduce call: a 512 MB gradient is reduced in 16 MB pieces, so the extra
+/// buffer MPI needs (send and receive must differ) stays small.
+const REDUCE_CHUNK: usize = 4 << 20;
+
+/// The ranks of `MPI_COMM_WORLD` as the workers of a store, on a communicator of its own
+/// (a duplicate of the world's), so several stores of one process never mix their messages.
+/// The first one made initializes MPI; MPI is finalized when the last one is dropped.
+///
+/// A watchdog thread ends the job (`MPI_Abort`, with a message naming the rank and the call)
+/// when a collective call has not returned within the timeout: a rank that died, hung, or lost
+/// its link then stops the whole job with an error instead of leaving the others waiting
+/// forever. A rank that exits makes `mpirun` end the others itself.
+pub struct MpiTransport {
+    world: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    traffic: Traffic,
+    watchdog: Watchdog,
+    // Dropped last: the last transport's drop finalizes MPI.
+    _universe: Arc<Mpi>,
+}
+
+/// The initialized MPI library (rsmpi's `Universe`, whose drop finalizes it).
+struct Mpi(Universe);
+// The universe is only read (for the world communicator) under `MPI` below, and dropped once,
+// by the last transport; MPI runs with MPI_THREAD_MULTIPLE.
+unsafe impl Send for Mpi {}
+unsafe impl Sync for Mpi {}
+
+/// The library while some transport or session uses it.
+static MPI: Mutex<Weak<Mpi>> = Mutex::new(Weak::new());
+
+/// Keeps MPI initialized while it lives. MPI cannot be initialized again once finalized, and
+/// it is finalized when the last store (and session) is dropped; a program that makes stores
+/// one after another holds a session for as long as it makes them.
+pub struct MpiSession(#[allow(dead_code)] Arc<Mpi>);
+
+impl MpiSession {
+    /// Initialize MPI, or join the stores already using it.
+    pub fn start() -> Result<MpiSession> {
+        Ok(MpiSession(universe()?))
+    }
+}
+
+/// The initialized library, initializing it if no transport or session holds it.
+fn universe() -> Result<Arc<Mpi>> {
+    const OP: &str = "dist_sync";
+    let mut alive = MPI.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(u) = alive.upgrade() {
+        return Ok(u);
+    }
+    let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
+        .ok_or_else(|| {
+            Error::arg(
+                OP,
+                "MPI was initialized outside sparrow-kvstore, or finalized (when the last store \
+                 was dropped; hold an MpiSession to make stores one after another)",
+            )
+        })?;
+    if threading != mpi::Threading::Multiple {
+        return Err(Error::arg(
+            OP,
+            format!(
+                "the MPI library provides {threading:?} threading; the store's watchdog needs \
+                 Multiple"
+            ),
+        ));
+    }
+    let u = Arc::new(Mpi(universe));
+    *alive = Arc::downgrade(&u);
+    Ok(u)
+}
+
+// The communicator is a handle into the MPI library, which was initialized with
+// `MPI_THREAD_MULTIPLE` (checked in `world`), so calls may come from any thread; `&mut self` on
+// every collective keeps them one at a time, in order, as collectives require.
+unsafe impl Send for MpiTransport {}
+
+impl MpiTransport {
+    /// A duplicate of `MPI_COMM_WORLD`, initializing MPI first if no transport is alive.
+    /// Fails when MPI was initialized (or finalized) by someone else, or does not provide
+    /// `MPI_THREAD_MULTIPLE`.
+    pub fn world(timeout: Duration) -> Result<MpiTransport> {
+        let universe = universe()?;
+        let world = universe.0.world().duplicate();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        let comm = RawComm(world.as_raw());
+        let watchdog = Watchdog::start(
+            rank,
+            timeout,
+            Box::new(move |msg| {
+                eprintln!("{msg}");
+                comm.abort();
+            }),
+        );
+        Ok(MpiTransport {
+            world,
+            rank,
+            size,
+            traffic: Traffic::default(),
+            watchdog,
+            _universe: universe,
+        })
+    }
+
+    fn counts(&mut self, what: &'static str, n: usize) -> Result<Count> {
+        Count::try_from(n).map_err(|_| {
+            Error::arg(
+                what,
+                format!(
+                    "a message of {n} bytes is over MPI's count limit ({})",
+                    Count::MAX
+                ),
+            )
+        })
+    }
+}
+
+/// The world communicator's handle, moved to the watchdog thread.
+struct RawComm(mpi::ffi::MPI_Comm);
+// A handle MPI lets any thread use under MPI_THREAD_MULTIPLE.
+unsafe impl Send for RawComm {}
+
+impl RawComm {
+    /// End every rank of the job (exit code 3).
+    fn abort(&self) {
+        // SAFETY: MPI runs with MPI_THREAD_MULTIPLE, so this thread may call it while the main
+        // thread is blocked in a collective.
+        unsafe {
+            mpi::ffi::MPI_Abort(self.0, 3);
+        }
+    }
+}
+
+/// Displacements of consecutive parts of the given lengths.
+fn displs(counts: &[Count]) -> Result<Vec<Count>> {
+    let mut at: Count = 0;
+    counts
+        .iter()
+        .map(|&c| {
+            let d = at;
+            at = at.checked_add(c).ok_or_else(|| {
+                Error::arg(
+                    "dist_sync",
+                    "messages add up to more than MPI's count limit",
+                )
+            })?;
+            Ok(d)
+        })
+        .collect()
+}
+
+/// Cut `buf` into parts of `counts` lengths.
+fn split(buf: Vec<u8>, counts: &[Count]) -> Vec<Vec<u8>> {
+    let mut at = 0usize;
+    counts
+        .iter()
+        .map(|&c| {
+            let part = buf[at..at + c as usize].to_vec();
+            at += c as usize;
+            part
+        })
+        .collect()
+}
+
+impl Transport for MpiTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        self.traffic.add(0);
+        let _g = self.watchdog.guard("barrier");
+        self.world.barrier();
+        Ok(())
+    }
+
+    fn all_gather(&mut self, send: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mine = self.counts("all_gather", send.len())?;
+        self.traffic.add(send.len() + std::mem::size_of::<Count>());
+        let _g = self.watchdog.guard("all_gather");
+        let mut counts = vec![0 as Count; self.size];
+        self.world.all_gather_into(&mine, &mut counts[..]);
+        let displs = displs(&counts)?;
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let mut recv = vec![0u8; total];
+        {
+            let mut part = PartitionMut::new(&mut recv[..], &counts[..], &displs[..]);
+            self.world.all_gather_varcount_into(send, &mut part);
+        }
+        Ok(split(recv, &counts))
+    }
+
+    fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        if send.len() != self.size {
+            return Err(Error::arg(
+                "all_to_all",
+                format!("{} parts for {} workers", send.len(), self.size),
+            ));
+        }
+        let scounts = send
+            .iter()
+            .map(|p| self.counts("all_to_all", p.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let rank = self.rank;
+        let others: usize = (0..self.size)
+            .filter(|&r| r != rank)
+            .map(|r| send[r].len() + std::mem::size_of::<Count>())
+            .sum();
+        self.traffic.add(others);
+        let _g = self.watchdog.guard("all_to_all");
+        let mut rcounts = vec![0 as Count; self.size];
+        self.world.all_to_all_into(&scounts[..], &mut rcounts[..]);
+        let (sdispls, rdispls) = (displs(&scounts)?, displs(&rcounts)?);
+        let flat: Vec<u8> = send.concat();
+        let total: usize = rcounts.iter().map(|&c| c as usize).sum();
+        let mut recv = vec![0u8; total];
+        {
+            let sp = Partition::new(&flat[..], &scounts[..], &sdispls[..]);
+            let mut rp = PartitionMut::new(&mut recv[..], &rcounts[..], &rdispls[..]);
+            self.world.all_to_all_varcount_into(&sp, &mut rp);
+        }
+        Ok(split(recv, &rcounts))
+    }
+
+    fn broadcast(&mut self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
+        if root >= self.size {
+            return Err(Error::arg(
+                "broadcast",
+                format!("root {root} of {} workers", self.size),
+            ));
+        }
+        let mut len = buf.len() as u64;
+        self.traffic
+            .add(if self.rank == root { buf.len() + 8 } else { 0 });
+        let _g = self.watchdog.guard("broadcast");
+        let root_process = self.world.process_at_rank(root as i32);
+        root_process.broadcast_into(&mut len);
+        if self.rank != root {
+            *buf = vec![0u8; len as usize];
+        }
+        // In pieces below MPI's count limit.
+        for piece in buf.chunks_mut(1 << 30) {
+            root_process.broadcast_into(piece);
+        }
+        Ok(())
+    }
+
+    fn all_reduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
+        self.traffic.add(std::mem::size_of_val(buf));
+        let _g = self.watchdog.guard("all_reduce");
+        let mut send = Vec::with_capacity(REDUCE_CHUNK.min(buf.len()));
+        for piece in buf.chunks_mut(REDUCE_CHUNK) {
+            send.clear();
+            send.extend_from_slice(piece);
+            self.world
+                .all_reduce_into(&send[..], piece, SystemOperation::sum());
+        }
+        Ok(())
+    }
+
+    fn all_reduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
+        self.traffic.add(std::mem::size_of_val(buf));
+        let _g = self.watchdog.guard("all_reduce");
+        let mut send = Vec::with_capacity(REDUCE_CHUNK.min(buf.len()));
+        for piece in buf.chunks_mut(REDUCE_CHUNK) {
+            send.clear();
+            send.extend_from_slice(piece);
+            self.world
+                .all_reduce_into(&send[..], piece, SystemOperation::sum());
+        }
+        Ok(())
+    }
+
+    fn traffic(&self) -> Traffic {
+        self.traffic
+    }
+}
+
+/// MXNet's `kv.create('dist_sync')`: the ranks of this MPI job (`mpirun -np N`) as workers.
+/// Initializes MPI (once per process). A collective call that has not completed within
+/// `timeout` aborts the job with a message (see [`MpiTransport`]).
+pub fn dist_sync(timeout: Duration) -> Result<SyncStore<MpiTransport>> {
+    Ok(SyncStore::new("dist_sync", MpiTransport::world(timeout)?))
+}

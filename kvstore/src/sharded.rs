@@ -1,0 +1,236 @@
+//! Sharded row_sparse tables: a table and its optimizer state split by rows across the
+//! workers. Each push sends every gradient row to the worker that owns it, which merges the
+//! workers' rows and updates its shard (lazily, with the store's optimizer); each
+//! `row_sparse_pull` asks the owners for the rows a worker needs. No worker holds more than its
+//! shard and the rows of its own batches, so a table larger than one machine's memory trains.
+
+use sparrow_core::sparse::add_grads;
+use sparrow_core::{DType, Error, NDArray, Result, SType};
+use sparrow_optim::State;
+
+use crate::store::{unknown_key, Slot, SyncStore};
+use crate::transport::Transport;
+use crate::wire::{self, Header};
+
+/// The rows `lo..hi` of a `rows`-row table that worker `rank` of `workers` owns: contiguous
+/// blocks, sizes differing by at most one.
+pub fn shard_range(rows: usize, rank: usize, workers: usize) -> (usize, usize) {
+    let at = |r: usize| (rows as u128 * r as u128 / workers.max(1) as u128) as usize;
+    (at(rank), at(rank + 1))
+}
+
+/// This worker's part of a sharded table.
+pub(crate) struct Shard {
+    /// The whole table's shape.
+    pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: DType,
+    /// The rows this worker owns.
+    pub(crate) lo: usize,
+    pub(crate) hi: usize,
+    /// Those rows, dense `[hi - lo, shape[1..]...]`.
+    pub(crate) value: NDArray,
+    pub(crate) state: Option<State>,
+}
+
+impl<T: Transport> SyncStore<T> {
+    /// Make `key` a sharded table of `shape` and `dtype`: this worker owns the rows
+    /// [`shard_range`]`(shape[0], rank, num_workers)` and `shard` holds them (dense, those
+    /// rows' count first). Collective: every worker calls it with the same key, shape and
+    /// dtype. Pushes to the key must be row_sparse and need an optimizer on the store
+    /// ([`sparrow_optim::KVStore::set_optimizer`]); `row_sparse_pull` fetches rows from
+    /// their owners, `pull` the whole table (avoid it for a large one).
+    pub fn init_sharded(&mut self, key: usize, shape: &[usize], shard: &NDArray) -> Result<()> {
+        const OP: &str = "KVStore::init_sharded";
+        let (rank, n) = (self.transport.rank(), self.transport.size());
+        let (lo, hi) = shape
+            .first()
+            .map(|&rows| shard_range(rows, rank, n))
+            .unwrap_or((0, 0));
+        let mut want = shape.to_vec();
+        if let Some(r) = want.first_mut() {
+            *r = hi - lo;
+        }
+        let local = if self.contains(key) {
+            Err(Error::arg(OP, format!("key {key} is already initialized")))
+        } else if shape.len() < 2 {
+            Err(Error::shape(
+                OP,
+                format!("key {key}: a sharded table is at least 2-d, got {shape:?}"),
+            ))
+        } else if shard.stype() != SType::Dense || shard.shape() != want {
+            Err(Error::shape(
+                OP,
+                format!(
+                    "key {key}: worker {rank} owns rows {lo}..{hi} of {shape:?}, so its shard is \
+                     a dense {want:?} array; got {} {:?}",
+                    wire::stype_name(shard.stype()),
+                    shard.shape()
+                ),
+            ))
+        } else {
+            Ok(())
+        };
+        // The header carries the whole table's shape, which every worker must agree on.
+        let mut header = Header::new("init_sharded", key, local.as_ref().map(|_| shard));
+        if local.is_ok() {
+            header.shape = shape.iter().map(|&d| d as u64).collect();
+        }
+        self.agree(OP, header, true)?;
+        self.slots.insert(
+            key,
+            Slot::Sharded(Shard {
+                shape: shape.to_vec(),
+                dtype: shard.dtype(),
+                lo,
+                hi,
+                value: shard.copy(),
+                state: None,
+            }),
+        );
+        Ok(())
+    }
+
+    /// The rows `lo..hi` of a sharded key on this worker (its shard), and a handle of them.
+    pub fn shard(&self, key: usize) -> Result<(usize, usize, NDArray)> {
+        match self.slots.get(&key) {
+            Some(Slot::Sharded(s)) => Ok((s.lo, s.hi, s.value.clone())),
+            Some(Slot::Replicated(_)) => Err(Error::arg(
+                "KVStore::shard",
+                format!("key {key} is replicated, not sharded"),
+            )),
+            None => Err(unknown_key("KVStore::shard", key)),
+        }
+    }
+}
+
+/// Every worker's owner ranges of a `rows`-row table.
+fn owners(rows: usize, n: usize) -> Vec<(usize, usize)> {
+    (0..n).map(|r| shard_range(rows, r, n)).collect()
+}
+
+/// Split sorted `ids` by owner: the index range of `ids` each worker owns.
+fn split_ids(ids: &[i64], owners: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    owners
+        .iter()
+        .map(|&(lo, hi)| {
+            let a = ids.partition_point(|&i| (i as usize) < lo);
+            let b = ids.partition_point(|&i| (i as usize) < hi);
+            (a, b)
+        })
+        .collect()
+}
+
+/// A sharded push: each row of the (agreed, row_sparse) local sum goes to its owner; each
+/// owner merges what the workers sent in worker order and updates its shard.
+pub(crate) fn push<T: Transport>(
+    store: &mut SyncStore<T>,
+    key: usize,
+    local: NDArray,
+) -> Result<()> {
+    let n = store.transport.size();
+    let Some(Slot::Sharded(s)) = store.slots.get(&key) else {
+        return Err(unknown_key("KVStore::push", key));
+    };
+    let (shape, dtype, lo, hi) = (s.shape.clone(), s.dtype, s.lo, s.hi);
+    let row: usize = shape[1..].iter().product::<usize>() * dtype.size_of();
+    let (ids, rows) = local.row_sparse_parts()?;
+    let rows_le = rows.to_le_bytes()?;
+    let send: Vec<Vec<u8>> = split_ids(&ids, &owners(shape[0], n))
+        .into_iter()
+        .map(|(a, b)| wire::encode_rows(&ids[a..b], &rows_le[a * row..b * row]))
+        .collect();
+    let got = store.transport.all_to_all(send)?;
+    // The owner's merge, in worker order, with ids local to the shard.
+    let mut shard_shape = shape.clone();
+    shard_shape[0] = hi - lo;
+    let mut grad: Option<NDArray> = None;
+    for p in &got {
+        let (ids, rows_le) = wire::decode_rows(p)?;
+        if let Some(&bad) = ids
+            .iter()
+            .find(|&&i| (i as usize) < lo || (i as usize) >= hi)
+        {
+            return Err(Error::index(
+                "KVStore::push",
+                format!(
+                    "key {key}: a worker sent row {bad}, outside this worker's rows {lo}..{hi}"
+                ),
+            ));
+        }
+        let local_ids: Vec<i64> = ids.iter().map(|&i| i - lo as i64).collect();
+        let mut rshape = shard_shape.clone();
+        rshape[0] = local_ids.len();
+        let vals = NDArray::from_le_bytes(rows_le, dtype, &rshape)?;
+        let part = NDArray::row_sparse_from_arrays(&vals, local_ids, &shard_shape)?;
+        grad = Some(match grad {
+            None => part,
+            Some(g) => add_grads(&g, &part)?,
+        });
+    }
+    let grad = grad.ok_or_else(|| Error::arg("KVStore::push", "no workers"))?;
+    let opt = store.optimizer.as_mut().ok_or_else(|| {
+        Error::arg(
+            "KVStore::push",
+            format!("key {key} is sharded: set_optimizer first"),
+        )
+    })?;
+    let Some(Slot::Sharded(s)) = store.slots.get_mut(&key) else {
+        return Err(unknown_key("KVStore::push", key));
+    };
+    if s.state.is_none() {
+        s.state = Some(opt.create_state(key, &s.value)?);
+    }
+    // Every owner updates every push, rows or not, so update counts (Adam's bias correction)
+    // advance as they do for a replicated key.
+    opt.update(
+        key,
+        &s.value,
+        &grad,
+        s.state.as_mut().expect("created above"),
+    )
+}
+
+/// The rows `ids` (sorted, unique, in range) of a sharded key, fetched from their owners, as
+/// a row_sparse array of the table's shape. Collective.
+pub(crate) fn gather_rows<T: Transport>(
+    store: &mut SyncStore<T>,
+    key: usize,
+    ids: &[i64],
+) -> Result<NDArray> {
+    const OP: &str = "KVStore::row_sparse_pull";
+    let n = store.transport.size();
+    let Some(Slot::Sharded(s)) = store.slots.get(&key) else {
+        return Err(unknown_key(OP, key));
+    };
+    let (shape, dtype, lo, value) = (s.shape.clone(), s.dtype, s.lo, s.value.clone());
+    // Everyone agrees on the key first, so a worker pulling another key fails everywhere.
+    let mut header = Header::new("row_sparse_pull", key, Ok(&value));
+    header.shape = shape.iter().map(|&d| d as u64).collect();
+    store.agree(OP, header, true)?;
+    // 1. Ask each owner for its rows among `ids`.
+    let ranges = split_ids(ids, &owners(shape[0], n));
+    let asks: Vec<Vec<u8>> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            let mut w = wire::Writer::default();
+            w.ids(&ids[a..b]);
+            w.0
+        })
+        .collect();
+    let asked = store.transport.all_to_all(asks)?;
+    // 2. Answer every worker with the rows it asked this one for.
+    let mut answers = Vec::with_capacity(n);
+    for a in &asked {
+        let want = wire::Reader::new(a).ids()?;
+        let local: Vec<i64> = want.iter().map(|&i| i - lo as i64).collect();
+        let rows = value.take_rows(&local)?;
+        answers.push(rows.to_le_bytes()?);
+    }
+    let got = store.transport.all_to_all(answers)?;
+    // 3. Owners' ranges ascend, so their answers concatenate in row-id order.
+    let bytes: Vec<u8> = got.concat();
+    let mut rshape = shape.clone();
+    rshape[0] = ids.len();
+    let rows = NDArray::from_le_bytes(&bytes, dtype, &rshape)?;
+    NDArray::row_sparse_from_arrays(&rows, ids.to_vec(), &shape)
+}

@@ -1,0 +1,648 @@
+//! [`SyncStore`]: MXNet's synchronous KVStore semantics over any [`Transport`]; `local` and
+//! `dist_sync` are this store over threads and over MPI.
+
+use std::collections::BTreeMap;
+
+use sparrow_core::sparse::add_grads;
+use sparrow_core::{DType, Error, NDArray, Result, SType};
+use sparrow_optim::{check_many, KVStore, Optimizer, State};
+
+use crate::transport::{Traffic, Transport};
+use crate::wire::{self, check_headers, Header, Reader, Writer};
+
+/// Per worker, per key: the row_sparse rows the worker sent with its headers (empty for keys
+/// it did not send rows for).
+type PerWorkerRows = Vec<Vec<Vec<u8>>>;
+
+/// One key's value and, with an optimizer on the store, its optimizer state.
+pub(crate) struct Replica {
+    pub(crate) value: NDArray,
+    pub(crate) state: Option<State>,
+}
+
+/// A key: replicated on every worker, or a row_sparse table split by rows
+/// ([`SyncStore::init_sharded`]).
+pub(crate) enum Slot {
+    Replicated(Replica),
+    Sharded(crate::sharded::Shard),
+}
+
+/// A synchronous store: every push is summed over all workers before it is stored or applied,
+/// as MXNet's `local` (several devices) and `dist_sync` stores do. Built from a
+/// [`Transport`]; see [`crate::local`], [`crate::local_group`] and, with the `mpi` feature,
+/// `crate::dist_sync`.
+///
+/// - Dense pushes are summed by an all-reduce.
+/// - Row_sparse pushes are summed by gathering every worker's (row ids, rows) and merging
+///   them in worker order, so every worker holds the same bits; no dense array of the table's
+///   size is sent.
+/// - Before any data moves, every worker's header (op, key, dtype, storage type, shape, or the
+///   error it found locally) is gathered: a call that fails or disagrees on one worker fails
+///   with the same message on all of them, and nothing is changed.
+pub struct SyncStore<T: Transport> {
+    kind: &'static str,
+    pub(crate) transport: T,
+    pub(crate) slots: BTreeMap<usize, Slot>,
+    pub(crate) optimizer: Option<Box<dyn Optimizer>>,
+}
+
+impl<T: Transport> SyncStore<T> {
+    /// A store named `kind` (`local`, `dist_sync`) over `transport`.
+    pub fn new(kind: &'static str, transport: T) -> Self {
+        SyncStore {
+            kind,
+            transport,
+            slots: BTreeMap::new(),
+            optimizer: None,
+        }
+    }
+
+    /// What this worker has sent through the transport so far.
+    pub fn traffic(&self) -> Traffic {
+        self.transport.traffic()
+    }
+
+    /// Whether `key` has been initialized.
+    pub fn contains(&self, key: usize) -> bool {
+        self.slots.contains_key(&key)
+    }
+
+    /// Gather every worker's header for one call and check them (see [`check_headers`]).
+    pub(crate) fn agree(
+        &mut self,
+        op: &'static str,
+        mine: Header,
+        same_stype: bool,
+    ) -> Result<Vec<Header>> {
+        let all = self.transport.all_gather(&mine.encode())?;
+        let headers = all
+            .iter()
+            .map(|b| Header::decode(b))
+            .collect::<Result<Vec<_>>>()?;
+        check_headers(op, &headers, same_stype)?;
+        Ok(headers)
+    }
+
+    /// The (shape, dtype) of `key`, or the error of an unknown key.
+    pub(crate) fn meta(&self, op: &'static str, key: usize) -> Result<(Vec<usize>, DType)> {
+        match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => Ok((r.value.shape(), r.value.dtype())),
+            Some(Slot::Sharded(s)) => Ok((s.shape.clone(), s.dtype)),
+            None => Err(unknown_key(op, key)),
+        }
+    }
+
+    /// The sum of one worker's `values` for `key`, checked against the key.
+    fn local_sum(&self, key: usize, values: &[NDArray]) -> Result<NDArray> {
+        const OP: &str = "KVStore::push";
+        let (shape, dtype) = self.meta(OP, key)?;
+        let Some(first) = values.first() else {
+            return Err(Error::arg(OP, format!("key {key}: no values to push")));
+        };
+        for v in values {
+            check_value(OP, key, v, &shape, dtype)?;
+        }
+        let mut sum = first.clone();
+        for v in &values[1..] {
+            sum = add_grads(&sum, v)?;
+        }
+        if let Some(Slot::Sharded(_)) = self.slots.get(&key) {
+            if sum.stype() != SType::RowSparse {
+                return Err(Error::stype(
+                    OP,
+                    format!(
+                        "key {key} is a sharded table: push row_sparse gradients (got {})",
+                        wire::stype_name(sum.stype())
+                    ),
+                ));
+            }
+            if self.optimizer.is_none() {
+                return Err(Error::arg(
+                    OP,
+                    format!(
+                        "key {key} is a sharded table, updated by the worker that owns each \
+                         row: set_optimizer first"
+                    ),
+                ));
+            }
+        }
+        Ok(sum)
+    }
+
+    /// Sum `local` (this worker's part) over the workers: all-reduce when dense, gather and
+    /// merge of (row ids, rows) when row_sparse.
+    fn sum_over_workers(&mut self, local: NDArray) -> Result<NDArray> {
+        if self.transport.size() == 1 {
+            return Ok(local);
+        }
+        let shape = local.shape();
+        match local.stype() {
+            SType::RowSparse => {
+                let msg = wire::encode_rsp(&local)?;
+                let parts = self.transport.all_gather(&msg)?;
+                merge_rows(&parts, local.dtype(), &shape)
+            }
+            _ => match local.dtype() {
+                DType::F32 => {
+                    let mut v = local.to_vec::<f32>()?;
+                    self.transport.all_reduce_sum_f32(&mut v)?;
+                    NDArray::from_vec(v, &shape)
+                }
+                DType::F64 => {
+                    let mut v = local.to_vec::<f64>()?;
+                    self.transport.all_reduce_sum_f64(&mut v)?;
+                    NDArray::from_vec(v, &shape)
+                }
+                other => Err(Error::dtype(
+                    "KVStore::push",
+                    format!(
+                        "dense pushes are summed as float32 or float64, got {}",
+                        other.name()
+                    ),
+                )),
+            },
+        }
+    }
+
+    /// Store or apply the summed push of a replicated key.
+    fn apply(&mut self, key: usize, sum: NDArray) -> Result<()> {
+        let Some(Slot::Replicated(r)) = self.slots.get_mut(&key) else {
+            return Err(unknown_key("KVStore::push", key));
+        };
+        match self.optimizer.as_mut() {
+            None => {
+                r.value = sum;
+                Ok(())
+            }
+            Some(opt) => {
+                if r.state.is_none() {
+                    r.state = Some(opt.create_state(key, &r.value)?);
+                }
+                let state = r.state.as_mut().expect("created above");
+                opt.update(key, &r.value, &sum, state)
+            }
+        }
+    }
+
+    /// Every key's header in one gather, checked key by key (see [`check_headers`]); a
+    /// worker whose list differs in length fails the call everywhere. `payload` (this
+    /// worker's row_sparse rows, one entry per key) rides in the same message, so a step costs
+    /// one gather for the headers and every row_sparse key. Returns, per key, whether the
+    /// workers' storage types differ (the key is then summed dense), and every worker's
+    /// payload entries.
+    fn agree_many(
+        &mut self,
+        op: &'static str,
+        mine: &[Header],
+        payload: &[Vec<u8>],
+    ) -> Result<(Vec<bool>, PerWorkerRows)> {
+        let mut w = Writer::default();
+        w.u64(mine.len() as u64);
+        for h in mine {
+            w.bytes(&h.encode());
+        }
+        w.u64(payload.len() as u64);
+        for p in payload {
+            w.bytes(p);
+        }
+        let all = self.transport.all_gather(&w.0)?;
+        let mut per_worker = Vec::with_capacity(all.len());
+        let mut payloads = Vec::with_capacity(all.len());
+        for b in &all {
+            let mut r = Reader::new(b);
+            let n = r.u64()? as usize;
+            let hs = (0..n)
+                .map(|_| Header::decode(r.bytes()?))
+                .collect::<Result<Vec<_>>>()?;
+            let m = r.u64()? as usize;
+            let ps = (0..m)
+                .map(|_| r.bytes().map(<[u8]>::to_vec))
+                .collect::<Result<Vec<_>>>()?;
+            per_worker.push(hs);
+            payloads.push(ps);
+        }
+        // A worker that failed before listing its keys (bad lists) sends one header with its
+        // error: report every worker's first error.
+        if per_worker
+            .iter()
+            .any(|hs| hs.iter().any(|h| !h.error.is_empty()))
+        {
+            let firsts: Vec<Header> = per_worker
+                .iter()
+                .map(|hs| {
+                    hs.iter()
+                        .find(|h| !h.error.is_empty())
+                        .or(hs.first())
+                        .cloned()
+                        .unwrap_or_else(|| Header::new("pushpull", 0, Ok(&NDArray::scalar(0f32))))
+                })
+                .collect();
+            check_headers(op, &firsts, false)?;
+        }
+        if let Some((r, hs)) = per_worker
+            .iter()
+            .enumerate()
+            .find(|(_, hs)| hs.len() != per_worker[0].len())
+        {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "workers disagree (nothing was changed): worker 0 pushes {} keys, worker {r} {}",
+                    per_worker[0].len(),
+                    hs.len()
+                ),
+            ));
+        }
+        let mut mixed = Vec::with_capacity(per_worker[0].len());
+        for i in 0..per_worker[0].len() {
+            let key_headers: Vec<Header> = per_worker.iter().map(|hs| hs[i].clone()).collect();
+            check_headers(op, &key_headers, false)?;
+            mixed.push(key_headers.iter().any(|h| h.stype != key_headers[0].stype));
+        }
+        Ok((mixed, payloads))
+    }
+
+    /// The sums of the fused keys `idx` of `pushpull_many`: one all-reduce per dtype for the
+    /// dense values (concatenated), and for row_sparse values the merge, in worker order, of
+    /// the rows every worker sent with its headers (`rows_from[worker][key]`).
+    fn sum_many(
+        &mut self,
+        locals: &[NDArray],
+        idx: &[usize],
+        rows_from: &PerWorkerRows,
+    ) -> Result<Vec<(usize, NDArray)>> {
+        if self.transport.size() == 1 {
+            return Ok(idx.iter().map(|&i| (i, locals[i].clone())).collect());
+        }
+        let mut sums = Vec::with_capacity(idx.len());
+        for dtype in [DType::F32, DType::F64] {
+            let group: Vec<usize> = idx
+                .iter()
+                .copied()
+                .filter(|&i| locals[i].stype() == SType::Dense && locals[i].dtype() == dtype)
+                .collect();
+            if group.is_empty() {
+                continue;
+            }
+            macro_rules! reduce {
+                ($t:ty, $f:ident) => {{
+                    let mut flat: Vec<$t> = Vec::new();
+                    for &i in &group {
+                        locals[i].with_slice::<$t, _>(|s| flat.extend_from_slice(s))?;
+                    }
+                    self.transport.$f(&mut flat)?;
+                    if group.len() == 1 {
+                        // One key: its sum is the buffer itself, no copy.
+                        sums.push((
+                            group[0],
+                            NDArray::from_vec(flat, &locals[group[0]].shape())?,
+                        ));
+                    } else {
+                        let mut at = 0;
+                        for &i in &group {
+                            let shape = locals[i].shape();
+                            let n: usize = shape.iter().product();
+                            sums.push((i, NDArray::from_vec(flat[at..at + n].to_vec(), &shape)?));
+                            at += n;
+                        }
+                    }
+                }};
+            }
+            match dtype {
+                DType::F32 => reduce!(f32, all_reduce_sum_f32),
+                _ => reduce!(f64, all_reduce_sum_f64),
+            }
+        }
+        for &i in idx {
+            if locals[i].stype() != SType::RowSparse {
+                continue;
+            }
+            let parts = rows_from
+                .iter()
+                .map(|w| {
+                    w.get(i).cloned().ok_or_else(|| {
+                        Error::arg("KVStore::pushpull_many", "a worker sent no rows for a key")
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            sums.push((
+                i,
+                merge_rows(&parts, locals[i].dtype(), &locals[i].shape())?,
+            ));
+        }
+        Ok(sums)
+    }
+}
+
+impl<T: Transport> KVStore for SyncStore<T> {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn rank(&self) -> usize {
+        self.transport.rank()
+    }
+
+    fn num_workers(&self) -> usize {
+        self.transport.size()
+    }
+
+    fn init(&mut self, key: usize, value: &NDArray) -> Result<()> {
+        const OP: &str = "KVStore::init";
+        let local = if self.slots.contains_key(&key) {
+            Err(Error::arg(OP, format!("key {key} is already initialized")))
+        } else if value.stype() == SType::Csr {
+            Err(Error::stype(
+                OP,
+                format!("key {key}: csr values cannot be stored (dense or row_sparse)"),
+            ))
+        } else {
+            Ok(())
+        };
+        let header = Header::new("init", key, local.as_ref().map(|_| value));
+        // Workers may init with different values (worker 0's wins) but not different kinds.
+        self.agree(OP, header, true)?;
+        let stored = if self.transport.size() > 1 {
+            let mut bytes = if self.transport.rank() == 0 {
+                wire::encode_value(value)?
+            } else {
+                Vec::new()
+            };
+            self.transport.broadcast(0, &mut bytes)?;
+            wire::decode_value(&bytes, value.dtype(), value.stype(), &value.shape())?
+        } else {
+            // A copy, as MXNet's init: later writes to `value` do not reach the store.
+            value.copy()
+        };
+        self.slots.insert(
+            key,
+            Slot::Replicated(Replica {
+                value: stored,
+                state: None,
+            }),
+        );
+        Ok(())
+    }
+
+    fn push(&mut self, key: usize, values: &[NDArray]) -> Result<()> {
+        const OP: &str = "KVStore::push";
+        let local = self.local_sum(key, values);
+        let header = Header::new("push", key, local.as_ref());
+        // Workers' pushes may differ in storage type (one dense, one row_sparse): the sum
+        // below then goes dense on every worker.
+        let headers = self.agree(OP, header, false)?;
+        let mut local = local?;
+        let mixed = headers.iter().any(|h| h.stype != headers[0].stype);
+        if mixed && local.stype() != SType::Dense {
+            local = local.tostype(SType::Dense)?;
+        }
+        if let Some(Slot::Sharded(_)) = self.slots.get(&key) {
+            return crate::sharded::push(self, key, local);
+        }
+        let sum = self.sum_over_workers(local)?;
+        self.apply(key, sum)
+    }
+
+    fn pushpull_many(&mut self, keys: &[usize], values: &[NDArray], out: &[NDArray]) -> Result<()> {
+        const OP: &str = "KVStore::pushpull_many";
+        // Local checks first; their errors travel in the headers, so every worker fails.
+        let mut locals = Vec::new();
+        let mut rows: PerWorkerRows = Vec::new();
+        let listed = check_many(OP, keys, values, out);
+        let headers: Vec<Header> = match &listed {
+            Err(e) => vec![Header::new(
+                "pushpull",
+                keys.first().copied().unwrap_or(0),
+                Err(e),
+            )],
+            Ok(()) => {
+                let mut hs = Vec::with_capacity(keys.len());
+                for ((&k, v), o) in keys.iter().zip(values).zip(out) {
+                    let local = self.local_sum(k, std::slice::from_ref(v)).and_then(|s| {
+                        let (shape, dtype) = self.meta(OP, k)?;
+                        check_out(OP, k, o, &shape, dtype)?;
+                        Ok(s)
+                    });
+                    hs.push(Header::new("pushpull", k, local.as_ref()));
+                    locals.push(local);
+                }
+                hs
+            }
+        };
+        let sharded: Vec<bool> = keys
+            .iter()
+            .map(|k| matches!(self.slots.get(k), Some(Slot::Sharded(_))))
+            .collect();
+        let size = self.transport.size();
+        let mixed = if size == 1 {
+            // Nobody to agree with: a local error is the error.
+            listed?;
+            if let Some(Err(e)) = locals.iter().find(|l| l.is_err()) {
+                return Err(e.clone());
+            }
+            vec![false; keys.len()]
+        } else {
+            // This worker's rows of every replicated row_sparse key, one entry per key.
+            let payload: Vec<Vec<u8>> = if locals.iter().all(|l| l.is_ok()) {
+                locals
+                    .iter()
+                    .zip(&sharded)
+                    .map(|(l, &sh)| match l {
+                        Ok(l) if !sh && l.stype() == SType::RowSparse => wire::encode_rsp(l),
+                        _ => Ok(Vec::new()),
+                    })
+                    .collect::<Result<_>>()?
+            } else {
+                Vec::new()
+            };
+            let (mixed, rows_from) = self.agree_many(OP, &headers, &payload)?;
+            rows = rows_from;
+            mixed
+        };
+        let mut locals = locals.into_iter().collect::<Result<Vec<_>>>()?;
+        for (l, &m) in locals.iter_mut().zip(&mixed) {
+            if m && l.stype() != SType::Dense {
+                *l = l.tostype(SType::Dense)?;
+            }
+        }
+        // Sharded keys go one by one; the rest are fused.
+        for (i, &k) in keys.iter().enumerate() {
+            if sharded[i] {
+                crate::sharded::push(self, k, locals[i].clone())?;
+            }
+        }
+        let fused: Vec<usize> = (0..keys.len()).filter(|&i| !sharded[i]).collect();
+        for (i, sum) in self.sum_many(&locals, &fused, &rows)? {
+            self.apply(keys[i], sum)?;
+        }
+        for (&k, o) in keys.iter().zip(out) {
+            self.pull(k, std::slice::from_ref(o))?;
+        }
+        Ok(())
+    }
+
+    fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
+        const OP: &str = "KVStore::pull";
+        let (shape, dtype) = self.meta(OP, key)?;
+        for o in out {
+            check_out(OP, key, o, &shape, dtype)?;
+        }
+        let value = match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => r.value.clone(),
+            Some(Slot::Sharded(s)) => {
+                let all: Vec<i64> = (0..s.shape[0] as i64).collect();
+                crate::sharded::gather_rows(self, key, &all)?.tostype(SType::Dense)?
+            }
+            None => return Err(unknown_key(OP, key)),
+        };
+        for o in out {
+            o.assign(&value);
+        }
+        Ok(())
+    }
+
+    fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()> {
+        const OP: &str = "KVStore::row_sparse_pull";
+        let (shape, dtype) = self.meta(OP, key)?;
+        for o in out {
+            check_out(OP, key, o, &shape, dtype)?;
+        }
+        if let Some(&bad) = row_ids.iter().find(|&&i| i < 0 || i as usize >= shape[0]) {
+            return Err(Error::index(
+                OP,
+                format!("key {key}: row id {bad} out of range for {} rows", shape[0]),
+            ));
+        }
+        let mut ids = row_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let rows = match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => rows_of(&r.value, ids, &shape)?,
+            Some(Slot::Sharded(_)) => crate::sharded::gather_rows(self, key, &ids)?,
+            None => return Err(unknown_key(OP, key)),
+        };
+        for o in out {
+            o.assign(&rows);
+        }
+        Ok(())
+    }
+
+    fn set_optimizer(&mut self, optimizer: Box<dyn Optimizer>) -> Result<()> {
+        self.optimizer = Some(optimizer);
+        Ok(())
+    }
+
+    fn has_optimizer(&self) -> bool {
+        self.optimizer.is_some()
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        self.transport.barrier()
+    }
+
+    fn bytes_sent(&self) -> Option<u64> {
+        Some(self.transport.traffic().bytes)
+    }
+}
+
+/// The rows `ids` (sorted, unique, in range) of `value` as a row_sparse array.
+fn rows_of(value: &NDArray, ids: Vec<i64>, shape: &[usize]) -> Result<NDArray> {
+    match value.stype() {
+        SType::RowSparse => value.retain(&ids),
+        _ => {
+            let rows = value.take_rows(&ids)?;
+            NDArray::row_sparse_from_arrays(&rows, ids, shape)
+        }
+    }
+}
+
+/// Every worker's (row ids, rows) merged in worker order into one row_sparse array.
+pub(crate) fn merge_rows(parts: &[Vec<u8>], dtype: DType, shape: &[usize]) -> Result<NDArray> {
+    let mut sum: Option<NDArray> = None;
+    for p in parts {
+        let (ids, rows_le) = wire::decode_rows(p)?;
+        let mut rows_shape = shape.to_vec();
+        rows_shape[0] = ids.len();
+        let rows = NDArray::from_le_bytes(rows_le, dtype, &rows_shape)?;
+        let part = NDArray::row_sparse_from_arrays(&rows, ids, shape)?;
+        sum = Some(match sum {
+            None => part,
+            Some(s) => add_grads(&s, &part)?,
+        });
+    }
+    sum.ok_or_else(|| Error::arg("KVStore::push", "no workers"))
+}
+
+pub(crate) fn unknown_key(op: &'static str, key: usize) -> Error {
+    Error::arg(op, format!("unknown key {key} (init it first)"))
+}
+
+/// A pushed value must have the key's shape and dtype and be dense or row_sparse.
+fn check_value(
+    op: &'static str,
+    key: usize,
+    v: &NDArray,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<()> {
+    if v.shape() != shape {
+        return Err(Error::shape(
+            op,
+            format!("key {key} has shape {shape:?}, the value {:?}", v.shape()),
+        ));
+    }
+    if v.dtype() != dtype {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "key {key} has dtype {}, the value {}",
+                dtype.name(),
+                v.dtype().name()
+            ),
+        ));
+    }
+    if v.stype() == SType::Csr {
+        return Err(Error::stype(
+            op,
+            format!("key {key}: csr values cannot be pushed (dense or row_sparse)"),
+        ));
+    }
+    if !matches!(v.dtype(), DType::F32 | DType::F64) {
+        // Sums are taken as float32 or float64, with one worker as with many.
+        return Err(Error::dtype(
+            op,
+            format!(
+                "key {key}: pushes are summed as float32 or float64, got {}",
+                v.dtype().name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An output array must have the key's shape and dtype.
+fn check_out(
+    op: &'static str,
+    key: usize,
+    o: &NDArray,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<()> {
+    if o.shape() != shape {
+        return Err(Error::shape(
+            op,
+            format!("key {key} has shape {shape:?}, the output {:?}", o.shape()),
+        ));
+    }
+    if o.dtype() != dtype {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "key {key} has dtype {}, the output {}",
+                dtype.name(),
+                o.dtype().name()
+            ),
+        ));
+    }
+    Ok(())
+}

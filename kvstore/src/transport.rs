@@ -1,0 +1,55 @@
+//! [`Transport`]: the collective operations a synchronous store is built on, and the byte
+//! counts every transport keeps.
+
+use sparrow_core::Result;
+
+/// Collective operations among the workers of one store. Every worker calls the same
+/// operations in the same order (a collective that some worker never reaches fails with a
+/// timeout error on the transports that can tell, see each implementation).
+///
+/// Implementations: [`crate::threads::ThreadTransport`] (threads of one process, the `local`
+/// store) and, with the `mpi` feature, `crate::mpi::MpiTransport` (ranks of an MPI job,
+/// `dist_sync`).
+pub trait Transport: Send {
+    /// This worker's index.
+    fn rank(&self) -> usize;
+    /// The number of workers.
+    fn size(&self) -> usize;
+    /// Wait for every worker.
+    fn barrier(&mut self) -> Result<()>;
+    /// Every worker's `send` (any lengths), in rank order (MPI's allgatherv).
+    fn all_gather(&mut self, send: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// `send[r]` goes to worker `r`; returns what each worker sent to this one, in rank order
+    /// (MPI's alltoallv). `send.len()` must be `size()`.
+    fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>>;
+    /// Root's `buf` on every worker (MPI's bcast; lengths may differ before the call).
+    fn broadcast(&mut self, root: usize, buf: &mut Vec<u8>) -> Result<()>;
+    /// Elementwise sum over the workers, in place (MPI's allreduce with `MPI_SUM`). Every
+    /// worker gets the same values.
+    fn all_reduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<()>;
+    /// [`Transport::all_reduce_sum_f32`] for f64.
+    fn all_reduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<()>;
+    /// Bytes this worker has handed to the transport to send so far (see [`Traffic`]).
+    fn traffic(&self) -> Traffic;
+}
+
+/// What a worker has sent through its transport, counted where the bytes are handed over: an
+/// all-reduce counts the buffer once, a gather this worker's part once, an all-to-all the parts
+/// for the other workers, a broadcast the buffer at the root. Payload bytes (the message
+/// lengths MPI itself exchanges for variable-size collectives, 4 bytes per worker, are
+/// counted too).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Collective calls made.
+    pub calls: u64,
+}
+
+impl Traffic {
+    /// Count one call that sends `bytes`.
+    pub(crate) fn add(&mut self, bytes: usize) {
+        self.bytes += bytes as u64;
+        self.calls += 1;
+    }
+}

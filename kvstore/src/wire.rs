@@ -1,0 +1,296 @@
+//! The bytes workers exchange: a small header describing each collective call (so a worker
+//! whose call disagrees is found before any data moves), and arrays as (row ids, rows).
+
+use sparrow_core::{DType, Error, NDArray, Result, SType};
+
+/// Appends little-endian fields to a message.
+#[derive(Default)]
+pub(crate) struct Writer(pub(crate) Vec<u8>);
+
+impl Writer {
+    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+        self
+    }
+    pub(crate) fn str(&mut self, s: &str) -> &mut Self {
+        self.bytes(s.as_bytes())
+    }
+    /// A dense array's values, length-prefixed, in the layout of [`NDArray::to_le_bytes`]
+    /// (written straight from the array for f32 and f64: no intermediate vector).
+    pub(crate) fn values(&mut self, a: &NDArray) -> Result<&mut Self> {
+        let n = a.shape().iter().product::<usize>() * a.dtype().size_of();
+        self.u64(n as u64);
+        self.0.reserve(n);
+        let out = &mut self.0;
+        let direct = match a.dtype() {
+            DType::F32 => a.with_slice::<f32, _>(|s| {
+                s.iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+            }),
+            DType::F64 => a.with_slice::<f64, _>(|s| {
+                s.iter()
+                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+            }),
+            _ => Err(Error::dtype("kvstore", "not a float array")),
+        };
+        if direct.is_err() {
+            // Other dtypes, or values not readable in place.
+            let start = self.0.len();
+            let b = a.to_le_bytes()?;
+            self.0.truncate(start);
+            self.0.extend_from_slice(&b);
+        }
+        Ok(self)
+    }
+    pub(crate) fn ids(&mut self, ids: &[i64]) -> &mut Self {
+        self.u64(ids.len() as u64);
+        ids.iter()
+            .for_each(|i| self.0.extend_from_slice(&i.to_le_bytes()));
+        self
+    }
+}
+
+/// Reads the fields a [`Writer`] wrote; a short or malformed message is an error.
+pub(crate) struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Self {
+        Reader { b, pos: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len());
+        let end = end.ok_or_else(|| {
+            Error::arg(
+                "kvstore",
+                format!(
+                    "malformed message from a worker: {n} bytes wanted at {} of {}",
+                    self.pos,
+                    self.b.len()
+                ),
+            )
+        })?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u64()? as usize;
+        self.take(n)
+    }
+    pub(crate) fn str(&mut self) -> Result<String> {
+        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+    pub(crate) fn ids(&mut self) -> Result<Vec<i64>> {
+        let n = self.u64()? as usize;
+        let b = self.take(n.saturating_mul(8))?;
+        Ok(b.chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+}
+
+/// What one worker says about the collective call it is making: the operation, the key, and
+/// the value it brings (dtype, storage type, shape), or why it cannot take part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) op: String,
+    pub(crate) key: u64,
+    pub(crate) dtype: String,
+    pub(crate) stype: String,
+    pub(crate) shape: Vec<u64>,
+    /// Why this worker's call failed before any data moved (empty: it did not).
+    pub(crate) error: String,
+}
+
+impl Header {
+    /// The header of a call that brings `value` (or fails with `err`).
+    pub(crate) fn new(op: &str, key: usize, value: std::result::Result<&NDArray, &Error>) -> Self {
+        match value {
+            Ok(v) => Header {
+                op: op.into(),
+                key: key as u64,
+                dtype: v.dtype().name().into(),
+                stype: stype_name(v.stype()).into(),
+                shape: v.shape().iter().map(|&d| d as u64).collect(),
+                error: String::new(),
+            },
+            Err(e) => Header {
+                op: op.into(),
+                key: key as u64,
+                dtype: String::new(),
+                stype: String::new(),
+                shape: Vec::new(),
+                error: e.to_string(),
+            },
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.str(&self.op)
+            .u64(self.key)
+            .str(&self.dtype)
+            .str(&self.stype);
+        w.u64(self.shape.len() as u64);
+        self.shape.iter().for_each(|&d| {
+            w.u64(d);
+        });
+        w.str(&self.error);
+        w.0
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<Header> {
+        let mut r = Reader::new(b);
+        let (op, key, dtype, stype) = (r.str()?, r.u64()?, r.str()?, r.str()?);
+        let n = r.u64()? as usize;
+        let shape = (0..n.min(64))
+            .map(|_| r.u64())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Header {
+            op,
+            key,
+            dtype,
+            stype,
+            shape,
+            error: r.str()?,
+        })
+    }
+
+    /// What this header describes, for error messages.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{} of key {} ({} {} {:?})",
+            self.op, self.key, self.stype, self.dtype, self.shape
+        )
+    }
+}
+
+/// MXNet's name of a storage type.
+pub(crate) fn stype_name(s: SType) -> &'static str {
+    match s {
+        SType::Dense => "default",
+        SType::Csr => "csr",
+        SType::RowSparse => "row_sparse",
+    }
+}
+
+/// Check every worker's header of one collective call: a worker that failed, or one whose
+/// call differs from worker 0's (another op, key, dtype, storage type or shape), fails the
+/// call on every worker with the same message.
+pub(crate) fn check_headers(op: &'static str, headers: &[Header], same_stype: bool) -> Result<()> {
+    let failed: Vec<String> = headers
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| !h.error.is_empty())
+        .map(|(r, h)| format!("worker {r}: {}", h.error))
+        .collect();
+    if !failed.is_empty() {
+        return Err(Error::arg(
+            op,
+            format!(
+                "{} of key {} failed on {} of {} workers (nothing was changed): {}",
+                headers[0].op,
+                headers[0].key,
+                failed.len(),
+                headers.len(),
+                failed.join("; ")
+            ),
+        ));
+    }
+    let h0 = &headers[0];
+    for (r, h) in headers.iter().enumerate().skip(1) {
+        let differs = h.op != h0.op
+            || h.key != h0.key
+            || h.dtype != h0.dtype
+            || h.shape != h0.shape
+            || (same_stype && h.stype != h0.stype);
+        if differs {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "workers disagree (nothing was changed): worker 0 calls {}, worker {r} calls {}",
+                    h0.describe(),
+                    h.describe()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A dense array, or a row_sparse array's (row ids, rows), as bytes.
+pub(crate) fn encode_value(v: &NDArray) -> Result<Vec<u8>> {
+    let mut w = Writer::default();
+    match v.stype() {
+        SType::RowSparse => {
+            let (ids, rows) = v.row_sparse_parts()?;
+            w.ids(&ids).bytes(&rows.to_le_bytes()?);
+        }
+        SType::Dense => {
+            w.bytes(&v.to_le_bytes()?);
+        }
+        SType::Csr => {
+            return Err(Error::stype(
+                "kvstore",
+                "csr values cannot be stored (dense or row_sparse only)",
+            ))
+        }
+    }
+    Ok(w.0)
+}
+
+/// The value [`encode_value`] wrote, for the `dtype`, `stype` and `shape` every worker agreed
+/// on.
+pub(crate) fn decode_value(
+    b: &[u8],
+    dtype: DType,
+    stype: SType,
+    shape: &[usize],
+) -> Result<NDArray> {
+    let mut r = Reader::new(b);
+    match stype {
+        SType::RowSparse => {
+            let ids = r.ids()?;
+            let mut rows_shape = shape.to_vec();
+            rows_shape[0] = ids.len();
+            let rows = NDArray::from_le_bytes(r.bytes()?, dtype, &rows_shape)?;
+            NDArray::row_sparse_from_arrays(&rows, ids, shape)
+        }
+        _ => NDArray::from_le_bytes(r.bytes()?, dtype, shape),
+    }
+}
+
+/// Row ids and their rows (a dense `[ids.len(), ...]` array) as bytes.
+pub(crate) fn encode_rows(ids: &[i64], rows_le: &[u8]) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.ids(ids).bytes(rows_le);
+    w.0
+}
+
+/// A row_sparse array's (row ids, rows) as bytes, in the layout of [`encode_rows`].
+pub(crate) fn encode_rsp(a: &NDArray) -> Result<Vec<u8>> {
+    let (ids, rows) = a.row_sparse_parts()?;
+    let mut w = Writer::default();
+    w.ids(&ids).values(&rows)?;
+    Ok(w.0)
+}
+
+/// What [`encode_rows`] wrote: the ids and the rows' bytes.
+pub(crate) fn decode_rows(b: &[u8]) -> Result<(Vec<i64>, &[u8])> {
+    let mut r = Reader::new(b);
+    let ids = r.ids()?;
+    Ok((ids, r.bytes()?))
+}

@@ -1,0 +1,141 @@
+//! The data-parallel equivalence check shared by the threads test (`tests/trainer.rs`) and the
+//! MPI check (`examples/dist_check.rs`): N workers each training on their B rows of a step
+//! must end with the parameters one process gets training on the step's N * B rows.
+//!
+//! The model is the sparse tutorial's shape, scaled down: a csr batch, `Dense(8, sigmoid)`
+//! with a row_sparse weight gradient, `Dense(1, sigmoid)`, sigmoid binary cross-entropy.
+
+use sparrow_core::{autograd, Device, NDArray, Result, SType};
+use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
+use sparrow_nn::{Block, Dense, Initializer, Parameter, Sequential};
+use sparrow_optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, Trainer};
+
+/// Features of the synthetic data.
+pub const FEATURES: usize = 500;
+/// Steps trained.
+pub const STEPS: usize = 6;
+
+/// The optimizers the check covers, by name.
+pub const OPTIMIZERS: [&str; 4] = ["sgd_momentum", "adam_lazy", "adam_standard", "ftrl"];
+
+/// The optimizer named `name` (one of [`OPTIMIZERS`]).
+pub fn optimizer(name: &str) -> Box<dyn Optimizer> {
+    match name {
+        "sgd_momentum" => Box::new(Sgd::with_momentum(0.2, 0.9)),
+        "adam_lazy" => Box::new(Adam::new(0.01)),
+        "adam_standard" => {
+            let mut a = Adam::new(0.01);
+            a.opts.lazy_update = false;
+            Box::new(a)
+        }
+        "ftrl" => Box::new(Ftrl::new(0.1)),
+        other => panic!("unknown optimizer {other}"),
+    }
+}
+
+/// A deterministic pseudo-random stream (splitmix64), so every worker and the reference
+/// build the same data and weights without sharing a generator.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn uniform(seed: u64) -> f32 {
+    (mix(seed) >> 40) as f32 / (1u64 << 24) as f32
+}
+
+/// Rows `start..start + n` of the data set: ~6 non-zeros per row among [`FEATURES`]
+/// columns, and a label that depends on them.
+pub fn batch(start: usize, n: usize) -> Result<(NDArray, NDArray)> {
+    let (mut rows, mut cols, mut vals, mut labels) = (vec![], vec![], vec![], vec![]);
+    for (i, row) in (start..start + n).enumerate() {
+        let mut c: Vec<i64> = (0..6)
+            .map(|k| (mix((row * 16 + k) as u64) % FEATURES as u64) as i64)
+            .collect();
+        c.sort_unstable();
+        c.dedup();
+        let mut s = 0.0;
+        for &col in &c {
+            let v = uniform((row * 7919 + col as usize) as u64) + 0.1;
+            rows.push(i as i64);
+            cols.push(col);
+            vals.push(v);
+            s += if col % 2 == 0 { v } else { -v };
+        }
+        labels.push(if s > 0.0 { 1.0f32 } else { 0.0 });
+    }
+    let x = NDArray::csr_from_coo(&rows, &cols, &vals, [n, FEATURES])?;
+    Ok((x, NDArray::from_vec(labels, &[n, 1])?))
+}
+
+/// The model, with deterministic weights (the same on every worker and in the reference).
+pub fn model() -> Result<(Sequential, Vec<Parameter>)> {
+    let mut net = Sequential::new();
+    net.add(
+        Dense::new(8)
+            .in_units(FEATURES)
+            .activation("sigmoid")
+            .grad_stype(SType::RowSparse),
+    );
+    net.add(Dense::new(1).in_units(8).activation("sigmoid"));
+    net.initialize(&Initializer::Constant(0.0), Device::Cpu)?;
+    let params: Vec<Parameter> = net
+        .collect_params()?
+        .iter()
+        .map(|(_, p)| p.clone())
+        .collect();
+    for (k, p) in params.iter().enumerate() {
+        let shape = p.data()?.shape();
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| (uniform((k * 1_000_003 + i) as u64) - 0.5) * 0.2)
+            .collect();
+        p.set_data(&NDArray::from_vec(v, &shape)?)?;
+    }
+    Ok((net, params))
+}
+
+/// Train [`STEPS`] steps as worker `rank` of `workers`, each with `b` rows per step (the
+/// reference: `rank = 0`, `workers = 1`, `b = N * B`, no store). Returns the parameters.
+pub fn train(
+    opt: &str,
+    kv: Option<Box<dyn KVStore>>,
+    rank: usize,
+    workers: usize,
+    b: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let (net, params) = model()?;
+    let mut trainer = Trainer::with_boxed(params.clone(), optimizer(opt))?;
+    if let Some(kv) = kv {
+        trainer.set_kvstore(kv)?;
+    }
+    let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
+    for step in 0..STEPS {
+        let (x, y) = batch(step * workers * b + rank * b, b)?;
+        let loss = autograd::record(|| loss_fn.forward(&net.forward(&x)?, &y))?;
+        loss.backward()?;
+        trainer.step(b)?;
+    }
+    params.iter().map(|p| p.data()?.to_vec::<f32>()).collect()
+}
+
+/// The largest difference between `got` and `want`, relative to `want`'s largest magnitude
+/// (per parameter; the worst of them).
+pub fn max_rel_diff(got: &[Vec<f32>], want: &[Vec<f32>]) -> f64 {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            let scale = w
+                .iter()
+                .fold(0f64, |m, &x| m.max((x as f64).abs()))
+                .max(1e-12);
+            let diff = g
+                .iter()
+                .zip(w)
+                .fold(0f64, |m, (&a, &b)| m.max((a as f64 - b as f64).abs()));
+            diff / scale
+        })
+        .fold(0.0, f64::max)
+}

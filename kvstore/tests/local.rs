@@ -1,0 +1,560 @@
+//! Every method and every error of the `local` store, with one worker and with a group of
+//! threads.
+
+use std::time::Duration;
+
+use sparrow_core::{DType, NDArray, SType};
+use sparrow_kvstore::{local, local_group, shard_range, SyncStore, ThreadTransport};
+use sparrow_optim::{KVStore, Sgd};
+
+fn dense(v: &[f32], shape: &[usize]) -> NDArray {
+    NDArray::from_vec(v.to_vec(), shape).unwrap()
+}
+
+/// One output array as the slice the store's methods take.
+fn one(a: &NDArray) -> &[NDArray] {
+    std::slice::from_ref(a)
+}
+
+fn rsp(ids: Vec<i64>, rows: &[f32], shape: &[usize]) -> NDArray {
+    NDArray::row_sparse_from_parts(rows.to_vec(), ids, shape).unwrap()
+}
+
+/// Run `f(rank, store)` on `n` threads, each with its worker of a local group.
+fn on_workers<R: Send + 'static>(
+    n: usize,
+    f: impl Fn(usize, &mut SyncStore<ThreadTransport>) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
+    let stores = local_group(n, Duration::from_secs(20)).unwrap();
+    let hs: Vec<_> = stores
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut kv)| {
+            let f = f.clone();
+            std::thread::spawn(move || f(r, &mut kv))
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn rank_kind_and_workers() {
+    let kv = local();
+    assert_eq!((kv.kind(), kv.rank(), kv.num_workers()), ("local", 0, 1));
+    let ranks = on_workers(3, |_, kv| (kv.rank(), kv.num_workers()));
+    assert_eq!(ranks, vec![(0, 3), (1, 3), (2, 3)]);
+}
+
+#[test]
+fn init_then_pull_copies_the_value() {
+    let mut kv = local();
+    let v = dense(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    kv.init(7, &v).unwrap();
+    // The store holds a copy: later writes to `v` do not reach it.
+    v.with_slice_mut::<f32, _>(|s| s[0] = 9.0).unwrap();
+    let out = NDArray::zeros(&[2, 2], DType::F32).unwrap();
+    kv.pull(7, std::slice::from_ref(&out)).unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+}
+
+#[test]
+fn push_sums_the_values_of_several_devices() {
+    let mut kv = local();
+    kv.init(0, &NDArray::zeros(&[3], DType::F32).unwrap())
+        .unwrap();
+    kv.push(
+        0,
+        &[
+            dense(&[1.0, 2.0, 3.0], &[3]),
+            dense(&[10.0, 20.0, 30.0], &[3]),
+        ],
+    )
+    .unwrap();
+    let out = NDArray::zeros(&[3], DType::F32).unwrap();
+    kv.pull(0, one(&out)).unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![11.0, 22.0, 33.0]);
+}
+
+#[test]
+fn push_of_row_sparse_values_stays_row_sparse() {
+    let mut kv = local();
+    kv.init(1, &NDArray::zeros(&[5, 2], DType::F32).unwrap())
+        .unwrap();
+    let a = rsp(vec![0, 3], &[1.0, 1.0, 2.0, 2.0], &[5, 2]);
+    let b = rsp(vec![3, 4], &[10.0, 10.0, 5.0, 5.0], &[5, 2]);
+    let out = NDArray::zeros(&[5, 2], DType::F32).unwrap();
+    kv.pushpull(1, &[a, b], one(&out)).unwrap();
+    assert_eq!(out.stype(), SType::RowSparse);
+    assert_eq!(out.row_ids().unwrap(), vec![0, 3, 4]);
+    let d = out.tostype(SType::Dense).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(d, vec![1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 12.0, 12.0, 5.0, 5.0]);
+}
+
+#[test]
+fn workers_sum_dense_and_row_sparse_pushes_and_get_the_same_bits() {
+    let got = on_workers(3, |r, kv| {
+        kv.init(0, &dense(&[r as f32; 4], &[4])).unwrap();
+        kv.init(1, &NDArray::zeros(&[6, 2], DType::F32).unwrap())
+            .unwrap();
+        // init: worker 0's value on every worker.
+        let init = NDArray::zeros(&[4], DType::F32).unwrap();
+        kv.pull(0, one(&init)).unwrap();
+        let f = r as f32 + 1.0;
+        let d = NDArray::zeros(&[4], DType::F32).unwrap();
+        kv.pushpull(0, &[dense(&[f, 2.0 * f, 0.1, 0.2], &[4])], one(&d))
+            .unwrap();
+        let s = NDArray::zeros(&[6, 2], DType::F32).unwrap();
+        let g = rsp(vec![r as i64, 5], &[f, f, 1.0, 1.0], &[6, 2]);
+        let before = kv.traffic().bytes;
+        kv.pushpull(1, &[g], one(&s)).unwrap();
+        let sent = kv.traffic().bytes - before;
+        (
+            init.to_vec::<f32>().unwrap(),
+            d.to_vec::<f32>().unwrap(),
+            s,
+            sent,
+        )
+    });
+    for (init, d, s, sent) in &got {
+        assert_eq!(init, &vec![0.0; 4]);
+        assert_eq!(d, &got[0].1);
+        assert!((d[0] - 6.0).abs() < 1e-6 && (d[1] - 12.0).abs() < 1e-6);
+        assert_eq!(s.row_ids().unwrap(), vec![0, 1, 2, 5]);
+        let v = s.tostype(SType::Dense).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(&v[..6], &[1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
+        assert_eq!(&v[10..], &[3.0, 3.0]);
+        // Only the rows move: a header plus 2 ids and 2 rows, far below the 48-byte table
+        // times anything dense would need (header ~100 bytes, rows part 2*8 + 2*8 + 16).
+        assert!(*sent < 300, "sent {sent} bytes");
+    }
+}
+
+#[test]
+fn mixed_dense_and_row_sparse_pushes_sum_dense() {
+    let got = on_workers(2, |r, kv| {
+        kv.init(0, &NDArray::zeros(&[3, 1], DType::F32).unwrap())
+            .unwrap();
+        let v = if r == 0 {
+            dense(&[1.0, 2.0, 3.0], &[3, 1])
+        } else {
+            rsp(vec![1], &[10.0], &[3, 1])
+        };
+        let out = NDArray::zeros(&[3, 1], DType::F32).unwrap();
+        kv.pushpull(0, &[v], one(&out)).unwrap();
+        out.to_vec::<f32>().unwrap()
+    });
+    assert_eq!(got, vec![vec![1.0, 12.0, 3.0]; 2]);
+}
+
+#[test]
+fn row_sparse_pull_gives_the_rows_asked_for() {
+    let mut kv = local();
+    kv.init(
+        2,
+        &dense(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], &[4, 2]),
+    )
+    .unwrap();
+    let out = NDArray::zeros(&[4, 2], DType::F32).unwrap();
+    kv.row_sparse_pull(2, one(&out), &[3, 1, 3]).unwrap();
+    let (ids, rows) = out.row_sparse_parts().unwrap();
+    assert_eq!(ids, vec![1, 3]);
+    assert_eq!(rows.to_vec::<f32>().unwrap(), vec![2.0, 3.0, 6.0, 7.0]);
+    // From a row_sparse value: rows not stored come back absent (zero).
+    kv.push(2, &[rsp(vec![0, 2], &[1.0, 1.0, 2.0, 2.0], &[4, 2])])
+        .unwrap();
+    kv.row_sparse_pull(2, one(&out), &[2, 3]).unwrap();
+    assert_eq!(out.row_ids().unwrap(), vec![2]);
+}
+
+#[test]
+fn set_optimizer_updates_on_the_store() {
+    let mut kv = local();
+    assert!(!kv.has_optimizer());
+    kv.init(0, &dense(&[1.0, 1.0], &[2])).unwrap();
+    kv.set_optimizer(Box::new(Sgd::new(0.5))).unwrap();
+    assert!(kv.has_optimizer());
+    let out = NDArray::zeros(&[2], DType::F32).unwrap();
+    kv.pushpull(0, &[dense(&[1.0, -2.0], &[2])], one(&out))
+        .unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![0.5, 2.0]);
+    // Row_sparse gradients update their rows only (lazy).
+    kv.init(1, &dense(&[1.0, 1.0, 1.0], &[3, 1])).unwrap();
+    kv.push(1, &[rsp(vec![1], &[2.0], &[3, 1])]).unwrap();
+    let w = NDArray::zeros(&[3, 1], DType::F32).unwrap();
+    kv.pull(1, one(&w)).unwrap();
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 1.0]);
+}
+
+#[test]
+fn barrier_waits_for_every_worker() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let seen = on_workers(3, move |r, kv| {
+        std::thread::sleep(Duration::from_millis(20 * r as u64));
+        arrived.fetch_add(1, Ordering::SeqCst);
+        kv.barrier().unwrap();
+        arrived.load(Ordering::SeqCst)
+    });
+    assert_eq!(seen, vec![3, 3, 3]);
+}
+
+fn err(r: sparrow_core::Result<()>) -> String {
+    r.unwrap_err().to_string()
+}
+
+#[test]
+fn wrong_use_is_an_error_naming_what_was_wrong() {
+    let mut kv = local();
+    let v = NDArray::zeros(&[2, 3], DType::F32).unwrap();
+    let out = NDArray::zeros(&[2, 3], DType::F32).unwrap();
+    assert!(err(kv.push(4, one(&v))).contains("unknown key 4"));
+    assert!(err(kv.pull(4, one(&out))).contains("unknown key 4"));
+    assert!(err(kv.row_sparse_pull(4, one(&out), &[0])).contains("unknown key 4"));
+    kv.init(4, &v).unwrap();
+    assert!(err(kv.init(4, &v)).contains("already initialized"));
+    let e = err(kv.push(4, &[NDArray::zeros(&[3, 2], DType::F32).unwrap()]));
+    assert!(e.contains("shape [2, 3]") && e.contains("[3, 2]"), "{e}");
+    let e = err(kv.push(4, &[NDArray::zeros(&[2, 3], DType::F64).unwrap()]));
+    assert!(e.contains("float32") && e.contains("float64"), "{e}");
+    let csr = NDArray::zeros(&[2, 3], DType::F32)
+        .unwrap()
+        .tostype(SType::Csr)
+        .unwrap();
+    assert!(err(kv.push(4, one(&csr))).contains("csr"));
+    assert!(err(kv.init(5, &csr)).contains("csr"));
+    assert!(err(kv.push(4, &[])).contains("no values"));
+    let e = err(kv.pull(4, &[NDArray::zeros(&[6], DType::F32).unwrap()]));
+    assert!(e.contains("output [6]"), "{e}");
+    let e = err(kv.pull(4, &[NDArray::zeros(&[2, 3], DType::I64).unwrap()]));
+    assert!(e.contains("int64"), "{e}");
+    let e = err(kv.row_sparse_pull(4, one(&out), &[2]));
+    assert!(e.contains("row id 2 out of range"), "{e}");
+    let i = NDArray::zeros(&[2], DType::I32).unwrap();
+    kv.init(6, &i).unwrap();
+    assert!(err(kv.push(6, &[i])).contains("float32 or float64"));
+}
+
+#[test]
+fn a_push_that_fails_on_one_worker_fails_on_all_and_changes_nothing() {
+    let got = on_workers(2, |r, kv| {
+        kv.init(0, &dense(&[1.0, 2.0], &[2])).unwrap();
+        // Worker 1 pushes the wrong shape.
+        let v = if r == 0 {
+            dense(&[1.0, 1.0], &[2])
+        } else {
+            dense(&[1.0, 1.0, 1.0], &[3])
+        };
+        let e = kv.push(0, &[v]).unwrap_err().to_string();
+        // Then both continue with a correct push.
+        let out = NDArray::zeros(&[2], DType::F32).unwrap();
+        kv.pull(0, one(&out)).unwrap();
+        let kept = out.to_vec::<f32>().unwrap();
+        kv.pushpull(0, &[dense(&[1.0, 1.0], &[2])], one(&out))
+            .unwrap();
+        (e, kept, out.to_vec::<f32>().unwrap())
+    });
+    for (e, kept, after) in &got {
+        assert!(
+            e.contains("worker 1") && e.contains("[2]") && e.contains("[3]"),
+            "{e}"
+        );
+        assert_eq!(kept, &vec![1.0, 2.0]);
+        assert_eq!(after, &vec![2.0, 2.0]);
+    }
+}
+
+#[test]
+fn workers_pushing_different_keys_fail_instead_of_mixing_sums() {
+    let got = on_workers(2, |r, kv| {
+        kv.init(0, &dense(&[0.0], &[1])).unwrap();
+        kv.init(1, &dense(&[0.0], &[1])).unwrap();
+        kv.push(r, &[dense(&[1.0], &[1])]).unwrap_err().to_string()
+    });
+    for e in got {
+        assert!(
+            e.contains("disagree") && e.contains("key 0") && e.contains("key 1"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_worker_that_never_comes_fails_the_others_with_a_timeout() {
+    let mut stores = local_group(2, Duration::from_millis(200)).unwrap();
+    let _absent = stores.pop().unwrap();
+    let mut kv = stores.pop().unwrap();
+    let e = err(kv.init(0, &dense(&[0.0], &[1])));
+    assert!(e.contains("waited") && e.contains("worker 0"), "{e}");
+}
+
+#[test]
+fn a_worker_that_ends_fails_the_others_at_once() {
+    let mut stores = local_group(2, Duration::from_secs(600)).unwrap();
+    let gone = stores.pop().unwrap();
+    let mut kv = stores.pop().unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        drop(gone);
+    });
+    let started = std::time::Instant::now();
+    let e = err(kv.barrier());
+    t.join().unwrap();
+    assert!(e.contains("worker 1 left"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn sharded_table_matches_the_replicated_one() {
+    // 3 workers, a 10 x 2 table, lazy SGD with momentum, 4 steps of row_sparse pushes that
+    // differ per worker and step; then every worker pulls rows of both tables.
+    let got = on_workers(3, |r, kv| {
+        let rows = 10;
+        let full: Vec<f32> = (0..rows * 2).map(|i| i as f32 * 0.1).collect();
+        let table = dense(&full, &[rows, 2]);
+        kv.set_optimizer(Box::new(Sgd::with_momentum(0.1, 0.9)))
+            .unwrap();
+        kv.init(0, &table).unwrap();
+        let (lo, hi) = shard_range(rows, r, 3);
+        let shard = dense(&full[lo * 2..hi * 2], &[hi - lo, 2]);
+        kv.init_sharded(1, &[rows, 2], &shard).unwrap();
+        for step in 0..4i64 {
+            let ids: Vec<i64> = vec![(r as i64 + step) % 10, (3 * r as i64 + 2 * step + 5) % 10];
+            let mut ids = ids;
+            ids.sort_unstable();
+            ids.dedup();
+            let vals: Vec<f32> = (0..ids.len() * 2)
+                .map(|k| (k as f32 + 1.0) * (r as f32 - 1.3) * (step as f32 + 0.5))
+                .collect();
+            let g = rsp(ids, &vals, &[rows, 2]);
+            kv.push(0, one(&g)).unwrap();
+            kv.push(1, &[g]).unwrap();
+        }
+        let ask = [0i64, 3, 4, 9, 7];
+        let (a, b) = (
+            NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
+            NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
+        );
+        kv.row_sparse_pull(0, one(&a), &ask).unwrap();
+        kv.row_sparse_pull(1, one(&b), &ask).unwrap();
+        let (fa, fb) = (
+            NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
+            NDArray::zeros(&[rows, 2], DType::F32).unwrap(),
+        );
+        kv.pull(0, one(&fa)).unwrap();
+        kv.pull(1, one(&fb)).unwrap();
+        let (shard_lo, shard_hi, _) = kv.shard(1).unwrap();
+        (
+            a.row_sparse_parts().unwrap().1.to_vec::<f32>().unwrap(),
+            b.row_sparse_parts().unwrap().1.to_vec::<f32>().unwrap(),
+            b.row_ids().unwrap(),
+            fa.to_vec::<f32>().unwrap(),
+            fb.to_vec::<f32>().unwrap(),
+            full,
+            (shard_lo, shard_hi),
+        )
+    });
+    for (a, b, ids, fa, fb, full, _) in &got {
+        assert_eq!(ids, &vec![0, 3, 4, 7, 9]);
+        assert_eq!(
+            a, b,
+            "rows pulled from the sharded and the replicated table"
+        );
+        assert_eq!(fa, fb, "whole tables");
+        assert_ne!(fa, full, "the pushes changed the table");
+    }
+    let ranges: Vec<_> = got.iter().map(|g| g.6).collect();
+    assert_eq!(ranges, vec![(0, 3), (3, 6), (6, 10)]);
+}
+
+#[test]
+fn sharded_table_errors() {
+    let got = on_workers(2, |r, kv| {
+        let (lo, hi) = shard_range(4, r, 2);
+        let shard = NDArray::zeros(&[hi - lo, 3], DType::F32).unwrap();
+        let mut errs = vec![];
+        // A shard of the wrong rows fails on both workers.
+        let bad = NDArray::zeros(&[3, 3], DType::F32).unwrap();
+        errs.push(err(kv.init_sharded(
+            0,
+            &[4, 3],
+            if r == 0 { &bad } else { &shard },
+        )));
+        kv.init_sharded(0, &[4, 3], &shard).unwrap();
+        // Pushes before an optimizer, dense pushes.
+        errs.push(err(kv.push(0, &[rsp(vec![1], &[1.0; 3], &[4, 3])])));
+        kv.set_optimizer(Box::new(Sgd::new(0.1))).unwrap();
+        errs.push(err(
+            kv.push(0, &[NDArray::zeros(&[4, 3], DType::F32).unwrap()])
+        ));
+        errs.push(err(kv.init_sharded(0, &[4, 3], &shard)));
+        errs
+    });
+    for errs in got {
+        assert!(
+            errs[0].contains("worker 0") && errs[0].contains("rows 0..2"),
+            "{}",
+            errs[0]
+        );
+        assert!(errs[1].contains("set_optimizer"), "{}", errs[1]);
+        assert!(errs[2].contains("row_sparse"), "{}", errs[2]);
+        assert!(errs[3].contains("already initialized"), "{}", errs[3]);
+    }
+}
+
+#[test]
+fn shard_ranges_cover_the_rows_once() {
+    for (rows, n) in [(10, 3), (7, 7), (3, 5), (1_000_001, 16)] {
+        let mut next = 0;
+        for r in 0..n {
+            let (lo, hi) = shard_range(rows, r, n);
+            assert_eq!(lo, next);
+            assert!(hi - lo <= rows / n + 1);
+            next = hi;
+        }
+        assert_eq!(next, rows);
+    }
+}
+
+#[test]
+fn partition_libsvm_follows_the_rank() {
+    let stores = local_group(2, Duration::from_secs(5)).unwrap();
+    for kv in &stores {
+        let mut p = sparrow_data::libsvm::LibSVMIterParams::new("x.libsvm", 10, 2);
+        sparrow_kvstore::partition_libsvm(&mut p, kv);
+        assert_eq!((p.num_parts, p.part_index), (2, kv.rank()));
+    }
+}
+
+#[test]
+fn pushpull_many_sums_like_one_key_at_a_time() {
+    let got = on_workers(2, |r, kv| {
+        let f = r as f32 + 1.0;
+        kv.init(0, &NDArray::zeros(&[3], DType::F32).unwrap())
+            .unwrap();
+        kv.init(1, &NDArray::zeros(&[4, 2], DType::F32).unwrap())
+            .unwrap();
+        kv.init(2, &NDArray::zeros(&[2], DType::F64).unwrap())
+            .unwrap();
+        kv.init(3, &NDArray::zeros(&[2, 1], DType::F32).unwrap())
+            .unwrap();
+        let vals = vec![
+            dense(&[f, 2.0 * f, 3.0], &[3]),
+            rsp(vec![r as i64, 3], &[f, f, 1.0, 1.0], &[4, 2]),
+            NDArray::from_vec(vec![f as f64, 0.5], &[2]).unwrap(),
+            // Worker 0 dense, worker 1 row_sparse: summed dense.
+            if r == 0 {
+                dense(&[1.0, 2.0], &[2, 1])
+            } else {
+                rsp(vec![1], &[5.0], &[2, 1])
+            },
+        ];
+        let outs: Vec<NDArray> = vals.iter().map(|v| v.zeros_like()).collect();
+        kv.pushpull_many(&[0, 1, 2, 3], &vals, &outs).unwrap();
+        outs.iter()
+            .map(|o| o.tostype(SType::Dense).unwrap().to_f64_vec())
+            .collect::<Vec<_>>()
+    });
+    let want = vec![
+        vec![3.0, 6.0, 6.0],
+        vec![1.0, 1.0, 2.0, 2.0, 0.0, 0.0, 2.0, 2.0],
+        vec![3.0, 1.0],
+        vec![1.0, 7.0],
+    ];
+    assert_eq!(got, vec![want.clone(), want]);
+}
+
+#[test]
+fn pushpull_many_errors_reach_every_worker() {
+    let got = on_workers(2, |r, kv| {
+        kv.init(0, &NDArray::zeros(&[2], DType::F32).unwrap())
+            .unwrap();
+        kv.init(1, &NDArray::zeros(&[2], DType::F32).unwrap())
+            .unwrap();
+        let v = NDArray::zeros(&[2], DType::F32).unwrap();
+        let mut errs = vec![];
+        // Worker 1 lists key 0 twice.
+        let keys: &[usize] = if r == 1 { &[0, 0] } else { &[0, 1] };
+        errs.push(err(kv.pushpull_many(
+            keys,
+            &[v.clone(), v.clone()],
+            &[v.clone(), v.clone()],
+        )));
+        // Worker 0 gives one output for two keys.
+        let outs = if r == 0 {
+            vec![v.clone()]
+        } else {
+            vec![v.clone(), v.clone()]
+        };
+        errs.push(err(kv.pushpull_many(
+            &[0, 1],
+            &[v.clone(), v.clone()],
+            &outs,
+        )));
+        // Worker 1 pushes one key only.
+        let keys: &[usize] = if r == 1 { &[0] } else { &[0, 1] };
+        let n = keys.len();
+        errs.push(err(kv.pushpull_many(
+            keys,
+            &vec![v.clone(); n],
+            &vec![v.clone(); n],
+        )));
+        // Worker 0 pushes the wrong shape to key 1.
+        let bad = NDArray::zeros(&[3], DType::F32).unwrap();
+        let vals = if r == 0 {
+            vec![v.clone(), bad]
+        } else {
+            vec![v.clone(), v.clone()]
+        };
+        errs.push(err(kv.pushpull_many(
+            &[0, 1],
+            &vals,
+            &[v.clone(), v.clone()],
+        )));
+        // And the store still works.
+        let one = NDArray::ones(&[2], DType::F32).unwrap();
+        let o = v.zeros_like();
+        kv.pushpull_many(&[0, 1], &[one.clone(), one], &[o.clone(), v.clone()])
+            .unwrap();
+        (errs, o.to_vec::<f32>().unwrap())
+    });
+    for (errs, sum) in got {
+        assert!(
+            errs[0].contains("worker 1") && errs[0].contains("listed twice"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].contains("worker 0") && errs[1].contains("1 outputs"),
+            "{}",
+            errs[1]
+        );
+        assert!(
+            errs[2].contains("2 keys") && errs[2].contains("worker 1 1"),
+            "{}",
+            errs[2]
+        );
+        assert!(
+            errs[3].contains("worker 0") && errs[3].contains("[3]"),
+            "{}",
+            errs[3]
+        );
+        assert_eq!(sum, vec![2.0, 2.0]);
+    }
+}
+
+#[test]
+fn pushpull_many_with_one_worker_checks_its_lists_and_keys() {
+    let mut kv = local();
+    let v = NDArray::ones(&[2], DType::F32).unwrap();
+    kv.init(0, &v).unwrap();
+    let o = v.zeros_like();
+    let e = err(kv.pushpull_many(&[0, 0], &[v.clone(), v.clone()], &[o.clone(), o.clone()]));
+    assert!(e.contains("listed twice"), "{e}");
+    let e = err(kv.pushpull_many(&[0, 9], &[v.clone(), v.clone()], &[o.clone(), o.clone()]));
+    assert!(e.contains("unknown key 9"), "{e}");
+    let e = err(kv.pushpull_many(&[0], one(&v), &[]));
+    assert!(e.contains("0 outputs"), "{e}");
+    kv.pushpull_many(&[0], one(&v), one(&o)).unwrap();
+    assert_eq!(o.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+}

@@ -1,0 +1,123 @@
+//! The [`KVStore`] trait: MXNet's key-value store, the seam between a [`Trainer`](crate::Trainer)
+//! and whatever sums gradients across devices, threads or processes.
+//!
+//! The trait lives here, in optim, and its implementations (`local`, `dist_sync` over MPI,
+//! sharded tables) in the `sparrow-kvstore` crate: the [`Trainer`](crate::Trainer) must name the
+//! trait, and a store that updates on the store side (`set_optimizer`) must run an
+//! [`Optimizer`]; with the trait in a crate of its own, optim and that crate would need each
+//! other. So optim defines what a store is, and `sparrow-kvstore` depends on optim.
+
+use sparrow_core::{NDArray, Result};
+
+use crate::optimizer::Optimizer;
+
+/// A key-value store with MXNet's semantics (`mx.kv.create(...)`).
+///
+/// Keys are integers (a [`Trainer`](crate::Trainer) uses each parameter's index). Every worker
+/// of a store (a thread of a `local` group, a rank of `dist_sync`) calls the collective methods
+/// (`init`, `push`, `pushpull`, `barrier`, and `row_sparse_pull` on a sharded table) for the
+/// same keys in the same order, as MXNet's synchronous stores require.
+///
+/// - `init(key, value)`: the key's first value; every worker ends up with worker 0's value (a
+///   distributed store broadcasts it, so replicas start equal).
+/// - `push(key, values)`: the values (one per device) are summed, then summed over the workers
+///   (dense values by an all-reduce, row_sparse values by exchanging their rows only). Without
+///   an optimizer the key then holds that sum; with one ([`KVStore::set_optimizer`]) the sum is
+///   the gradient of an update of the key's value (update on the store).
+/// - `pull(key, out)`: copies the key's value into every `out`.
+/// - `row_sparse_pull(key, out, row_ids)`: the rows `row_ids` of the key's value, as row_sparse
+///   arrays in `out`.
+///
+/// Wrong use (an unknown key, a second `init`, a value of another shape, dtype or storage type
+/// than the key's) is an error, raised on every worker when a worker's push disagrees with the
+/// others', never a hang or a wrong sum.
+pub trait KVStore: Send {
+    /// The store's type, as MXNet names it (`local`, `dist_sync`).
+    fn kind(&self) -> &'static str;
+
+    /// This worker's index in `0..num_workers()`.
+    fn rank(&self) -> usize;
+
+    /// How many workers push to this store.
+    fn num_workers(&self) -> usize;
+
+    /// Give `key` its first value (worker 0's on every worker). Collective.
+    fn init(&mut self, key: usize, value: &NDArray) -> Result<()>;
+
+    /// Push `values` (one per device; at least one) to `key`: summed over the values and over
+    /// the workers, then stored or applied as a gradient (see the trait's notes). Collective.
+    fn push(&mut self, key: usize, values: &[NDArray]) -> Result<()>;
+
+    /// Copy `key`'s value into every array of `out` (each of the key's shape and dtype).
+    fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()>;
+
+    /// `push(key, values)` then `pull(key, out)`; `out` may be `values` themselves.
+    fn pushpull(&mut self, key: usize, values: &[NDArray], out: &[NDArray]) -> Result<()> {
+        self.push(key, values)?;
+        self.pull(key, out)
+    }
+
+    /// `pushpull` of several keys at once: `values[i]` is pushed to `keys[i]` and the result
+    /// pulled into `out[i]` (MXNet's list form of `pushpull`). A store may sum all keys in a
+    /// few collective calls instead of two per key; every worker passes the same keys in the
+    /// same order.
+    fn pushpull_many(&mut self, keys: &[usize], values: &[NDArray], out: &[NDArray]) -> Result<()> {
+        check_many("KVStore::pushpull_many", keys, values, out)?;
+        for ((&k, v), o) in keys.iter().zip(values).zip(out) {
+            self.pushpull(k, std::slice::from_ref(v), std::slice::from_ref(o))?;
+        }
+        Ok(())
+    }
+
+    /// The rows `row_ids` (any order, repeats ignored) of `key`'s value, as a row_sparse array
+    /// assigned to every `out` (each of the key's shape and dtype). Collective on stores whose
+    /// rows live on other workers (sharded tables).
+    fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()>;
+
+    /// Update on the store: from now on a push is the gradient of an update of the key's value
+    /// by `optimizer` (the optimizer index of a key is the key; its options' multipliers and
+    /// `rescale_grad` apply).
+    fn set_optimizer(&mut self, optimizer: Box<dyn Optimizer>) -> Result<()>;
+
+    /// Whether an optimizer is set ([`KVStore::set_optimizer`]).
+    fn has_optimizer(&self) -> bool;
+
+    /// Wait until every worker has reached the barrier. Collective.
+    fn barrier(&mut self) -> Result<()>;
+
+    /// Bytes this worker has handed to its transport to send so far, when the store counts
+    /// them (for traffic reports); `None` otherwise.
+    fn bytes_sent(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The lists of [`KVStore::pushpull_many`] must have one value and one output per key, and no
+/// key twice.
+pub fn check_many(
+    op: &'static str,
+    keys: &[usize],
+    values: &[NDArray],
+    out: &[NDArray],
+) -> Result<()> {
+    if values.len() != keys.len() || out.len() != keys.len() {
+        return Err(sparrow_core::Error::arg(
+            op,
+            format!(
+                "{} keys, {} values and {} outputs (one of each per key)",
+                keys.len(),
+                values.len(),
+                out.len()
+            ),
+        ));
+    }
+    let mut seen = keys.to_vec();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(sparrow_core::Error::arg(
+            op,
+            format!("key {} is listed twice", w[0]),
+        ));
+    }
+    Ok(())
+}

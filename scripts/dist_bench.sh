@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Throughput of examples/dist_train (the sparse tutorial's model, row_sparse first-layer
+# gradient, one thread per rank): 1 rank against 2 ranks, interleaved rounds, one JSON line per
+# run; then the bytes per step of the first layer over TCP loopback, row_sparse exchange
+# against the dense all-reduce of its 512 MB gradient (variant (b)).
+# Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
+# Needs: cargo build --release --features mpi --example dist_train
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data="${1:?usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]}"
+rounds="${2:-3}"
+batch="${3:-10}"
+bin=target/release/examples/dist_train
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+shm=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
+tcp=(mpirun --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
+for r in $(seq "$rounds"); do
+  for np in 1 2; do
+    "${shm[@]}" -np "$np" "$bin" --data-dir "$data" --batch-size "$batch" --epochs 5 | grep '^{'
+  done
+done
+# Bytes per step, counted by the loopback interface (TCP between the ranks).
+"${tcp[@]}" -np 2 "$bin" --data-dir "$data" --batch-size "$batch" --epochs 1 | grep '^{'
+"${tcp[@]}" -np 2 "$bin" --data-dir "$data" --batch-size "$batch" --epochs 1 --max-steps 3 \
+  --first-grad dense | grep '^{'
