@@ -1,7 +1,7 @@
 """Check that a parameter file written by sparrow reads with the Python `safetensors` package.
 
 Usage (after `cargo test -p sparrow-nn --test io writes_file_for_python_check`):
-    $SK_PY scripts/check_safetensors.py [target/sparrow_nn_check.safetensors]
+    $SK_PY scripts/check_safetensors.py [target/tmp/sparrow_nn_check.safetensors]
 (SK_PY: python of a venv with numpy and safetensors.)
 Exits non-zero on any mismatch.
 """
@@ -11,7 +11,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file
 
-path = sys.argv[1] if len(sys.argv) > 1 else "target/sparrow_nn_check.safetensors"
+path = sys.argv[1] if len(sys.argv) > 1 else "target/tmp/sparrow_nn_check.safetensors"
 expected = {
     "embedding0.weight": (100, 8),
     "dense0.weight": (16, 16),
