@@ -122,7 +122,9 @@ pub fn backward_with(
         if v.attached {
             deliver_leaf(a, g.clone())?;
         }
-        let in_grads = (node.backward)(&g)?;
+        let in_grads = crate::sparse::run_backward_checked(&node, &g, |i| {
+            in_graph.contains(node.inputs[i].id())
+        })?;
         if in_grads.len() != node.inputs.len() {
             return Err(Error::Autograd(format!(
                 "{}: backward returned {} gradients for {} inputs",

@@ -59,6 +59,7 @@ fn gather_positions(
     idx: Vec<usize>,
     idx_shape: &[usize],
 ) -> Result<NDArray> {
+    crate::sparse::densifying(op, &[a])?;
     let d = a.dense_data()?;
     let dims = split3(&d.shape, axis);
     let inner = dims.2;
@@ -164,6 +165,7 @@ impl NDArray {
     /// repeats, the last row wins. Differentiable in `self` and `new`.
     pub fn index_copy(&self, index: &NDArray, new: &NDArray) -> Result<NDArray> {
         let op = "index_copy";
+        crate::sparse::densifying(op, &[self, new])?;
         let (d, nd) = (self.dense_data()?, new.dense_data()?);
         if d.shape.is_empty() {
             return Err(Error::shape(op, "needs an array of at least 1 dimension"));
@@ -231,6 +233,7 @@ impl NDArray {
             // Validated only: the kernel reads whole numbers as positions.
             index_values("one_hot", self)?;
         }
+        crate::sparse::densifying("one_hot", &[self])?;
         let d = self.dense_data()?;
         let mut shape = d.shape.to_vec();
         shape.push(depth);
@@ -247,6 +250,7 @@ impl NDArray {
     /// three (cond may have any dtype). Differentiable in `x` and `y`.
     pub fn where_(cond: &NDArray, x: &NDArray, y: &NDArray) -> Result<NDArray> {
         let op = "where";
+        crate::sparse::densifying(op, &[cond, x, y])?;
         let (dx, dy) = (x.dense_data()?, y.dense_data()?);
         if dx.buf.dtype() != dy.buf.dtype() {
             return Err(Error::dtype_mismatch(op, dx.buf.dtype(), dy.buf.dtype()));
@@ -279,6 +283,7 @@ impl NDArray {
 
     /// 1 where the element is non-zero, else 0, as u8 (any dtype).
     pub(crate) fn ne_zero_u8(&self) -> Result<NDArray> {
+        crate::sparse::densifying("ne_zero", &[self])?;
         let d = self.dense_data()?;
         NDArray::from_buffer(d.buf.nonzero_mask()?, &d.shape)
     }

@@ -12,6 +12,7 @@ use crate::NDArray;
 /// Batched `op(a) @ op(b)` over the last two dims, batch dims broadcast; no autograd.
 fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
     let op = "matmul";
+    crate::sparse::densifying("matmul", &[a, b])?;
     let (da, db) = (a.dense_data()?, b.dense_data()?);
     if da.shape.len() < 2 || db.shape.len() < 2 {
         return Err(Error::shape(

@@ -21,6 +21,7 @@ impl NDArray {
         if !self.dtype().is_float() && self.stype() == crate::SType::Dense {
             return super::reduce_more::sum_int(self, axes, keepdims);
         }
+        crate::sparse::densifying("sum", &[self])?;
         let d = self.dense_data()?;
         let ax = norm_axes("sum", axes, d.shape.len())?;
         let out_shape = reduced_shape(&d.shape, &ax, keepdims);
@@ -77,6 +78,7 @@ impl NDArray {
         if own == shape {
             return Ok(self.clone());
         }
+        crate::sparse::densifying("broadcast_to", &[self])?;
         let d = self.dense_data()?;
         let out = NDArray::from_buffer(d.buf.broadcast(&own, shape)?, shape)?;
         let own2 = own.clone();

@@ -19,6 +19,7 @@ fn reduce_values(
     keepdims: bool,
 ) -> Result<NDArray> {
     let op = r.name();
+    crate::sparse::densifying(op, &[a])?;
     let d = a.dense_data()?;
     let ax = norm_axes(op, axes, d.shape.len())?;
     if matches!(r, ReduceOp::Max | ReduceOp::Min) && ax.iter().any(|&i| d.shape[i] == 0) {
@@ -116,6 +117,7 @@ fn arg_best(a: &NDArray, which: ArgReduceOp, axis: Option<i64>, keepdims: bool) 
         ArgReduceOp::Max => "argmax",
         ArgReduceOp::Min => "argmin",
     };
+    crate::sparse::densifying(op, &[a])?;
     let d = a.dense_data()?;
     let (dims, out_shape) = match axis {
         None => (
@@ -146,6 +148,7 @@ fn arg_best(a: &NDArray, which: ArgReduceOp, axis: Option<i64>, keepdims: bool) 
 /// Sum of an integer array over `axes` into i64 (exact; u8/i32/i64 all accumulate in i64, so
 /// the sum of a 2^31-element u8 array cannot overflow). Not differentiable.
 pub(crate) fn sum_int(a: &NDArray, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+    crate::sparse::densifying("sum", &[a])?;
     let d = a.dense_data()?;
     if d.buf.dtype().is_float() {
         return Err(Error::dtype("sum", "sum_int needs an integer array"));

@@ -37,6 +37,7 @@ impl NDArray {
 
     /// Same elements, new shape. Shares the buffer (no copy).
     pub fn reshape(&self, shape: &[usize]) -> Result<NDArray> {
+        crate::sparse::densifying("reshape", &[self])?;
         let d = self.dense_data()?;
         let n = crate::ndarray::checked_size("reshape", shape)?;
         if n != d.buf.len() {

@@ -16,6 +16,7 @@ fn softmax_impl(a: &NDArray, axis: i64, log: bool) -> Result<NDArray> {
         SoftmaxOp::Softmax
     };
     let op = which.name();
+    crate::sparse::densifying(if log { "log_softmax" } else { "softmax" }, &[a])?;
     let d = a.dense_data()?;
     let ax = norm_axis(op, axis, d.shape.len())?;
     let dims = split3(&d.shape, ax);

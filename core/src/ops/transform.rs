@@ -13,6 +13,7 @@ use crate::NDArray;
 impl NDArray {
     /// Permute the axes (`None` reverses them, as NumPy's `transpose`). Differentiable.
     pub fn transpose(&self, axes: Option<&[usize]>) -> Result<NDArray> {
+        crate::sparse::densifying("transpose", &[self])?;
         let d = self.dense_data()?;
         let nd = d.shape.len();
         let perm: Vec<usize> = match axes {
@@ -96,6 +97,7 @@ impl NDArray {
         if arrays.is_empty() {
             return Err(Error::arg(op, "needs at least one array"));
         }
+        crate::sparse::densifying(op, arrays)?;
         let data: Vec<_> = arrays
             .iter()
             .map(|a| a.dense_data())

@@ -10,6 +10,9 @@ use crate::{NDArray, SType};
 impl NDArray {
     /// `op` over a dense view of `self`, not recorded.
     pub(crate) fn map_raw(&self, op: Map) -> Result<NDArray> {
+        // The one dense path of every unary and scalar operator: a sparse operand that got
+        // here has no sparse kernel for `op`.
+        crate::sparse::densifying(op.name(), &[self])?;
         let d = self.dense_data()?;
         NDArray::from_buffer(d.buf.map(op)?, &d.shape)
     }
@@ -278,6 +281,7 @@ macro_rules! comparison {
         impl NDArray {
             #[doc = concat!("Elementwise `a ", $doc, " b` with broadcasting, as 1/0 of the input dtype (not differentiable).")]
             pub fn $name(&self, other: &NDArray) -> Result<NDArray> {
+                crate::sparse::densifying(stringify!($name), &[self, other])?;
                 let (da, db) = (self.dense_data()?, other.dense_data()?);
                 if da.buf.dtype() != db.buf.dtype() {
                     return Err(crate::Error::dtype_mismatch(stringify!($name), da.buf.dtype(), db.buf.dtype()));
@@ -287,6 +291,7 @@ macro_rules! comparison {
             }
             #[doc = concat!("Elementwise `a ", $doc, " s` against a scalar, as 1/0 of the input dtype.")]
             pub fn $sname(&self, s: f64) -> Result<NDArray> {
+                crate::sparse::densifying(stringify!($sname), &[self])?;
                 let d = self.dense_data()?;
                 NDArray::from_buffer(d.buf.compare_scalar(s, $op)?, &d.shape)
             }

@@ -37,6 +37,7 @@ fn check_ids(op: &'static str, ids: &[i64], bound: usize) -> Result<()> {
 /// assert_eq!(out.to_vec::<f32>().unwrap(), vec![20., 21., 0., 1.]);
 /// ```
 pub fn embedding(table: &NDArray, ids: &NDArray) -> Result<NDArray> {
+    super::densifying("embedding", &[table])?;
     let t = table.dense_data()?;
     if t.shape.len() != 2 {
         return Err(Error::shape(

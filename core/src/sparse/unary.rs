@@ -39,6 +39,12 @@ impl ZeroOp {
         })
     }
 
+    /// Whether `name` is the recorded name of a zero-preserving op (a node of that name with
+    /// a sparse input is this module's kernel: the dense path never sees sparse operands).
+    pub(crate) fn is_name(name: &str) -> bool {
+        Self::from_name(name, 1.0, 1.0).is_some()
+    }
+
     /// The elementwise map that computes it (the same loop as on a dense array).
     fn map(self) -> Map {
         match self {
