@@ -145,8 +145,10 @@ fn rsp_rsp<T: Float>(
     (idx, out)
 }
 
-/// csr +- csr -> csr, row by row merge of the sorted column indices.
+/// csr op csr -> csr, row by row merge of the sorted column indices: over the union of the
+/// stored entries (absent ones as 0), or their intersection for `Mul` (0 times anything).
 fn csr_csr<T: Float>(op: BinaryOp, a: &Csr<'_>, av: &[T], b: &Csr<'_>, bv: &[T]) -> HostParts {
+    let union = op != BinaryOp::Mul;
     let (ai, bi) = (a.idx, b.idx);
     let (annz, bnnz) = (a.range.len(), b.range.len());
     let mut indptr = Vec::with_capacity(a.shape[0] + 1);
@@ -165,12 +167,16 @@ fn csr_csr<T: Float>(op: BinaryOp, a: &Csr<'_>, av: &[T], b: &Csr<'_>, bv: &[T])
                 p += 1;
                 q += 1;
             } else if ca < cb {
-                idx.push(ca);
-                out.push(f(op, av[p], T::zero()));
+                if union {
+                    idx.push(ca);
+                    out.push(f(op, av[p], T::zero()));
+                }
                 p += 1;
             } else {
-                idx.push(cb);
-                out.push(f(op, T::zero(), bv[q]));
+                if union {
+                    idx.push(cb);
+                    out.push(f(op, T::zero(), bv[q]));
+                }
                 q += 1;
             }
         }

@@ -63,8 +63,8 @@ pub(crate) struct SparseParts<S, I> {
 /// How two sparse arrays of one storage type and shape merge into one of the same type.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Merge {
-    /// `a op b` for `Add` / `Sub` over the union of the stored entries (absent ones as 0) and,
-    /// for row_sparse, `Mul` over the intersection of the stored rows (float dtypes).
+    /// `a op b` for `Add` / `Sub` / `Maximum` / `Minimum` over the union of the stored entries
+    /// (absent ones as 0) and `Mul` over their intersection (float dtypes).
     Binary(BinaryOp),
     /// Gradient accumulation of row_sparse arrays (any dtype): the union of the rows, a row
     /// stored by one side only copied as it is.
