@@ -78,6 +78,12 @@ fn gather_positions(
     let out = NDArray::from_buffer(buf, &out_shape)?;
     let in_shape = d.shape.clone();
     Ok(record_op(op, out, &[a], move |g| {
+        if axis == 0 {
+            // Rows gathered: a row_sparse head gradient scatters into a row_sparse one.
+            if let Some(gx) = crate::sparse::gathered_rows_grad(g, &positions, &in_shape)? {
+                return Ok(vec![Some(gx)]);
+            }
+        }
         Ok(vec![Some(scatter_grad(
             op, g, &in_shape, axis, &positions,
         )?)])

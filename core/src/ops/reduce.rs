@@ -42,7 +42,18 @@ impl NDArray {
         }
         let out = NDArray::from_buffer(d.buf.reduce(&d.shape, &ax, ReduceOp::Sum)?, &out_shape)?;
         let in_shape = d.shape.clone();
+        // Summed over axes other than the first: a row_sparse head gradient gives a
+        // row_sparse gradient over its rows.
+        let row_local = in_shape.len() >= 2 && !ax.contains(&0);
+        let axes_i: Vec<i64> = ax.iter().map(|&a| a as i64).collect();
+        let x = self.detach();
         Ok(record_op("sum", out, &[self], move |g| {
+            if row_local {
+                let f = |xr: &NDArray| xr.sum(Some(&axes_i), keepdims);
+                if let Some(gx) = crate::sparse::row_local_grad(g, &x, f)? {
+                    return Ok(vec![Some(gx)]);
+                }
+            }
             let kshape = reduced_shape(&in_shape, &ax, true);
             Ok(vec![Some(g.reshape(&kshape)?.broadcast_to(&in_shape)?)])
         }))

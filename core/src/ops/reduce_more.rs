@@ -39,7 +39,16 @@ fn reduce_values(
     let (x, y) = (a.clone(), out.detach());
     let (in_shape, kshape) = (d.shape.clone(), reduced_shape(&d.shape, &ax, true));
     let ax_i: Vec<i64> = ax.iter().map(|&i| i as i64).collect();
+    // Reduced over axes other than the first: a row_sparse head gradient gives a row_sparse
+    // gradient over its rows.
+    let row_local = in_shape.len() >= 2 && !ax.contains(&0);
     Ok(record_op(op, out, &[a], move |g| {
+        if row_local {
+            let f = |xr: &NDArray| reduce_values(xr, r, Some(&ax_i), keepdims);
+            if let Some(gx) = crate::sparse::row_local_grad(g, &x, f)? {
+                return Ok(vec![Some(gx)]);
+            }
+        }
         let gk = g.reshape(&kshape)?.broadcast_to(&in_shape)?;
         let yk = y.reshape(&kshape)?.broadcast_to(&in_shape)?;
         let local = match r {

@@ -106,8 +106,12 @@ impl NDArray {
             return Ok(out);
         }
         let out = self.map_raw(Map::Sign)?;
+        // Zero, in the head gradient's storage type (an empty row_sparse one stays sparse).
         Ok(record_op("sign", out, &[self], |g| {
-            Ok(vec![Some(g.zeros_like())])
+            Ok(vec![Some(match g.stype() {
+                SType::Dense => g.zeros_like(),
+                st => crate::sparse::zeros_stype(&g.shape(), g.dtype(), st),
+            })])
         }))
     }
 

@@ -15,6 +15,8 @@ mod groups;
 mod random;
 mod reduce;
 mod retain;
+mod row_local;
+pub(crate) use row_local::{gathered_rows_grad, row_local_grad};
 mod slice;
 mod unary;
 
