@@ -30,6 +30,7 @@ pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod skinny;
 mod sparse;
+mod spgemm;
 pub(crate) mod sparse_dot;
 mod storage;
 pub(crate) mod tiny;

@@ -19,7 +19,7 @@ use crate::{float_dispatch, with_buffer};
 /// A layout over host index vectors.
 type HostLayout<'a> = SparseLayout<'a, Arc<Vec<i64>>>;
 /// New host buffers of a sparse array.
-type HostParts = SparseParts<CpuStorage, Arc<Vec<i64>>>;
+pub(super) type HostParts = SparseParts<CpuStorage, Arc<Vec<i64>>>;
 
 /// Elements per parallel block when converting between dense and csr.
 const PAR_ROWS: usize = 1 << 14;
@@ -515,6 +515,19 @@ impl SparseOps for CpuStorage {
             }
             _ => Err(layout_error("sparse merge")),
         }
+    }
+
+    fn csr_product(&self, la: HostLayout<'_>, b: &Self, lb: HostLayout<'_>) -> Result<HostParts> {
+        if self.dtype() != b.dtype() {
+            return Err(Error::dtype_mismatch("dot", self.dtype(), b.dtype()));
+        }
+        let (Some(ca), Some(cb)) = (csr(&la), csr(&lb)) else {
+            return Err(layout_error("dot"));
+        };
+        Ok(float_dispatch!(self.dtype(), "dot", T => {
+            let (av, bv) = (&typed::<T>(self)[ca.range.clone()], &typed::<T>(b)[cb.range.clone()]);
+            super::spgemm::csr_csr_product::<T>((&ca.indptr[..], ca.idx, av), (cb.shape, &cb.indptr[..], cb.idx, bv))
+        }))
     }
 
     fn scatter_dense(

@@ -117,6 +117,8 @@ impl NDArray {
 
     /// Python-style slice `begin:end:step` along `axis` (i64 bounds; negative values count
     /// from the end, `None` means the natural default for the step's sign). Differentiable.
+    /// Consecutive rows of a csr array stay csr (sharing its buffers); other sparse slices fall
+    /// back to dense (a warning, an error in strict mode).
     pub fn slice_axis(
         &self,
         axis: i64,
@@ -127,6 +129,14 @@ impl NDArray {
         let shape = self.shape();
         let ax = norm_axis("slice_axis", axis, shape.len())?;
         let idx = slice_positions("slice_axis", shape[ax], begin, end, step)?;
+        if ax == 0 && self.stype() == crate::SType::Csr {
+            // Consecutive rows of a csr array: a csr row slice sharing its buffers.
+            let consecutive = idx.windows(2).all(|w| w[1] == w[0] + 1);
+            if consecutive {
+                let start = idx.first().copied().unwrap_or(0);
+                return crate::sparse::slice_rows_recorded(self, start, start + idx.len());
+            }
+        }
         let m = idx.len();
         gather_positions("slice_axis", self, ax, idx, &[m])
     }

@@ -113,6 +113,8 @@ const SPARSE_KERNEL_NODES: &[&str] = &[
     "dot_csr_t_dense",
     "dot_dense_csr",
     "dot_csr_dense_t",
+    "dot_csr_csr",
+    "concat_csr",
     "sum_csr",
     "square_sum",
     "embedding",

@@ -317,6 +317,60 @@ pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDAr
     }))
 }
 
+/// `dot(a, b)` for two csr operands -> csr (the sparse product kernel; on the CPU Gustavson's
+/// row-by-row algorithm, rows in parallel). Recorded: with a dense head gradient `dy` both
+/// operands get the exact dense gradients `dy . b^T` and `a^T . dy` (dense by design); a
+/// sparse `dy` is densified for them (with the fallback warning, an error in strict mode).
+pub fn dot_csr_csr(a: &NDArray, b: &NDArray) -> Result<NDArray> {
+    same_dtype("dot", a, b)?;
+    let (ca, cb) = (csr_of(a, "dot")?, csr_of(b, "dot")?);
+    let ([m, k], [k2, n]) = (ca.shape, cb.shape);
+    if k != k2 {
+        return Err(Error::shape(
+            "dot",
+            format!("csr {:?} . csr {:?}: inner dimensions differ", ca.shape, cb.shape),
+        ));
+    }
+    if !ca.data.dtype().is_float() {
+        return Err(Error::dtype(
+            "dot",
+            format!("needs float32 or float64 arrays, got {}", ca.data.dtype().name()),
+        ));
+    }
+    let p = ca
+        .data
+        .csr_product(ca.sparse_layout(), &cb.data, cb.sparse_layout())?;
+    let Some(indptr) = p.indptr else {
+        return Err(Error::stype("dot", "csr product without row pointers"));
+    };
+    let out = NDArray::from_data(ArrayData::Csr(CsrData {
+        shape: [m, n],
+        indptr,
+        indices: p.indices,
+        data: p.values,
+        offset: 0,
+    }));
+    let (need_a, need_b) = (a.requires_grad(), b.requires_grad());
+    let (ac, bc) = (a.clone(), b.clone());
+    Ok(record_op("dot_csr_csr", out, &[a, b], move |g| {
+        if g.stype() != SType::Dense {
+            super::fallback("dot_csr_csr", &[SType::Csr, SType::Csr, g.stype()])?;
+        }
+        let gd = dense_of(g)?;
+        let ga = if need_a {
+            Some(dot_dense_csr(&gd, &bc, true)?)
+        } else {
+            None
+        };
+        let gb = if need_b {
+            Some(dot_csr_t_dense(&ac, &gd, SType::Dense)?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    }))
+}
+
 /// Storage-type dispatch for `dot_t`: `Ok(None)` means no sparse kernel for this combination.
 /// `sa` and `sb` are the operands' storage types, as the caller read them.
 pub(crate) fn dispatch(
@@ -332,6 +386,7 @@ pub(crate) fn dispatch(
         (Csr, Dense, true, false) => Some(dot_csr_t_dense(a, b, RowSparse)?),
         (Csr, RowSparse, false, false) => Some(dot_csr_rsp(a, b)?),
         (Dense, Csr, false, tb) => Some(dot_dense_csr(a, b, tb)?),
+        (Csr, Csr, false, false) => Some(dot_csr_csr(a, b)?),
         _ => None,
     })
 }

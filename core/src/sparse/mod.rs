@@ -27,7 +27,7 @@ pub(crate) use dispatch::{
     run_backward_checked,
 };
 pub use dispatch::{densify_warnings, fallback, set_strict_stype, strict_stype};
-pub use dot::{dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
+pub use dot::{dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
 pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;
@@ -36,3 +36,4 @@ pub(crate) use reduce::dispatch_sum;
 pub use reduce::{norm, square_sum};
 pub use retain::retain_rows;
 pub use slice::concat_rows;
+pub(crate) use slice::{concat_csr_recorded, slice_rows_recorded};
