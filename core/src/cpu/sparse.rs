@@ -30,7 +30,23 @@ fn f<T: Float>(op: BinaryOp, a: T, b: T) -> T {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
-        _ => a / b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => a.powf(b),
+        // Ties keep `a`, as the dense kernels do.
+        BinaryOp::Maximum => {
+            if a >= b {
+                a
+            } else {
+                b
+            }
+        }
+        BinaryOp::Minimum => {
+            if a <= b {
+                a
+            } else {
+                b
+            }
+        }
     }
 }
 
