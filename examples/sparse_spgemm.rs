@@ -46,7 +46,10 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} needs a number, got {v}")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} needs a number, got {v}"))
+        })
         .unwrap_or(default)
 }
 
@@ -61,7 +64,12 @@ fn main() {
     let b = matrix(inner, cols, nnz, 2);
     let c = a.dot(&b).expect("csr x csr");
     let (c_nnz, c_sum) = c
-        .with_csr::<f32, _>(|v| (v.values.len(), v.values.iter().map(|&x| x as f64).sum::<f64>()))
+        .with_csr::<f32, _>(|v| {
+            (
+                v.values.len(),
+                v.values.iter().map(|&x| x as f64).sum::<f64>(),
+            )
+        })
         .expect("a csr product");
     for _ in 0..2 {
         std::hint::black_box(a.dot(&b).expect("csr x csr"));

@@ -18,7 +18,11 @@ fn with_zeros(rows: usize, cols: usize, seed: u64) -> NDArray {
     NDArray::from_vec(v, &[rows, cols]).unwrap()
 }
 
-fn check(f: impl Fn(&[NDArray]) -> sparrow_core::Result<NDArray> + Clone + 'static, inputs: &[NDArray], what: &str) {
+fn check(
+    f: impl Fn(&[NDArray]) -> sparrow_core::Result<NDArray> + Clone + 'static,
+    inputs: &[NDArray],
+    what: &str,
+) {
     check_grad_on_devices(f, inputs, 1e-6, 1e-6, 1e-8).unwrap_or_else(|e| panic!("{what}: {e}"));
 }
 
@@ -45,13 +49,23 @@ fn csr_products_pass_gradients_to_computed_csr_operands() {
     );
     // csr^T . dense -> row_sparse
     check(
-        |v| sparse::dot_csr_t_dense(&v[0].tostype(SType::Csr)?.mul_scalar(2.0)?, &v[1], SType::RowSparse),
+        |v| {
+            sparse::dot_csr_t_dense(
+                &v[0].tostype(SType::Csr)?.mul_scalar(2.0)?,
+                &v[1],
+                SType::RowSparse,
+            )
+        },
         &[x.clone(), test_array(&[4, 3], -1.0, 1.0, 5)],
         "dot(csr^T, dense)",
     );
     // csr . row_sparse
     check(
-        |v| v[0].tostype(SType::Csr)?.mul_scalar(2.0)?.dot(&v[1].tostype(SType::RowSparse)?),
+        |v| {
+            v[0].tostype(SType::Csr)?
+                .mul_scalar(2.0)?
+                .dot(&v[1].tostype(SType::RowSparse)?)
+        },
         &[x.clone(), with_zeros(6, 3, 6)],
         "dot(csr, row_sparse)",
     );

@@ -9,7 +9,10 @@ use sparrow_core::{DType, NDArray, SType};
 fn close(a: &NDArray, b: &NDArray, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}");
     for (k, (x, y)) in a.to_f64_vec().iter().zip(b.to_f64_vec()).enumerate() {
-        assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{what}: element {k}: {x} vs {y}");
+        assert!(
+            (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+            "{what}: element {k}: {x} vs {y}"
+        );
     }
 }
 
@@ -19,25 +22,44 @@ fn with_zeros(rows: usize, cols: usize, seed: u64) -> NDArray {
         .to_f64_vec()
         .into_iter()
         .enumerate()
-        .map(|(k, x)| if (k * 7 + seed as usize) % 2 == 0 { 0.0 } else { x })
+        .map(|(k, x)| {
+            if (k * 7 + seed as usize).is_multiple_of(2) {
+                0.0
+            } else {
+                x
+            }
+        })
         .collect();
     NDArray::from_vec(v, &[rows, cols]).unwrap()
 }
 
 #[test]
 fn csr_times_csr_is_csr_and_matches_dense() {
-    for (m, k, n, d) in [(5, 7, 4, 0.4), (30, 50, 20, 0.1), (3, 4, 6, 0.0), (8, 1, 8, 1.0)] {
+    for (m, k, n, d) in [
+        (5, 7, 4, 0.4),
+        (30, 50, 20, 0.1),
+        (3, 4, 6, 0.0),
+        (8, 1, 8, 1.0),
+    ] {
         let a = test_csr(m, k, d, 1, DType::F64);
         let b = test_csr(k, n, d, 2, DType::F64);
         let c = a.dot(&b).unwrap();
         assert_eq!(c.stype(), SType::Csr);
         c.check_format(true).unwrap();
-        let want = a.tostype(SType::Dense).unwrap().dot(&b.tostype(SType::Dense).unwrap()).unwrap();
+        let want = a
+            .tostype(SType::Dense)
+            .unwrap()
+            .dot(&b.tostype(SType::Dense).unwrap())
+            .unwrap();
         close(&c, &want, &format!("{m}x{k} . {k}x{n}"));
         // A row slice (a non-zero offset into the parent's values) as the left operand.
         if m > 3 {
             let s = a.slice_rows(1, 3).unwrap();
-            let want = s.tostype(SType::Dense).unwrap().dot(&b.tostype(SType::Dense).unwrap()).unwrap();
+            let want = s
+                .tostype(SType::Dense)
+                .unwrap()
+                .dot(&b.tostype(SType::Dense).unwrap())
+                .unwrap();
             close(&s.dot(&b).unwrap(), &want, "row slice . csr");
         }
     }
@@ -71,13 +93,19 @@ fn csr_by_csr_elementwise_stays_csr() {
     ];
     let (ad, bd) = (with_zeros(5, 6, 7), with_zeros(5, 6, 8));
     for (name, f) in ops {
-        let (a, b) = (ad.tostype(SType::Csr).unwrap(), bd.tostype(SType::Csr).unwrap());
+        let (a, b) = (
+            ad.tostype(SType::Csr).unwrap(),
+            bd.tostype(SType::Csr).unwrap(),
+        );
         let c = f(&a, &b).unwrap();
         assert_eq!(c.stype(), SType::Csr, "{name}");
         c.check_format(true).unwrap();
         close(&c, &f(&ad, &bd).unwrap(), name);
         if name == "mul" {
-            assert!(c.nnz() <= a.nnz().min(b.nnz()), "mul keeps the intersection");
+            assert!(
+                c.nnz() <= a.nnz().min(b.nnz()),
+                "mul keeps the intersection"
+            );
         }
         for st in [SType::Csr, SType::RowSparse] {
             check_grad_on_devices(
@@ -95,7 +123,10 @@ fn csr_by_csr_elementwise_stays_csr() {
 #[test]
 fn csr_concat_rows_and_row_slices_stay_csr() {
     let (ad, bd) = (with_zeros(3, 4, 9), with_zeros(2, 4, 10));
-    let (a, b) = (ad.tostype(SType::Csr).unwrap(), bd.tostype(SType::Csr).unwrap());
+    let (a, b) = (
+        ad.tostype(SType::Csr).unwrap(),
+        bd.tostype(SType::Csr).unwrap(),
+    );
     let c = NDArray::concat(&[&a, &b], 0).unwrap();
     assert_eq!(c.stype(), SType::Csr);
     close(&c, &NDArray::concat(&[&ad, &bd], 0).unwrap(), "concat");
@@ -109,10 +140,18 @@ fn csr_concat_rows_and_row_slices_stay_csr() {
     .unwrap();
     let s = a.slice_axis(0, Some(1), Some(3), 1).unwrap();
     assert_eq!(s.stype(), SType::Csr);
-    close(&s, &ad.slice_axis(0, Some(1), Some(3), 1).unwrap(), "slice_axis");
+    close(
+        &s,
+        &ad.slice_axis(0, Some(1), Some(3), 1).unwrap(),
+        "slice_axis",
+    );
     // Through a csr head gradient too (the slice's square keeps csr).
     check_grad_on_devices(
-        |v| v[0].tostype(SType::Csr)?.slice_axis(0, Some(1), None, 1)?.square(),
+        |v| {
+            v[0].tostype(SType::Csr)?
+                .slice_axis(0, Some(1), None, 1)?
+                .square()
+        },
         &[ad],
         1e-6,
         1e-6,

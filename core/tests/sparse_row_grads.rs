@@ -22,7 +22,11 @@ fn cases() -> Vec<(&'static str, F, Vec<usize>)> {
         ("mean", |w| w.mean(Some(&[2]), false), vec![6, 3, 2]),
         ("norm", |w| w.norm(2, Some(&[2]), false), vec![6, 3, 2]),
         ("max", |w| w.max(Some(&[2]), false), vec![6, 3, 2]),
-        ("square_sum", |w| sparse::square_sum(w, Some(2), false), vec![6, 3, 2]),
+        (
+            "square_sum",
+            |w| sparse::square_sum(w, Some(2), false),
+            vec![6, 3, 2],
+        ),
         ("log_softmax", |w| w.log_softmax(1), vec![6, 3]),
         ("softmax", |w| w.softmax(-1), vec![6, 3]),
         ("sign", |w| w.sign(), vec![6, 3]),
@@ -33,7 +37,13 @@ fn cases() -> Vec<(&'static str, F, Vec<usize>)> {
 /// A row_sparse `[6, 3]` head gradient storing rows 1 and 4.
 fn rsp_head() -> NDArray {
     let v: Vec<f64> = (0..18)
-        .map(|k| if k / 3 == 1 || k / 3 == 4 { 0.5 + k as f64 / 10.0 } else { 0.0 })
+        .map(|k| {
+            if k / 3 == 1 || k / 3 == 4 {
+                0.5 + k as f64 / 10.0
+            } else {
+                0.0
+            }
+        })
         .collect();
     NDArray::from_vec(v, &[6, 3])
         .unwrap()
@@ -58,9 +68,19 @@ fn row_local_backwards_keep_a_row_sparse_head_gradient_sparse() {
         let ws = w.detach();
         ws.attach_grad();
         let y = autograd::record(|| f(&ws)).unwrap();
-        let g = y.node().unwrap().run_backward(&head).unwrap().remove(0).unwrap();
+        let g = y
+            .node()
+            .unwrap()
+            .run_backward(&head)
+            .unwrap()
+            .remove(0)
+            .unwrap();
         // (mean's last node is its scaling; the sum below it is the "sum" case.)
-        assert_eq!(g.stype(), SType::RowSparse, "{name}: gradient of the last node");
+        assert_eq!(
+            g.stype(),
+            SType::RowSparse,
+            "{name}: gradient of the last node"
+        );
         // Values: the same as with the densified head gradient.
         let got = node_grad(f, &w, &head);
         let want = node_grad(f, &w, &head.tostype(SType::Dense).unwrap());
@@ -85,7 +105,13 @@ fn weights_through_csr_products_get_row_sparse_gradients() {
     let ws = w.detach();
     ws.attach_grad();
     let y = autograd::record(|| x.matmul(&ws)).unwrap();
-    let g = y.node().unwrap().run_backward(&y.ones_like()).unwrap().remove(1).unwrap();
+    let g = y
+        .node()
+        .unwrap()
+        .run_backward(&y.ones_like())
+        .unwrap()
+        .remove(1)
+        .unwrap();
     assert_eq!(g.stype(), SType::RowSparse);
     let xc = x.clone();
     check_grad_on_devices(move |v| xc.matmul(&v[0]), &[w], 1e-6, 1e-6, 1e-8).unwrap();

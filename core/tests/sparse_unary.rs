@@ -103,7 +103,10 @@ fn grad_of(f: U, x: &NDArray, head: &NDArray) -> NDArray {
     xs.attach_grad();
     let y = autograd::record(|| f(&xs)).unwrap();
     let node = y.node().expect("recorded");
-    node.run_backward(head).unwrap().remove(0).expect("a gradient")
+    node.run_backward(head)
+        .unwrap()
+        .remove(0)
+        .expect("a gradient")
 }
 
 fn close(a: &[f64], b: &[f64], what: &str) {
@@ -124,7 +127,12 @@ fn zero_preserving_unary_ops_keep_storage_types_forward_and_backward() {
             let want = (op.f)(&dense).unwrap();
             close(&y.to_f64_vec(), &want.to_f64_vec(), &what);
             // Backward with a sparse head gradient (the output's own storage type): sparse.
-            let head = y.detach().mul_scalar(0.5).unwrap().add(&y.detach()).unwrap();
+            let head = y
+                .detach()
+                .mul_scalar(0.5)
+                .unwrap()
+                .add(&y.detach())
+                .unwrap();
             let g = grad_of(op.f, &x, &head);
             assert_eq!(g.stype(), st, "{what}: gradient for a sparse head gradient");
             // sqrt and cbrt take their unbounded derivative at an unstored 0 as 0; the dense
@@ -136,13 +144,22 @@ fn zero_preserving_unary_ops_keep_storage_types_forward_and_backward() {
                 .map(|&v| unbounded && v == 0.0)
                 .collect();
             let gd = grad_of(op.f, &dense, &head.tostype(SType::Dense).unwrap());
-            close_where(&g.to_f64_vec(), &gd.to_f64_vec(), &skip, &format!("{what} gradient"));
+            close_where(
+                &g.to_f64_vec(),
+                &gd.to_f64_vec(),
+                &skip,
+                &format!("{what} gradient"),
+            );
             // Backward with a dense head gradient: sparse where f'(0) = 0, else the exact
             // gradient, which is dense.
             let ones = y.ones_like();
             let g = grad_of(op.f, &x, &ones);
             let want_st = if op.flat_at_zero { st } else { SType::Dense };
-            assert_eq!(g.stype(), want_st, "{what}: gradient for a dense head gradient");
+            assert_eq!(
+                g.stype(),
+                want_st,
+                "{what}: gradient for a dense head gradient"
+            );
             let gd = grad_of(op.f, &dense, &ones.tostype(SType::Dense).unwrap());
             close_where(
                 &g.to_f64_vec(),

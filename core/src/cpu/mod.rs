@@ -30,8 +30,8 @@ pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod skinny;
 mod sparse;
-mod spgemm;
 pub(crate) mod sparse_dot;
+mod spgemm;
 mod storage;
 pub(crate) mod tiny;
 pub(crate) mod update;

@@ -540,9 +540,18 @@ impl SparseOps for CpuStorage {
         let (Some(ca), Some(cb)) = (csr(&la), csr(&lb)) else {
             return Err(layout_error("dot"));
         };
+        if cb.shape[1] > u32::MAX as usize {
+            return Err(Error::shape(
+                "dot",
+                format!(
+                    "csr x csr supports up to 2^32 - 1 result columns, got {}",
+                    cb.shape[1]
+                ),
+            ));
+        }
         Ok(float_dispatch!(self.dtype(), "dot", T => {
             let (av, bv) = (&typed::<T>(self)[ca.range.clone()], &typed::<T>(b)[cb.range.clone()]);
-            super::spgemm::csr_csr_product::<T>((&ca.indptr[..], ca.idx, av), (cb.shape, &cb.indptr[..], cb.idx, bv))
+            super::spgemm::csr_csr_product::<T>((ca.indptr, ca.idx, av), (cb.shape, cb.indptr, cb.idx, bv))
         }))
     }
 

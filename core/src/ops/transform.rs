@@ -99,9 +99,7 @@ impl NDArray {
             return Err(Error::arg(op, "needs at least one array"));
         }
         // csr parts along rows: a csr result (`sparse::concat_rows`), recorded.
-        if arrays.iter().all(|a| a.stype() == crate::SType::Csr)
-            && norm_axis(op, axis, 2)? == 0
-        {
+        if arrays.iter().all(|a| a.stype() == crate::SType::Csr) && norm_axis(op, axis, 2)? == 0 {
             return crate::sparse::concat_csr_recorded(arrays);
         }
         crate::sparse::densifying(op, arrays)?;

@@ -296,7 +296,9 @@ impl NDArray {
         }
         let out = self.map_raw(map)?;
         let (x, y) = (self.clone(), out.detach());
-        Ok(record_op(name, out, &[self], move |g| Ok(vec![Some(grad(&x, &y, g)?)])))
+        Ok(record_op(name, out, &[self], move |g| {
+            Ok(vec![Some(grad(&x, &y, g)?)])
+        }))
     }
 
     /// `sin(x)`. Keeps csr and row_sparse, forward and backward.
@@ -306,17 +308,23 @@ impl NDArray {
 
     /// `tan(x)`. Keeps csr and row_sparse, forward and backward.
     pub fn tan(&self) -> Result<NDArray> {
-        self.zero_preserving("tan", Map::Tan, |_, y, g| g.mul(&y.square()?.add_scalar(1.0)?))
+        self.zero_preserving("tan", Map::Tan, |_, y, g| {
+            g.mul(&y.square()?.add_scalar(1.0)?)
+        })
     }
 
     /// `arcsin(x)` (inverse sine). Keeps csr and row_sparse, forward and backward.
     pub fn arcsin(&self) -> Result<NDArray> {
-        self.zero_preserving("arcsin", Map::Arcsin, |x, _, g| g.div(&x.square()?.rsub_scalar(1.0)?.sqrt()?))
+        self.zero_preserving("arcsin", Map::Arcsin, |x, _, g| {
+            g.div(&x.square()?.rsub_scalar(1.0)?.sqrt()?)
+        })
     }
 
     /// `arctan(x)` (inverse tangent). Keeps csr and row_sparse, forward and backward.
     pub fn arctan(&self) -> Result<NDArray> {
-        self.zero_preserving("arctan", Map::Arctan, |x, _, g| g.div(&x.square()?.add_scalar(1.0)?))
+        self.zero_preserving("arctan", Map::Arctan, |x, _, g| {
+            g.div(&x.square()?.add_scalar(1.0)?)
+        })
     }
 
     /// `sinh(x)`. Keeps csr and row_sparse, forward and backward.
@@ -326,12 +334,16 @@ impl NDArray {
 
     /// `arcsinh(x)`. Keeps csr and row_sparse, forward and backward.
     pub fn arcsinh(&self) -> Result<NDArray> {
-        self.zero_preserving("arcsinh", Map::Arcsinh, |x, _, g| g.div(&x.square()?.add_scalar(1.0)?.sqrt()?))
+        self.zero_preserving("arcsinh", Map::Arcsinh, |x, _, g| {
+            g.div(&x.square()?.add_scalar(1.0)?.sqrt()?)
+        })
     }
 
     /// `arctanh(x)`. Keeps csr and row_sparse, forward and backward.
     pub fn arctanh(&self) -> Result<NDArray> {
-        self.zero_preserving("arctanh", Map::Arctanh, |x, _, g| g.div(&x.square()?.rsub_scalar(1.0)?))
+        self.zero_preserving("arctanh", Map::Arctanh, |x, _, g| {
+            g.div(&x.square()?.rsub_scalar(1.0)?)
+        })
     }
 
     /// `exp(x) - 1`, exact for small `x`. Keeps csr and row_sparse, forward and backward.
@@ -346,17 +358,27 @@ impl NDArray {
 
     /// The cube root. Keeps csr and row_sparse, forward and backward.
     pub fn cbrt(&self) -> Result<NDArray> {
-        self.zero_preserving("cbrt", Map::Cbrt, |_, y, g| g.div(&y.square()?.mul_scalar(3.0)?))
+        self.zero_preserving("cbrt", Map::Cbrt, |_, y, g| {
+            g.div(&y.square()?.mul_scalar(3.0)?)
+        })
     }
 
     /// Radians to degrees. Keeps csr and row_sparse, forward and backward.
     pub fn degrees(&self) -> Result<NDArray> {
-        self.zero_preserving("degrees", Map::MulScalar(180.0 / std::f64::consts::PI), |_, _, g| g.mul_scalar(180.0 / std::f64::consts::PI))
+        self.zero_preserving(
+            "degrees",
+            Map::MulScalar(180.0 / std::f64::consts::PI),
+            |_, _, g| g.mul_scalar(180.0 / std::f64::consts::PI),
+        )
     }
 
     /// Degrees to radians. Keeps csr and row_sparse, forward and backward.
     pub fn radians(&self) -> Result<NDArray> {
-        self.zero_preserving("radians", Map::MulScalar(std::f64::consts::PI / 180.0), |_, _, g| g.mul_scalar(std::f64::consts::PI / 180.0))
+        self.zero_preserving(
+            "radians",
+            Map::MulScalar(std::f64::consts::PI / 180.0),
+            |_, _, g| g.mul_scalar(std::f64::consts::PI / 180.0),
+        )
     }
 
     /// The nearest whole number, halves away from zero (gradient zero). Keeps csr and row_sparse, forward and backward.

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use super::unary::ZeroOp;
-use crate::error::{Error, Result};
 use crate::autograd::Node;
+use crate::error::{Error, Result};
 use crate::ops::BinaryOp;
 use crate::{NDArray, SType};
 
@@ -139,8 +139,7 @@ pub(crate) fn run_backward_checked(
         if sx == SType::Dense || gx.stype() != SType::Dense || !needed(i) {
             continue;
         }
-        let sparse_kernel =
-            SPARSE_KERNEL_NODES.contains(&node.op) || ZeroOp::is_name(node.op);
+        let sparse_kernel = SPARSE_KERNEL_NODES.contains(&node.op) || ZeroOp::is_name(node.op);
         if g_sparse || !sparse_kernel {
             in_backward_of(node.op, || fallback(node.op, &[sx, g.stype()]))?;
         }

@@ -328,13 +328,19 @@ pub fn dot_csr_csr(a: &NDArray, b: &NDArray) -> Result<NDArray> {
     if k != k2 {
         return Err(Error::shape(
             "dot",
-            format!("csr {:?} . csr {:?}: inner dimensions differ", ca.shape, cb.shape),
+            format!(
+                "csr {:?} . csr {:?}: inner dimensions differ",
+                ca.shape, cb.shape
+            ),
         ));
     }
     if !ca.data.dtype().is_float() {
         return Err(Error::dtype(
             "dot",
-            format!("needs float32 or float64 arrays, got {}", ca.data.dtype().name()),
+            format!(
+                "needs float32 or float64 arrays, got {}",
+                ca.data.dtype().name()
+            ),
         ));
     }
     let p = ca

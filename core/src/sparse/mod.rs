@@ -22,11 +22,11 @@ mod unary;
 
 pub(crate) use convert::densify;
 pub use convert::{add_grads, cast_storage, zeros_stype};
+pub use dispatch::{densify_warnings, fallback, set_strict_stype, strict_stype};
 pub(crate) use dispatch::{
     densifying, dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,
     run_backward_checked,
 };
-pub use dispatch::{densify_warnings, fallback, set_strict_stype, strict_stype};
 pub use dot::{dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
 pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};

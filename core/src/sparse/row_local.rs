@@ -53,11 +53,13 @@ pub(crate) fn row_local_grad(
     };
     let gx = gx.tostype(SType::Dense)?;
     let data = gx.dense_data()?.buf;
-    Ok(Some(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
-        shape: xshape,
-        indices: ids,
-        data,
-    }))))
+    Ok(Some(NDArray::from_data(ArrayData::RowSparse(
+        RowSparseData {
+            shape: xshape,
+            indices: ids,
+            data,
+        },
+    ))))
 }
 
 /// The gradient of a 2-D `x` whose rows `positions` were gathered (along axis 0) into the

@@ -213,7 +213,10 @@ impl NDArray {
     pub fn row_nnz(&self) -> Result<NDArray> {
         let shape = self.shape();
         let Some(&rows) = shape.first() else {
-            return Err(Error::shape("row_nnz", "needs an array of at least 1 dimension"));
+            return Err(Error::shape(
+                "row_nnz",
+                "needs an array of at least 1 dimension",
+            ));
         };
         let row_len: usize = shape[1..].iter().product();
         let counts: Vec<i64> = match &*self.read() {

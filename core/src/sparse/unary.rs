@@ -54,12 +54,7 @@ impl ZeroOp {
             "abs" => op("abs", Map::Abs, 0.0, Some(|v, _| v.map_raw(Map::Sign))),
             "sign" => op("sign", Map::Sign, 0.0, Some(zero_deriv)),
             "relu" => op("relu", Map::Relu, 0.0, Some(|v, _| v.greater_scalar(0.0))),
-            "sqrt" => op(
-                "sqrt",
-                Map::Sqrt,
-                0.0,
-                Some(|_, y| y.rdiv_scalar(0.5)),
-            ),
+            "sqrt" => op("sqrt", Map::Sqrt, 0.0, Some(|_, y| y.rdiv_scalar(0.5))),
             "cbrt" => op(
                 "cbrt",
                 Map::Cbrt,
@@ -96,7 +91,12 @@ impl ZeroOp {
                 "arctan",
                 Map::Arctan,
                 1.0,
-                Some(|v, _| v.square()?.add_scalar(1.0)?.rdiv_scalar(1.0)?.add_scalar(-1.0)),
+                Some(|v, _| {
+                    v.square()?
+                        .add_scalar(1.0)?
+                        .rdiv_scalar(1.0)?
+                        .add_scalar(-1.0)
+                }),
             ),
             "sinh" => op(
                 "sinh",
@@ -121,7 +121,12 @@ impl ZeroOp {
                 "arctanh",
                 Map::Arctanh,
                 1.0,
-                Some(|v, _| v.square()?.rsub_scalar(1.0)?.rdiv_scalar(1.0)?.add_scalar(-1.0)),
+                Some(|v, _| {
+                    v.square()?
+                        .rsub_scalar(1.0)?
+                        .rdiv_scalar(1.0)?
+                        .add_scalar(-1.0)
+                }),
             ),
             "expm1" => op("expm1", Map::Expm1, 1.0, Some(|_, y| Ok(y.clone()))),
             "log1p" => op(
@@ -247,10 +252,14 @@ pub(crate) fn unary(op: ZeroOp, a: &NDArray) -> Result<NDArray> {
             None => None,
         };
         let gx = match (op.slope_at_zero, sparse_part) {
-            (c, Some(p)) if c == 0.0 => p,
+            (0.0, Some(p)) => p,
             (c, None) => g.mul_scalar(c)?,
             (c, Some(p)) => {
-                let scaled = if c == 1.0 { g.clone() } else { g.mul_scalar(c)? };
+                let scaled = if c == 1.0 {
+                    g.clone()
+                } else {
+                    g.mul_scalar(c)?
+                };
                 scaled.add(&p)?
             }
         };
