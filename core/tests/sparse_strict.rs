@@ -13,9 +13,9 @@ fn strict_mode_rejects_fallback() {
     let e = x.exp();
     let p = x.pow(&x);
     sparse::set_strict_stype(prev);
-    // exp has no sparse hook (it does not preserve zeros) and densifies silently; pow on two
-    // csr arrays has no kernel and must be refused in strict mode.
-    assert!(e.is_ok());
+    // exp does not preserve zeros and pow on two csr arrays has no kernel: both would
+    // densify, which strict mode refuses.
+    assert!(e.is_err());
     assert!(p.is_err());
 }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::idmap::{IdMap, IdSet};
 use super::{GradReq, Node};
 use crate::error::{Error, Result};
-use crate::{NDArray, SType};
+use crate::NDArray;
 
 /// Sum two gradients, keeping sparsity where both are sparse: rs + rs -> coalesced rs,
 /// rs + dense -> dense, dense + dense -> dense. Never recorded.
@@ -126,7 +126,9 @@ pub fn backward_with(
         if v.attached {
             deliver_leaf(a, g.clone())?;
         }
-        let in_grads = (node.backward)(&g)?;
+        let in_grads = crate::sparse::run_backward_checked(&node, &g, |i| {
+            in_graph.contains(node.inputs[i].id())
+        })?;
         if detect {
             super::anomaly::check_backward(node.op, &g, &in_grads)?;
         }
@@ -221,8 +223,8 @@ fn deliver_leaf(a: &NDArray, g: NDArray) -> Result<()> {
             }
         }
     };
-    // A dense gradient requested from a row_sparse flow is densified here, once.
-    debug_assert!(stype != SType::Csr);
+    // A gradient of another storage type than requested was converted above, once (a dense
+    // one requested from a row_sparse flow, a csr one for a csr leaf).
     let replaced = a
         .inner
         .meta

@@ -190,6 +190,17 @@ impl NDArray {
     }
 }
 
+impl Node {
+    /// Run this node's backward with head gradient `g` (the gradient of its output), as
+    /// `backward` does for each node: the gradients of its inputs in order, `None` where an
+    /// input needs none. A sparse input whose gradient would come back dense is reported like
+    /// a forward fallback (a warning once, an [`crate::Error::SType`] in strict mode; see
+    /// [`crate::sparse::set_strict_stype`]) unless that dense gradient is exact by design.
+    pub fn run_backward(&self, g: &NDArray) -> Result<Vec<Option<NDArray>>> {
+        crate::sparse::run_backward_checked(self, g, |_| true)
+    }
+}
+
 /// Attach a backward to an operator's output if recording is on and an input needs a gradient.
 /// Operators call this once per output; it costs one flag check when not recording.
 pub fn record_op<F>(op: &'static str, out: NDArray, inputs: &[&NDArray], backward: F) -> NDArray

@@ -110,6 +110,37 @@ fn map_typed<T: Float>(s: &[T], op: Map) -> Vec<T> {
             let (lo, hi) = (c::<T>(lo), c::<T>(hi));
             map_slice(s, |x: T| if x >= lo && x <= hi { one } else { zero })
         }
+        Map::Sin => map_slice(s, |x: T| x.sin()),
+        Map::Cos => map_slice(s, |x: T| x.cos()),
+        Map::Tan => map_slice(s, |x: T| x.tan()),
+        Map::Arcsin => map_slice(s, |x: T| x.asin()),
+        Map::Arctan => map_slice(s, |x: T| x.atan()),
+        Map::Sinh => map_slice(s, |x: T| x.sinh()),
+        Map::Cosh => map_slice(s, |x: T| x.cosh()),
+        Map::Arcsinh => map_slice(s, |x: T| x.asinh()),
+        Map::Arctanh => map_slice(s, |x: T| x.atanh()),
+        Map::Expm1 => map_slice(s, |x: T| x.exp_m1()),
+        Map::Log1p => map_slice(s, |x: T| x.ln_1p()),
+        Map::Cbrt => map_slice(s, |x: T| x.cbrt()),
+        Map::Round => map_slice(s, |x: T| x.round()),
+        Map::Rint => map_slice(s, |x: T| rint(x)),
+        Map::Ceil => map_slice(s, |x: T| x.ceil()),
+        Map::Floor => map_slice(s, |x: T| x.floor()),
+        Map::Trunc => map_slice(s, |x: T| x.trunc()),
+    }
+}
+
+/// Round half to even (C's `rint` in the default rounding mode).
+#[inline]
+fn rint<T: Float>(x: T) -> T {
+    let r = x.round();
+    let half = <T as Element>::from_f64(0.5);
+    if (x - x.trunc()).abs() == half {
+        // A tie: of the two neighbours, the even one.
+        let two = <T as Element>::from_f64(2.0);
+        (x / two).round() * two
+    } else {
+        r
     }
 }
 

@@ -33,6 +33,7 @@ pub(crate) mod segment;
 pub(crate) mod skinny;
 mod sparse;
 pub(crate) mod sparse_dot;
+mod spgemm;
 mod storage;
 pub(crate) mod tiny;
 pub(crate) mod update;

@@ -19,7 +19,7 @@ use crate::{float_dispatch, with_buffer};
 /// A layout over host index vectors.
 type HostLayout<'a> = SparseLayout<'a, Arc<Vec<i64>>>;
 /// New host buffers of a sparse array.
-type HostParts = SparseParts<CpuStorage, Arc<Vec<i64>>>;
+pub(super) type HostParts = SparseParts<CpuStorage, Arc<Vec<i64>>>;
 
 /// Elements per parallel block when converting between dense and csr.
 const PAR_ROWS: usize = 1 << 14;
@@ -30,7 +30,23 @@ fn f<T: Float>(op: BinaryOp, a: T, b: T) -> T {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
-        _ => a / b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => a.powf(b),
+        // Ties keep `a`, as the dense kernels do.
+        BinaryOp::Maximum => {
+            if a >= b {
+                a
+            } else {
+                b
+            }
+        }
+        BinaryOp::Minimum => {
+            if a <= b {
+                a
+            } else {
+                b
+            }
+        }
     }
 }
 
@@ -145,8 +161,10 @@ fn rsp_rsp<T: Float>(
     (idx, out)
 }
 
-/// csr +- csr -> csr, row by row merge of the sorted column indices.
+/// csr op csr -> csr, row by row merge of the sorted column indices: over the union of the
+/// stored entries (absent ones as 0), or their intersection for `Mul` (0 times anything).
 fn csr_csr<T: Float>(op: BinaryOp, a: &Csr<'_>, av: &[T], b: &Csr<'_>, bv: &[T]) -> HostParts {
+    let union = op != BinaryOp::Mul;
     let (ai, bi) = (a.idx, b.idx);
     let (annz, bnnz) = (a.range.len(), b.range.len());
     let mut indptr = Vec::with_capacity(a.shape[0] + 1);
@@ -165,12 +183,16 @@ fn csr_csr<T: Float>(op: BinaryOp, a: &Csr<'_>, av: &[T], b: &Csr<'_>, bv: &[T])
                 p += 1;
                 q += 1;
             } else if ca < cb {
-                idx.push(ca);
-                out.push(f(op, av[p], T::zero()));
+                if union {
+                    idx.push(ca);
+                    out.push(f(op, av[p], T::zero()));
+                }
                 p += 1;
             } else {
-                idx.push(cb);
-                out.push(f(op, T::zero(), bv[q]));
+                if union {
+                    idx.push(cb);
+                    out.push(f(op, T::zero(), bv[q]));
+                }
                 q += 1;
             }
         }
@@ -509,6 +531,28 @@ impl SparseOps for CpuStorage {
             }
             _ => Err(layout_error("sparse merge")),
         }
+    }
+
+    fn csr_product(&self, la: HostLayout<'_>, b: &Self, lb: HostLayout<'_>) -> Result<HostParts> {
+        if self.dtype() != b.dtype() {
+            return Err(Error::dtype_mismatch("dot", self.dtype(), b.dtype()));
+        }
+        let (Some(ca), Some(cb)) = (csr(&la), csr(&lb)) else {
+            return Err(layout_error("dot"));
+        };
+        if cb.shape[1] > u32::MAX as usize {
+            return Err(Error::shape(
+                "dot",
+                format!(
+                    "csr x csr supports up to 2^32 - 1 result columns, got {}",
+                    cb.shape[1]
+                ),
+            ));
+        }
+        Ok(float_dispatch!(self.dtype(), "dot", T => {
+            let (av, bv) = (&typed::<T>(self)[ca.range.clone()], &typed::<T>(b)[cb.range.clone()]);
+            super::spgemm::csr_csr_product::<T>((ca.indptr, ca.idx, av), (cb.shape, cb.indptr, cb.idx, bv))
+        }))
     }
 
     fn scatter_dense(

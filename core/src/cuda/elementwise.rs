@@ -93,6 +93,23 @@ fn map_code(op: Map) -> (i32, f64, f64) {
         Map::Clip(lo, hi) => (20, lo, hi),
         Map::InsideMask(lo, hi) => (21, lo, hi),
         Map::LeakyReluSlope(a) => (22, a, 0.0),
+        Map::Sin => (23, 0.0, 0.0),
+        Map::Cos => (24, 0.0, 0.0),
+        Map::Tan => (25, 0.0, 0.0),
+        Map::Arcsin => (26, 0.0, 0.0),
+        Map::Arctan => (27, 0.0, 0.0),
+        Map::Sinh => (28, 0.0, 0.0),
+        Map::Cosh => (29, 0.0, 0.0),
+        Map::Arcsinh => (30, 0.0, 0.0),
+        Map::Arctanh => (31, 0.0, 0.0),
+        Map::Expm1 => (32, 0.0, 0.0),
+        Map::Log1p => (33, 0.0, 0.0),
+        Map::Cbrt => (34, 0.0, 0.0),
+        Map::Round => (35, 0.0, 0.0),
+        Map::Rint => (36, 0.0, 0.0),
+        Map::Ceil => (37, 0.0, 0.0),
+        Map::Floor => (38, 0.0, 0.0),
+        Map::Trunc => (39, 0.0, 0.0),
     }
 }
 

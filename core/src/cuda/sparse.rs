@@ -35,6 +35,14 @@ impl SparseOps for CudaStorage {
     ) -> Result<SparseParts<Self, CudaIndex>> {
         Err(not_ported("sparse merge", self.ordinal()))
     }
+    fn csr_product(
+        &self,
+        _la: SparseLayout<'_, CudaIndex>,
+        _b: &Self,
+        _lb: SparseLayout<'_, CudaIndex>,
+    ) -> Result<SparseParts<Self, CudaIndex>> {
+        Err(not_ported("csr x csr", self.ordinal()))
+    }
     fn scatter_dense(
         &self,
         _l: SparseLayout<'_, CudaIndex>,

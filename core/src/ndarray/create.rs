@@ -147,7 +147,9 @@ impl NDArray {
         NDArray::from_buffer(buf, shape)
     }
 
-    /// Zeros with this array's shape and dtype (always dense), on this array's device.
+    /// Zeros with this array's shape and dtype (always dense, by design: MXNet's `zeros_like`
+    /// keeps the storage type; here [`crate::sparse::zeros_stype`] makes sparse zeros), on this
+    /// array's device.
     ///
     /// # Panics
     /// When the allocation on this array's device fails (not on the CPU).
@@ -161,7 +163,8 @@ impl NDArray {
         }))
     }
 
-    /// Ones with this array's shape and dtype (always dense), on this array's device.
+    /// Ones with this array's shape and dtype (always dense, by design: ones have no sparse
+    /// form), on this array's device.
     ///
     /// # Panics
     /// When the copy to this array's device fails (not on the CPU).

@@ -42,6 +42,7 @@ impl BinaryOp {
 
 /// Dense broadcasting binary op without autograd.
 pub(crate) fn binary_raw(op: BinaryOp, a: &NDArray, b: &NDArray) -> Result<NDArray> {
+    crate::sparse::densifying(op.name(), &[a, b])?;
     let (da, db) = (a.dense_data()?, b.dense_data()?);
     if da.buf.dtype() != db.buf.dtype() {
         return Err(Error::dtype_mismatch(

@@ -154,6 +154,7 @@ pub(crate) fn checked_elems(op: &'static str, dims: &[usize]) -> Result<usize> {
 
 /// The float dense data of the operands of `op`, all of one dtype.
 fn operands(op: &'static str, arrays: &[&NDArray]) -> Result<Vec<DenseData>> {
+    crate::sparse::densifying(op, arrays)?;
     let ds = arrays
         .iter()
         .map(|a| a.dense_data())

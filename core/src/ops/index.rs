@@ -59,6 +59,7 @@ fn gather_positions(
     idx: Vec<usize>,
     idx_shape: &[usize],
 ) -> Result<NDArray> {
+    crate::sparse::densifying(op, &[a])?;
     let d = a.dense_data()?;
     let dims = split3(&d.shape, axis);
     let inner = dims.2;
@@ -77,6 +78,12 @@ fn gather_positions(
     let out = NDArray::from_buffer(buf, &out_shape)?;
     let in_shape = d.shape.clone();
     Ok(record_op(op, out, &[a], move |g| {
+        if axis == 0 {
+            // Rows gathered: a row_sparse head gradient scatters into a row_sparse one.
+            if let Some(gx) = crate::sparse::gathered_rows_grad(g, &positions, &in_shape)? {
+                return Ok(vec![Some(gx)]);
+            }
+        }
         Ok(vec![Some(scatter_grad(
             op, g, &in_shape, axis, &positions,
         )?)])
@@ -110,6 +117,8 @@ impl NDArray {
 
     /// Python-style slice `begin:end:step` along `axis` (i64 bounds; negative values count
     /// from the end, `None` means the natural default for the step's sign). Differentiable.
+    /// Consecutive rows of a csr array stay csr (sharing its buffers); other sparse slices fall
+    /// back to dense (a warning, an error in strict mode).
     pub fn slice_axis(
         &self,
         axis: i64,
@@ -120,6 +129,14 @@ impl NDArray {
         let shape = self.shape();
         let ax = norm_axis("slice_axis", axis, shape.len())?;
         let idx = slice_positions("slice_axis", shape[ax], begin, end, step)?;
+        if ax == 0 && self.stype() == crate::SType::Csr {
+            // Consecutive rows of a csr array: a csr row slice sharing its buffers.
+            let consecutive = idx.windows(2).all(|w| w[1] == w[0] + 1);
+            if consecutive {
+                let start = idx.first().copied().unwrap_or(0);
+                return crate::sparse::slice_rows_recorded(self, start, start + idx.len());
+            }
+        }
         let m = idx.len();
         gather_positions("slice_axis", self, ax, idx, &[m])
     }
@@ -164,6 +181,7 @@ impl NDArray {
     /// repeats, the last row wins. Differentiable in `self` and `new`.
     pub fn index_copy(&self, index: &NDArray, new: &NDArray) -> Result<NDArray> {
         let op = "index_copy";
+        crate::sparse::densifying(op, &[self, new])?;
         let (d, nd) = (self.dense_data()?, new.dense_data()?);
         if d.shape.is_empty() {
             return Err(Error::shape(op, "needs an array of at least 1 dimension"));
@@ -241,6 +259,7 @@ impl NDArray {
             // Validated only: the kernel reads whole numbers as positions.
             index_values("one_hot", self)?;
         }
+        crate::sparse::densifying("one_hot", &[self])?;
         let d = self.dense_data()?;
         let mut shape = d.shape.to_vec();
         shape.push(depth);
@@ -258,6 +277,7 @@ impl NDArray {
     pub fn where_(cond: &NDArray, x: &NDArray, y: &NDArray) -> Result<NDArray> {
         crate::graph::traced!(Op::Where, [cond, x, y], NDArray::where_(cond, x, y));
         let op = "where";
+        crate::sparse::densifying(op, &[cond, x, y])?;
         let (dx, dy) = (x.dense_data()?, y.dense_data()?);
         if dx.buf.dtype() != dy.buf.dtype() {
             return Err(Error::dtype_mismatch(op, dx.buf.dtype(), dy.buf.dtype()));
@@ -290,6 +310,7 @@ impl NDArray {
 
     /// 1 where the element is non-zero, else 0, as u8 (any dtype).
     pub(crate) fn ne_zero_u8(&self) -> Result<NDArray> {
+        crate::sparse::densifying("ne_zero", &[self])?;
         let d = self.dense_data()?;
         NDArray::from_buffer(d.buf.nonzero_mask()?, &d.shape)
     }

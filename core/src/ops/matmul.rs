@@ -12,6 +12,7 @@ use crate::NDArray;
 /// Batched `op(a) @ op(b)` over the last two dims, batch dims broadcast; no autograd.
 fn bmm_raw(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<NDArray> {
     let op = "matmul";
+    crate::sparse::densifying("matmul", &[a, b])?;
     let (da, db) = (a.dense_data()?, b.dense_data()?);
     if da.shape.len() < 2 || db.shape.len() < 2 {
         return Err(Error::shape(
@@ -67,6 +68,11 @@ impl NDArray {
     /// is treated as a row (left) or column (right) vector and that dim is dropped from the
     /// result. Float only; differentiable in both operands.
     ///
+    /// Two 2-D operands with a sparse one take [`NDArray::dot`]'s storage-type dispatch: a
+    /// csr left operand and a dense right one give a dense product (by design) whose dense
+    /// weight gets a row_sparse gradient, as `dot` does; a combination without a sparse kernel
+    /// falls back to dense with the warning (an error in strict mode).
+    ///
     /// ```
     /// use sparrow_core::NDArray;
     /// let a = NDArray::ones(&[4, 2, 3], sparrow_core::DType::F32).unwrap();
@@ -75,6 +81,10 @@ impl NDArray {
     /// ```
     pub fn matmul(&self, other: &NDArray) -> Result<NDArray> {
         let (sa, sb) = (self.shape(), other.shape());
+        let sparse = self.stype() != crate::SType::Dense || other.stype() != crate::SType::Dense;
+        if sparse && sa.len() == 2 && sb.len() == 2 {
+            return self.dot(other);
+        }
         if sa.is_empty() || sb.is_empty() {
             return Err(Error::shape(
                 "matmul",

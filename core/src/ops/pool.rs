@@ -198,6 +198,7 @@ impl NDArray {
     pub fn pool(&self, params: &PoolParams) -> Result<NDArray> {
         let shape = self.shape();
         let (g, out_shape) = geometry(&shape, params)?;
+        crate::sparse::densifying("pooling", &[self])?;
         let d = self.dense_data()?;
         if !d.buf.dtype().is_float() {
             return Err(Error::dtype(

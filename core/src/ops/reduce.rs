@@ -29,6 +29,7 @@ impl NDArray {
         if !self.dtype().is_float() && self.stype() == crate::SType::Dense {
             return super::reduce_more::sum_int(self, axes, keepdims);
         }
+        crate::sparse::densifying("sum", &[self])?;
         let d = self.dense_data()?;
         let ax = norm_axes("sum", axes, d.shape.len())?;
         let out_shape = reduced_shape(&d.shape, &ax, keepdims);
@@ -49,7 +50,18 @@ impl NDArray {
         }
         let out = NDArray::from_buffer(d.buf.reduce(&d.shape, &ax, ReduceOp::Sum)?, &out_shape)?;
         let in_shape = d.shape.clone();
+        // Summed over axes other than the first: a row_sparse head gradient gives a
+        // row_sparse gradient over its rows.
+        let row_local = in_shape.len() >= 2 && !ax.contains(&0);
+        let axes_i: Vec<i64> = ax.iter().map(|&a| a as i64).collect();
+        let x = self.detach();
         Ok(record_op("sum", out, &[self], move |g| {
+            if row_local {
+                let f = |xr: &NDArray| xr.sum(Some(&axes_i), keepdims);
+                if let Some(gx) = crate::sparse::row_local_grad(g, &x, f)? {
+                    return Ok(vec![Some(gx)]);
+                }
+            }
             let kshape = reduced_shape(&in_shape, &ax, true);
             Ok(vec![Some(g.reshape(&kshape)?.broadcast_to(&in_shape)?)])
         }))
@@ -98,6 +110,7 @@ impl NDArray {
         if own == shape {
             return Ok(self.clone());
         }
+        crate::sparse::densifying("broadcast_to", &[self])?;
         let d = self.dense_data()?;
         let out = NDArray::from_buffer(d.buf.broadcast(&own, shape)?, shape)?;
         let own2 = own.clone();

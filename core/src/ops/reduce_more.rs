@@ -19,6 +19,7 @@ fn reduce_values(
     keepdims: bool,
 ) -> Result<NDArray> {
     let op = r.name();
+    crate::sparse::densifying(op, &[a])?;
     let d = a.dense_data()?;
     let ax = norm_axes(op, axes, d.shape.len())?;
     if matches!(r, ReduceOp::Max | ReduceOp::Min) && ax.iter().any(|&i| d.shape[i] == 0) {
@@ -38,7 +39,16 @@ fn reduce_values(
     let (x, y) = (a.clone(), out.detach());
     let (in_shape, kshape) = (d.shape.clone(), reduced_shape(&d.shape, &ax, true));
     let ax_i: Vec<i64> = ax.iter().map(|&i| i as i64).collect();
+    // Reduced over axes other than the first: a row_sparse head gradient gives a row_sparse
+    // gradient over its rows.
+    let row_local = in_shape.len() >= 2 && !ax.contains(&0);
     Ok(record_op(op, out, &[a], move |g| {
+        if row_local {
+            let f = |xr: &NDArray| reduce_values(xr, r, Some(&ax_i), keepdims);
+            if let Some(gx) = crate::sparse::row_local_grad(g, &x, f)? {
+                return Ok(vec![Some(gx)]);
+            }
+        }
         let gk = g.reshape(&kshape)?.broadcast_to(&in_shape)?;
         let yk = y.reshape(&kshape)?.broadcast_to(&in_shape)?;
         let local = match r {
@@ -116,6 +126,7 @@ fn arg_best(a: &NDArray, which: ArgReduceOp, axis: Option<i64>, keepdims: bool) 
         ArgReduceOp::Max => "argmax",
         ArgReduceOp::Min => "argmin",
     };
+    crate::sparse::densifying(op, &[a])?;
     let d = a.dense_data()?;
     let (dims, out_shape) = match axis {
         None => (
@@ -146,6 +157,7 @@ fn arg_best(a: &NDArray, which: ArgReduceOp, axis: Option<i64>, keepdims: bool) 
 /// Sum of an integer array over `axes` into i64 (exact; u8/i32/i64 all accumulate in i64, so
 /// the sum of a 2^31-element u8 array cannot overflow). Not differentiable.
 pub(crate) fn sum_int(a: &NDArray, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
+    crate::sparse::densifying("sum", &[a])?;
     let d = a.dense_data()?;
     if d.buf.dtype().is_float() {
         return Err(Error::dtype("sum", "sum_int needs an integer array"));

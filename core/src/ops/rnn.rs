@@ -131,6 +131,10 @@ pub fn rnn_sequence(
         reverse,
         lengths,
     };
+    crate::sparse::densifying("rnn_sequence", &[xproj, w_hh, b_hh, h0])?;
+    if let Some(c) = c0 {
+        crate::sparse::densifying("rnn_sequence", &[c])?;
+    }
     let (xd, wd, bd, hd) = (
         xproj.dense_data()?,
         w_hh.dense_data()?,

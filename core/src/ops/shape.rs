@@ -38,6 +38,7 @@ impl NDArray {
     /// Same elements, new shape. Shares the buffer (no copy).
     pub fn reshape(&self, shape: &[usize]) -> Result<NDArray> {
         crate::graph::traced!(Op::Reshape(shape.to_vec()), [self], self.reshape(shape));
+        crate::sparse::densifying("reshape", &[self])?;
         let d = self.dense_data()?;
         let n = crate::ndarray::checked_size("reshape", shape)?;
         if n != d.buf.len() {

@@ -16,13 +16,24 @@ fn softmax_impl(a: &NDArray, axis: i64, log: bool) -> Result<NDArray> {
         SoftmaxOp::Softmax
     };
     let op = which.name();
+    crate::sparse::densifying(if log { "log_softmax" } else { "softmax" }, &[a])?;
     let d = a.dense_data()?;
     let ax = norm_axis(op, axis, d.shape.len())?;
     let dims = split3(&d.shape, ax);
     let out = NDArray::from_buffer(d.buf.softmax(dims, which)?, &d.shape)?;
     let y = out.detach();
     let axes = [ax as i64];
+    // Along an axis other than the first: a row_sparse head gradient gives a row_sparse
+    // gradient over its rows.
+    let row_local = ax != 0;
+    let x = a.detach();
     Ok(record_op(op, out, &[a], move |g| {
+        if row_local {
+            let f = |xr: &NDArray| softmax_impl(xr, axes[0], log);
+            if let Some(gx) = crate::sparse::row_local_grad(g, &x, f)? {
+                return Ok(vec![Some(gx)]);
+            }
+        }
         let gx = if log {
             // d/dx log_softmax: g - softmax * sum(g)
             g.sub(&y.exp()?.mul(&g.sum(Some(&axes), true)?)?)?

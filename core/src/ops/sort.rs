@@ -33,6 +33,7 @@ fn sorted(
     k: Option<usize>,
     ascending: bool,
 ) -> Result<(NDArray, NDArray)> {
+    crate::sparse::densifying(op, &[a])?;
     let d = a.dense_data()?;
     if d.shape.is_empty() {
         return Err(Error::shape(op, "needs an array of at least 1 dimension"));

@@ -13,6 +13,7 @@ use crate::NDArray;
 impl NDArray {
     /// Permute the axes (`None` reverses them, as NumPy's `transpose`). Differentiable.
     pub fn transpose(&self, axes: Option<&[usize]>) -> Result<NDArray> {
+        crate::sparse::densifying("transpose", &[self])?;
         let d = self.dense_data()?;
         let nd = d.shape.len();
         let perm: Vec<usize> = match axes {
@@ -90,12 +91,18 @@ impl NDArray {
     }
 
     /// Join arrays along an existing axis; all other dims and the dtype must agree.
-    /// Differentiable in every input.
+    /// Differentiable in every input. csr arrays joined along rows stay csr; other sparse
+    /// operands fall back to dense (a warning, an error in strict mode).
     pub fn concat(arrays: &[&NDArray], axis: i64) -> Result<NDArray> {
         let op = "concat";
         if arrays.is_empty() {
             return Err(Error::arg(op, "needs at least one array"));
         }
+        // csr parts along rows: a csr result (`sparse::concat_rows`), recorded.
+        if arrays.iter().all(|a| a.stype() == crate::SType::Csr) && norm_axis(op, axis, 2)? == 0 {
+            return crate::sparse::concat_csr_recorded(arrays);
+        }
+        crate::sparse::densifying(op, arrays)?;
         let data: Vec<_> = arrays
             .iter()
             .map(|a| a.dense_data())

@@ -10,6 +10,9 @@ use crate::{NDArray, SType};
 impl NDArray {
     /// `op` over a dense view of `self`, not recorded.
     pub(crate) fn map_raw(&self, op: Map) -> Result<NDArray> {
+        // The one dense path of every unary and scalar operator: a sparse operand that got
+        // here has no sparse kernel for `op`.
+        crate::sparse::densifying(op.name(), &[self])?;
         let d = self.dense_data()?;
         NDArray::from_buffer(d.buf.map(op)?, &d.shape)
     }
@@ -110,8 +113,12 @@ impl NDArray {
             return Ok(out);
         }
         let out = self.map_raw(Map::Sign)?;
+        // Zero, in the head gradient's storage type (an empty row_sparse one stays sparse).
         Ok(record_op("sign", out, &[self], |g| {
-            Ok(vec![Some(g.zeros_like())])
+            Ok(vec![Some(match g.stype() {
+                SType::Dense => g.zeros_like(),
+                st => crate::sparse::zeros_stype(&g.shape(), g.dtype(), st),
+            })])
         }))
     }
 
@@ -147,9 +154,12 @@ impl NDArray {
         }))
     }
 
-    /// Hyperbolic tangent.
+    /// Hyperbolic tangent (keeps csr and row_sparse, forward and backward).
     pub fn tanh(&self) -> Result<NDArray> {
         crate::graph::traced!(Op::Unary(UnaryFn::Tanh), [self], self.tanh());
+        if let Some(out) = crate::sparse::dispatch_unary("tanh", self)? {
+            return Ok(out);
+        }
         let out = self.map_raw(Map::Tanh)?;
         let y = out.detach();
         Ok(record_op("tanh", out, &[self], move |g| {
@@ -307,12 +317,142 @@ impl NDArray {
     }
 }
 
+/// The backward of a unary op from its input `x`, output `y` and head gradient `g`.
+type UnaryGrad = fn(&NDArray, &NDArray, &NDArray) -> Result<NDArray>;
+
+impl NDArray {
+    /// A zero-preserving unary op: the sparse kernel for csr and row_sparse arrays (storage
+    /// type kept forward and backward, `crate::sparse` `unary`), else `map` over the dense
+    /// array with the backward `grad`.
+    fn zero_preserving(&self, name: &'static str, map: Map, grad: UnaryGrad) -> Result<NDArray> {
+        if let Some(out) = crate::sparse::dispatch_unary(name, self)? {
+            return Ok(out);
+        }
+        let out = self.map_raw(map)?;
+        let (x, y) = (self.clone(), out.detach());
+        Ok(record_op(name, out, &[self], move |g| {
+            Ok(vec![Some(grad(&x, &y, g)?)])
+        }))
+    }
+
+    /// `sin(x)`. Keeps csr and row_sparse, forward and backward.
+    pub fn sin(&self) -> Result<NDArray> {
+        self.zero_preserving("sin", Map::Sin, |x, _, g| g.mul(&x.map_raw(Map::Cos)?))
+    }
+
+    /// `tan(x)`. Keeps csr and row_sparse, forward and backward.
+    pub fn tan(&self) -> Result<NDArray> {
+        self.zero_preserving("tan", Map::Tan, |_, y, g| {
+            g.mul(&y.square()?.add_scalar(1.0)?)
+        })
+    }
+
+    /// `arcsin(x)` (inverse sine). Keeps csr and row_sparse, forward and backward.
+    pub fn arcsin(&self) -> Result<NDArray> {
+        self.zero_preserving("arcsin", Map::Arcsin, |x, _, g| {
+            g.div(&x.square()?.rsub_scalar(1.0)?.sqrt()?)
+        })
+    }
+
+    /// `arctan(x)` (inverse tangent). Keeps csr and row_sparse, forward and backward.
+    pub fn arctan(&self) -> Result<NDArray> {
+        self.zero_preserving("arctan", Map::Arctan, |x, _, g| {
+            g.div(&x.square()?.add_scalar(1.0)?)
+        })
+    }
+
+    /// `sinh(x)`. Keeps csr and row_sparse, forward and backward.
+    pub fn sinh(&self) -> Result<NDArray> {
+        self.zero_preserving("sinh", Map::Sinh, |x, _, g| g.mul(&x.map_raw(Map::Cosh)?))
+    }
+
+    /// `arcsinh(x)`. Keeps csr and row_sparse, forward and backward.
+    pub fn arcsinh(&self) -> Result<NDArray> {
+        self.zero_preserving("arcsinh", Map::Arcsinh, |x, _, g| {
+            g.div(&x.square()?.add_scalar(1.0)?.sqrt()?)
+        })
+    }
+
+    /// `arctanh(x)`. Keeps csr and row_sparse, forward and backward.
+    pub fn arctanh(&self) -> Result<NDArray> {
+        self.zero_preserving("arctanh", Map::Arctanh, |x, _, g| {
+            g.div(&x.square()?.rsub_scalar(1.0)?)
+        })
+    }
+
+    /// `exp(x) - 1`, exact for small `x`. Keeps csr and row_sparse, forward and backward.
+    pub fn expm1(&self) -> Result<NDArray> {
+        self.zero_preserving("expm1", Map::Expm1, |_, y, g| g.mul(&y.add_scalar(1.0)?))
+    }
+
+    /// `ln(1 + x)`, exact for small `x`. Keeps csr and row_sparse, forward and backward.
+    pub fn log1p(&self) -> Result<NDArray> {
+        self.zero_preserving("log1p", Map::Log1p, |x, _, g| g.div(&x.add_scalar(1.0)?))
+    }
+
+    /// The cube root. Keeps csr and row_sparse, forward and backward.
+    pub fn cbrt(&self) -> Result<NDArray> {
+        self.zero_preserving("cbrt", Map::Cbrt, |_, y, g| {
+            g.div(&y.square()?.mul_scalar(3.0)?)
+        })
+    }
+
+    /// Radians to degrees. Keeps csr and row_sparse, forward and backward.
+    pub fn degrees(&self) -> Result<NDArray> {
+        self.zero_preserving(
+            "degrees",
+            Map::MulScalar(180.0 / std::f64::consts::PI),
+            |_, _, g| g.mul_scalar(180.0 / std::f64::consts::PI),
+        )
+    }
+
+    /// Degrees to radians. Keeps csr and row_sparse, forward and backward.
+    pub fn radians(&self) -> Result<NDArray> {
+        self.zero_preserving(
+            "radians",
+            Map::MulScalar(std::f64::consts::PI / 180.0),
+            |_, _, g| g.mul_scalar(std::f64::consts::PI / 180.0),
+        )
+    }
+
+    /// The nearest whole number, halves away from zero (gradient zero). Keeps csr and row_sparse, forward and backward.
+    pub fn round(&self) -> Result<NDArray> {
+        self.zero_preserving("round", Map::Round, |_, _, g| g.mul_scalar(0.0))
+    }
+
+    /// The nearest whole number, halves to even (gradient zero). Keeps csr and row_sparse, forward and backward.
+    pub fn rint(&self) -> Result<NDArray> {
+        self.zero_preserving("rint", Map::Rint, |_, _, g| g.mul_scalar(0.0))
+    }
+
+    /// The smallest whole number `>= x` (gradient zero). Keeps csr and row_sparse, forward and backward.
+    pub fn ceil(&self) -> Result<NDArray> {
+        self.zero_preserving("ceil", Map::Ceil, |_, _, g| g.mul_scalar(0.0))
+    }
+
+    /// The largest whole number `<= x` (gradient zero). Keeps csr and row_sparse, forward and backward.
+    pub fn floor(&self) -> Result<NDArray> {
+        self.zero_preserving("floor", Map::Floor, |_, _, g| g.mul_scalar(0.0))
+    }
+
+    /// `x` rounded toward zero (gradient zero). Keeps csr and row_sparse, forward and backward.
+    pub fn trunc(&self) -> Result<NDArray> {
+        self.zero_preserving("trunc", Map::Trunc, |_, _, g| g.mul_scalar(0.0))
+    }
+
+    /// `x` rounded toward zero, MXNet's `fix` (the same as [`NDArray::trunc`]; gradient zero). Keeps csr and row_sparse, forward and backward.
+    pub fn fix(&self) -> Result<NDArray> {
+        self.zero_preserving("fix", Map::Trunc, |_, _, g| g.mul_scalar(0.0))
+    }
+}
+
 macro_rules! comparison {
     ($name:ident, $sname:ident, $op:expr, $doc:literal) => {
         impl NDArray {
             #[doc = concat!("Elementwise `a ", $doc, " b` with broadcasting, as 1/0 of the input dtype (not differentiable).")]
             pub fn $name(&self, other: &NDArray) -> Result<NDArray> {
                 crate::graph::traced!(Op::Compare(CmpFn::of($op)), [self, other], self.$name(other));
+                crate::sparse::densifying(stringify!($name), &[self, other])?;
                 let (da, db) = (self.dense_data()?, other.dense_data()?);
                 if da.buf.dtype() != db.buf.dtype() {
                     return Err(crate::Error::dtype_mismatch(stringify!($name), da.buf.dtype(), db.buf.dtype()));
@@ -323,6 +463,7 @@ macro_rules! comparison {
             #[doc = concat!("Elementwise `a ", $doc, " s` against a scalar, as 1/0 of the input dtype.")]
             pub fn $sname(&self, s: f64) -> Result<NDArray> {
                 crate::graph::traced!(Op::CompareScalar(CmpFn::of($op), s), [self], self.$sname(s));
+                crate::sparse::densifying(stringify!($sname), &[self])?;
                 let d = self.dense_data()?;
                 NDArray::from_buffer(d.buf.compare_scalar(s, $op)?, &d.shape)
             }

@@ -1,4 +1,6 @@
-//! Elementwise binary ops with sparse operands: rs +- rs -> rs, csr +- csr -> csr,
+//! Elementwise binary ops with sparse operands: rs op rs -> rs and csr op csr -> csr for op in
+//! add, sub, mul, maximum, minimum (zero-preserving: the union of the stored entries, the
+//! intersection for mul),
 //! sparse +- dense -> dense, rs * rs and rs * dense -> rs, csr * dense -> csr, and csr times or
 //! divided by a dense row / column vector -> csr. Other combinations return `None` (dense
 //! fallback).
@@ -11,7 +13,7 @@ use crate::storage::{Merge, Storage, WithDense};
 use crate::NDArray;
 
 /// The same sparse structure with new stored values (`vals` aligned with the stored values).
-fn with_values(s: &ArrayData, vals: Storage) -> Result<ArrayData> {
+pub(super) fn with_values(s: &ArrayData, vals: Storage) -> Result<ArrayData> {
     Ok(match s {
         ArrayData::Csr(c) => ArrayData::Csr(CsrData {
             shape: c.shape,
@@ -78,7 +80,7 @@ fn raw(op: BinaryOp, da: &ArrayData, db: &ArrayData) -> Result<Option<ArrayData>
         ));
     }
     Ok(match (op, da, db) {
-        (Add | Sub | Mul, RowSparse(a), RowSparse(b)) if same => {
+        (Add | Sub | Mul | Maximum | Minimum, RowSparse(a), RowSparse(b)) if same => {
             let p = a.data.merge(
                 a.sparse_layout(),
                 &b.data,
@@ -91,7 +93,7 @@ fn raw(op: BinaryOp, da: &ArrayData, db: &ArrayData) -> Result<Option<ArrayData>
                 data: p.values,
             }))
         }
-        (Add | Sub, Csr(a), Csr(b)) if same => {
+        (Add | Sub | Mul | Maximum | Minimum, Csr(a), Csr(b)) if same => {
             let p = a.data.merge(
                 a.sparse_layout(),
                 &b.data,
@@ -142,6 +144,19 @@ pub(crate) fn binary(op: BinaryOp, a: &NDArray, b: &NDArray) -> Result<Option<ND
             BinaryOp::Add => (g.clone(), g.clone()),
             BinaryOp::Sub => (g.clone(), g.neg()?),
             BinaryOp::Mul => (g.mul(&bc)?, g.mul(&ac)?),
+            BinaryOp::Maximum | BinaryOp::Minimum => {
+                // Where b wins (a < b for maximum, a > b for minimum; ties go to a, as on the
+                // dense path): zero wherever neither operand stores a value, so sparse.
+                let d = ac.sub(&bc)?;
+                let dv = super::unary::stored_values(&d)?;
+                let b_wins = if op == BinaryOp::Maximum {
+                    dv.lesser_scalar(0.0)?
+                } else {
+                    dv.greater_scalar(0.0)?
+                };
+                let to_b = g.mul(&super::unary::with_stored(&d, &b_wins)?)?;
+                (g.sub(&to_b)?, to_b)
+            }
             _ => {
                 let bd = bc.tostype(crate::SType::Dense)?;
                 (g.div(&bd)?, g.mul(&ac)?.div(&bd.square()?)?.neg()?)

@@ -185,7 +185,9 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
 
 /// `dot(x, w)` for a csr `x` and a dense `w` -> dense, recorded: the gradient of `w` is
 /// `x^T . dy` as row_sparse over the columns present in `x` (computed without a dense
-/// intermediate). `x` gets a dense gradient `dy . w^T` only if it requires one.
+/// intermediate). `x` gets the dense gradient `dy . w^T` when it is part of the graph (a leaf
+/// with a gradient attached or the output of a recorded operator, decided when the product is
+/// recorded): dense by design, as `dy` and `w` are dense.
 pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     // Each operand is read once (dtype, storage and values from one guard; the weight in
     // place): lock round trips and buffer-handle clones are atomic operations, several per
@@ -213,10 +215,13 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     };
     // The backward is written with operators on the operands' handles (the batch's handle
     // keeps its prepared column grouping), so it runs wherever the operands live.
+    // Whether x needs a gradient is decided now: during backward an intermediate x has
+    // already handed its node to the engine and no longer looks like part of the graph.
+    let need_x = x.requires_grad();
     let (xc, wc) = (x.clone(), w.clone());
     Ok(record_op("dot_csr_dense", out, &[x, w], move |g| {
         let gw = csr_t_dense_of(&xc, g)?;
-        let gx = if xc.requires_grad() {
+        let gx = if need_x {
             Some(dense_of(g)?.dot_t(&wc, false, true)?)
         } else {
             None
@@ -227,7 +232,9 @@ pub fn dot_csr_dense(x: &NDArray, w: &NDArray) -> Result<NDArray> {
 
 /// `dot(x^T, g)` for a csr `x` (`m x k`) and a dense `g` (`m x n`): a `k x n` result holding
 /// only the rows of the columns present in `x`, as row_sparse (`out_stype = RowSparse`) or
-/// dense. Recorded: the gradient of `g` is `x . dy`.
+/// dense. Recorded: the gradient of `g` is `x . dy`; `x`, when it is part of the graph, gets
+/// the dense gradient `g . dy^T` (dense by design for a dense `dy`; a row_sparse `dy` is
+/// densified for it, with the fallback warning).
 pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDArray> {
     let rsp = csr_t_dense_of(x, g)?;
     let out = match out_stype {
@@ -240,7 +247,8 @@ pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDA
             ))
         }
     };
-    let xc = x.clone();
+    let need_x = x.requires_grad();
+    let (xc, gc) = (x.clone(), g.clone());
     Ok(record_op("dot_csr_t_dense", out, &[x, g], move |dy| {
         // x . dy: the csr x row_sparse kernel for a row_sparse head gradient, csr x dense
         // otherwise.
@@ -248,11 +256,21 @@ pub fn dot_csr_t_dense(x: &NDArray, g: &NDArray, out_stype: SType) -> Result<NDA
             SType::RowSparse => dot_csr_rsp(&xc, dy)?,
             _ => dot_csr_dense(&xc, &dense_of(dy)?)?,
         };
-        Ok(vec![None, Some(gg)])
+        let gx = if need_x {
+            if dy.stype() != SType::Dense {
+                super::fallback("dot_csr_t_dense", &[SType::Csr, dy.stype()])?;
+            }
+            Some(dense_of(&gc)?.dot_t(&dense_of(dy)?, false, true)?)
+        } else {
+            None
+        };
+        Ok(vec![gx, Some(gg)])
     }))
 }
 
 /// `dot(x, w)` for a csr `x` and a row_sparse `w` -> dense; the gradient of `w` is row_sparse.
+/// `x`, when it is part of the graph, gets the dense gradient `dy . w^T` (`w` densified for
+/// it, with the fallback warning).
 pub fn dot_csr_rsp(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     same_dtype("dot", x, w)?;
     let c = csr_of(x, "dot")?;
@@ -266,24 +284,96 @@ pub fn dot_csr_rsp(x: &NDArray, w: &NDArray) -> Result<NDArray> {
         }
     };
     let out = csr_rsp_raw(&c, &r)?;
-    let xc = x.clone();
+    let need_x = x.requires_grad();
+    let (xc, wc) = (x.clone(), w.clone());
     Ok(record_op("dot_csr_rsp", out, &[x, w], move |g| {
-        Ok(vec![None, Some(csr_t_dense_of(&xc, g)?)])
+        let gx = if need_x {
+            super::fallback("dot_csr_rsp", &[SType::Csr, SType::RowSparse])?;
+            Some(dense_of(g)?.dot_t(&dense_of(&wc)?, false, true)?)
+        } else {
+            None
+        };
+        Ok(vec![gx, Some(csr_t_dense_of(&xc, g)?)])
     }))
 }
 
 /// `dot(a, x)` (or `dot(a, x^T)` with `transpose_b`) for a dense `a` and a csr `x` -> dense.
-/// The gradient of `a` is `dy . x^T` (or `dy . x`).
+/// The gradient of `a` is `dy . x^T` (or `dy . x`); `x`, when it is part of the graph, gets
+/// the dense gradient `a^T . dy` (or `dy^T . a`), dense by design.
 pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDArray> {
     same_dtype("dot", a, x)?;
     let c = csr_of(x, "dot")?;
     let out = dense_csr_raw(&dense2(a, "dot")?, &c, transpose_b)?;
-    let xc = x.clone();
+    let need_x = x.requires_grad();
+    let (ac, xc) = (a.clone(), x.clone());
     Ok(record_op("dot_dense_csr", out, &[a, x], move |g| {
-        Ok(vec![
-            Some(dot_dense_csr(&dense_of(g)?, &xc, !transpose_b)?),
-            None,
-        ])
+        let gd = dense_of(g)?;
+        let gx = match (need_x, transpose_b) {
+            (false, _) => None,
+            (true, false) => Some(ac.dot_t(&gd, true, false)?),
+            (true, true) => Some(gd.dot_t(&ac, true, false)?),
+        };
+        Ok(vec![Some(dot_dense_csr(&gd, &xc, !transpose_b)?), gx])
+    }))
+}
+
+/// `dot(a, b)` for two csr operands -> csr (the sparse product kernel; on the CPU Gustavson's
+/// row-by-row algorithm, rows in parallel). Recorded: with a dense head gradient `dy` both
+/// operands get the exact dense gradients `dy . b^T` and `a^T . dy` (dense by design); a
+/// sparse `dy` is densified for them (with the fallback warning, an error in strict mode).
+pub fn dot_csr_csr(a: &NDArray, b: &NDArray) -> Result<NDArray> {
+    same_dtype("dot", a, b)?;
+    let (ca, cb) = (csr_of(a, "dot")?, csr_of(b, "dot")?);
+    let ([m, k], [k2, n]) = (ca.shape, cb.shape);
+    if k != k2 {
+        return Err(Error::shape(
+            "dot",
+            format!(
+                "csr {:?} . csr {:?}: inner dimensions differ",
+                ca.shape, cb.shape
+            ),
+        ));
+    }
+    if !ca.data.dtype().is_float() {
+        return Err(Error::dtype(
+            "dot",
+            format!(
+                "needs float32 or float64 arrays, got {}",
+                ca.data.dtype().name()
+            ),
+        ));
+    }
+    let p = ca
+        .data
+        .csr_product(ca.sparse_layout(), &cb.data, cb.sparse_layout())?;
+    let Some(indptr) = p.indptr else {
+        return Err(Error::stype("dot", "csr product without row pointers"));
+    };
+    let out = NDArray::from_data(ArrayData::Csr(CsrData {
+        shape: [m, n],
+        indptr,
+        indices: p.indices,
+        data: p.values,
+        offset: 0,
+    }));
+    let (need_a, need_b) = (a.requires_grad(), b.requires_grad());
+    let (ac, bc) = (a.clone(), b.clone());
+    Ok(record_op("dot_csr_csr", out, &[a, b], move |g| {
+        if g.stype() != SType::Dense {
+            super::fallback("dot_csr_csr", &[SType::Csr, SType::Csr, g.stype()])?;
+        }
+        let gd = dense_of(g)?;
+        let ga = if need_a {
+            Some(dot_dense_csr(&gd, &bc, true)?)
+        } else {
+            None
+        };
+        let gb = if need_b {
+            Some(dot_csr_t_dense(&ac, &gd, SType::Dense)?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
     }))
 }
 
@@ -302,6 +392,7 @@ pub(crate) fn dispatch(
         (Csr, Dense, true, false) => Some(dot_csr_t_dense(a, b, RowSparse)?),
         (Csr, RowSparse, false, false) => Some(dot_csr_rsp(a, b)?),
         (Dense, Csr, false, tb) => Some(dot_dense_csr(a, b, tb)?),
+        (Csr, Csr, false, false) => Some(dot_csr_csr(a, b)?),
         _ => None,
     })
 }

@@ -18,10 +18,13 @@ fn csr_of(x: &NDArray) -> Result<CsrData> {
 }
 
 /// `X . W^T` for a csr `X` `(batch, in_features)` and a dense `W` `(units, in_features)`.
-/// Recorded: `W` gets the dense gradient `dY^T X` (computed from the non-zeros only); `X` none.
+/// Recorded: `W` gets the dense gradient `dY^T X` (computed from the non-zeros only); `X`, when
+/// it is part of the graph, the dense gradient `dY . W` (dense by design). A sparse `W` is
+/// densified (with the fallback warning, an error in strict mode).
 pub fn dot_csr_dense_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     crate::graph::traced!(Op::DotCsrDenseT, [x, w], dot_csr_dense_t(x, w));
     let c = csr_of(x)?;
+    super::densifying("dot_csr_dense_t", &[w])?;
     let wd = w.dense_data()?;
     let [rows, feats] = c.shape;
     if wd.shape.len() != 2 || wd.shape[1] != feats {
@@ -50,8 +53,11 @@ pub fn dot_csr_dense_t(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     // gradient, so it runs wherever they live.
     let xs = x.detach();
     drop(c);
+    let need_x = x.requires_grad();
+    let wc = w.clone();
     Ok(record_op("dot_csr_dense_t", out, &[x, w], move |g| {
-        Ok(vec![None, Some(csr_dense_t_grad(&xs, g, wshape)?)])
+        let gx = if need_x { Some(g.dot(&wc)?) } else { None };
+        Ok(vec![gx, Some(csr_dense_t_grad(&xs, g, wshape)?)])
     }))
 }
 

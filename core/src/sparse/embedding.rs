@@ -38,6 +38,7 @@ fn check_ids(op: &'static str, ids: &[i64], bound: usize) -> Result<()> {
 /// ```
 pub fn embedding(table: &NDArray, ids: &NDArray) -> Result<NDArray> {
     crate::graph::traced!(Op::Embedding, [table, ids], embedding(table, ids));
+    super::densifying("embedding", &[table])?;
     let t = table.dense_data()?;
     if t.shape.len() != 2 {
         return Err(Error::shape(

@@ -15,16 +15,19 @@ mod groups;
 mod random;
 mod reduce;
 mod retain;
+mod row_local;
+pub(crate) use row_local::{gathered_rows_grad, row_local_grad};
 mod slice;
 mod unary;
 
 pub(crate) use convert::densify;
 pub use convert::{add_grads, cast_storage, zeros_stype};
+pub use dispatch::{densify_warnings, fallback, set_strict_stype, strict_stype};
 pub(crate) use dispatch::{
-    dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,
+    densifying, dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,
+    run_backward_checked,
 };
-pub use dispatch::{fallback, set_strict_stype, strict_stype};
-pub use dot::{dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
+pub use dot::{dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
 pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;
@@ -33,3 +36,4 @@ pub(crate) use reduce::dispatch_sum;
 pub use reduce::{norm, square_sum};
 pub use retain::retain_rows;
 pub use slice::concat_rows;
+pub(crate) use slice::{concat_csr_recorded, slice_rows_recorded};

@@ -55,7 +55,7 @@ pub(crate) fn dispatch_sum(
         .data
         .reduce_stored(c.sparse_layout(), StoredReduce::Sum(axis))?;
     let out = NDArray::from_buffer(sums, if keepdims { &shape_kd } else { &shape })?;
-    Ok(Some(record_op("sum", out, &[a], move |g| {
+    Ok(Some(record_op("sum_csr", out, &[a], move |g| {
         Ok(vec![Some(
             g.tostype(SType::Dense)?
                 .reshape(&shape_kd)?

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, RowSparseData};
 use crate::storage::Storage;
-use crate::NDArray;
+use crate::{NDArray, SType};
 
 fn csr_of(a: &NDArray, op: &'static str) -> Result<CsrData> {
     match &*a.read() {
@@ -137,4 +137,106 @@ pub fn concat_rows(parts: &[NDArray]) -> Result<NDArray> {
         data: p.values,
         offset: 0,
     })))
+}
+
+/// `concat` of csr arrays along rows (`NDArray::concat(parts, 0)` with every part csr): the
+/// csr result of [`concat_rows`], recorded. Each part's gradient is its rows of the head
+/// gradient, csr for a csr head gradient and dense for a dense one (by design).
+pub(crate) fn concat_csr_recorded(parts: &[&NDArray]) -> Result<NDArray> {
+    let owned: Vec<NDArray> = parts.iter().map(|&p| p.clone()).collect();
+    let out = concat_rows(&owned)?;
+    let mut bounds = Vec::with_capacity(parts.len());
+    let mut start = 0usize;
+    for p in parts {
+        let rows = p.shape()[0];
+        bounds.push((start, start + rows));
+        start += rows;
+    }
+    Ok(crate::autograd::record_op(
+        "concat_csr",
+        out,
+        parts,
+        move |g| {
+            bounds
+                .iter()
+                .map(|&(s, e)| rows_of_grad(g, s, e).map(Some))
+                .collect()
+        },
+    ))
+}
+
+/// Rows `s..e` of a head gradient: a csr slice of a csr one, a dense slice otherwise.
+fn rows_of_grad(g: &NDArray, s: usize, e: usize) -> Result<NDArray> {
+    match g.stype() {
+        SType::Csr => g.slice_rows(s, e),
+        _ => g.slice_axis(0, Some(s as i64), Some(e as i64), 1),
+    }
+}
+
+/// `slice_axis(0, begin..end, step 1)` of a csr array: the csr row slice of
+/// [`NDArray::slice_rows`] (sharing the parent's buffers), recorded. The gradient is the head
+/// gradient placed at those rows: csr for a csr head gradient (zero rows around it), dense for
+/// a dense one (by design).
+pub(crate) fn slice_rows_recorded(a: &NDArray, start: usize, end: usize) -> Result<NDArray> {
+    let out = a.slice_rows(start, end)?;
+    let [rows, cols] = [a.shape()[0], a.shape()[1]];
+    let dtype = a.dtype();
+    Ok(crate::autograd::record_op(
+        "slice_csr_rows",
+        out,
+        &[a],
+        move |g| {
+            let gx = match g.stype() {
+                SType::Csr => {
+                    let before = super::zeros_stype(&[start, cols], dtype, SType::Csr);
+                    let after = super::zeros_stype(&[rows - end, cols], dtype, SType::Csr);
+                    concat_rows(&[before, g.clone(), after])?
+                }
+                _ => {
+                    let gd = g.tostype(SType::Dense)?;
+                    let pad = |n: usize| -> Result<NDArray> {
+                        crate::sparse::zeros_stype(&[n, cols], dtype, SType::Dense)
+                            .to_device(gd.device())
+                    };
+                    NDArray::concat(&[&pad(start)?, &gd, &pad(rows - end)?], 0)?
+                }
+            };
+            Ok(vec![Some(gx)])
+        },
+    ))
+}
+
+impl NDArray {
+    /// The number of stored values in each row, as an i64 vector of length `rows` (MXNet's
+    /// `getnnz(axis=1)`): the row's non-zeros for csr, the row length for a stored
+    /// row_sparse row (0 for the others), the row's non-zero count for a dense array.
+    pub fn row_nnz(&self) -> Result<NDArray> {
+        let shape = self.shape();
+        let Some(&rows) = shape.first() else {
+            return Err(Error::shape(
+                "row_nnz",
+                "needs an array of at least 1 dimension",
+            ));
+        };
+        let row_len: usize = shape[1..].iter().product();
+        let counts: Vec<i64> = match &*self.read() {
+            ArrayData::Csr(c) => c.indptr.windows(2).map(|w| w[1] - w[0]).collect(),
+            ArrayData::RowSparse(r) => {
+                let mut v = vec![0i64; rows];
+                for &i in r.indices.iter() {
+                    v[i as usize] = row_len as i64;
+                }
+                v
+            }
+            ArrayData::Dense(_) => {
+                drop(shape);
+                let host = self.to_f64_vec();
+                host.chunks(row_len.max(1))
+                    .take(rows)
+                    .map(|r| r.iter().filter(|&&x| x != 0.0).count() as i64)
+                    .collect()
+            }
+        };
+        NDArray::host_vec(counts, &[rows])?.to_device(self.device())
+    }
 }

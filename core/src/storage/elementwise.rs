@@ -59,6 +59,40 @@ pub(crate) enum Map {
     InsideMask(f64, f64),
     /// Where x > 0: 1, else `slope` (the derivative of [`Map::LeakyRelu`]).
     LeakyReluSlope(f64),
+    /// `sin(x)`
+    Sin,
+    /// `cos(x)` (the derivative of [`Map::Sin`])
+    Cos,
+    /// `tan(x)`
+    Tan,
+    /// `arcsin(x)`
+    Arcsin,
+    /// `arctan(x)`
+    Arctan,
+    /// `sinh(x)`
+    Sinh,
+    /// `cosh(x)` (the derivative of [`Map::Sinh`])
+    Cosh,
+    /// `arcsinh(x)`
+    Arcsinh,
+    /// `arctanh(x)`
+    Arctanh,
+    /// `exp(x) - 1`, exact near 0
+    Expm1,
+    /// `ln(1 + x)`, exact near 0
+    Log1p,
+    /// cube root
+    Cbrt,
+    /// nearest whole number, halves away from zero
+    Round,
+    /// nearest whole number, halves to even
+    Rint,
+    /// smallest whole number `>= x`
+    Ceil,
+    /// largest whole number `<= x`
+    Floor,
+    /// `x` rounded toward zero (MXNet's `trunc` and `fix`)
+    Trunc,
 }
 
 impl Map {
@@ -86,6 +120,23 @@ impl Map {
             Map::MaximumScalar(_) => "maximum_scalar",
             Map::MinimumScalar(_) => "minimum_scalar",
             Map::Clip(..) | Map::InsideMask(..) => "clip",
+            Map::Sin => "sin",
+            Map::Cos => "cos",
+            Map::Tan => "tan",
+            Map::Arcsin => "arcsin",
+            Map::Arctan => "arctan",
+            Map::Sinh => "sinh",
+            Map::Cosh => "cosh",
+            Map::Arcsinh => "arcsinh",
+            Map::Arctanh => "arctanh",
+            Map::Expm1 => "expm1",
+            Map::Log1p => "log1p",
+            Map::Cbrt => "cbrt",
+            Map::Round => "round",
+            Map::Rint => "rint",
+            Map::Ceil => "ceil",
+            Map::Floor => "floor",
+            Map::Trunc => "trunc",
         }
     }
 }

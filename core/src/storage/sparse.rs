@@ -63,8 +63,8 @@ pub(crate) struct SparseParts<S, I> {
 /// How two sparse arrays of one storage type and shape merge into one of the same type.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Merge {
-    /// `a op b` for `Add` / `Sub` over the union of the stored entries (absent ones as 0) and,
-    /// for row_sparse, `Mul` over the intersection of the stored rows (float dtypes).
+    /// `a op b` for `Add` / `Sub` / `Maximum` / `Minimum` over the union of the stored entries
+    /// (absent ones as 0) and `Mul` over their intersection (float dtypes).
     Binary(BinaryOp),
     /// Gradient accumulation of row_sparse arrays (any dtype): the union of the rows, a row
     /// stored by one side only copied as it is.
@@ -116,6 +116,15 @@ pub(crate) trait SparseOps: super::BackendIndex + Sized {
         b: &Self,
         lb: SparseLayout<'_, Self::Index>,
         op: Merge,
+    ) -> Result<SparseParts<Self, Self::Index>>;
+    /// The csr product `self (m x k) . b (k x n)` of two csr operands (laid out as `la`,
+    /// `lb`) as csr parts: each output row holds the columns its products reach, ascending
+    /// (float dtypes).
+    fn csr_product(
+        &self,
+        la: SparseLayout<'_, Self::Index>,
+        b: &Self,
+        lb: SparseLayout<'_, Self::Index>,
     ) -> Result<SparseParts<Self, Self::Index>>;
     /// `s op d` (`sparse_left`) or `d op s` for `Add` / `Sub`, with `d` dense of the sparse
     /// array's shape: a dense result, `d`'s values with the stored entries' results written
@@ -277,6 +286,19 @@ impl Storage {
         super::on_backends!(OP, (self, b), (a, b) => {
             let (la, lb) = (on::layout_like(a, OP, la)?, on::layout_like(a, OP, lb)?);
             Ok(on::parts(a.merge(la, b, lb, op)?))
+        })
+    }
+    /// See [`SparseOps::csr_product`].
+    pub(crate) fn csr_product(
+        &self,
+        la: SparseLayout<'_, IndexStorage>,
+        b: &Storage,
+        lb: SparseLayout<'_, IndexStorage>,
+    ) -> Result<SparseParts<Storage, IndexStorage>> {
+        const OP: &str = "dot";
+        super::on_backends!(OP, (self, b), (a, b) => {
+            let (la, lb) = (on::layout_like(a, OP, la)?, on::layout_like(a, OP, lb)?);
+            Ok(on::parts(a.csr_product(la, b, lb)?))
         })
     }
     /// See [`SparseOps::scatter_dense`].

@@ -65,6 +65,23 @@ template <typename T> __device__ __forceinline__ T map_one(T x, int op, T a, T b
     case 20: return fmin(fmax(x, a), b);
     case 21: return (x >= a && x <= b) ? T(1) : T(0);
     case 22: return x > T(0) ? T(1) : a;
+    case 23: return sin(x);
+    case 24: return cos(x);
+    case 25: return tan(x);
+    case 26: return asin(x);
+    case 27: return atan(x);
+    case 28: return sinh(x);
+    case 29: return cosh(x);
+    case 30: return asinh(x);
+    case 31: return atanh(x);
+    case 32: return expm1(x);
+    case 33: return log1p(x);
+    case 34: return cbrt(x);
+    case 35: return round(x);
+    case 36: return rint(x);
+    case 37: return ceil(x);
+    case 38: return floor(x);
+    case 39: return trunc(x);
     default: return x;
   }
 }
