@@ -324,3 +324,35 @@ fn out_of_core_matmul_equals_the_in_memory_product_and_releases_its_blocks() {
     assert!(a.mapped_rows(3, 5).is_err());
     assert!(mem.mapped_rows(0, 1).is_err());
 }
+
+/// `release_pages` drops a file-backed array's pages from the resident set (a pass over a file
+/// larger than memory releases each block after use) and changes nothing the array holds.
+#[test]
+fn release_pages_empties_the_resident_set_and_keeps_the_values() {
+    let dir = std::env::temp_dir().join(format!("sparrow-release-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("r.npy");
+    let n = 1 << 21; // 8 MiB of f32
+    let a = NDArray::create_npy(&path, &[n / 1024, 1024], DType::F32).unwrap();
+    let values = NDArray::arange(0.0, n as f64, 1.0, DType::F32)
+        .unwrap()
+        .reshape(&[n / 1024, 1024])
+        .unwrap();
+    a.write_rows(0, &values).unwrap();
+    a.flush().unwrap();
+    let sum_before = a.sum_all().unwrap().to_vec::<f32>().unwrap();
+    if let Some(resident) = sparrow_core::sys::mapped_rss_bytes(&path) {
+        assert!(resident >= (n as u64 * 4) / 2, "resident {resident}");
+        a.release_pages();
+        let after = sparrow_core::sys::mapped_rss_bytes(&path).unwrap();
+        assert!(after < 1 << 20, "resident after release {after}");
+    } else {
+        println!("skipped the resident-set check: no /proc/self/smaps");
+        a.release_pages();
+    }
+    assert_eq!(a.sum_all().unwrap().to_vec::<f32>().unwrap(), sum_before);
+    // In memory: nothing to release, nothing changes.
+    values.release_pages();
+    assert_eq!(values.to_vec::<f32>().unwrap()[5], 5.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

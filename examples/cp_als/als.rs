@@ -11,8 +11,9 @@
 //! - `C`: `M_C += X_blk^T W` with `W[(i, j)] = A[i] * B[j]` (the Khatri-Rao rows);
 //!
 //! and the factor is `M (G)^-1` with `G` the Hadamard product of the other two factors'
-//! Gram matrices (`R x R`, solved here by Cholesky in f64). Memory beyond the factors is one
-//! block's product: the tensor itself is never resident as a whole.
+//! Gram matrices (`R x R`, solved here by Cholesky in f64). Each block's pages are released
+//! after use (`NDArray::release_pages`), so memory beyond the factors is one block and its
+//! product: the tensor itself is never resident as a whole.
 
 use sparrow::core::random::Rng;
 use sparrow::core::{DType, Error, NDArray, Result};
@@ -125,6 +126,7 @@ pub fn norm_sq(x: &NDArray, dims: [usize; 3], block: usize) -> Result<f64> {
         let i1 = (i0 + block).min(dims[0]);
         let blk = rows(x, i0 * j, i1 * j)?;
         s += blk.square()?.sum_all()?.to_vec::<f32>()?[0] as f64;
+        blk.release_pages();
     }
     Ok(s)
 }
@@ -162,7 +164,9 @@ pub fn sweep(
     // B: M_B = sum_i A[i] * (X_i C).
     let mut m_b = NDArray::zeros(&[nj, r], DType::F32)?;
     for &(i0, i1) in &blocks {
-        let t = rows(x, i0 * nj, i1 * nj)?.dot(&f.c)?;
+        let blk = rows(x, i0 * nj, i1 * nj)?;
+        let t = blk.dot(&f.c)?;
+        blk.release_pages();
         let a3 = rows(&f.a, i0, i1)?.reshape(&[i1 - i0, 1, r])?;
         let part = t
             .reshape(&[i1 - i0, nj, r])?
@@ -178,7 +182,9 @@ pub fn sweep(
     for &(i0, i1) in &blocks {
         let a3 = rows(&f.a, i0, i1)?.reshape(&[i1 - i0, 1, r])?;
         let w = a3.mul(&b3)?.reshape(&[(i1 - i0) * nj, r])?;
-        m_c = m_c.add(&rows(x, i0 * nj, i1 * nj)?.dot_t(&w, true, false)?)?;
+        let blk = rows(x, i0 * nj, i1 * nj)?;
+        m_c = m_c.add(&blk.dot_t(&w, true, false)?)?;
+        blk.release_pages();
     }
     let (ga, gb) = (gram(&f.a)?, gram(&f.b)?);
     f.c = solve_right(&m_c, &hadamard(&ga, &gb), r)?;
@@ -219,6 +225,10 @@ pub fn synthesize(
             x = x.add(&e.mul_scalar(noise)?)?;
         }
         out.write_rows(i0 * nj, &x)?;
+        // Written pages leave the resident set too (they stay dirty in the page cache).
+        if let Ok(view) = out.mapped_rows(i0 * nj, i1 * nj) {
+            view.release_pages();
+        }
     }
     Ok(())
 }

@@ -87,6 +87,7 @@ fn main() -> Result<(), BoxError> {
     let t = Instant::now();
     let x_sq = als::norm_sq(&x, dims, block)?;
     println!("||X||^2 in {:.2} s", t.elapsed().as_secs_f64());
+    let hwm_before = sys::peak_rss_bytes().unwrap_or(0);
     let mut f = als::init(dims, rank, 1)?;
     let mut fit = 0.0;
     let t_all = Instant::now();
@@ -94,15 +95,23 @@ fn main() -> Result<(), BoxError> {
         let t = Instant::now();
         fit = als::sweep(&x, dims, &mut f, block, x_sq)?.fit;
         let secs = t.elapsed().as_secs_f64();
+        let mapped = if in_memory {
+            String::new()
+        } else {
+            let p = x.backing_file().map(|(p, _)| p);
+            let mb = p.and_then(|p| sys::mapped_rss_bytes(&p)).unwrap_or(0) as f64 / 1e6;
+            format!(", tensor resident {mb:.0} MB")
+        };
         println!(
-            "sweep {s:>3}: fit {fit:.6}, {secs:.2} s ({:.2} GB/s of tensor read)",
+            "sweep {s:>3}: fit {fit:.6}, {secs:.2} s ({:.2} GB/s of tensor read{mapped})",
             3.0 * bytes / 1e9 / secs
         );
     }
     println!(
-        "{iters} sweeps in {:.1} s; final fit {fit:.6}; peak RSS {:.0} MB",
+        "{iters} sweeps in {:.1} s; final fit {fit:.6}; peak RSS {:.0} MB (before the sweeps {:.0} MB)",
         t_all.elapsed().as_secs_f64(),
-        sys::peak_rss_bytes().unwrap_or(0) as f64 / 1e6
+        sys::peak_rss_bytes().unwrap_or(0) as f64 / 1e6,
+        hwm_before as f64 / 1e6
     );
     if let Some(want) = check {
         if fit.is_nan() || fit < want {

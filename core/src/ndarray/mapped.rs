@@ -207,9 +207,23 @@ impl NDArray {
     /// embedding or sparse-input table): the kernel then maps only the pages touched, without
     /// read-ahead or the 64 KiB fault-around it does by default, so resident memory follows
     /// the rows used. `false` restores the default for scans. No effect on an array in memory.
+    ///
+    /// See also [`NDArray::release_pages`], for a pass over a file larger than memory.
     pub fn advise_random_access(&self, random: bool) {
         if let Some((f, _, _)) = self.mapping() {
             f.advise_random(random);
+        }
+    }
+
+    /// Drop this file-backed array's pages from the process's resident set (`MADV_DONTNEED`;
+    /// the data stays in the file and the page cache, which the kernel may reclaim), so a pass
+    /// over a file larger than memory, a block at a time, keeps its working set to the blocks
+    /// in use: call it on each block (a [`NDArray::mapped_rows`] view) once it is done. Nothing
+    /// happens for an array in memory or a copy-on-write array (that would discard its writes);
+    /// a read-write array's changes stay in the file.
+    pub fn release_pages(&self) {
+        if let Some((f, offset, bytes)) = self.mapping() {
+            f.release(offset, bytes);
         }
     }
 
