@@ -201,27 +201,17 @@ pub(crate) fn load_states(
                 .tensor(&format!("{i}.{slot}"))
                 .map_err(|e| bad(&e.to_string()))?;
             let shape = tv.shape().to_vec();
+            let checked = match tv.dtype() {
+                Dtype::F32 => check_values(slot, le_f32(tv.data()).map(f64::from)),
+                Dtype::F64 => check_values(slot, le_f64(tv.data())),
+                _ => Ok(()),
+            };
+            checked.map_err(|m| bad(&m))?;
             let arr = match tv.dtype() {
-                Dtype::F32 => NDArray::from_vec(
-                    tv.data()
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect::<Vec<_>>(),
-                    &shape,
-                )
-                .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
-                Dtype::F64 => NDArray::from_vec(
-                    tv.data()
-                        .chunks_exact(8)
-                        .map(|c| {
-                            let mut b = [0u8; 8];
-                            b.copy_from_slice(c);
-                            f64::from_le_bytes(b)
-                        })
-                        .collect::<Vec<_>>(),
-                    &shape,
-                )
-                .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
+                Dtype::F32 => NDArray::from_vec(le_f32(tv.data()).collect::<Vec<_>>(), &shape)
+                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
+                Dtype::F64 => NDArray::from_vec(le_f64(tv.data()).collect::<Vec<_>>(), &shape)
+                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
                 other => return Err(bad(&format!("unsupported dtype {other:?}"))),
             };
             if let Some((pshape, pdtype)) = shapes.get(&i) {
@@ -233,7 +223,6 @@ pub(crate) fn load_states(
                     )));
                 }
             }
-            check_values(slot, &arr).map_err(|m| bad(&m))?;
             state.arrays.push((slot.to_string(), arr));
         }
         states.push(Some(state));
@@ -258,25 +247,15 @@ const NON_NEGATIVE_SLOTS: &[&str] = &[
 /// A state array from a file must hold what a step can have made: finite values, and no
 /// negative ones in a magnitude slot. A file whose checksums were recomputed over such values
 /// (crafted, or written by a buggy tool) turned every weight NaN one step after loading.
-fn check_values(slot: &str, arr: &NDArray) -> std::result::Result<(), String> {
-    let values: Vec<f64> = match arr.dtype() {
-        sparrow_core::DType::F32 => arr
-            .to_vec::<f32>()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        _ => arr.to_vec::<f64>().map_err(|e| e.to_string())?,
-    };
+fn check_values(slot: &str, values: impl Iterator<Item = f64>) -> std::result::Result<(), String> {
     let non_negative = NON_NEGATIVE_SLOTS.contains(&slot);
     match values
-        .iter()
-        .position(|v| !v.is_finite() || (non_negative && *v < 0.0))
+        .enumerate()
+        .find(|(_, v)| !v.is_finite() || (non_negative && *v < 0.0))
     {
         None => Ok(()),
-        Some(k) => Err(format!(
-            "slot {slot} holds {} at element {k}{}",
-            values[k],
+        Some((k, v)) => Err(format!(
+            "slot {slot} holds {v} at element {k}{}",
             if non_negative {
                 " (it must be finite and >= 0)"
             } else {
@@ -284,4 +263,19 @@ fn check_values(slot: &str, arr: &NDArray) -> std::result::Result<(), String> {
             }
         )),
     }
+}
+
+/// Little-endian f32 values of a tensor's bytes.
+fn le_f32(b: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+}
+
+/// Little-endian f64 values of a tensor's bytes.
+fn le_f64(b: &[u8]) -> impl Iterator<Item = f64> + '_ {
+    b.chunks_exact(8).map(|c| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        f64::from_le_bytes(w)
+    })
 }

@@ -51,14 +51,22 @@ fn mapped_range(buf: &Storage) -> Option<(Arc<MappedFile>, usize)> {
     }
 }
 
+/// Rows an in-place writer is about to change.
+pub(crate) enum JournalRows<'a> {
+    /// These row ids (a lazy row_sparse update); ids outside the array are skipped.
+    Ids(&'a [i64]),
+    /// A run of rows (`write_rows`; a dense update passes every row).
+    Range(std::ops::Range<usize>),
+}
+
 /// Save in the undo journal of the read-write file under `buf` (if it is one) the rows an
-/// in-place writer named `op` is about to change: rows `ids` of the array's `nrows`, or every
-/// row for `None` (in ranges of about 1 MiB). Nothing for an array in memory.
+/// in-place writer named `op` is about to change, of the array's `nrows` (a run of rows in
+/// ranges of about 1 MiB). Nothing for an array in memory.
 pub(crate) fn journal_rows(
     op: &'static str,
     buf: &Storage,
     nrows: usize,
-    ids: Option<&[i64]>,
+    rows: JournalRows<'_>,
 ) -> Result<()> {
     let Some((file, offset)) = mapped_range(buf) else {
         return Ok(());
@@ -68,21 +76,22 @@ pub(crate) fn journal_rows(
         return Ok(());
     }
     let row = bytes / nrows;
-    match ids {
-        Some(ids) => file.save_ranges(
+    match rows {
+        JournalRows::Ids(ids) => file.save_ranges(
             op,
             &mut ids
                 .iter()
                 .filter_map(|&r| usize::try_from(r).ok().filter(|&r| r < nrows))
                 .map(|r| (offset + r * row, row)),
         ),
-        None => {
+        JournalRows::Range(run) => {
+            let end = run.end.min(nrows);
             let per = ((1usize << 20) / row.max(1)).max(1);
             file.save_ranges(
                 op,
-                &mut (0..nrows)
+                &mut (run.start..end)
                     .step_by(per)
-                    .map(|r0| (offset + r0 * row, per.min(nrows - r0) * row)),
+                    .map(|r0| (offset + r0 * row, per.min(end - r0) * row)),
             )
         }
     }
@@ -287,8 +296,8 @@ impl NDArray {
             ));
         }
         let row: usize = shape[1..].iter().product();
-        let ids: Vec<i64> = (start as i64..(start + s.shape[0]) as i64).collect();
-        journal_rows(OP, &dd.buf, shape[0], Some(&ids))?;
+        let rows = JournalRows::Range(start..start + s.shape[0]);
+        journal_rows(OP, &dd.buf, shape[0], rows)?;
         dd.buf.write_at(start * row, &s.buf)
     }
 

@@ -12,7 +12,7 @@ mod blocked;
 mod data;
 mod host;
 mod mapped;
-pub(crate) use mapped::journal_rows;
+pub(crate) use mapped::{journal_rows, JournalRows};
 
 pub use host::CsrView;
 

@@ -143,13 +143,16 @@ fn run<P, const N: usize>(
     // A read-write file-backed weight or state saves the rows this step changes in its undo
     // journal first (so a crash returns the file to its last flush): the gradient's rows for
     // a lazy row_sparse update, every row otherwise.
-    let ids = match &g {
-        GradRef::RowSparse { indices, .. } if args.lazy() => Some(indices.host_arc().as_slice()),
-        _ => None,
+    use crate::ndarray::{journal_rows, JournalRows};
+    let touched = || match &g {
+        GradRef::RowSparse { indices, .. } if args.lazy() => {
+            JournalRows::Ids(indices.host_arc().as_slice())
+        }
+        _ => JournalRows::Range(0..rows),
     };
-    crate::ndarray::journal_rows(op, w, rows, ids)?;
+    journal_rows(op, w, rows, touched())?;
     for s in &sbufs {
-        crate::ndarray::journal_rows(op, s, rows, ids)?;
+        journal_rows(op, s, rows, touched())?;
     }
     w.update(rows, g, sbufs, &args.scalars(), &rule, args.lazy())
 }
