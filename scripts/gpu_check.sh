@@ -1,39 +1,53 @@
 #!/usr/bin/env bash
-# The one script a GPU session runs for the CUDA backend: the tests with the `cuda` feature and
-# the CUDA benchmark, from binaries built beforehand on a machine without a GPU.
+# The one script a GPU session runs for the CUDA backend: the CUDA benchmark beside PyTorch CUDA,
+# then the tests with the `cuda` feature, from binaries built beforehand on a machine without a
+# GPU.
 #
 #   scripts/gpu_check.sh build BIN_DIR        # here (needs cargo; NVRTC from the wheels of
 #                                            # scripts/cuda_kernels_check.sh): test binaries,
 #                                            # examples and prebuilt PTX into BIN_DIR
-#   scripts/gpu_check.sh run BIN_DIR OUT_DIR  # on the GPU machine (needs only the NVIDIA driver)
+#   scripts/gpu_check.sh run BIN_DIR OUT_DIR  # on the GPU machine (needs only the NVIDIA driver;
+#                                            # cuBLAS 12 or 13 found on the loader path or in
+#                                            # the usual CUDA folders)
 #
-# `run` writes OUT_DIR/summary.txt (one line per test binary: passed / failed / skipped
-# counts), OUT_DIR/tests/<binary>.log, OUT_DIR/cuda_info.txt, OUT_DIR/cuda_bench.json (CPU and
-# GPU timings from the same run) and OUT_DIR/nvidia-smi.txt, and exits non-zero when a test
-# failed. Kernels load from the prebuilt PTX (SPARROW_CUDA_PTX_DIR) unless NVRTC_LIB_DIR names a
-# folder holding libnvrtc.so.12, in which case they are compiled at first use as in production.
+# `run` writes OUT_DIR/nvidia-smi.txt, OUT_DIR/cuda_info.txt, OUT_DIR/cuda_bench.txt (CPU and
+# GPU timings from the same run), OUT_DIR/torch_cuda.json (PyTorch CUDA on the same products,
+# when python3 has torch), OUT_DIR/summary.txt (one line per test binary: passed / failed /
+# skipped counts), OUT_DIR/skipped.txt (each test's skip line: an op without a CUDA kernel
+# yet) and OUT_DIR/tests.log (the output of failing binaries), and exits non-zero when a test failed. Each test binary
+# runs from its crate's folder, as cargo runs it, under a limit of TEST_TIMEOUT seconds (300).
+# Kernels load from the prebuilt PTX (SPARROW_CUDA_PTX_DIR) unless NVRTC_LIB_DIR names a folder
+# holding libnvrtc.so.12, in which case they are compiled at first use as in production.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
 case "$mode" in
 build)
   dir="${2:?usage: gpu_check.sh build BIN_DIR}"
+  rm -rf "$dir/tests"
   mkdir -p "$dir/tests" "$dir/bin" "$dir/ptx"
-  # Test binaries of the crates whose tests run on every device (core, nn, optim).
+  # Test binaries of the crates whose tests run on every device (core, nn, optim), filed under
+  # their crate's folder (tests read fixtures relative to it).
   cargo test --release -p sparrow-core -p sparrow-nn -p sparrow-optim \
     --features sparrow-core/cuda --no-run --message-format=json 2>/dev/null |
     python3 -c '
-import json, sys
+import json, os, sys
+root = os.getcwd()
 for line in sys.stdin:
     try:
         m = json.loads(line)
     except ValueError:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])
-' | while read -r exe; do cp "$exe" "$dir/tests/"; done
-  cargo build --release --features cuda --example cuda_info --example cuda_bench
-  cp target/release/examples/cuda_info target/release/examples/cuda_bench "$dir/bin/"
+        crate = os.path.relpath(os.path.dirname(m["manifest_path"]), root)
+        print(crate, m["executable"])
+' | while read -r crate exe; do
+    mkdir -p "$dir/tests/$crate"
+    cp "$exe" "$dir/tests/$crate/"
+  done
+  cargo build --release --features cuda --example cuda_info --example cuda_bench \
+    --example sparse_gluon
+  cp target/release/examples/{cuda_info,cuda_bench,sparse_gluon} "$dir/bin/"
   # Prebuilt PTX for sm_80 (A100) and sm_90 (H100 / H200), through the runtime's NVRTC path.
   venv="${TMPDIR:-/tmp}/sparrow-cuda-venv"
   bash scripts/cuda_kernels_check.sh "$venv" >/dev/null
@@ -43,34 +57,83 @@ for line in sys.stdin:
   rm -f "$dir/ptx"/*.cubin
   # Symbols off: the folder travels to the GPU machine, and stripped binaries are a third of
   # the size.
-  if command -v strip >/dev/null; then strip --strip-all "$dir"/tests/* "$dir"/bin/*; fi
+  if command -v strip >/dev/null; then strip --strip-all "$dir"/tests/*/* "$dir"/bin/*; fi
   du -sh "$dir"
   ;;
 run)
   dir="$(cd "${2:?usage: gpu_check.sh run BIN_DIR OUT_DIR}" && pwd)"
   out="${3:?usage: gpu_check.sh run BIN_DIR OUT_DIR}"
-  mkdir -p "$out/tests"
+  out="$(mkdir -p "$out" && cd "$out" && pwd)"
+  root="$(pwd)"
   if [ -n "${NVRTC_LIB_DIR:-}" ]; then
     export LD_LIBRARY_PATH="$NVRTC_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   else
     export SPARROW_CUDA_PTX_DIR="$dir/ptx"
   fi
+  # cudarc (built for the CUDA 12 API) opens libcublas.so, .so.12 or .so.11; a CUDA 13 machine
+  # has libcublas.so.13, whose v2 entry points are the same: link it under the plain name.
+  if ! ldconfig -p 2>/dev/null | grep -qE 'libcublas\.so(\.12)? '; then
+    lib="$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+      /opt -name 'libcublas.so.1[23]' 2>/dev/null | head -n1 || true)"
+    if [ -n "$lib" ]; then
+      links="$(mktemp -d)"
+      ln -sf "$lib" "$links/libcublas.so"
+      export LD_LIBRARY_PATH="$links:$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "cuBLAS: $lib"
+    fi
+  fi
   (nvidia-smi || echo "nvidia-smi not found") >"$out/nvidia-smi.txt" 2>&1
-  "$dir/bin/cuda_info" | tee "$out/cuda_info.txt"
+  "$dir/bin/cuda_info" 2>&1 | tee "$out/cuda_info.txt"
   failed=0
-  : >"$out/summary.txt"
-  for t in "$dir"/tests/*; do
-    name="$(basename "$t")"
-    rc=0
-    "$t" --test-threads=4 >"$out/tests/$name.log" 2>&1 || rc=$?
-    passed="$(grep -Eo '[0-9]+ passed' "$out/tests/$name.log" | awk '{s += $1} END {print s + 0}')"
-    nfail="$(grep -Eo '[0-9]+ failed' "$out/tests/$name.log" | awk '{s += $1} END {print s + 0}')"
-    skipped="$(grep -c '^SKIPPED' "$out/tests/$name.log" || true)"
-    echo "$name rc=$rc passed=$passed failed=$nfail skipped_on_gpu=$skipped" | tee -a "$out/summary.txt"
-    [ "$rc" = 0 ] || failed=1
+  "$dir/bin/cuda_bench" 2>&1 | tee "$out/cuda_bench.txt" || failed=1
+  has_torch=0
+  python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && has_torch=1
+  if [ "$has_torch" = 1 ]; then
+    python3 scripts/bench_torch_cuda_spmm.py | tee "$out/torch_cuda.json" || failed=1
+  fi
+  # The main job on the GPU and on this machine's CPU, then PyTorch CUDA's variant (c)
+  # (EmbeddingBag, sparse gradient) on the same data sizes: the tutorial's batch of 10, and
+  # batches of 1024 over 100,000 rows.
+  tut="$out/tutorial.txt"
+  : >"$tut"
+  for dev in cuda cpu; do
+    echo "== sparse_gluon --device $dev" >>"$tut"
+    timeout 150 "$dir/bin/sparse_gluon" --device "$dev" >>"$tut" 2>&1 || failed=1
+    echo "== sparse_gluon --device $dev --variants c --samples 100000 --batch-size 1024 --epochs 5" >>"$tut"
+    timeout 150 "$dir/bin/sparse_gluon" --device "$dev" --variants c --samples 100000 --batch-size 1024 \
+      --epochs 5 >>"$tut" 2>&1 || failed=1
   done
-  "$dir/bin/cuda_bench" --json >"$out/cuda_bench.json" 2>"$out/cuda_bench.log" || failed=1
-  "$dir/bin/cuda_bench" 2>/dev/null | tee "$out/cuda_bench.txt" || failed=1
+  if [ "$has_torch" = 1 ]; then
+    for cfg in "--variant embbag" "--variant spmm" \
+      "--variant embbag --samples 100000 --batch-size 1024 --epochs 5"; do
+      echo "== torch $cfg" >>"$tut"
+      # shellcheck disable=SC2086
+      timeout 150 python3 scripts/bench_torch_cuda_tutorial.py $cfg >>"$tut" 2>&1 || failed=1
+    done
+  fi
+  cat "$tut"
+  # Tests that write scratch files use cargo's target/tmp.
+  mkdir -p "$root/target/tmp"
+  : >"$out/summary.txt"
+  : >"$out/tests.log"
+  : >"$out/skipped.txt"
+  for t in "$dir"/tests/*/*; do
+    crate="$(basename "$(dirname "$t")")"
+    name="$crate/$(basename "$t")"
+    rc=0
+    log="$(mktemp)"
+    (cd "$root/$crate" && timeout "${TEST_TIMEOUT:-300}" "$t" --test-threads=8) >"$log" 2>&1 || rc=$?
+    passed="$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')"
+    nfail="$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')"
+    skipped="$(grep -c '^SKIPPED' "$log" || true)"
+    echo "$name rc=$rc passed=$passed failed=$nfail skipped_on_gpu=$skipped" | tee -a "$out/summary.txt"
+    grep '^SKIPPED' "$log" | sed "s|^|$name: |" >>"$out/skipped.txt" || true
+    if [ "$rc" != 0 ]; then
+      failed=1
+      { echo "=== $name (rc=$rc)"; cat "$log"; } >>"$out/tests.log"
+    fi
+    rm -f "$log"
+  done
   exit "$failed"
   ;;
 *)

@@ -89,6 +89,19 @@ impl Device {
         }
     }
 
+    /// Wait until every operation queued on this device has finished (a GPU runs kernels
+    /// asynchronously; a timer around GPU work stops after this). Nothing to wait for on the
+    /// CPU; an unavailable device is an [`Error::Device`](crate::Error::Device).
+    pub fn synchronize(self) -> crate::Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(i) => crate::cuda::synchronize(i),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(Device::unavailable_error("synchronize", self)),
+        }
+    }
+
     /// The number of CUDA devices this build can use, or an [`Error::Device`](crate::Error::Device)
     /// saying why there are none: the build lacks the `cuda` feature, no CUDA driver library
     /// was found, or the driver found no GPU. Looked up once per process; never panics.

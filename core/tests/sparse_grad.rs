@@ -20,7 +20,11 @@ fn dot_csr_dense_weight_grad_is_row_sparse_over_batch_columns() {
     y.backward().unwrap();
     let g = w.grad().unwrap();
     assert_eq!(g.stype(), SType::RowSparse);
-    let mut cols: Vec<i64> = x.with_csr::<f64, _>(|c| c.indices.to_vec()).unwrap();
+    let mut cols: Vec<i64> = x
+        .to_device(sparrow_core::Device::Cpu)
+        .unwrap()
+        .with_csr::<f64, _>(|c| c.indices.to_vec())
+        .unwrap();
     cols.sort_unstable();
     cols.dedup();
     assert_eq!(g.row_ids().unwrap(), cols);
@@ -40,7 +44,14 @@ fn dot_csr_dense_finite_differences() {
     let x = csr_f64(5, 12, 0.25, 3);
     let w = test_array(&[12, 4], -1.0, 1.0, 4);
     let xc = x.clone();
-    check_grad_on_devices(move |v| xc.dot(&v[0]), &[w], 1e-6, 1e-6, 1e-8).unwrap();
+    check_grad_on_devices(
+        move |v| xc.to_device(v[0].device())?.dot(&v[0]),
+        &[w],
+        1e-6,
+        1e-6,
+        1e-8,
+    )
+    .unwrap();
 }
 
 #[test]
@@ -49,7 +60,7 @@ fn dot_csr_t_dense_finite_differences() {
     let g = test_array(&[6, 3], -1.0, 1.0, 6);
     let xc = x.clone();
     check_grad_on_devices(
-        move |v| xc.dot_t(&v[0], true, false),
+        move |v| xc.to_device(v[0].device())?.dot_t(&v[0], true, false),
         &[g],
         1e-6,
         1e-6,
@@ -64,7 +75,7 @@ fn dot_dense_csr_finite_differences() {
     let a = test_array(&[3, 7], -1.0, 1.0, 8);
     let xc = x.clone();
     check_grad_on_devices(
-        move |v| v[0].dot(&xc),
+        move |v| v[0].dot(&xc.to_device(v[0].device())?),
         std::slice::from_ref(&a),
         1e-6,
         1e-6,
@@ -73,7 +84,7 @@ fn dot_dense_csr_finite_differences() {
     .unwrap();
     let xt = csr_f64(5, 7, 0.3, 9);
     check_grad_on_devices(
-        move |v| v[0].dot_t(&xt, false, true),
+        move |v| v[0].dot_t(&xt.to_device(v[0].device())?, false, true),
         &[a],
         1e-6,
         1e-6,
@@ -88,7 +99,10 @@ fn dot_csr_rsp_finite_differences() {
     let w = test_array(&[10, 3], -1.0, 1.0, 11);
     let xc = x.clone();
     check_grad_on_devices(
-        move |v| xc.dot(&v[0].tostype(SType::RowSparse)?),
+        move |v| {
+            xc.to_device(v[0].device())?
+                .dot(&v[0].tostype(SType::RowSparse)?)
+        },
         &[w],
         1e-6,
         1e-6,
@@ -113,7 +127,7 @@ fn embedding_grad_sums_duplicates_into_row_sparse() {
     );
     let idc = ids.clone();
     check_grad_on_devices(
-        move |v| sparse::embedding(&v[0], &idc),
+        move |v| sparse::embedding(&v[0], &idc.to_device(v[0].device())?),
         &[test_array(&[6, 2], -1.0, 1.0, 13)],
         1e-6,
         1e-6,
@@ -248,14 +262,21 @@ fn sparse_binary_ops_finite_differences() {
         let vec = test_array(&shape, 0.5, 2.0, 23);
         let (x1, x2) = (x.clone(), x.clone());
         check_grad_on_devices(
-            move |v| x1.mul(&v[0]),
+            move |v| x1.to_device(v[0].device())?.mul(&v[0]),
             std::slice::from_ref(&vec),
             1e-6,
             1e-6,
             1e-8,
         )
         .unwrap();
-        check_grad_on_devices(move |v| x2.div(&v[0]), &[vec], 1e-6, 1e-6, 1e-8).unwrap();
+        check_grad_on_devices(
+            move |v| x2.to_device(v[0].device())?.div(&v[0]),
+            &[vec],
+            1e-6,
+            1e-6,
+            1e-8,
+        )
+        .unwrap();
     }
 }
 

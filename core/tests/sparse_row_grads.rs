@@ -97,8 +97,14 @@ fn weights_through_csr_products_get_row_sparse_gradients() {
         // The values through the whole chain, against finite differences.
         let w = test_array(&shape, -1.0, 1.0, 11);
         let xc = x.clone();
-        check_grad_on_devices(move |v| xc.dot(&f(&v[0])?), &[w], 1e-6, 1e-5, 1e-8)
-            .unwrap_or_else(|e| panic!("dot(csr, {name}(w)): {e}"));
+        check_grad_on_devices(
+            move |v| xc.to_device(v[0].device())?.dot(&f(&v[0])?),
+            &[w],
+            1e-6,
+            1e-5,
+            1e-8,
+        )
+        .unwrap_or_else(|e| panic!("dot(csr, {name}(w)): {e}"));
     }
     // matmul(csr, w): the dot kernel, a row_sparse weight gradient over x's columns.
     let w = test_array(&[6, 3], -1.0, 1.0, 12);
@@ -114,5 +120,12 @@ fn weights_through_csr_products_get_row_sparse_gradients() {
         .unwrap();
     assert_eq!(g.stype(), SType::RowSparse);
     let xc = x.clone();
-    check_grad_on_devices(move |v| xc.matmul(&v[0]), &[w], 1e-6, 1e-6, 1e-8).unwrap();
+    check_grad_on_devices(
+        move |v| xc.to_device(v[0].device())?.matmul(&v[0]),
+        &[w],
+        1e-6,
+        1e-6,
+        1e-8,
+    )
+    .unwrap();
 }

@@ -2,11 +2,34 @@
 
 use std::path::{Path, PathBuf};
 
+use sparrow::core::Device;
+
 pub const USAGE: &str =
     "usage: sparse_gluon [--json] [--variants a,b,c] [--epochs N] [--dense-batches N]
     [--samples N] [--features N] [--density F] [--batch-size N] [--lr F]
     [--optimizer sgd|adam|adagrad|ftrl] [--threads N] [--seed N] [--data-dir DIR]
-    [--loader-priority idle|normal] [--warmup-ms MS]";
+    [--loader-priority idle|normal] [--warmup-ms MS] [--device cpu|cuda|cuda:N]";
+
+/// `cpu`, `cuda` (device 0) or `cuda:N`.
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("--device: '{s}' is not cpu, cuda or cuda:N")),
+    }
+}
+
+/// The flag value naming `d` (what [`parse_device`] reads).
+pub fn device_name(d: Device) -> String {
+    match d {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(n) => format!("cuda:{n}"),
+    }
+}
 
 /// The three ways to train the first layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +89,9 @@ pub struct Args {
     /// (c)'s warm-up: whole epochs until this many milliseconds of training have passed, at
     /// least one (`--warmup-ms`, default 100; 0 = one epoch).
     pub warmup_ms: f64,
+    /// Where the model trains (`--device`, default the CPU; `cuda` needs the `cuda` feature):
+    /// parameters, gradients and optimizer states live there, and each batch is copied there.
+    pub device: Device,
     /// Internal: run one variant on an existing LibSVM file and print JSON.
     pub child: Option<Variant>,
     pub data_file: Option<PathBuf>,
@@ -89,6 +115,7 @@ impl Args {
             data_dir: None,
             idle_loader: true,
             warmup_ms: 100.0,
+            device: Device::Cpu,
             child: None,
             data_file: None,
         };
@@ -130,6 +157,7 @@ impl Args {
                     }
                 }
                 "--warmup-ms" => a.warmup_ms = num(&flag, val(&flag)?)?,
+                "--device" => a.device = parse_device(&val(&flag)?)?,
                 "--child" => a.child = Some(Variant::parse(&val(&flag)?)?),
                 "--data-file" => a.data_file = Some(PathBuf::from(val(&flag)?)),
                 "-h" | "--help" => return Err("help".into()),
@@ -181,6 +209,7 @@ impl Args {
             ("--optimizer", self.optimizer.clone()),
             ("--seed", self.seed.to_string()),
             ("--warmup-ms", self.warmup_ms.to_string()),
+            ("--device", device_name(self.device)),
         ] {
             out.push(k.into());
             out.push(val);

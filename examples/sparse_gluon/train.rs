@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use sparrow::core::{autograd, sys, Device, NDArray, SType};
+use sparrow::core::{autograd, sys, NDArray, SType};
 use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
 use sparrow::data::synthetic;
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
@@ -202,7 +202,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
 
     let t0 = Instant::now();
     let net = build_net(args, v);
-    net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
+    net.initialize(&Initializer::Uniform { scale: 0.07 }, args.device)?;
     let mut trainer = Trainer::with_boxed(
         net.collect_params()?.iter().map(|(_, p)| p.clone()),
         optimizer(args),
@@ -251,8 +251,12 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
             for batch in iter.by_ref() {
                 let batch = batch?;
                 let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
-                let (pred, loss, rows) =
-                    step(&net, &first, &mut trainer, &loss_fn, &batch.data, &label)?;
+                // The batch to the model's device (the same arrays on the CPU).
+                let (x, label) = (
+                    batch.data.to_device(args.device)?,
+                    label.to_device(args.device)?,
+                );
+                let (pred, loss, rows) = step(&net, &first, &mut trainer, &loss_fn, &x, &label)?;
                 t.add(&pred, &label, &loss, batch.pad);
                 max_grad_rows = max_grad_rows.max(rows);
                 nb += 1;
@@ -262,6 +266,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
                     bar.inc(1);
                 }
             }
+            args.device.synchronize()?;
             let ms = start.elapsed().as_secs_f64() * 1e3;
             let cpu_ms = match (cpu_start, sys::thread_cpu_time()) {
                 (Some(a), Some(b)) => (b - a).as_secs_f64() * 1e3,
@@ -315,9 +320,13 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
         let bar = sparrow::data::progress::bar((n + DENSE_WARMUP) as u64, v.describe());
         for (i, batch) in batches.iter().take(n + DENSE_WARMUP).enumerate() {
             let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
-            let x = batch.data.clone();
+            let (x, label) = (
+                batch.data.to_device(args.device)?,
+                label.to_device(args.device)?,
+            );
             let start = Instant::now();
             let (pred, loss, _) = step(&net, &first, &mut trainer, &loss_fn, &prep(x)?, &label)?;
+            args.device.synchronize()?;
             let ms = start.elapsed().as_secs_f64() * 1e3;
             if i < DENSE_WARMUP {
                 if i == 0 {

@@ -65,14 +65,18 @@ fn row_sparse_weights_as_pairs_round_trip_to_same_stype() {
     let e = SparseEmbedding::new(50, 4);
     e.initialize(&Initializer::Zero, Device::current()).unwrap();
     let w = e.weight().data().unwrap();
-    w.with_slice_mut::<f32, _>(|s| {
-        for r in [3usize, 17, 49] {
-            for j in 0..4 {
-                s[r * 4 + j] = (r * 10 + j) as f32;
-            }
+    // Rows 3, 17 and 49 set on the host, then copied to the weight's device.
+    let mut host = vec![0f32; 50 * 4];
+    for r in [3usize, 17, 49] {
+        for j in 0..4 {
+            host[r * 4 + j] = (r * 10 + j) as f32;
         }
-    })
-    .unwrap();
+    }
+    let value = sparrow_core::NDArray::from_vec(host, &[50, 4])
+        .unwrap()
+        .to_device(w.device())
+        .unwrap();
+    w.assign(&value);
     let path = tmp("pairs.safetensors");
     e.save_parameters_with(
         &path,

@@ -17,7 +17,11 @@ fn row_sparse_data_is_differentiable_with_a_row_sparse_gradient() {
     .unwrap()
     .to_device(sparrow_core::testing::test_device())
     .unwrap();
-    let cols: Vec<i64> = x.with_csr::<f32, _>(|c| c.indices.to_vec()).unwrap();
+    let cols: Vec<i64> = x
+        .to_device(sparrow_core::Device::Cpu)
+        .unwrap()
+        .with_csr::<f32, _>(|c| c.indices.to_vec())
+        .unwrap();
     let v = Parameter::new("v", &[vocab, k]).with_grad_stype(SType::RowSparse);
     v.initialize(&Initializer::Uniform { scale: 0.5 }, None).unwrap();
     // sum((x . V_batch)^2): only the batch's rows of V are read.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sparrow_core::{autograd, Error, NDArray, Result};
+use sparrow_core::{autograd, Device, Error, NDArray, Result};
 use sparrow_nn::Block;
 
 pub use crate::source::{DataSource, Epoch, LabelledBatch};
@@ -199,6 +199,7 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         }
         let show =
             opts.progress && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+        let device = self.device()?;
         'epochs: for epoch in 0..opts.epochs {
             for h in &mut self.handlers {
                 h.epoch_begin(epoch)?;
@@ -211,6 +212,7 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
             let mut stop = false;
             for (b, batch) in batches.batches.enumerate() {
                 let (data, label, _pad) = batch?;
+                let (data, label) = (data.to_device(device)?, label.to_device(device)?);
                 let n = data.shape().first().copied().unwrap_or(1).max(1);
                 let (pred, total) = autograd::record(|| -> Result<(NDArray, NDArray)> {
                     let pred = self.net.forward(&data)?;
@@ -301,6 +303,15 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         Ok(history)
     }
 
+    /// Where the network's parameters live (the first parameter's device; the default device
+    /// for a network without parameters). `fit` moves each batch there, as Gluon's estimator
+    /// loads its batches onto its context: a loader's host batches feed a model on a GPU.
+    fn device(&self) -> Result<Device> {
+        let params = self.net.collect_params()?;
+        let first = params.iter().next().map(|(_, p)| p.device());
+        Ok(first.unwrap_or_else(Device::current))
+    }
+
     fn evaluate(
         &mut self,
         val: &mut dyn DataSource,
@@ -309,8 +320,10 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
     ) -> Result<()> {
         self.val_metrics.iter_mut().for_each(|m| m.reset());
         let (mut loss_sum, mut samples) = (0.0f64, 0usize);
+        let device = self.device()?;
         for batch in val.epoch(epoch)?.batches {
             let (data, label) = crate::source::without_padding(batch?)?;
+            let (data, label) = (data.to_device(device)?, label.to_device(device)?);
             let pred = self.net.forward(&data)?;
             loss_sum += (self.loss)(&pred, &label)?.sum_all()?.item()?;
             samples += data.shape().first().copied().unwrap_or(1).max(1);

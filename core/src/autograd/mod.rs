@@ -76,15 +76,14 @@ impl NDArray {
     }
 
     /// Mark this array as a leaf that wants a gradient with the given request and storage type.
-    /// A row_sparse gradient starts empty (no rows): nothing dense is allocated.
+    /// A row_sparse gradient starts empty (no rows): nothing dense is allocated. The gradient
+    /// buffer lives on this array's device; when that device cannot allocate it, the leaf
+    /// starts without one and the first backward writes its gradient (what `add` to zeros
+    /// would give).
     pub fn attach_grad_with(&self, req: GradReq, stype: SType) {
         let grad = match req {
             GradReq::Null => None,
-            _ => Some(crate::sparse::zeros_stype(
-                &self.shape(),
-                self.dtype(),
-                stype,
-            )),
+            _ => self.zero_grad_buffer(stype),
         };
         let mut m = self.inner.meta.lock().unwrap_or_else(|e| e.into_inner());
         m.attached = req != GradReq::Null;
@@ -135,12 +134,18 @@ impl NDArray {
     pub fn zero_grad(&self) {
         let mut m = self.inner.meta.lock().unwrap_or_else(|e| e.into_inner());
         if m.attached {
-            let (shape, dtype) = {
-                let d = self.read();
-                (d.shape().to_vec(), d.dtype())
-            };
-            m.grad = Some(crate::sparse::zeros_stype(&shape, dtype, m.grad_stype));
+            m.grad = self.zero_grad_buffer(m.grad_stype);
         }
+    }
+
+    /// Zeros of this array's shape and dtype, of storage type `stype`, on its device (`None`
+    /// when the device cannot allocate them).
+    fn zero_grad_buffer(&self, stype: SType) -> Option<NDArray> {
+        let (shape, dtype, device) = {
+            let d = self.read();
+            (d.shape().to_vec(), d.dtype(), d.device())
+        };
+        crate::sparse::zeros_stype_on(&shape, dtype, stype, device).ok()
     }
 
     /// True when this array takes part in a graph: a leaf with an attached gradient or the

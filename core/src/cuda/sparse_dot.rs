@@ -15,6 +15,7 @@ use crate::cpu::CpuStorage;
 use crate::error::{Error, Result};
 use crate::sparse::ColumnGroups;
 use crate::storage::{CsrView, SparseDotOps};
+use crate::Device;
 
 type Csr<'a> = CsrView<'a, CudaIndex>;
 
@@ -82,6 +83,9 @@ fn csr_dense_t<T: CudaElement>(
     Ok(v.with(out))
 }
 
+/// A column grouping on a device: its starts, order and rows, one after another.
+struct DeviceGroups(CudaSlice<i64>);
+
 fn csr_t_dense_t<T: CudaElement>(
     v: &CudaStorage,
     x: Csr<'_>,
@@ -94,7 +98,11 @@ fn csr_t_dense_t<T: CudaElement>(
     let nnz = nnz_of(OP, &x, vs.len())?;
     let m = x.shape[0];
     let count = groups.uniq.len();
-    if gs.len() != m * n || groups.order.len() != nnz || groups.rows.len() != nnz {
+    if gs.len() != m * n
+        || groups.starts.len() != count + 1
+        || groups.order.len() != nnz
+        || groups.rows.len() != nnz
+    {
         return Err(Error::shape(
             OP,
             "gradient or column grouping does not fit the csr",
@@ -102,9 +110,24 @@ fn csr_t_dense_t<T: CudaElement>(
     }
     let mut out = CudaStorage::alloc::<T>(&v.dev, OP, count * n)?;
     if count * n > 0 {
-        let starts = upload(v, OP, groups.starts.iter().copied())?;
-        let order = upload(v, OP, groups.order.iter().copied())?;
-        let rows = upload(v, OP, groups.rows.iter().copied())?;
+        // One copy of the grouping per device, kept with it: a batch prepared ahead
+        // (`prepare_csr_transpose`) pays the upload once, at its first product.
+        let dev_groups = groups.upload_for(Device::Cuda(v.dev.ordinal), || {
+            let packed = groups
+                .starts
+                .iter()
+                .chain(&groups.order)
+                .chain(&groups.rows)
+                .copied();
+            upload(v, OP, packed).map(DeviceGroups)
+        })?;
+        let parts = &dev_groups.0;
+        let (s_end, o_end) = (count + 1, count + 1 + nnz);
+        let (starts, order, rows) = (
+            parts.slice(..s_end),
+            parts.slice(s_end..o_end),
+            parts.slice(o_end..),
+        );
         let f = v
             .dev
             .function("sparse_dot.cu", kname("csr_t_dense", T::SUFFIX))?;

@@ -52,6 +52,15 @@ impl NDArray {
                 format!("needs a csr array, got {:?}", d.stype()),
             ));
         };
+        if c.data.host().is_none() {
+            return Err(Error::Device {
+                op: "with_csr",
+                msg: format!(
+                    "the array is on {:?}; host slices need host memory (to_device(Device::Cpu))",
+                    c.data.device()
+                ),
+            });
+        }
         let values = c
             .values::<T>()
             .ok_or_else(|| dtype_error("with_csr", c.data.dtype(), T::DTYPE))?;
@@ -223,9 +232,10 @@ impl NDArray {
                 ),
             ));
         }
+        // The row ids go where the values are (a row_sparse array lives on one device).
         let r = RowSparseData {
             shape: shape.to_vec(),
-            indices: IndexStorage::from(indices),
+            indices: IndexStorage::from_vec_on(indices, dd.buf.device())?,
             data: dd.buf,
         };
         crate::sparse::check_rsp(&r, true)?;

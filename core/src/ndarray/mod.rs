@@ -181,7 +181,15 @@ impl NDArray {
                 data: r.data.to_device(device)?,
             }),
         };
-        Ok(NDArray::from_data(moved))
+        drop(d);
+        let out = NDArray::from_data(moved);
+        // A csr batch's column grouping (prepared by its loader) describes its structure,
+        // which moves unchanged: the copy keeps it, so the weight gradient on the device skips
+        // the sort.
+        if let Some(groups) = self.csr_column_groups() {
+            *out.column_cache() = Some(groups);
+        }
+        Ok(out)
     }
     /// Bytes held by the storage: data + indices (+ indptr) for sparse arrays.
     pub fn nbytes(&self) -> usize {

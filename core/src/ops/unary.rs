@@ -117,7 +117,7 @@ impl NDArray {
         Ok(record_op("sign", out, &[self], |g| {
             Ok(vec![Some(match g.stype() {
                 SType::Dense => g.zeros_like(),
-                st => crate::sparse::zeros_stype(&g.shape(), g.dtype(), st),
+                st => crate::sparse::zeros_stype_on(&g.shape(), g.dtype(), st, g.device())?,
             })])
         }))
     }

@@ -239,7 +239,8 @@ impl NDArray {
         NDArray::csr_unchecked(data, indices, indptr, shape)
     }
 
-    /// An all-zero array of any storage type (a sparse one stores nothing).
+    /// An all-zero array of any storage type (a sparse one stores nothing), on the default
+    /// device ([`Device::current`](crate::Device::current)).
     pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> Result<NDArray> {
         if stype == SType::Csr && shape.len() != 2 {
             return Err(Error::stype(
@@ -253,7 +254,7 @@ impl NDArray {
                 "row_sparse needs at least one dimension",
             ));
         }
-        Ok(super::convert::zeros_stype(shape, dtype, stype))
+        super::convert::zeros_stype_on(shape, dtype, stype, crate::Device::current())
     }
 
     /// Validate the sparse format (MXNet's `check_format`): lengths, end points, a

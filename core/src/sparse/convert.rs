@@ -6,9 +6,10 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, NDArray, RowSparseData};
 use crate::storage::{IndexStorage, Merge, Storage};
-use crate::SType;
+use crate::{Device, SType};
 
-/// An all-zero array of a storage type: dense zeros, or sparse with no stored entries.
+/// An all-zero array of a storage type in host memory: dense zeros, or sparse with no stored
+/// entries.
 pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
     let data = match stype {
         SType::Dense => ArrayData::Dense(DenseData {
@@ -32,6 +33,44 @@ pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
         }),
     };
     NDArray::from_data(data)
+}
+
+/// [`zeros_stype`] on `device`: its values and index arrays all there (a gradient buffer
+/// lives where its array does).
+pub fn zeros_stype_on(
+    shape: &[usize],
+    dtype: DType,
+    stype: SType,
+    device: Device,
+) -> Result<NDArray> {
+    if device == Device::Cpu {
+        return Ok(zeros_stype(shape, dtype, stype));
+    }
+    let data = match stype {
+        SType::Dense => ArrayData::Dense(DenseData {
+            shape: crate::Shape::from_slice(shape),
+            buf: Storage::zeros_on(dtype, shape.iter().product(), device)?,
+        }),
+        SType::Csr => ArrayData::Csr(CsrData {
+            shape: [
+                shape.first().copied().unwrap_or(0),
+                shape.get(1).copied().unwrap_or(0),
+            ],
+            indptr: IndexStorage::from_vec_on(
+                vec![0; shape.first().copied().unwrap_or(0) + 1],
+                device,
+            )?,
+            indices: IndexStorage::from_vec_on(Vec::new(), device)?,
+            data: Storage::zeros_on(dtype, 0, device)?,
+            offset: 0,
+        }),
+        SType::RowSparse => ArrayData::RowSparse(RowSparseData {
+            shape: shape.to_vec(),
+            indices: IndexStorage::from_vec_on(Vec::new(), device)?,
+            data: Storage::zeros_on(dtype, 0, device)?,
+        }),
+    };
+    Ok(NDArray::from_data(data))
 }
 
 /// The dense equivalent of any storage.

@@ -11,7 +11,7 @@ use super::groups::ColumnGroups;
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
-use crate::storage::{CsrIndex, IndexStorage};
+use crate::storage::CsrIndex;
 use crate::{NDArray, SType};
 
 /// The structure of `c` as the storage seam takes it.
@@ -137,9 +137,11 @@ pub(crate) fn csr_t_dense_rsp(
         }
     };
     let data = c.data.csr_t_dense(&csr_index(c), &g.buf, n, gr)?;
+    // The row ids go where the product is (a row_sparse array lives on one device).
+    let indices = gr.uniq_on(data.device())?;
     Ok(NDArray::from_data(ArrayData::RowSparse(RowSparseData {
         shape: vec![k, n],
-        indices: IndexStorage::from(gr.uniq.clone()),
+        indices,
         data,
     })))
 }

@@ -13,12 +13,17 @@
 //! describes, and data replaced through `NDArray::write` no longer matches, so a stale grouping
 //! is never used.
 
-use std::sync::Arc;
+use std::any::{Any, TypeId};
+use std::sync::{Arc, Mutex};
 
 use crate::cpu::segment::{entry_rows, group_by_key};
+use crate::error::Result;
 use crate::ndarray::{ArrayData, CsrData};
 use crate::storage::IndexStorage;
-use crate::NDArray;
+use crate::{Device, NDArray};
+
+/// A device backend's copy of a grouping, keyed by device and the backend's type for it.
+type Upload = (Device, TypeId, Arc<dyn Any + Send + Sync>);
 
 /// The non-zeros of a csr array grouped by column: what `csr^T . dense` needs to write each
 /// output row once. Obtained from [`NDArray::csr_column_groups`].
@@ -36,6 +41,9 @@ pub struct ColumnGroups {
     pub(crate) order: Vec<usize>,
     /// The row of every non-zero.
     pub(crate) rows: Vec<usize>,
+    /// Copies of this grouping that device backends made ([`Self::upload_for`]): a grouping
+    /// prepared ahead with its batch is copied to a device once, not at every product.
+    uploads: Mutex<Vec<Upload>>,
 }
 
 impl ColumnGroups {
@@ -54,7 +62,41 @@ impl ColumnGroups {
             starts,
             order,
             rows: entry_rows(&c.indptr),
+            uploads: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The copy of this grouping of type `T` on `device`, made by `make` at the first call and
+    /// kept with the grouping (a device backend's own layout of it).
+    pub(crate) fn upload_for<T: Any + Send + Sync>(
+        &self,
+        device: Device,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let key = TypeId::of::<T>();
+        let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        let found = uploads
+            .iter()
+            .find(|(d, t, _)| *d == device && *t == key)
+            .and_then(|(_, _, v)| v.clone().downcast::<T>().ok());
+        if let Some(v) = found {
+            return Ok(v);
+        }
+        let made = Arc::new(make()?);
+        uploads.push((device, key, made.clone()));
+        Ok(made)
+    }
+
+    /// The distinct column ids as an index array on `device` (the row ids of `csr^T . dense`
+    /// computed there), copied once per device.
+    pub(crate) fn uniq_on(&self, device: Device) -> Result<IndexStorage> {
+        if device == Device::Cpu {
+            return Ok(IndexStorage::from(self.uniq.clone()));
+        }
+        let ids = self.upload_for(device, || {
+            IndexStorage::from_arc_on(self.uniq.clone(), device)
+        })?;
+        Ok((*ids).clone())
     }
 
     /// Whether this grouping describes `c`'s current structure.
@@ -107,7 +149,7 @@ impl NDArray {
             .cloned()
     }
 
-    fn column_cache(&self) -> std::sync::MutexGuard<'_, Option<Arc<ColumnGroups>>> {
+    pub(crate) fn column_cache(&self) -> std::sync::MutexGuard<'_, Option<Arc<ColumnGroups>>> {
         self.inner
             .column_groups
             .lock()

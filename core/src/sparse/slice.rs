@@ -188,15 +188,16 @@ pub(crate) fn slice_rows_recorded(a: &NDArray, start: usize, end: usize) -> Resu
         move |g| {
             let gx = match g.stype() {
                 SType::Csr => {
-                    let before = super::zeros_stype(&[start, cols], dtype, SType::Csr);
-                    let after = super::zeros_stype(&[rows - end, cols], dtype, SType::Csr);
+                    let before =
+                        super::zeros_stype_on(&[start, cols], dtype, SType::Csr, g.device())?;
+                    let after =
+                        super::zeros_stype_on(&[rows - end, cols], dtype, SType::Csr, g.device())?;
                     concat_rows(&[before, g.clone(), after])?
                 }
                 _ => {
                     let gd = g.tostype(SType::Dense)?;
                     let pad = |n: usize| -> Result<NDArray> {
-                        crate::sparse::zeros_stype(&[n, cols], dtype, SType::Dense)
-                            .to_device(gd.device())
+                        crate::sparse::zeros_stype_on(&[n, cols], dtype, SType::Dense, gd.device())
                     };
                     NDArray::concat(&[&pad(start)?, &gd, &pad(rows - end)?], 0)?
                 }

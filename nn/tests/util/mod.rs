@@ -27,15 +27,24 @@ pub fn check_param_grads(block: &dyn Block, x: &NDArray, eps: f64, tol: f64) {
         }
         let analytic = p.grad().unwrap().to_f64_vec();
         let data = p.data().unwrap();
+        let (shape, device) = (data.shape(), data.device());
+        // Element j set through a host copy: the parameter may live on a device.
+        let set = |j: usize, v: f64| {
+            let mut host = data.to_f64_vec();
+            host[j] = v;
+            let value = NDArray::from_vec(host, &shape)
+                .unwrap()
+                .to_device(device)
+                .unwrap();
+            data.assign(&value);
+        };
         for j in 0..analytic.len() {
             let orig = data.to_f64_vec()[j];
-            data.with_slice_mut::<f64, _>(|s| s[j] = orig + eps)
-                .unwrap();
+            set(j, orig + eps);
             let up = scalar();
-            data.with_slice_mut::<f64, _>(|s| s[j] = orig - eps)
-                .unwrap();
+            set(j, orig - eps);
             let down = scalar();
-            data.with_slice_mut::<f64, _>(|s| s[j] = orig).unwrap();
+            set(j, orig);
             let numeric = (up - down) / (2.0 * eps);
             assert!(
                 (numeric - analytic[j]).abs() <= tol * (1.0 + numeric.abs()),
