@@ -9,6 +9,7 @@ use sparrow_core::{device_test, DType, NDArray, SType};
 /// Row ids and values of the row_sparse gradient of `w` in `sum(dot(x, w) * head)`.
 /// The column ids of a csr array's non-zeros.
 fn csr_cols(x: &NDArray) -> Vec<i64> {
+    let x = x.to_device(sparrow_core::Device::Cpu).unwrap();
     match x.dtype() {
         DType::F32 => x.with_csr::<f32, _>(|c| c.indices.to_vec()),
         _ => x.with_csr::<f64, _>(|c| c.indices.to_vec()),

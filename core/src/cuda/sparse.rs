@@ -74,8 +74,8 @@ impl SparseOps for CudaStorage {
     fn densify(&self, l: SparseLayout<'_, CudaIndex>) -> Result<Self> {
         with_cuda!(&self.buf, s, T => densify_t::<T>(self, s, l))
     }
-    fn sparsify(&self, _shape: &[usize], _to: SType) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported("cast_storage", self.ordinal()))
+    fn sparsify(&self, shape: &[usize], to: SType) -> Result<SparseParts<Self, CudaIndex>> {
+        with_cuda!(&self.buf, s, T => sparsify_t::<T>(self, s, shape, to))
     }
     fn slice_cols(
         &self,
@@ -212,4 +212,109 @@ fn densify_t<T: CudaElement>(
             Ok(x.with(out))
         }
     }
+}
+
+/// `x` (dense, `shape`) as csr (2-D; zeros dropped) or row_sparse (the rows holding a
+/// non-zero). The per-row counts come back to the host, which makes the row pointers or row
+/// ids (an index array keeps its host copy), and a csr's column ids are copied back for the
+/// same reason: two device-to-host copies, each a synchronization.
+fn sparsify_t<T: CudaElement>(
+    x: &CudaStorage,
+    v: &CudaSlice<T>,
+    shape: &[usize],
+    to: SType,
+) -> Result<SparseParts<CudaStorage, CudaIndex>> {
+    const OP: &str = "cast_storage";
+    match to {
+        SType::Dense => return Err(Error::stype(OP, "sparsify needs a sparse target")),
+        SType::Csr if shape.len() != 2 => {
+            return Err(Error::stype(
+                OP,
+                format!("csr needs a 2-D array, got shape {shape:?}"),
+            ))
+        }
+        SType::RowSparse if shape.is_empty() => {
+            return Err(Error::stype(OP, "row_sparse needs at least one dimension"))
+        }
+        _ => {}
+    }
+    let rows = shape[0];
+    let width: usize = shape[1..].iter().product();
+    if rows.checked_mul(width) != Some(v.len()) {
+        return Err(Error::shape(
+            OP,
+            format!("{} values do not make shape {shape:?}", v.len()),
+        ));
+    }
+    let dev = &x.dev;
+    let mut counts = CudaStorage::alloc::<i64>(dev, OP, rows)?;
+    if rows * width > 0 {
+        let f = dev.function("sparse.cu", super::elementwise::kname("row_nnz", T::SUFFIX))?;
+        let (r64, w64) = (rows as u64, width as u64);
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (rows.min(1 << 20) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = dev.stream.launch_builder(&f);
+        b.arg(v).arg(&mut counts).arg(&r64).arg(&w64);
+        // SAFETY: x holds rows x width values (checked above); counts holds rows.
+        unsafe { b.launch(cfg) }.map_err(driver_err(OP))?;
+    }
+    let counts: Vec<i64> = if rows > 0 {
+        dev.stream.clone_dtoh(&counts).map_err(driver_err(OP))?
+    } else {
+        Vec::new()
+    };
+    if to == SType::RowSparse {
+        let ids: Vec<i64> = (0..rows as i64)
+            .zip(&counts)
+            .filter(|(_, &c)| c > 0)
+            .map(|(r, _)| r)
+            .collect();
+        let ids = CudaIndex::upload(dev.ordinal, Arc::new(ids))?;
+        let values = super::sparse_dot::gather_rows_t::<T>(x, v, &ids, width)?;
+        return Ok(SparseParts {
+            indptr: None,
+            indices: ids,
+            values,
+        });
+    }
+    let mut indptr = Vec::with_capacity(rows + 1);
+    indptr.push(0i64);
+    for c in &counts {
+        indptr.push(indptr[indptr.len() - 1] + c);
+    }
+    let nnz = indptr[rows] as usize;
+    let indptr = CudaIndex::upload(dev.ordinal, Arc::new(indptr))?;
+    let mut idx = CudaStorage::alloc::<i64>(dev, OP, nnz)?;
+    let mut vals = CudaStorage::alloc::<T>(dev, OP, nnz)?;
+    if nnz > 0 {
+        let f = dev.function("sparse.cu", super::elementwise::kname("csr_fill", T::SUFFIX))?;
+        let (r64, c64) = (rows as u64, width as u64);
+        let mut b = dev.stream.launch_builder(&f);
+        b.arg(v)
+            .arg(indptr.dev.as_ref())
+            .arg(&mut idx)
+            .arg(&mut vals)
+            .arg(&r64)
+            .arg(&c64);
+        // SAFETY: indptr is the running sum of the counted non-zeros of each row, so row r
+        // writes exactly counts[r] entries from indptr[r], all below nnz.
+        unsafe { b.launch(grid(rows)) }.map_err(driver_err(OP))?;
+    }
+    let idx_host: Vec<i64> = if nnz > 0 {
+        dev.stream.clone_dtoh(&idx).map_err(driver_err(OP))?
+    } else {
+        Vec::new()
+    };
+    Ok(SparseParts {
+        indptr: Some(indptr),
+        indices: CudaIndex {
+            host: Arc::new(idx_host),
+            dev: Arc::new(idx),
+            device: dev.clone(),
+        },
+        values: x.with(vals),
+    })
 }

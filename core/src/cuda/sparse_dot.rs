@@ -234,7 +234,7 @@ fn segment_sum_t<T: CudaElement>(
     Ok((uniq, g.with(out)))
 }
 
-fn gather_rows_t<T: CudaElement>(
+pub(super) fn gather_rows_t<T: CudaElement>(
     t: &CudaStorage,
     s: &CudaSlice<T>,
     ids: &CudaIndex,
