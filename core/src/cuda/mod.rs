@@ -26,6 +26,7 @@ mod random;
 mod reduce;
 mod sparse;
 mod sparse_dot;
+mod sparse_merge;
 mod storage;
 mod update;
 

@@ -28,12 +28,12 @@ impl BackendIndex for CudaStorage {
 impl SparseOps for CudaStorage {
     fn merge(
         &self,
-        _la: SparseLayout<'_, CudaIndex>,
-        _b: &Self,
-        _lb: SparseLayout<'_, CudaIndex>,
-        _op: Merge,
+        la: SparseLayout<'_, CudaIndex>,
+        b: &Self,
+        lb: SparseLayout<'_, CudaIndex>,
+        op: Merge,
     ) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported("sparse merge", self.ordinal()))
+        super::sparse_merge::merge(self, la, b, lb, op)
     }
     fn csr_product(
         &self,
@@ -45,20 +45,20 @@ impl SparseOps for CudaStorage {
     }
     fn scatter_dense(
         &self,
-        _l: SparseLayout<'_, CudaIndex>,
-        _dense: &Self,
+        l: SparseLayout<'_, CudaIndex>,
+        dense: &Self,
         op: BinaryOp,
-        _sparse_left: bool,
+        sparse_left: bool,
     ) -> Result<Self> {
-        Err(not_ported(op.name(), self.ordinal()))
+        super::sparse_merge::scatter_dense(self, l, dense, op, sparse_left)
     }
     fn with_dense(
         &self,
-        _l: SparseLayout<'_, CudaIndex>,
-        _dense: &Self,
-        _op: WithDense,
+        l: SparseLayout<'_, CudaIndex>,
+        dense: &Self,
+        op: WithDense,
     ) -> Result<Self> {
-        Err(not_ported("sparse binary", self.ordinal()))
+        super::sparse_merge::with_dense(self, l, dense, op)
     }
     fn reduce_stored(&self, _l: SparseLayout<'_, CudaIndex>, _op: StoredReduce) -> Result<Self> {
         Err(not_ported("sparse reduce", self.ordinal()))
@@ -290,7 +290,10 @@ fn sparsify_t<T: CudaElement>(
     let mut idx = CudaStorage::alloc::<i64>(dev, OP, nnz)?;
     let mut vals = CudaStorage::alloc::<T>(dev, OP, nnz)?;
     if nnz > 0 {
-        let f = dev.function("sparse.cu", super::elementwise::kname("csr_fill", T::SUFFIX))?;
+        let f = dev.function(
+            "sparse.cu",
+            super::elementwise::kname("csr_fill", T::SUFFIX),
+        )?;
         let (r64, c64) = (rows as u64, width as u64);
         let mut b = dev.stream.launch_builder(&f);
         b.arg(v)

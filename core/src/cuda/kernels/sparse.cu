@@ -65,3 +65,74 @@ SPARSIFY(f64, double)
 SPARSIFY(i32, int)
 SPARSIFY(i64, long long)
 SPARSIFY(u8, unsigned char)
+
+// Sparse op sparse and sparse op dense. The host works out the result's structure from the
+// index arrays' host copies; these kernels combine the values by position.
+
+template <typename T> __device__ __forceinline__ T merge_one(T a, T b, int op) {
+  switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return a / b;
+    case 4: return (T)pow((double)a, (double)b);
+    case 5: return a >= b ? a : b;  // ties keep a, as the CPU
+    default: return a <= b ? a : b;  // 6: minimum
+  }
+}
+
+// out[k, j] = a[pa[k], j] op b[pb[k], j] for the `items` result rows (or entries) of `width`
+// values; a position of -1 reads 0 (the entry the other side does not store).
+// with[p] = vals[off + p] op d[pos[p]] (sparse_left) or d[pos[p]] op vals[off + p].
+// scatter: out[pos[p]] = vals[off + p] op d[pos[p]] (sparse_left) or d[pos[p]] op vals[...],
+// after scatter_init wrote the rest; positions are distinct.
+// The row_sparse forms take positions per stored row: pos[k] * width + j.
+#define MERGE(sfx, T) \
+  extern "C" __global__ void merge_##sfx(const T* a, const long long* pa, const T* b, \
+                                         const long long* pb, T* out, unsigned long long items, \
+                                         unsigned long long width, int op) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < items * width; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long k = t / width, j = t % width; \
+      T x = pa[k] >= 0 ? a[(unsigned long long)pa[k] * width + j] : (T)0; \
+      T y = pb[k] >= 0 ? b[(unsigned long long)pb[k] * width + j] : (T)0; \
+      out[t] = merge_one<T>(x, y, op); \
+    } \
+  } \
+  extern "C" __global__ void with_dense_##sfx(const T* vals, unsigned long long off, \
+                                              const long long* pos, const T* d, T* out, \
+                                              unsigned long long n, unsigned long long width, \
+                                              int op, int sparse_left) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < n * width; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long k = t / width, j = t % width; \
+      T s = vals[off + t]; \
+      T v = d[(unsigned long long)pos[k] * width + j]; \
+      out[t] = sparse_left ? merge_one<T>(s, v, op) : merge_one<T>(v, s, op); \
+    } \
+  } \
+  /* out = (0 op d) (sparse_left) or d: the dense result before the stored entries. */ \
+  extern "C" __global__ void scatter_init_##sfx(const T* d, T* out, unsigned long long total, \
+                                                int op, int sparse_left) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < total; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      out[t] = sparse_left ? merge_one<T>((T)0, d[t], op) : d[t]; \
+    } \
+  } \
+  extern "C" __global__ void scatter_dense_##sfx(const T* vals, unsigned long long off, \
+                                                 const long long* pos, const T* d, T* out, \
+                                                 unsigned long long n, unsigned long long width, \
+                                                 int op, int sparse_left) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < n * width; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long k = t / width, j = t % width; \
+      unsigned long long at = (unsigned long long)pos[k] * width + j; \
+      T s = vals[off + t]; \
+      out[at] = sparse_left ? merge_one<T>(s, d[at], op) : merge_one<T>(d[at], s, op); \
+    } \
+  }
+MERGE(f32, float)
+MERGE(f64, double)
+MERGE(i32, int)
+MERGE(i64, long long)
+MERGE(u8, unsigned char)
