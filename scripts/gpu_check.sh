@@ -6,6 +6,9 @@
 #   scripts/gpu_check.sh build BIN_DIR        # here (needs cargo; NVRTC from the wheels of
 #                                            # scripts/cuda_kernels_check.sh): test binaries,
 #                                            # examples and prebuilt PTX into BIN_DIR
+#   scripts/gpu_check.sh pack BIN_DIR PACK_DIR  # BIN_DIR small enough to ship: the ~420 MB of
+#                                            # test binaries as one xz stream (~30 MB; a 512 MiB
+#                                            # dictionary finds the code they share), 3-4 min
 #   scripts/gpu_check.sh run BIN_DIR OUT_DIR  # on the GPU machine (needs only the NVIDIA driver;
 #                                            # cuBLAS 12 or 13 found on the loader path or in
 #                                            # the usual CUDA folders)
@@ -15,7 +18,8 @@
 # when python3 has torch), OUT_DIR/summary.txt (one line per test binary: passed / failed /
 # skipped counts), OUT_DIR/skipped.txt (each test's skip line: an op without a CUDA kernel
 # yet) and OUT_DIR/tests.log (the output of failing binaries), and exits non-zero when a test failed. Each test binary
-# runs from its crate's folder, as cargo runs it, under a limit of TEST_TIMEOUT seconds (300).
+# runs from its crate's folder, as cargo runs it, under a limit of TEST_TIMEOUT seconds (300);
+# TESTS_ONLY=1 runs the tests alone.
 # Kernels load from the prebuilt PTX (SPARROW_CUDA_PTX_DIR) unless NVRTC_LIB_DIR names a folder
 # holding libnvrtc.so.12, in which case they are compiled at first use as in production.
 set -euo pipefail
@@ -60,8 +64,24 @@ for line in sys.stdin:
   if command -v strip >/dev/null; then strip --strip-all "$dir"/tests/*/* "$dir"/bin/*; fi
   du -sh "$dir"
   ;;
+pack)
+  dir="${2:?usage: gpu_check.sh pack BIN_DIR PACK_DIR}"
+  pack="${3:?usage: gpu_check.sh pack BIN_DIR PACK_DIR}"
+  rm -rf "$pack"
+  mkdir -p "$pack"
+  cp -r "$dir/bin" "$dir/ptx" "$pack/"
+  tar cf - -C "$dir" tests | xz -T1 -9 --lzma2=dict=512MiB,nice=64 >"$pack/tests.tar.xz"
+  du -sh "$pack"
+  ;;
 run)
   dir="$(cd "${2:?usage: gpu_check.sh run BIN_DIR OUT_DIR}" && pwd)"
+  if [ ! -d "$dir/tests" ] && [ -f "$dir/tests.tar.xz" ]; then
+    # A packed BIN_DIR: unpacked beside a copy of its binaries.
+    unpacked="$(mktemp -d)"
+    cp -r "$dir/bin" "$dir/ptx" "$unpacked/"
+    xz -dc "$dir/tests.tar.xz" | tar xf - -C "$unpacked"
+    dir="$unpacked"
+  fi
   out="${3:?usage: gpu_check.sh run BIN_DIR OUT_DIR}"
   out="$(mkdir -p "$out" && cd "$out" && pwd)"
   root="$(pwd)"
@@ -85,33 +105,36 @@ run)
   (nvidia-smi || echo "nvidia-smi not found") >"$out/nvidia-smi.txt" 2>&1
   "$dir/bin/cuda_info" 2>&1 | tee "$out/cuda_info.txt"
   failed=0
-  "$dir/bin/cuda_bench" 2>&1 | tee "$out/cuda_bench.txt" || failed=1
-  has_torch=0
-  python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && has_torch=1
-  if [ "$has_torch" = 1 ]; then
-    python3 scripts/bench_torch_cuda_spmm.py | tee "$out/torch_cuda.json" || failed=1
-  fi
-  # The main job on the GPU and on this machine's CPU, then PyTorch CUDA's variant (c)
-  # (EmbeddingBag, sparse gradient) on the same data sizes: the tutorial's batch of 10, and
-  # batches of 1024 over 100,000 rows.
-  tut="$out/tutorial.txt"
-  : >"$tut"
-  for dev in cuda cpu; do
-    echo "== sparse_gluon --device $dev" >>"$tut"
-    timeout 150 "$dir/bin/sparse_gluon" --device "$dev" >>"$tut" 2>&1 || failed=1
-    echo "== sparse_gluon --device $dev --variants c --samples 100000 --batch-size 1024 --epochs 5" >>"$tut"
-    timeout 150 "$dir/bin/sparse_gluon" --device "$dev" --variants c --samples 100000 --batch-size 1024 \
-      --epochs 5 >>"$tut" 2>&1 || failed=1
-  done
-  if [ "$has_torch" = 1 ]; then
-    for cfg in "--variant embbag" "--variant spmm" \
-      "--variant embbag --samples 100000 --batch-size 1024 --epochs 5"; do
-      echo "== torch $cfg" >>"$tut"
-      # shellcheck disable=SC2086
-      timeout 150 python3 scripts/bench_torch_cuda_tutorial.py $cfg >>"$tut" 2>&1 || failed=1
+  # TESTS_ONLY=1 skips the benchmarks (a rerun of the tests after a fix).
+  if [ -z "${TESTS_ONLY:-}" ]; then
+    "$dir/bin/cuda_bench" 2>&1 | tee "$out/cuda_bench.txt" || failed=1
+    has_torch=0
+    python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && has_torch=1
+    if [ "$has_torch" = 1 ]; then
+      python3 scripts/bench_torch_cuda_spmm.py | tee "$out/torch_cuda.json" || failed=1
+    fi
+    # The main job on the GPU and on this machine's CPU, then PyTorch CUDA's variant (c)
+    # (EmbeddingBag, sparse gradient) on the same data sizes: the tutorial's batch of 10, and
+    # batches of 1024 over 100,000 rows.
+    tut="$out/tutorial.txt"
+    : >"$tut"
+    for dev in cuda cpu; do
+      echo "== sparse_gluon --device $dev" >>"$tut"
+      timeout 150 "$dir/bin/sparse_gluon" --device "$dev" >>"$tut" 2>&1 || failed=1
+      echo "== sparse_gluon --device $dev --variants c --samples 100000 --batch-size 1024 --epochs 5" >>"$tut"
+      timeout 150 "$dir/bin/sparse_gluon" --device "$dev" --variants c --samples 100000 --batch-size 1024 \
+        --epochs 5 >>"$tut" 2>&1 || failed=1
     done
+    if [ "$has_torch" = 1 ]; then
+      for cfg in "--variant embbag" "--variant spmm" \
+        "--variant embbag --samples 100000 --batch-size 1024 --epochs 5"; do
+        echo "== torch $cfg" >>"$tut"
+        # shellcheck disable=SC2086
+        timeout 150 python3 scripts/bench_torch_cuda_tutorial.py $cfg >>"$tut" 2>&1 || failed=1
+      done
+    fi
+    cat "$tut"
   fi
-  cat "$tut"
   # Tests that write scratch files use cargo's target/tmp.
   mkdir -p "$root/target/tmp"
   : >"$out/summary.txt"
@@ -137,7 +160,7 @@ run)
   exit "$failed"
   ;;
 *)
-  echo "usage: scripts/gpu_check.sh build BIN_DIR | run BIN_DIR OUT_DIR" >&2
+  echo "usage: scripts/gpu_check.sh build BIN_DIR | pack BIN_DIR PACK_DIR | run BIN_DIR OUT_DIR" >&2
   exit 2
   ;;
 esac
