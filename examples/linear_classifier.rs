@@ -29,6 +29,8 @@ struct Args {
     batch: usize,
     optimizer: String,
     lr: f64,
+    /// The optimizer's own options (`--opt alpha=4`), as `optimizer::create` takes them.
+    opts: Vec<(String, f64)>,
     data_dir: PathBuf,
     json: bool,
 }
@@ -43,6 +45,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         batch: 256,
         optimizer: "adagrad".into(),
         lr: 0.1,
+        opts: Vec::new(),
         data_dir: std::env::temp_dir().join("sparrow-linear-classifier"),
         json: false,
     };
@@ -59,6 +62,13 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--batch" => a.batch = num(value()?)? as usize,
             "--optimizer" => a.optimizer = value()?,
             "--lr" => a.lr = num(value()?)?,
+            "--opt" => {
+                let kv = value()?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or(format!("--opt {kv}: expected KEY=VALUE"))?;
+                a.opts.push((k.to_string(), num(v.to_string())?));
+            }
             "--data-dir" => a.data_dir = value()?.into(),
             "--json" => a.json = true,
             "--help" | "-h" => return Err(String::new()),
@@ -114,7 +124,9 @@ fn run(a: &Args) -> Result<()> {
         .in_units(a.features)
         .grad_stype(SType::RowSparse);
     net.initialize(&Initializer::Zero, Device::Cpu)?;
-    let optimizer = create_optimizer(&a.optimizer, &[("learning_rate", a.lr)])?;
+    let mut options = vec![("learning_rate", a.lr)];
+    options.extend(a.opts.iter().map(|(k, v)| (k.as_str(), *v)));
+    let optimizer = create_optimizer(&a.optimizer, &options)?;
     let mut trainer = Trainer::from_params(&net.collect_params()?, optimizer)?;
     let bce = loss::SigmoidBinaryCrossEntropyLoss::new();
     let mut est = Estimator::new(&net, |z, y| bce.forward(z, y), &mut trainer);
@@ -176,7 +188,8 @@ fn main() {
             }
             eprintln!(
                 "usage: linear_classifier [--train FILE --test FILE] [--features N] [--rows N] \
-                 [--epochs N] [--batch N] [--optimizer NAME] [--lr F] [--data-dir DIR] [--json]"
+                 [--epochs N] [--batch N] [--optimizer NAME] [--lr F] [--opt KEY=VALUE]... \
+                 [--data-dir DIR] [--json]"
             );
             std::process::exit(2);
         }

@@ -25,7 +25,7 @@ pub use kvstore::{check_many, KVStore};
 pub use trainer::{NonFinite, Trainer};
 
 pub use optimizer::{
-    create, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag,
+    create, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Cocob, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag,
     Optimizer, OptimizerOptions, ParamArgs, RMSProp, Sgd, Signum, State, StepCtx,
 };
 pub use schedule::{

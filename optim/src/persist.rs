@@ -242,6 +242,10 @@ const NON_NEGATIVE_SLOTS: &[&str] = &[
     "inf_norm",
     "v",
     "d",
+    // COCOB's largest |gradient|, sum of |gradient| and reward.
+    "l",
+    "s",
+    "r",
 ];
 
 /// A state array from a file must hold what a step can have made: finite values, and no

@@ -365,3 +365,34 @@ fn step_reports_unusable_parameters_before_changing_any_weight() {
     assert_eq!(a.data().unwrap().to_vec::<f32>().unwrap(), vec![0.5, 1.5]);
 }
 }
+
+device_test! {
+fn cocob_finds_a_minimum_without_a_learning_rate_and_updates_only_its_rows() {
+    // Minimize sum((w - target)^2) for targets 3 and -200 (two scales): the gradient is
+    // 2 (w - target); COCOB's bet adapts to each coordinate's scale with no rate to tune.
+    let target = [3.0f32, -200.0];
+    let w = param("w", vec![0.0, 0.0], &[2]);
+    let mut t = Trainer::new(vec![w.clone()], Cocob::new()).unwrap();
+    for _ in 0..400 {
+        let cur = w.data().unwrap().to_vec::<f32>().unwrap();
+        let g: Vec<f32> = cur.iter().zip(target).map(|(w, t)| 2.0 * (w - t)).collect();
+        let g = NDArray::from_vec(g, &[2]).unwrap().to_device(test_device()).unwrap();
+        w.data().unwrap().set_grad(Some(g));
+        t.step(1).unwrap();
+    }
+    let end = w.data().unwrap().to_vec::<f32>().unwrap();
+    assert!((end[0] - 3.0).abs() < 0.3, "{end:?}");
+    assert!((end[1] + 200.0).abs() < 20.0, "{end:?}");
+    // Lazy: rows absent from a row_sparse gradient keep their values.
+    let e = param("e", vec![1.0; 8], &[4, 2]).with_grad_stype(SType::RowSparse);
+    let mut t = Trainer::new(vec![e.clone()], Cocob::new()).unwrap();
+    e.data()
+        .unwrap()
+        .set_grad(Some(rs(&[4, 2], vec![1, 3], vec![1.0, 1.0, -1.0, -1.0])));
+    t.step(1).unwrap();
+    let w = e.data().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(&w[0..2], &[1.0, 1.0]);
+    assert_eq!(&w[4..6], &[1.0, 1.0]);
+    assert!(w[2] < 1.0 && w[6] > 1.0, "{w:?}");
+}
+}

@@ -322,6 +322,42 @@ fn update_typed<T: Float>(
                 *w = (sign(*z) * l1 - *z) / ((beta + n.sqrt()) / lr + wd) * on;
             })
         }
+        UpdateRule::Cocob { alpha } => {
+            let st = states!(5);
+            let alpha: T = cast(alpha);
+            let zero = T::zero();
+            apply_elementwise::<T, 5, _>(
+                w,
+                rows,
+                grad!(),
+                st,
+                lazy,
+                move |w, g, [l, s, r, th, w0]| {
+                    let h = clip(g * rg, c) + wd * *w;
+                    if *l == zero {
+                        *w0 = *w;
+                    }
+                    let a = h.abs();
+                    if a > *l {
+                        *l = a;
+                    }
+                    // Nothing seen yet: no bet.
+                    if *l == zero {
+                        return;
+                    }
+                    *s = *s + a;
+                    let won = *r - h * (*w - *w0);
+                    *r = if won > zero { won } else { zero };
+                    *th = *th + h;
+                    let scale = if *s + *l > alpha * *l {
+                        *s + *l
+                    } else {
+                        alpha * *l
+                    };
+                    *w = *w0 - lr * *th / (*l * scale) * (*l + *r);
+                },
+            )
+        }
         UpdateRule::Ftml {
             beta1,
             beta2,

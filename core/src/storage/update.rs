@@ -139,6 +139,11 @@ pub(crate) enum UpdateRule {
         /// Per-coordinate rate offset.
         beta: f64,
     },
+    /// `cocob_update`; states `[l, s, r, theta, w0]`.
+    Cocob {
+        /// Caps the bet while few gradients have been seen.
+        alpha: f64,
+    },
     /// `ftml_update`; states `[d, v, z]`.
     Ftml {
         /// First decay.
@@ -196,6 +201,7 @@ impl UpdateRule {
             UpdateRule::RmsProp { .. } => "rmsprop_update",
             UpdateRule::RmsPropAlex { .. } => "rmspropalex_update",
             UpdateRule::Ftrl { .. } => "ftrl_update",
+            UpdateRule::Cocob { .. } => "cocob_update",
             UpdateRule::Ftml { .. } => "ftml_update",
             UpdateRule::LambPhase1 { .. } => "lamb_update_phase1",
             UpdateRule::LambPhase2 { .. } => "lamb_update_phase2",

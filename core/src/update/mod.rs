@@ -38,6 +38,7 @@ mod ada;
 mod adam;
 mod args;
 mod check;
+mod cocob;
 mod ftrl;
 mod lamb;
 mod norm;
@@ -54,6 +55,7 @@ pub use adam::{
     adam_update, adamax_update, adamw_update, nadam_update, AdamParams, AdamaxParams, NadamParams,
 };
 pub use args::{RowSparseMode, UpdateArgs};
+pub use cocob::{cocob_update, CocobParams};
 pub use ftrl::{ftml_update, ftrl_update, FtmlParams, FtrlParams};
 pub use lamb::{lamb_update, LambParams};
 pub use norm::{scale_stored, stored_sum_sq};

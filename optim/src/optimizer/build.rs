@@ -5,7 +5,7 @@
 use sparrow_core::{Error, Result};
 
 use super::{
-    AdaDelta, AdaGrad, Adam, AdamW, Adamax, Ftml, Ftrl, Lamb, Nadam, Nag, Optimizer,
+    AdaDelta, AdaGrad, Adam, AdamW, Adamax, Cocob, Ftml, Ftrl, Lamb, Nadam, Nag, Optimizer,
     OptimizerOptions, RMSProp, Sgd, Signum,
 };
 use crate::schedule::LrScheduler;
@@ -157,6 +157,7 @@ builders! {
     RMSProp { gamma1: f64, gamma2: f64, epsilon: f64, clip_weights: Option<f64>; centered: bool }
     Ftrl { lambda1: f64, beta: f64 }
     Ftml { beta1: f64, beta2: f64, epsilon: f64 }
+    Cocob { alpha: f64 }
     Lamb { beta1: f64, beta2: f64, epsilon: f64, lower_bound: Option<f64>,
            upper_bound: Option<f64>, bias_correction: bool }
 }
@@ -192,13 +193,14 @@ fn configured<O: Optimizer + 'static>(
 }
 
 /// The names [`create`] knows, as MXNet spells them.
-pub const OPTIMIZER_NAMES: [&str; 13] = [
+pub const OPTIMIZER_NAMES: [&str; 14] = [
     "sgd", "nag", "signum", "adam", "adamw", "adamax", "nadam", "adagrad", "adadelta", "rmsprop",
-    "ftrl", "ftml", "lamb",
+    "ftrl", "ftml", "lamb", "cocob",
 ];
 
 /// An optimizer by name (case-insensitive, MXNet's names: `sgd`, `nag`, `signum`, `adam`,
-/// `adamw`, `adamax`, `nadam`, `adagrad`, `adadelta`, `rmsprop`, `ftrl`, `ftml`, `lamb`) with
+/// `adamw`, `adamax`, `nadam`, `adagrad`, `adadelta`, `rmsprop`, `ftrl`, `ftml`, `lamb`, and
+/// sparrow's `cocob`) with
 /// keyword options, as `mx.optimizer.create(name, **kwargs)`: the shared ones
 /// (`learning_rate`, `wd`, `rescale_grad`, `clip_gradient`, `lazy_update` as 0/1) and the
 /// optimizer's own, named as its fields (`momentum`, `beta1`, `centered` as 0/1, ...). Options
@@ -233,6 +235,7 @@ pub fn create(name: &str, options: &[(&str, f64)]) -> Result<Box<dyn Optimizer>>
         "ftrl" => make!(Ftrl::new(0.1), Ftrl),
         "ftml" => make!(Ftml::new(0.0025), Ftml),
         "lamb" => make!(Lamb::new(0.001), Lamb),
+        "cocob" => make!(Cocob::new(), Cocob),
         _ => Err(Error::arg(
             "optimizer::create",
             format!(

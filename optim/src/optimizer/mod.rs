@@ -25,6 +25,7 @@
 mod ada;
 mod adam;
 mod build;
+mod cocob;
 mod ftrl;
 mod lamb;
 mod options;
@@ -34,6 +35,7 @@ mod state;
 pub use ada::{AdaDelta, AdaGrad, RMSProp};
 pub use adam::{Adam, AdamW, Adamax, Nadam};
 pub use build::{create, OPTIMIZER_NAMES};
+pub use cocob::Cocob;
 pub use ftrl::{Ftml, Ftrl};
 pub use lamb::Lamb;
 pub use options::{MultMap, OptimizerOptions, ParamArgs, StepCtx};
@@ -236,4 +238,5 @@ macro_rules! declare_optimizers {
 
 declare_optimizers!(
     Sgd, Nag, Signum, Adam, AdamW, Adamax, Nadam, AdaGrad, AdaDelta, RMSProp, Ftrl, Ftml, Lamb,
+    Cocob,
 );

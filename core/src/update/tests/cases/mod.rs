@@ -3,6 +3,7 @@
 
 mod ada;
 mod adam;
+mod cocob;
 mod ftrl;
 mod lamb;
 mod sgd;
@@ -108,6 +109,7 @@ pub(super) fn cases() -> Vec<Case> {
         adam::cases(),
         ada::cases(),
         ftrl::cases(),
+        cocob::cases(),
         lamb::cases(),
     ]
     .into_iter()
