@@ -122,7 +122,7 @@ fn map_grad_code(op: MapGrad) -> i32 {
     }
 }
 
-fn binary_code(op: BinaryOp) -> i32 {
+pub(super) fn binary_code(op: BinaryOp) -> i32 {
     match op {
         BinaryOp::Add => 0,
         BinaryOp::Sub => 1,

@@ -23,17 +23,10 @@ use crate::storage::{Merge, SparseLayout, SparseParts, WithDense};
 
 type Layout<'a> = SparseLayout<'a, CudaIndex>;
 
-/// The kernels' code of a binary op (`merge_one` in `sparse.cu`).
+/// The kernels' code of a binary op: `merge_one` in `sparse.cu` numbers them as the
+/// elementwise kernels do.
 fn code(op: BinaryOp) -> i32 {
-    match op {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Pow => 4,
-        BinaryOp::Maximum => 5,
-        BinaryOp::Minimum => 6,
-    }
+    super::elementwise::binary_code(op)
 }
 
 fn float_only(op: &'static str, x: &CudaStorage) -> Result<()> {
