@@ -121,6 +121,20 @@ impl MpiTransport {
         })
     }
 
+    /// Sum `buf` over the ranks in place, in pieces below MPI's count limit.
+    fn all_reduce_sum<T: Equivalence + Copy>(&mut self, buf: &mut [T]) -> Result<()> {
+        self.traffic.add(std::mem::size_of_val(buf));
+        let _g = self.watchdog.guard("all_reduce");
+        let mut send = Vec::with_capacity(REDUCE_CHUNK.min(buf.len()));
+        for piece in buf.chunks_mut(REDUCE_CHUNK) {
+            send.clear();
+            send.extend_from_slice(piece);
+            self.world
+                .all_reduce_into(&send[..], piece, SystemOperation::sum());
+        }
+        Ok(())
+    }
+
     fn counts(&mut self, what: &'static str, n: usize) -> Result<Count> {
         Count::try_from(n).map_err(|_| {
             Error::arg(
@@ -269,29 +283,11 @@ impl Transport for MpiTransport {
     }
 
     fn all_reduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
-        self.traffic.add(std::mem::size_of_val(buf));
-        let _g = self.watchdog.guard("all_reduce");
-        let mut send = Vec::with_capacity(REDUCE_CHUNK.min(buf.len()));
-        for piece in buf.chunks_mut(REDUCE_CHUNK) {
-            send.clear();
-            send.extend_from_slice(piece);
-            self.world
-                .all_reduce_into(&send[..], piece, SystemOperation::sum());
-        }
-        Ok(())
+        self.all_reduce_sum(buf)
     }
 
     fn all_reduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<()> {
-        self.traffic.add(std::mem::size_of_val(buf));
-        let _g = self.watchdog.guard("all_reduce");
-        let mut send = Vec::with_capacity(REDUCE_CHUNK.min(buf.len()));
-        for piece in buf.chunks_mut(REDUCE_CHUNK) {
-            send.clear();
-            send.extend_from_slice(piece);
-            self.world
-                .all_reduce_into(&send[..], piece, SystemOperation::sum());
-        }
-        Ok(())
+        self.all_reduce_sum(buf)
     }
 
     fn traffic(&self) -> Traffic {

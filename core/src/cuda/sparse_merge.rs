@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::elementwise::{kname, typed};
+// `merge_one` in `sparse.cu` numbers the binary ops as the elementwise kernels do.
+use super::elementwise::{binary_code as code, float_error, float_only, kname, same_dtype, typed};
 use super::index::CudaIndex;
 use super::launch::{driver_err, grid};
 use super::storage::{with_cuda, CudaElement, CudaStorage};
@@ -23,20 +24,12 @@ use crate::storage::{Merge, SparseLayout, SparseParts, WithDense};
 
 type Layout<'a> = SparseLayout<'a, CudaIndex>;
 
-/// The kernels' code of a binary op: `merge_one` in `sparse.cu` numbers them as the
-/// elementwise kernels do.
-fn code(op: BinaryOp) -> i32 {
-    super::elementwise::binary_code(op)
-}
-
-fn float_only(op: &'static str, x: &CudaStorage) -> Result<()> {
+/// A float operand, or the backend's float-only error.
+fn check_float(op: &'static str, x: &CudaStorage) -> Result<()> {
     if x.dtype().is_float() {
         Ok(())
     } else {
-        Err(Error::dtype(
-            op,
-            format!("needs float32 or float64 arrays, got {}", x.dtype().name()),
-        ))
+        Err(float_error(op, x))
     }
 }
 
@@ -188,19 +181,17 @@ pub(super) fn merge(
     op: Merge,
 ) -> Result<SparseParts<CudaStorage, CudaIndex>> {
     const OP: &str = "sparse merge";
-    if a.dtype() != b.dtype() {
-        return Err(Error::dtype_mismatch(OP, a.dtype(), b.dtype()));
-    }
+    same_dtype(OP, a, b)?;
     let (code, union) = match op {
         Merge::AddGrads => (0, true),
         Merge::Binary(
             o @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Maximum | BinaryOp::Minimum),
         ) => {
-            float_only(OP, a)?;
+            check_float(OP, a)?;
             (code(o), true)
         }
         Merge::Binary(BinaryOp::Mul) => {
-            float_only(OP, a)?;
+            check_float(OP, a)?;
             (code(BinaryOp::Mul), false)
         }
         Merge::Binary(o) => {
@@ -402,17 +393,14 @@ pub(super) fn with_dense(
     op: WithDense,
 ) -> Result<CudaStorage> {
     const OP: &str = "sparse binary";
-    if s.dtype() != d.dtype() {
-        return Err(Error::dtype_mismatch(OP, s.dtype(), d.dtype()));
-    }
-    float_only(OP, s)?;
+    same_dtype(OP, s, d)?;
     let (against, o) = match op {
         WithDense::Mul => (Against::Whole, BinaryOp::Mul),
         WithDense::AlongRows(o) => (Against::Columns, o),
         WithDense::AlongCols(o) => (Against::Rows, o),
     };
     let p = positions(OP, &l, s.len(), against)?;
-    with_cuda!(&s.buf, _v, T => dense_kernel_t::<T>(s, d, &p, code(o), None))
+    float_only!(s, OP, T => dense_kernel_t::<T>(s, d, &p, code(o), None))
 }
 
 /// See `SparseOps::scatter_dense`.
@@ -423,10 +411,7 @@ pub(super) fn scatter_dense(
     op: BinaryOp,
     sparse_left: bool,
 ) -> Result<CudaStorage> {
-    if s.dtype() != d.dtype() {
-        return Err(Error::dtype_mismatch(op.name(), s.dtype(), d.dtype()));
-    }
-    float_only(op.name(), s)?;
+    same_dtype(op.name(), s, d)?;
     let p = positions(op.name(), &l, s.len(), Against::Whole)?;
-    with_cuda!(&s.buf, _v, T => dense_kernel_t::<T>(s, d, &p, code(op), Some(sparse_left)))
+    float_only!(s, op.name(), T => dense_kernel_t::<T>(s, d, &p, code(op), Some(sparse_left)))
 }

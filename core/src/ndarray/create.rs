@@ -148,7 +148,7 @@ impl NDArray {
     }
 
     /// Zeros with this array's shape and dtype (always dense, by design: MXNet's `zeros_like`
-    /// keeps the storage type; here [`crate::sparse::zeros_stype`] makes sparse zeros), on this
+    /// keeps the storage type; here [`crate::sparse::zeros_stype_on`] makes sparse zeros), on this
     /// array's device.
     ///
     /// # Panics

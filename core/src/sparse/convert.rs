@@ -1,51 +1,20 @@
 //! Conversions between storage types (MXNet's `cast_storage` / `tostype`).
 
-use std::sync::Arc;
-
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, NDArray, RowSparseData};
 use crate::storage::{IndexStorage, Merge, Storage};
 use crate::{Device, SType};
 
-/// An all-zero array of a storage type in host memory: dense zeros, or sparse with no stored
-/// entries.
-pub fn zeros_stype(shape: &[usize], dtype: DType, stype: SType) -> NDArray {
-    let data = match stype {
-        SType::Dense => ArrayData::Dense(DenseData {
-            shape: crate::Shape::from_slice(shape),
-            buf: Storage::zeros(dtype, shape.iter().product()),
-        }),
-        SType::Csr => ArrayData::Csr(CsrData {
-            shape: [
-                shape.first().copied().unwrap_or(0),
-                shape.get(1).copied().unwrap_or(0),
-            ],
-            indptr: IndexStorage::from(Arc::new(vec![0; shape.first().copied().unwrap_or(0) + 1])),
-            indices: IndexStorage::from(Arc::new(Vec::new())),
-            data: Storage::zeros(dtype, 0),
-            offset: 0,
-        }),
-        SType::RowSparse => ArrayData::RowSparse(RowSparseData {
-            shape: shape.to_vec(),
-            indices: IndexStorage::from(Arc::new(Vec::new())),
-            data: Storage::zeros(dtype, 0),
-        }),
-    };
-    NDArray::from_data(data)
-}
-
-/// [`zeros_stype`] on `device`: its values and index arrays all there (a gradient buffer
-/// lives where its array does).
+/// An all-zero array of a storage type on `device`: dense zeros, or sparse with no stored
+/// entries, its values and index arrays all there (a gradient buffer lives where its array
+/// does).
 pub fn zeros_stype_on(
     shape: &[usize],
     dtype: DType,
     stype: SType,
     device: Device,
 ) -> Result<NDArray> {
-    if device == Device::Cpu {
-        return Ok(zeros_stype(shape, dtype, stype));
-    }
     let data = match stype {
         SType::Dense => ArrayData::Dense(DenseData {
             shape: crate::Shape::from_slice(shape),

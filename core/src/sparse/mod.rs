@@ -21,7 +21,7 @@ mod slice;
 mod unary;
 
 pub(crate) use convert::densify;
-pub use convert::{add_grads, cast_storage, zeros_stype, zeros_stype_on};
+pub use convert::{add_grads, cast_storage, zeros_stype_on};
 pub use dispatch::{densify_warnings, fallback, set_strict_stype, strict_stype};
 pub(crate) use dispatch::{
     densifying, dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,

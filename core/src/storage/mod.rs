@@ -203,10 +203,6 @@ impl Storage {
             Device::Cuda(_) => Err(Device::unavailable_error("zeros", device)),
         }
     }
-    /// `n` zeros of `dtype` in host memory.
-    pub(crate) fn zeros(dtype: DType, n: usize) -> Storage {
-        Storage::Cpu(CpuStorage::zeros(dtype, n))
-    }
     /// A copy of this storage in the memory of `device` (the explicit copy of
     /// `NDArray::to_device`); the same storage when it is there already.
     pub(crate) fn to_device(&self, device: Device) -> Result<Storage> {
