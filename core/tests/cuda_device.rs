@@ -157,3 +157,24 @@ fn an_op_without_a_cuda_kernel_says_so() {
     assert!(matches!(err, Error::Device { .. }), "{err}");
     assert!(err.to_string().contains("no CUDA kernel"), "{err}");
 }
+
+#[test]
+fn a_copy_keeps_the_prepared_grouping_and_host_views_name_the_device() {
+    let Some(gpu) = gpu() else { return };
+    let x = sparrow_core::sparse::rand_sparse_seeded(
+        &[8, 50],
+        0.1,
+        sparrow_core::SType::Csr,
+        sparrow_core::sparse::SparseDist::Uniform,
+        3,
+    )
+    .unwrap();
+    assert!(x.prepare_csr_transpose());
+    let y = x.to_device(gpu).unwrap();
+    // The loader's grouping moves with the batch: the weight gradient on the GPU skips the sort.
+    assert!(y.csr_column_groups().is_some());
+    // A host view of a device array is an error naming the device, not a dtype mismatch.
+    let err = y.with_csr::<f32, _>(|c| c.indices.len()).unwrap_err();
+    assert!(matches!(err, Error::Device { .. }), "{err}");
+    gpu.synchronize().unwrap();
+}
