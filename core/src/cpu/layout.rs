@@ -61,22 +61,44 @@ pub(crate) fn gather_axis<T: Copy + Send + Sync + Default>(
     inner: usize,
     idx: &[i64],
 ) -> Vec<T> {
-    let m = idx.len();
+    gather_axis_by(src, (outer, n, inner), idx.len(), |j| idx[j] as usize)
+}
+
+/// `out[o, j, i] = src[o, pos(j), i]` for `j < m`, `pos(j) < n`: the gather of a take (a
+/// list of positions) and of a slice (positions computed from its start and step, so that a
+/// slice of 2^31 rows holds no 16 GiB list). Parallel over `outer`, or over blocks of `j`
+/// when there is one outer slab (a 1-D array).
+pub(crate) fn gather_axis_by<T: Copy + Send + Sync + Default>(
+    src: &[T],
+    (outer, n, inner): (usize, usize, usize),
+    m: usize,
+    pos: impl Fn(usize) -> usize + Sync,
+) -> Vec<T> {
     let mut out = vec![T::default(); outer * m * inner];
     if out.is_empty() {
         return out;
     }
-    let fill = |(o, dst): (usize, &mut [T])| {
+    // `dst` holds consecutive output rows of one outer slab, starting at `j0`.
+    let fill = |o: usize, j0: usize, dst: &mut [T]| {
         let base = o * n * inner;
-        for (j, &k) in idx.iter().enumerate() {
-            let s = base + k as usize * inner;
-            dst[j * inner..(j + 1) * inner].copy_from_slice(&src[s..s + inner]);
+        for (jj, d) in dst.chunks_mut(inner).enumerate() {
+            let s = base + pos(j0 + jj) * inner;
+            d.copy_from_slice(&src[s..s + inner]);
         }
     };
-    if out.len() >= PAR_THRESHOLD && outer > 1 {
-        out.par_chunks_mut(m * inner).enumerate().for_each(fill);
+    if out.len() < PAR_THRESHOLD {
+        out.chunks_mut(m * inner)
+            .enumerate()
+            .for_each(|(o, dst)| fill(o, 0, dst));
+    } else if outer > 1 {
+        out.par_chunks_mut(m * inner)
+            .enumerate()
+            .for_each(|(o, dst)| fill(o, 0, dst));
     } else {
-        out.chunks_mut(m * inner).enumerate().for_each(fill);
+        let rows = (PAR_THRESHOLD / inner).max(1);
+        out.par_chunks_mut(rows * inner)
+            .enumerate()
+            .for_each(|(b, dst)| fill(0, b * rows, dst));
     }
     out
 }
@@ -189,6 +211,21 @@ fn positions<'a>(op: &'static str, pos: &'a CpuStorage) -> Result<&'a [i64]> {
 /// operands the operator has already compared is an error, not a panic).
 fn same_typed<'a, T: Element>(op: &'static str, _like: &[T], b: &'a CpuStorage) -> Result<&'a [T]> {
     T::slice(b).ok_or_else(|| Error::dtype_mismatch(op, T::DTYPE, b.dtype()))
+}
+
+impl CpuStorage {
+    /// `out[o, j, i] = self[o, begin + j * step, i]` for `j < len` (a slice along the axis of
+    /// `dims`; the caller checked every position is in `0..n`).
+    pub(crate) fn slice_strided(
+        &self,
+        dims: (usize, usize, usize),
+        begin: usize,
+        step: isize,
+        len: usize,
+    ) -> CpuStorage {
+        let at = |j: usize| (begin as isize + j as isize * step) as usize;
+        with_buffer!(self, v => HostElement::into_buffer(gather_axis_by(v.as_slice(), dims, len, at)))
+    }
 }
 
 impl LayoutOps for CpuStorage {

@@ -8,6 +8,8 @@
 //! input is ever transposed or copied; a full reduction is one parallel fold over the flat
 //! buffer, which is what lets `sum`/`argmax` of a 2^31-element u8 array run without a copy).
 
+use std::cmp::Ordering;
+
 use rayon::prelude::*;
 
 use super::elementwise::PAR_THRESHOLD;
@@ -304,8 +306,44 @@ fn softmax_kernel<T: Float>(
     out
 }
 
+/// The order sort, argsort and topk use: by value (NaN equal to everything), descending when
+/// not `ascending`.
+fn value_order<T: Element>(a: T, b: T, ascending: bool) -> Ordering {
+    let o = a.partial_cmp(&b).unwrap_or(Ordering::Equal);
+    if ascending {
+        o
+    } else {
+        o.reverse()
+    }
+}
+
+/// Up to this `k`, a top-k keeps its winners in a sorted list of `k` while it scans a line,
+/// instead of listing the line's `n` positions (16 GiB for a line of 2^31).
+const SMALL_K: usize = 64;
+
+/// The `k < n` first positions of `0..n` under `by` (a total order), in order, found in one
+/// scan with `O(k)` memory: most elements lose against the current `k`-th and cost one
+/// comparison.
+fn select_small(n: usize, k: usize, by: impl Fn(&usize, &usize) -> Ordering) -> Vec<usize> {
+    let mut best: Vec<usize> = Vec::with_capacity(k + 1);
+    for p in 0..n {
+        if best.len() == k {
+            match best.last() {
+                Some(last) if by(&p, last) == Ordering::Less => {
+                    best.pop();
+                }
+                _ => continue,
+            }
+        }
+        let at = best.partition_point(|q| by(q, &p) == Ordering::Less);
+        best.insert(at, p);
+    }
+    best
+}
+
 /// For every line along the middle axis of `[outer, n, inner]`, the positions of its `k` first
-/// elements in sorted order, laid out as `[outer, k, inner]`.
+/// elements in sorted order, laid out as `[outer, k, inner]`. Ties go to the lower position,
+/// which makes the order total, so the unstable sorts below give the stable result.
 fn argsort_kernel<T: Element>(
     src: &[T],
     (outer, n, inner): (usize, usize, usize),
@@ -318,27 +356,32 @@ fn argsort_kernel<T: Element>(
     }
     let block = |(o, dst): (usize, &mut [i64])| {
         let s = &src[o * n * inner..(o + 1) * n * inner];
-        let mut idx: Vec<usize> = Vec::with_capacity(n);
+        let mut idx: Vec<usize> = Vec::new();
         for i in 0..inner {
+            let key = |p: usize| s[p * inner + i];
+            let by = |a: &usize, b: &usize| value_order(key(*a), key(*b), ascending).then(a.cmp(b));
+            if inner == 1 && k == n {
+                // A whole contiguous line: sorted in the output itself, with no second list.
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = j as i64;
+                }
+                dst.sort_unstable_by(|a, b| by(&(*a as usize), &(*b as usize)));
+                continue;
+            }
+            if k < n && k <= SMALL_K {
+                for (j, p) in select_small(n, k, by).into_iter().enumerate() {
+                    dst[j * inner + i] = p as i64;
+                }
+                continue;
+            }
             idx.clear();
             idx.extend(0..n);
-            let key = |p: &usize| s[p * inner + i];
-            let cmp = |a: &usize, b: &usize| {
-                let o = key(a)
-                    .partial_cmp(&key(b))
-                    .unwrap_or(std::cmp::Ordering::Equal);
-                if ascending {
-                    o
-                } else {
-                    o.reverse()
-                }
-            };
             if k < n {
-                // Partial selection first, then order the k winners (stable by position).
-                idx.select_nth_unstable_by(k, |a, b| cmp(a, b).then(a.cmp(b)));
+                // Partial selection first, then order the k winners.
+                idx.select_nth_unstable_by(k, by);
                 idx.truncate(k);
             }
-            idx.sort_by(|a, b| cmp(a, b).then(a.cmp(b)));
+            idx.sort_unstable_by(by);
             for (j, &p) in idx.iter().enumerate() {
                 dst[j * inner + i] = p as i64;
             }
@@ -350,6 +393,50 @@ fn argsort_kernel<T: Element>(
         out.chunks_mut(k * inner).enumerate().for_each(block);
     }
     out
+}
+
+/// Every line along the middle axis of `[outer, n, inner]` sorted (stable), values only: what
+/// `sort` returns when no gradient needs the positions, without the 8 bytes of position per
+/// element that the argsort route holds.
+fn sort_lines<T: Element>(
+    src: &[T],
+    (outer, n, inner): (usize, usize, usize),
+    ascending: bool,
+) -> Vec<T> {
+    let mut out = src.to_vec();
+    if out.is_empty() {
+        return out;
+    }
+    let cmp = |a: &T, b: &T| value_order(*a, *b, ascending);
+    let block = |(o, dst): (usize, &mut [T])| {
+        if inner == 1 {
+            dst.sort_by(cmp);
+            return;
+        }
+        let s = &src[o * n * inner..(o + 1) * n * inner];
+        let mut line: Vec<T> = Vec::with_capacity(n);
+        for i in 0..inner {
+            line.clear();
+            line.extend((0..n).map(|p| s[p * inner + i]));
+            line.sort_by(cmp);
+            for (p, &v) in line.iter().enumerate() {
+                dst[p * inner + i] = v;
+            }
+        }
+    };
+    if src.len() >= PAR_THRESHOLD && outer > 1 {
+        out.par_chunks_mut(n * inner).enumerate().for_each(block);
+    } else {
+        out.chunks_mut(n * inner).enumerate().for_each(block);
+    }
+    out
+}
+
+impl CpuStorage {
+    /// See [`Storage::sort_values`](crate::storage::Storage::sort_values).
+    pub(crate) fn sort_values(&self, dims: (usize, usize, usize), ascending: bool) -> CpuStorage {
+        with_buffer!(self, s => HostElement::into_buffer(sort_lines(s.as_slice(), dims, ascending)))
+    }
 }
 
 /// Exact widening to i64 for the integer sum (f64 would lose i64 values past 2^53).

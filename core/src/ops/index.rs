@@ -18,45 +18,93 @@ use crate::error::{Error, Result};
 use crate::storage::Storage;
 use crate::NDArray;
 
+/// The positions along an axis that a gather reads: a validated list (take, repeat), or a
+/// slice's run `begin, begin + step, ...` (`len` of them), which the forward copy never
+/// lists: a flip of 2^31 elements would otherwise hold 16 GiB of positions. The backward
+/// lists them when it runs.
+#[derive(Clone, Debug)]
+enum Positions {
+    List(Vec<usize>),
+    Run {
+        begin: usize,
+        step: isize,
+        len: usize,
+    },
+}
+
+impl Positions {
+    fn len(&self) -> usize {
+        match self {
+            Positions::List(v) => v.len(),
+            Positions::Run { len, .. } => *len,
+        }
+    }
+
+    fn first(&self) -> Option<usize> {
+        match self {
+            Positions::List(v) => v.first().copied(),
+            Positions::Run { begin, len, .. } => (*len > 0).then_some(*begin),
+        }
+    }
+
+    /// Whether the positions are one ascending run of consecutive ones.
+    fn consecutive(&self) -> bool {
+        match self {
+            Positions::List(v) => v.windows(2).all(|w| w[1] == w[0] + 1),
+            Positions::Run { step, len, .. } => *step == 1 || *len <= 1,
+        }
+    }
+
+    /// The positions as an i64 array on `device`.
+    fn to_array(&self, device: crate::Device) -> Result<NDArray> {
+        match self {
+            Positions::List(v) => positions_array(v, device),
+            &Positions::Run { begin, step, len } => {
+                let v: Vec<i64> = (0..len)
+                    .map(|j| begin as i64 + j as i64 * step as i64)
+                    .collect();
+                NDArray::from_buffer(Storage::positions_on(v, device)?, &[len])
+            }
+        }
+    }
+}
+
 /// Python slice semantics: the positions `begin:end:step` selects from an axis of length `n`.
-pub(crate) fn slice_positions(
+fn slice_positions(
     op: &'static str,
     n: usize,
     begin: Option<i64>,
     end: Option<i64>,
     step: i64,
-) -> Result<Vec<usize>> {
+) -> Result<Positions> {
     if step == 0 {
         return Err(Error::arg(op, "slice step must be non-zero"));
     }
     let n = n as i64;
     let norm = |v: i64| if v < 0 { v + n } else { v };
-    if step > 0 {
+    let (b, len) = if step > 0 {
         let b = begin.map(norm).unwrap_or(0).clamp(0, n);
         let e = end.map(norm).unwrap_or(n).clamp(0, n);
-        Ok((b..e.max(b))
-            .step_by(step as usize)
-            .map(|i| i as usize)
-            .collect())
+        (b, if e > b { (e - b + step - 1) / step } else { 0 })
     } else {
         let b = begin.map(norm).unwrap_or(n - 1).clamp(-1, n - 1);
         let e = end.map(norm).unwrap_or(-1).clamp(-1, n - 1);
-        let mut out = Vec::new();
-        let mut i = b;
-        while i > e {
-            out.push(i as usize);
-            i += step;
-        }
-        Ok(out)
-    }
+        (b, if b > e { (b - e - step - 1) / -step } else { 0 })
+    };
+    Ok(Positions::Run {
+        begin: if len > 0 { b as usize } else { 0 },
+        step: step as isize,
+        len: len as usize,
+    })
 }
 
-/// Gather positions `idx` (validated) along `axis`, with the scatter-add backward.
+/// Gather `pos` along `axis` of `a` (shape `shape[..axis] + idx_shape + shape[axis + 1..]`),
+/// recording the scatter-add backward.
 fn gather_positions(
     op: &'static str,
     a: &NDArray,
     axis: usize,
-    idx: Vec<usize>,
+    pos: Positions,
     idx_shape: &[usize],
 ) -> Result<NDArray> {
     crate::sparse::densifying(op, &[a])?;
@@ -66,18 +114,21 @@ fn gather_positions(
     let mut out_shape = d.shape[..axis].to_vec();
     out_shape.extend_from_slice(idx_shape);
     out_shape.extend_from_slice(&d.shape[axis + 1..]);
-    let positions = positions_array(&idx, d.buf.device())?;
-    // A step-1 run along axis 0 is one contiguous block: copy it in one go.
-    let contiguous = axis == 0 && !idx.is_empty() && idx.windows(2).all(|w| w[1] == w[0] + 1);
-    let buf = if contiguous {
-        let (s, e) = (idx[0] * inner, (idx[idx.len() - 1] + 1) * inner);
-        d.buf.copy_range(s, e)?
-    } else {
-        positions.with_dense(|p| d.buf.index_select(dims, &p.buf))?
+    let buf = match (&pos, pos.first()) {
+        // A step-1 run along axis 0 is one contiguous block: copy it in one go.
+        (_, Some(first)) if axis == 0 && pos.consecutive() => d
+            .buf
+            .copy_range(first * inner, (first + pos.len()) * inner)?,
+        (&Positions::Run { begin, step, len }, _) => d.buf.slice_strided(dims, begin, step, len)?,
+        (Positions::List(_), _) => pos
+            .to_array(d.buf.device())?
+            .with_dense(|p| d.buf.index_select(dims, &p.buf))?,
     };
     let out = NDArray::from_buffer(buf, &out_shape)?;
     let in_shape = d.shape.clone();
     Ok(record_op(op, out, &[a], move |g| {
+        // Made on the gradient's device, where the gather ran.
+        let positions = pos.to_array(g.device())?;
         if axis == 0 {
             // Rows gathered: a row_sparse head gradient scatters into a row_sparse one.
             if let Some(gx) = crate::sparse::gathered_rows_grad(g, &positions, &in_shape)? {
@@ -112,7 +163,7 @@ impl NDArray {
         let shape = self.shape();
         let ax = norm_axis("take", axis, shape.len())?;
         let idx = take_positions(indices, shape[ax])?;
-        gather_positions("take", self, ax, idx, &indices.shape())
+        gather_positions("take", self, ax, Positions::List(idx), &indices.shape())
     }
 
     /// Python-style slice `begin:end:step` along `axis` (i64 bounds; negative values count
@@ -128,17 +179,14 @@ impl NDArray {
     ) -> Result<NDArray> {
         let shape = self.shape();
         let ax = norm_axis("slice_axis", axis, shape.len())?;
-        let idx = slice_positions("slice_axis", shape[ax], begin, end, step)?;
-        if ax == 0 && self.stype() == crate::SType::Csr {
+        let pos = slice_positions("slice_axis", shape[ax], begin, end, step)?;
+        if ax == 0 && self.stype() == crate::SType::Csr && pos.consecutive() {
             // Consecutive rows of a csr array: a csr row slice sharing its buffers.
-            let consecutive = idx.windows(2).all(|w| w[1] == w[0] + 1);
-            if consecutive {
-                let start = idx.first().copied().unwrap_or(0);
-                return crate::sparse::slice_rows_recorded(self, start, start + idx.len());
-            }
+            let start = pos.first().unwrap_or(0);
+            return crate::sparse::slice_rows_recorded(self, start, start + pos.len());
         }
-        let m = idx.len();
-        gather_positions("slice_axis", self, ax, idx, &[m])
+        let m = pos.len();
+        gather_positions("slice_axis", self, ax, pos, &[m])
     }
 
     /// Reverse the order of elements along `axis`. Differentiable.
@@ -173,7 +221,7 @@ impl NDArray {
             .flat_map(|i| std::iter::repeat_n(i, repeats))
             .collect();
         let m = idx.len();
-        gather_positions("repeat", &a, ax, idx, &[m])
+        gather_positions("repeat", &a, ax, Positions::List(idx), &[m])
     }
 
     /// A copy of `self` whose rows (axis 0) at `index` are replaced by the rows of `new`

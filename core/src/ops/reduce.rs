@@ -6,7 +6,7 @@ use super::axis::{norm_axes, reduced_shape};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::storage::ReduceOp;
-use crate::NDArray;
+use crate::{DType, NDArray};
 
 impl NDArray {
     /// Sum over `axes` (`None`: all axes), keeping reduced dims as size 1 when `keepdims`.
@@ -72,7 +72,8 @@ impl NDArray {
         self.sum(None, false)
     }
 
-    /// Mean over `axes` (`None`: all axes).
+    /// Mean over `axes` (`None`: all axes). An integer array's mean is float64 (NumPy's rule):
+    /// its sum is exact in int64 and a mean is rarely a whole number.
     pub fn mean(&self, axes: Option<&[i64]>, keepdims: bool) -> Result<NDArray> {
         crate::graph::traced!(
             Op::Mean {
@@ -85,7 +86,10 @@ impl NDArray {
         let shape = self.shape();
         let ax = norm_axes("mean", axes, shape.len())?;
         let count: usize = ax.iter().map(|&a| shape[a]).product();
-        let total = self.sum(axes, keepdims)?;
+        let mut total = self.sum(axes, keepdims)?;
+        if !total.dtype().is_float() {
+            total = total.astype(DType::F64)?;
+        }
         if count == 1 {
             return Ok(total); // dividing by one changes nothing: no scaling node
         }

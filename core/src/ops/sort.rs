@@ -68,7 +68,21 @@ impl NDArray {
     /// Sorted values along `axis` (stable). Differentiable (the gradient follows each value
     /// back to where it came from). Any dtype.
     pub fn sort(&self, axis: i64, ascending: bool) -> Result<NDArray> {
-        Ok(sorted(self, "sort", axis, None, ascending)?.0)
+        if crate::autograd::is_recording() && self.requires_grad() {
+            return Ok(sorted(self, "sort", axis, None, ascending)?.0);
+        }
+        // No gradient: sort the values themselves (no i64 position per element).
+        crate::sparse::densifying("sort", &[self])?;
+        let d = self.dense_data()?;
+        if d.shape.is_empty() {
+            return Err(Error::shape(
+                "sort",
+                "needs an array of at least 1 dimension",
+            ));
+        }
+        let ax = norm_axis("sort", axis, d.shape.len())?;
+        let dims = split3(&d.shape, ax);
+        NDArray::from_buffer(d.buf.sort_values(dims, ascending)?, &d.shape)
     }
 
     /// The i64 positions that sort `self` along `axis` (stable).

@@ -112,6 +112,27 @@ impl Storage {
     ) -> Result<Storage> {
         super::on_backends!("index_select", (self, pos), (s, p) => Ok(Storage::from(s.index_select(dims, p)?)))
     }
+    /// `out[o, j, i] = self[o, begin + j * step, i]` for `j < len`: a slice's gather. The CPU
+    /// computes each position as it copies; another backend is handed the list of positions
+    /// (`len` i64 values).
+    pub(crate) fn slice_strided(
+        &self,
+        dims: (usize, usize, usize),
+        begin: usize,
+        step: isize,
+        len: usize,
+    ) -> Result<Storage> {
+        match self {
+            Storage::Cpu(c) => Ok(Storage::Cpu(c.slice_strided(dims, begin, step, len))),
+            #[allow(unreachable_patterns)]
+            other => {
+                let pos = (0..len)
+                    .map(|j| begin as i64 + j as i64 * step as i64)
+                    .collect();
+                other.index_select(dims, &Storage::positions_on(pos, other.device())?)
+            }
+        }
+    }
     /// See [`LayoutOps::index_add`].
     pub(crate) fn index_add(&self, dims: (usize, usize, usize), pos: &Storage) -> Result<Storage> {
         super::on_backends!("index_add", (self, pos), (g, p) => Ok(Storage::from(g.index_add(dims, p)?)))

@@ -101,6 +101,19 @@ impl Storage {
     pub(crate) fn softmax(&self, dims: (usize, usize, usize), op: SoftmaxOp) -> Result<Storage> {
         super::on_backend!(self, b => Ok(Storage::from(b.softmax(dims, op)?)))
     }
+    /// Every line along the middle axis of `dims` sorted (stable), values only. The CPU
+    /// sorts the values themselves; another backend sorts positions and gathers.
+    pub(crate) fn sort_values(
+        &self,
+        dims: (usize, usize, usize),
+        ascending: bool,
+    ) -> Result<Storage> {
+        match self {
+            Storage::Cpu(c) => Ok(Storage::Cpu(c.sort_values(dims, ascending))),
+            #[allow(unreachable_patterns)]
+            other => other.gather_along(dims, &other.argsort(dims, dims.1, ascending)?, dims.1),
+        }
+    }
     /// See [`ReduceOps::argsort`].
     pub(crate) fn argsort(
         &self,
