@@ -72,6 +72,18 @@ pub struct LibSvmOptions {
     /// this process with SIGBUS (a fault no Rust code can catch); reading turns the same
     /// event into a short read. Map only files nothing else writes.
     pub map_file: bool,
+    /// Labels are comma-separated lists (`1,3 0:1`), and a row whose first token is a feature
+    /// has no label (scikit-learn's `multilabel=True`). Off by default: a comma in a label is
+    /// then an error on its line, as in scikit-learn's default.
+    pub multilabel: bool,
+    /// Skip `qid:` tokens without reading their value, so every row's qid is `None`
+    /// (scikit-learn's `query_id=False`, which also never reads the value).
+    pub ignore_qid: bool,
+    /// Refuse what scikit-learn accepts but is almost surely a mistake: a number that
+    /// overflows `f32` to infinity (even with `allow_non_finite`, which then only admits the
+    /// literal `nan`/`inf`), a non-zero number that rounds to zero in `f32`, and a label
+    /// repeated within one multilabel row. Off by default.
+    pub strict: bool,
 }
 
 impl LibSvmOptions {
@@ -84,6 +96,9 @@ impl LibSvmOptions {
                 bound: None,
                 sort: self.sort_indices,
                 allow_non_finite: self.allow_non_finite,
+                multilabel: self.multilabel,
+                ignore_qid: self.ignore_qid,
+                strict: self.strict,
             },
             IndexBase::Zero | IndexBase::One => ChunkOpts {
                 shift: (base == IndexBase::One) as i64,
@@ -91,6 +106,9 @@ impl LibSvmOptions {
                 bound: self.num_features.map(|n| n as u64),
                 sort: self.sort_indices,
                 allow_non_finite: self.allow_non_finite,
+                multilabel: self.multilabel,
+                ignore_qid: self.ignore_qid,
+                strict: self.strict,
             },
         }
     }
@@ -160,5 +178,7 @@ pub(crate) fn nth_line_start(buf: &[u8], n: u64) -> usize {
 
 #[cfg(test)]
 mod iter_tests;
+#[cfg(test)]
+mod svmlight_tests;
 #[cfg(test)]
 mod tests;
