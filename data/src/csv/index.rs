@@ -130,9 +130,20 @@ pub(super) fn check_same_rows(
     };
     // The first extra row: find its line by reading from the nearest mark.
     let j = (short.rows / block_rows as u64) as usize;
-    let mut r = LineReader::open(&long.path, long.marks[j])?;
+    // The longer file has row `j * block_rows` (at most `short.rows`), so mark `j` exists.
+    let from = long
+        .marks
+        .get(j)
+        .copied()
+        .unwrap_or(Mark { offset: 0, line: 1 });
+    let start = if long.marks.get(j).is_some() {
+        j * block_rows
+    } else {
+        0
+    };
+    let mut r = LineReader::open(&long.path, from)?;
     let mut line = long.end_line;
-    for _ in (j * block_rows) as u64..=short.rows {
+    for _ in start as u64..=short.rows {
         if let Some(m) = r.next_row()? {
             line = m.line;
         }

@@ -121,7 +121,7 @@ impl CSVIter {
     fn start(&mut self, skip: usize) {
         let bs = self.src.p.batch_size;
         let carried = self.carry.as_ref().map_or(0, |c| c.2) as u64;
-        let total = carried + self.src.rows() - skip as u64;
+        let total = carried + self.src.rows().saturating_sub(skip as u64);
         let rest = (total % bs as u64) as usize;
         self.next_skip = if self.src.p.last_batch == LastBatch::RoundBatch && rest > 0 {
             bs - rest
