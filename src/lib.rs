@@ -37,6 +37,7 @@ pub mod prelude {
     pub use sparrow_core::{
         autograd, sparse, with_device, DType, Device, Error, NDArray, Result, SType,
     };
+    pub use sparrow_data::csv::{CSVIter, CSVIterParams};
     pub use sparrow_data::libsvm::{LibSVMIter, LibSVMIterParams};
     pub use sparrow_data::{Batch, DataLoader, NDArrayIter, TensorDataset};
     pub use sparrow_nn::loss::{self, Loss};

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 /// Errors returned by sparrow-data.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    /// Malformed LibSVM input.
+    /// Malformed input (LibSVM or CSV text).
     #[error("{file}:{line}:{col}: {msg}")]
     Parse {
         /// The file (or `<memory>` for in-memory input).

@@ -40,6 +40,9 @@ fuzz_target!(|data: &[u8]| {
         sort_indices: sort,
         allow_non_finite: false,
         map_file: f0 & 8 != 0,
+        multilabel: false,
+        ignore_qid: false,
+        strict: f0 & 32 != 0,
     };
     let whole = load_libsvm(&path, &opts);
 
@@ -49,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
     p.sort_indices = sort;
     p.block_bytes = block_bytes;
     p.map_files = f0 & 16 != 0;
+    p.strict = f0 & 32 != 0;
     let mut streamed = Rows::default();
     let mut stream_error = false;
     match LibSVMIter::new(p) {

@@ -6,9 +6,10 @@ use libfuzzer_sys::fuzz_target;
 use sparrow_data::libsvm::{parse_libsvm_bytes, IndexBase, LibSvmOptions};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&flags, text)) = data.split_first() else {
+    let [flags, flags2, text @ ..] = data else {
         return;
     };
+    let (flags, flags2) = (*flags, *flags2);
     let base = match flags % 3 {
         0 => IndexBase::Zero,
         1 => IndexBase::One,
@@ -20,6 +21,9 @@ fuzz_target!(|data: &[u8]| {
         sort_indices: flags & 128 != 0,
         allow_non_finite: flags & 64 != 0,
         map_file: false,
+        multilabel: flags2 & 1 != 0,
+        ignore_qid: flags2 & 2 != 0,
+        strict: flags2 & 4 != 0,
     };
     match parse_libsvm_bytes(text, "fuzz", &opts) {
         Ok(d) => {
@@ -34,6 +38,14 @@ fuzz_target!(|data: &[u8]| {
             }
             if !opts.allow_non_finite {
                 assert!(r.values.iter().all(|v| v.is_finite()));
+            }
+            assert_eq!(r.label_ptr.len(), r.len() + 1);
+            assert_eq!(r.qids.len(), r.len());
+            if !opts.multilabel {
+                assert!(r.label_ptr.windows(2).all(|w| w[1] - w[0] == 1));
+            }
+            if opts.ignore_qid {
+                assert!(r.qids.iter().all(Option::is_none));
             }
             let _ = d.csr();
         }

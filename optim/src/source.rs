@@ -1,8 +1,9 @@
 //! What [`crate::Estimator::fit`] trains on: any source that can start an epoch of
-//! `(data, label)` batches — sparrow-data's [`LibSVMIter`], [`DataLoader`] and [`NDArrayIter`]
-//! directly, or a closure returning a fresh iterator each epoch.
+//! `(data, label)` batches — sparrow-data's [`LibSVMIter`], [`CSVIter`], [`DataLoader`] and
+//! [`NDArrayIter`] directly, or a closure returning a fresh iterator each epoch.
 
 use sparrow_core::{Error, NDArray, Result};
+use sparrow_data::csv::CSVIter;
 use sparrow_data::libsvm::LibSVMIter;
 use sparrow_data::{Batch, DataLoader, NDArrayIter};
 
@@ -57,6 +58,18 @@ pub(crate) fn without_padding(b: LabelledBatch) -> Result<(NDArray, NDArray)> {
 }
 
 impl DataSource for LibSVMIter {
+    fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {
+        if epoch > 0 {
+            self.reset();
+        }
+        Ok(Epoch {
+            batches: Box::new(self.map(labelled)),
+            len: None,
+        })
+    }
+}
+
+impl DataSource for CSVIter {
     fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {
         if epoch > 0 {
             self.reset();

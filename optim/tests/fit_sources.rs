@@ -1,9 +1,10 @@
-//! `Estimator::fit` over sparrow-data's sources directly: LibSVMIter, NDArrayIter and
+//! `Estimator::fit` over sparrow-data's sources directly: LibSVMIter, CSVIter, NDArrayIter and
 //! DataLoader, with validation, padding, missing labels, data errors and the epoch log line.
 
 use std::path::PathBuf;
 
 use sparrow_core::{device_test, Device, Error, NDArray};
+use sparrow_data::csv::{CSVIter, CSVIterParams};
 use sparrow_data::dataset::{DataLoader, TensorDataset};
 use sparrow_data::libsvm::{LibSVMIter, LibSVMIterParams};
 use sparrow_data::{LastBatch, NDArrayIter};
@@ -110,6 +111,45 @@ fn fit_streams_libsvm_with_validation_every_epoch() {
     assert!(last.get("val_loss").unwrap() < 0.69, "{last:?}");
     for p in [tr, va] {
         std::fs::remove_file(p).unwrap();
+    }
+}
+}
+
+device_test! {
+fn fit_streams_csv_with_validation_every_epoch() {
+    let (x, y) = (temp("x.csv"), temp("y.csv"));
+    // 90 rows, label 1 exactly when the first value is positive.
+    let (mut xs, mut ys) = (String::new(), String::new());
+    for i in 0..90 {
+        let v = ((i * 37) % 19) as f32 - 9.0;
+        xs += &format!("{v},1\n");
+        ys += &format!("{}\n", (v > 0.0) as u8);
+    }
+    std::fs::write(&x, xs).unwrap();
+    std::fs::write(&y, ys).unwrap();
+    let mut p = CSVIterParams::new(&x, &[2], 16);
+    p.label_csv = Some(y.clone());
+    let mut train = CSVIter::new(p.clone()).unwrap();
+    p.last_batch = LastBatch::Pad;
+    let mut val = CSVIter::new(p).unwrap();
+    let net = Dense::new(1).in_units(2);
+    net.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+    let mut trainer = Trainer::from_params(&net.collect_params().unwrap(), Sgd::new(0.5)).unwrap();
+    let bce = SigmoidBinaryCrossEntropyLoss::new();
+    let mut count = BatchesPerEpoch(Vec::new());
+    let history = {
+        let mut est = Estimator::new(&net, |p: &NDArray, y: &NDArray| bce.forward(p, y), &mut trainer)
+            .metric(Rows::default())
+            .handler(&mut count);
+        est.fit(&mut train, Some(&mut val), &quiet(3)).unwrap()
+    };
+    // Round batch over 90 rows in 16s: 5 full + 1 borrowing 6 rows of the next pass; then 84
+    // rows: 5 + 1 borrowing 12; then 78: 4 + 1.
+    assert_eq!(count.0, vec![6, 6, 5]);
+    assert!(history[2].get("loss").unwrap() < history[0].get("loss").unwrap(), "{history:?}");
+    assert_eq!(history[2].get("val_rows"), Some(90.0));
+    for f in [x, y] {
+        std::fs::remove_file(f).unwrap();
     }
 }
 }

@@ -75,7 +75,7 @@ pub(crate) fn parse_line_fast(
     out.indptr.push(out.indices.len() as i64);
     out.labels.push(label);
     out.label_ptr.push(out.labels.len() as i64);
-    out.qids.push(-1);
+    out.qids.push(None);
     true
 }
 
@@ -113,6 +113,11 @@ mod tests {
                 format!("{i}:{}", v as f64 / 10f64.powi(d as i32))
             }),
             1 => Just("qid:3".to_string()),
+            1 => Just("qid:-9223372036854775808".to_string()),
+            1 => Just("qid:9223372036854775808".to_string()),
+            1 => (0u32..50).prop_map(|i| format!("{i}:1e-60")),
+            1 => (0u32..50).prop_map(|i| format!("{i}:1e60")),
+            1 => (0u32..50).prop_map(|i| format!("{i}:0.0")),
             1 => (0u32..50).prop_map(|i| format!("{i}:1e-3")),
             1 => (0u32..50).prop_map(|i| format!("{i}:")),
             1 => (0u32..50).prop_map(|i| format!("-{i}:1")),
@@ -132,6 +137,8 @@ mod tests {
             2 => Just("-1".to_string()),
             1 => Just("0.25".to_string()),
             1 => Just("1,2".to_string()),
+            1 => Just("2,2".to_string()),
+            1 => Just("3:1".to_string()),
             1 => Just("".to_string()),
             1 => Just("abc".to_string()),
         ]
@@ -145,9 +152,11 @@ mod tests {
                                sep in prop_oneof![Just(" "), Just("\t"), Just("  ")],
                                shift in 0i64..2,
                                bound in proptest::option::of(prop_oneof![1u64..3000, Just(1u64 << 40)]),
-                               sort in any::<bool>()) {
+                               sort in any::<bool>(), multilabel in any::<bool>(),
+                               ignore_qid in any::<bool>(), strict in any::<bool>()) {
             let line = format!("{lab}{sep}{}", toks.join(sep));
-            let opts = ChunkOpts { shift, zero_is_error: shift == 1, bound, sort, allow_non_finite: false };
+            let opts = ChunkOpts { shift, zero_is_error: shift == 1, bound, sort, allow_non_finite: false,
+                                   multilabel, ignore_qid, strict };
             let mut fast = Rows::new();
             fast.push_empty(&[9.0]); // a previous row, so undo has something to keep
             let before = fast.clone();
@@ -183,6 +192,9 @@ mod tests {
             bound: Some(10_000_000),
             sort: false,
             allow_non_finite: false,
+            multilabel: false,
+            ignore_qid: false,
+            strict: false,
         };
         let line = b"1 428463:0.3477131 511223:0.8689084 9027454:0.01532944\n";
         let mut out = Rows::new();

@@ -245,7 +245,7 @@ fn errors_name_the_absolute_line() {
 #[test]
 fn errors_in_block_order_across_parse_tasks() {
     // One block, batches of 2 rows parsed by separate tasks (rows are ~200 KB so each batch is
-    // its own task). A row with two labels (label_shape 1) in the first batch and a malformed
+    // its own task). A row with one label (label_shape 2) in the second batch and a malformed
     // value in the third: the parse error is reported first, as the whole-block path does; the
     // batches before the failing one arrive first.
     let d = tmpdir("order");
@@ -256,22 +256,23 @@ fn errors_in_block_order_across_parse_tasks() {
     };
     let mut text = String::new();
     for _ in 0..2 {
-        text.push_str(&long("1"));
+        text.push_str(&long("1,2"));
     }
+    text.push_str(&long("1"));
     text.push_str(&long("1,2"));
-    text.push_str(&long("1"));
-    text.push_str(&long("1"));
-    text.push_str("1 0:1 2:oops\n");
+    text.push_str(&long("1,2"));
+    text.push_str("1,2 0:1 2:oops\n");
     std::fs::write(&f, &text).unwrap();
     let mut p = LibSVMIterParams::new(&f, 20_000, 2);
     p.last_batch = LastBatch::Keep;
+    p.label_shape = 2;
     let mut it = LibSVMIter::new(p.clone()).unwrap();
     assert_eq!(it.next().unwrap().unwrap().data.shape(), vec![2, 20_000]);
     let err = it.next().unwrap().unwrap_err();
-    assert_eq!(err.position(), Some((6, 9)), "{err}");
+    assert_eq!(err.position(), Some((6, 11)), "{err}");
     assert!(it.next().is_none());
     // Without the malformed row the label count is the error.
-    text.truncate(text.len() - "1 0:1 2:oops\n".len());
+    text.truncate(text.len() - "1,2 0:1 2:oops\n".len());
     std::fs::write(&f, &text).unwrap();
     let mut it = LibSVMIter::new(p).unwrap();
     it.next().unwrap().unwrap();

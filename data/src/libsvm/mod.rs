@@ -1,6 +1,6 @@
 //! LibSVM text format: parser, whole-file loader, streaming iterator and writer.
 //!
-//! A line is `label[,label...] [qid:N] index:value index:value ...`. `#` starts a comment (a
+//! A line is `label [qid:N] index:value index:value ...`. `#` starts a comment (a
 //! whole line or the rest of a line); blank lines and comment-only lines are not rows; fields are
 //! separated by spaces or tabs (a `\r` before the newline is ignored); a row may have no
 //! features. Values and labels are parsed to `f32`, correctly rounded from the decimal text.
@@ -15,6 +15,40 @@
 //! and the byte column: non-numeric labels or values, `index:` with no value, negative indices,
 //! indices `>=` the declared number of features, and unsorted or duplicate indices in a row
 //! (unless [`LibSvmOptions::sort_indices`] asks to sort them and sum duplicates).
+//!
+//! # svmlight files and scikit-learn
+//!
+//! scikit-learn's `load_svmlight_file` is the reference for what these files may hold, and
+//! the options map onto its parameters:
+//!
+//! - Labels: one per row by default; a comma in a label is an error on its line.
+//!   [`LibSvmOptions::multilabel`] (sklearn's `multilabel=True`) reads `l1,l2,...` lists, and a
+//!   row whose first token is a feature (or its qid) has no label. The iterator reads lists
+//!   when `label_shape > 1`.
+//! - Query ids: `qid:N` right after the label, `N` any `i64` (negative included);
+//!   [`Rows::qids`] holds one `Option<i64>` per row. [`LibSvmOptions::ignore_qid`] skips the
+//!   token without reading its value (sklearn's default `query_id=False`).
+//! - [`LibSvmOptions::strict`] refuses what sklearn accepts but is almost surely a mistake: a
+//!   number that overflows `f32` to infinity even when `allow_non_finite` admits the literal
+//!   `nan`/`inf`, a non-zero number that rounds to zero in `f32` (`1e-50`), and a label
+//!   repeated in one multilabel row.
+//!
+//! Where sparrow differs from sklearn on purpose (each shown by `scripts/check_svmlight_compat.py`,
+//! which loads tricky files with both):
+//!
+//! - NaN, infinities and numbers past `f32`'s range are refused unless `allow_non_finite`
+//!   (sklearn accepts them; it also reads into `f64` by default, where `1e39` is finite).
+//! - Values are `f32`, rounded once from the decimal text; sklearn's `dtype=float32` rounds to
+//!   `f64` first, so on rare inputs (`1.00000005960464477550`) the two differ by one ulp.
+//! - Multilabel labels keep the file's order; sklearn sorts each row's labels.
+//! - sklearn's query array lists only the rows that have a qid (so it is misaligned with the
+//!   rows when some have none); [`Rows::qids`] has an entry per row.
+//! - sklearn takes any first token starting with `qid` (`qidx:3`) as the qid; here only `qid:`.
+//! - Fields are separated by spaces, tabs (and `\r`); sklearn splits on any whitespace
+//!   (vertical tab, form feed, ...).
+//! - Numbers are Rust's decimal syntax: sklearn (Python's `float`/`int`) also takes `1_0`.
+//! - Feature indices may be any `i64`; sklearn refuses those past a C `int` (2^31 - 1).
+//! - An empty file has 0 columns here, 1 in sklearn (when `num_features` is not given).
 
 mod block_batches;
 mod fast_line;
@@ -72,6 +106,18 @@ pub struct LibSvmOptions {
     /// this process with SIGBUS (a fault no Rust code can catch); reading turns the same
     /// event into a short read. Map only files nothing else writes.
     pub map_file: bool,
+    /// Labels are comma-separated lists (`1,3 0:1`), and a row whose first token is a feature
+    /// has no label (scikit-learn's `multilabel=True`). Off by default: a comma in a label is
+    /// then an error on its line, as in scikit-learn's default.
+    pub multilabel: bool,
+    /// Skip `qid:` tokens without reading their value, so every row's qid is `None`
+    /// (scikit-learn's `query_id=False`, which also never reads the value).
+    pub ignore_qid: bool,
+    /// Refuse what scikit-learn accepts but is almost surely a mistake: a number that
+    /// overflows `f32` to infinity (even with `allow_non_finite`, which then only admits the
+    /// literal `nan`/`inf`), a non-zero number that rounds to zero in `f32`, and a label
+    /// repeated within one multilabel row. Off by default.
+    pub strict: bool,
 }
 
 impl LibSvmOptions {
@@ -84,6 +130,9 @@ impl LibSvmOptions {
                 bound: None,
                 sort: self.sort_indices,
                 allow_non_finite: self.allow_non_finite,
+                multilabel: self.multilabel,
+                ignore_qid: self.ignore_qid,
+                strict: self.strict,
             },
             IndexBase::Zero | IndexBase::One => ChunkOpts {
                 shift: (base == IndexBase::One) as i64,
@@ -91,6 +140,9 @@ impl LibSvmOptions {
                 bound: self.num_features.map(|n| n as u64),
                 sort: self.sort_indices,
                 allow_non_finite: self.allow_non_finite,
+                multilabel: self.multilabel,
+                ignore_qid: self.ignore_qid,
+                strict: self.strict,
             },
         }
     }
@@ -160,5 +212,7 @@ pub(crate) fn nth_line_start(buf: &[u8], n: u64) -> usize {
 
 #[cfg(test)]
 mod iter_tests;
+#[cfg(test)]
+mod svmlight_tests;
 #[cfg(test)]
 mod tests;

@@ -227,10 +227,67 @@ pub fn parse_index(tok: &[u8]) -> Result<i64, IndexErr> {
     Ok(v)
 }
 
+/// Parse a signed decimal integer token over the whole `i64` range (`-9223372036854775808`
+/// included; an optional `+`). `None` if it is not one or does not fit.
+pub fn parse_i64(tok: &[u8]) -> Option<i64> {
+    let (neg, digits) = match tok.first()? {
+        b'-' => (true, &tok[1..]),
+        b'+' => (false, &tok[1..]),
+        _ => (false, tok),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    // Accumulated negatively: |i64::MIN| does not fit in i64, i64::MAX's negation does.
+    let mut v: i64 = 0;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_sub(d as i64)?;
+    }
+    if neg {
+        Some(v)
+    } else {
+        v.checked_neg()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn signed_integers_cover_i64() {
+        for (s, want) in [
+            ("0", Some(0)),
+            ("-0", Some(0)),
+            ("+7", Some(7)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("9223372036854775808", None),
+            ("-9223372036854775809", None),
+            ("", None),
+            ("-", None),
+            ("+", None),
+            ("1.0", None),
+            ("1e3", None),
+            ("--1", None),
+            (" 1", None),
+        ] {
+            assert_eq!(parse_i64(s.as_bytes()), want, "{s:?}");
+        }
+    }
+
+    proptest! {
+        /// Every i64 printed in decimal reads back.
+        #[test]
+        fn any_i64_round_trips(v in any::<i64>()) {
+            prop_assert_eq!(parse_i64(v.to_string().as_bytes()), Some(v));
+        }
+    }
 
     #[test]
     fn fast_path_cases() {

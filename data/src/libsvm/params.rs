@@ -17,7 +17,9 @@ pub struct LibSVMIterParams {
     /// A separate label file in LibSVM format (its labels are ignored; its features become
     /// CSR label batches of `label_shape` columns), row-aligned with the data.
     pub label_libsvm: Option<PathBuf>,
-    /// Labels per row (dense labels) or label columns (with `label_libsvm`). Default 1.
+    /// Labels per row (dense labels) or label columns (with `label_libsvm`). Default 1. With
+    /// more than one, labels are comma-separated lists (each row must hold exactly this many);
+    /// with 1, a comma in a label is an error on its line.
     pub label_shape: usize,
     /// Rows per batch.
     pub batch_size: usize,
@@ -43,6 +45,9 @@ pub struct LibSVMIterParams {
     /// Accept non-finite values (`nan`, `inf`, `1e999`); by default they are a parse error
     /// with file, line and column (one NaN in a batch turns the weights it touches NaN).
     pub allow_non_finite: bool,
+    /// Strict mode ([`LibSvmOptions::strict`](super::LibSvmOptions::strict)): refuse numbers
+    /// that overflow `f32` or underflow to zero, and repeated labels in a row.
+    pub strict: bool,
     /// Memory-map large blocks instead of reading them: saves copying each byte out of the
     /// page cache (a few percent of a pass on two cores). Off by default: a mapped file that
     /// another process truncates during the pass kills this process with SIGBUS, a fault no
@@ -96,6 +101,7 @@ impl LibSVMIterParams {
             index_base: IndexBase::Zero,
             sort_indices: false,
             allow_non_finite: false,
+            strict: false,
             map_files: false,
             progress: false,
             prepare_transpose: false,

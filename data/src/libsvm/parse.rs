@@ -6,7 +6,7 @@
 //! yields a [`RawError`] with the chunk-relative line and the 1-based byte column.
 
 use super::fast_line::parse_line_fast;
-use super::number::{parse_f32, parse_index, IndexErr};
+use super::number::{parse_f32, parse_i64, parse_index, IndexErr};
 
 /// How raw indices map to columns, and which checks apply. Built by the callers from
 /// [`super::IndexBase`] and the declared number of features.
@@ -22,6 +22,39 @@ pub struct ChunkOpts {
     pub sort: bool,
     /// Accept `nan`, `inf` and values that overflow f32 (`1e999`); refused by default.
     pub allow_non_finite: bool,
+    /// Labels are comma-separated lists, and a row whose first token is a feature has none;
+    /// otherwise a comma in a label is an error.
+    pub multilabel: bool,
+    /// Skip `qid:` tokens without reading their value (every row's qid is `None`).
+    pub ignore_qid: bool,
+    /// Refuse what scikit-learn accepts but is almost surely a mistake (see the module docs):
+    /// numbers that overflow to infinity even with `allow_non_finite`, non-zero numbers that
+    /// round to zero in `f32`, and a label repeated in one multilabel row.
+    pub strict: bool,
+}
+
+/// The strict-mode verdict on a parsed number `v` of text `tok` (`None`: accepted). Only the
+/// general parser calls it: the fast path never produces an infinity or a zero from non-zero
+/// digits (`decimal_to_f32` declines results outside the normal `f32` range).
+fn strict_number(tok: &[u8], v: f32) -> Option<String> {
+    let mantissa = tok
+        .iter()
+        .position(|&b| b == b'e' || b == b'E')
+        .map_or(tok, |e| &tok[..e]);
+    if v.is_infinite() && tok.iter().any(u8::is_ascii_digit) {
+        return Some(format!(
+            "`{}` overflows f32 to infinity (strict mode refuses it even with allow_non_finite; \
+             write `inf` for an intended infinity)",
+            show(tok)
+        ));
+    }
+    if v == 0.0 && mantissa.iter().any(|b| (b'1'..=b'9').contains(b)) {
+        return Some(format!(
+            "`{}` is not zero but rounds to 0 in f32 (strict mode refuses the underflow)",
+            show(tok)
+        ));
+    }
+    None
 }
 
 /// The message for a value that parsed to NaN or ±inf: one bad value turns every weight it
@@ -50,8 +83,8 @@ pub struct Rows {
     /// Column ids of CSR labels (only filled when labels come from a separate label file; then
     /// `labels` holds their values).
     pub label_indices: Vec<i64>,
-    /// The `qid:` of each row, -1 where the row has none.
-    pub qids: Vec<i64>,
+    /// The `qid:` of each row (any `i64`), `None` where the row has none or qids are ignored.
+    pub qids: Vec<Option<i64>>,
     /// Smallest raw index seen (`i64::MAX` if none).
     pub min_raw: i64,
     /// Largest raw index seen (-1 if none).
@@ -127,7 +160,7 @@ impl Rows {
         self.indptr.push(self.indices.len() as i64);
         self.labels.extend_from_slice(labels);
         self.label_ptr.push(self.labels.len() as i64);
-        self.qids.push(-1);
+        self.qids.push(None);
     }
     /// The labels of row `r`.
     pub fn row_labels(&self, r: usize) -> &[f32] {
@@ -267,40 +300,64 @@ pub(super) fn parse_line(
     if i == len {
         return Ok(());
     }
-    // Labels: `l1[,l2...]`.
+    // Labels: `l1[,l2...]`; in multilabel mode a first token with a colon is a feature (or the
+    // qid) of a row without labels, as in scikit-learn.
     let ls = i;
     while i < len && !is_ws(line[i]) {
         i += 1;
     }
     let label_tok = &line[ls..i];
-    let mut off = ls;
     let nlab_before = out.labels.len();
-    for part in label_tok.split(|&b| b == b',') {
-        match parse_f32(part) {
-            Some(v) if !v.is_finite() && !opts.allow_non_finite => {
-                out.labels.truncate(nlab_before);
-                return Err(err(off, non_finite(part)));
-            }
-            Some(v) => out.labels.push(v),
-            None => {
-                out.labels.truncate(nlab_before);
-                let what = if part.is_empty() {
-                    "an empty label".to_string()
-                } else {
-                    format!("`{}`", show(part))
-                };
-                return Err(err(
-                    off,
-                    format!(
-                        "expected a numeric label (labels are `l` or `l1,l2,...`), found {what}"
-                    ),
-                ));
-            }
+    if opts.multilabel && label_tok.contains(&b':') {
+        i = ls;
+    } else {
+        if !opts.multilabel && label_tok.contains(&b',') {
+            return Err(err(
+                ls,
+                format!(
+                    "`{}` is a comma-separated label list, but this file is read as single-label \
+                     (enable multilabel to read label lists)",
+                    show(label_tok)
+                ),
+            ));
         }
-        off += part.len() + 1;
+        let mut off = ls;
+        for part in label_tok.split(|&b| b == b',') {
+            let bad = match parse_f32(part) {
+                Some(v) if !v.is_finite() && !opts.allow_non_finite => Some(non_finite(part)),
+                Some(v) => match opts.strict.then(|| strict_number(part, v)).flatten() {
+                    Some(m) => Some(m),
+                    None if opts.strict && out.labels[nlab_before..].contains(&v) => Some(format!(
+                        "label `{}` appears twice in this row (strict mode)",
+                        show(part)
+                    )),
+                    None => {
+                        out.labels.push(v);
+                        None
+                    }
+                },
+                None => {
+                    let what = if part.is_empty() {
+                        "an empty label".to_string()
+                    } else {
+                        format!("`{}`", show(part))
+                    };
+                    Some(format!(
+                        "expected a numeric label (labels are `l` or, multilabel, `l1,l2,...`), \
+                         found {what}"
+                    ))
+                }
+            };
+            if let Some(msg) = bad {
+                out.labels.truncate(nlab_before);
+                return Err(err(off, msg));
+            }
+            off += part.len() + 1;
+        }
     }
     let row_start = out.indices.len();
-    let mut qid = -1i64;
+    let mut qid: Option<i64> = None;
+    let mut seen_qid = false;
     let mut prev: i64 = -1;
     let mut unsorted = false;
     let mut first_feature = true;
@@ -341,7 +398,7 @@ pub(super) fn parse_line(
             };
             let (name, val) = (&tok[..c], &tok[c + 1..]);
             if name == b"qid" {
-                if !first_feature || qid >= 0 {
+                if !first_feature || seen_qid {
                     return fail(
                         out,
                         err(
@@ -350,19 +407,22 @@ pub(super) fn parse_line(
                         ),
                     );
                 }
-                match parse_index(val) {
-                    Ok(q) => qid = q,
-                    Err(_) => {
-                        return fail(
-                            out,
-                            err(
-                                ts + c + 1,
-                                format!(
-                                    "expected a non-negative integer qid, found `{}`",
-                                    show(val)
+                seen_qid = true;
+                if !opts.ignore_qid {
+                    match parse_i64(val) {
+                        Some(q) => qid = Some(q),
+                        None => {
+                            return fail(
+                                out,
+                                err(
+                                    ts + c + 1,
+                                    format!(
+                                        "expected an integer qid in i64's range, found `{}`",
+                                        show(val)
+                                    ),
                                 ),
-                            ),
-                        )
+                            )
+                        }
                     }
                 }
                 i = te;
@@ -424,6 +484,11 @@ pub(super) fn parse_line(
         };
         if !v.is_finite() && !opts.allow_non_finite {
             return fail(out, err(vs, non_finite(vtok)));
+        }
+        if opts.strict {
+            if let Some(m) = strict_number(vtok, v) {
+                return fail(out, err(vs, m));
+            }
         }
         // Map and check the index.
         if opts.zero_is_error && raw == 0 {

@@ -53,6 +53,11 @@ impl Shared {
             sort_indices: p.sort_indices,
             allow_non_finite: p.allow_non_finite,
             map_file: p.map_files,
+            // Label lists only where rows carry several labels; a label file's own labels
+            // (and then the data file's) are not used, so any list is fine there.
+            multilabel: p.label_shape > 1 || p.label_libsvm.is_some(),
+            ignore_qid: false,
+            strict: p.strict,
         };
         let mut base = p.index_base;
         if base == IndexBase::Auto {
@@ -60,6 +65,7 @@ impl Shared {
         }
         let data_opts = lopts.chunk_opts(base);
         lopts.num_features = Some(p.label_shape);
+        lopts.multilabel = true;
         let label_opts = lopts.chunk_opts(if base == IndexBase::Auto {
             IndexBase::Zero
         } else {

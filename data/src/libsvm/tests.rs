@@ -10,6 +10,7 @@ fn parse(s: &str, base: IndexBase, nf: Option<usize>) -> crate::Result<LibSvmDat
         sort_indices: false,
         allow_non_finite: false,
         map_file: false,
+        ..Default::default()
     };
     parse_libsvm_bytes(s.as_bytes(), "t.svm", &o)
 }
@@ -39,7 +40,12 @@ fn format_cases() {
                 -1 qid:7 4:0.000001\r\n\
                 1,2,3\n\
                 +1 5:123456789.123456789";
-    let d = parse(text, IndexBase::Zero, Some(6)).unwrap();
+    let o = LibSvmOptions {
+        num_features: Some(6),
+        multilabel: true,
+        ..Default::default()
+    };
+    let d = parse_libsvm_bytes(text.as_bytes(), "t.svm", &o).unwrap();
     let r = &d.rows;
     assert_eq!(r.len(), 5);
     assert_eq!(r.indptr, vec![0, 2, 4, 5, 5, 6]);
@@ -50,7 +56,7 @@ fn format_cases() {
     );
     assert_eq!(r.labels, vec![1.0, 0.0, -1.0, 1.0, 2.0, 3.0, 1.0]);
     assert_eq!(r.label_ptr, vec![0, 1, 2, 3, 6, 7]);
-    assert_eq!(r.qids, vec![-1, -1, 7, -1, -1]);
+    assert_eq!(r.qids, vec![None, None, Some(7), None, None]);
     assert_eq!(d.num_features, 6);
     // Explicit zeros are kept as stored entries.
     let x = d.csr().unwrap();
@@ -123,10 +129,10 @@ fn malformed_positions() {
             IndexBase::Zero,
             None,
             2,
-            3,
-            "numeric label",
+            1,
+            "comma-separated",
         ),
-        ("1,,2 0:1\n", IndexBase::Zero, None, 1, 3, "empty label"),
+        ("1,,2 0:1\n", IndexBase::Zero, None, 1, 1, "comma-separated"),
         (
             "1 0:1 5:\n",
             IndexBase::Zero,
@@ -229,6 +235,9 @@ fn never_panics_on_junk() {
                 sort_indices: seed.is_multiple_of(2),
                 allow_non_finite: seed.is_multiple_of(3),
                 map_file: seed.is_multiple_of(5),
+                multilabel: seed.is_multiple_of(7),
+                ignore_qid: seed.is_multiple_of(11),
+                strict: seed.is_multiple_of(13),
             };
             let _ = parse_libsvm_bytes(&bytes, "junk", &o);
         }
@@ -265,6 +274,7 @@ fn write_read(x: &sparrow_core::NDArray, y: &sparrow_core::NDArray, base: IndexB
         sort_indices: false,
         allow_non_finite: false,
         map_file: false,
+        ..Default::default()
     };
     let d = load_libsvm(&p, &o).unwrap();
     std::fs::remove_file(&p).unwrap();
@@ -380,6 +390,9 @@ fn any_line() -> impl Strategy<Value = String> {
         1 => Just("1 2:x".to_string()),
         1 => Just("abc 1:1".to_string()),
         1 => Just("1 9:".to_string()),
+        1 => Just("2:1 4:0.5".to_string()),
+        1 => Just("qid:-9223372036854775808 1:1".to_string()),
+        1 => Just("1 qid:9223372036854775807".to_string()),
     ]
 }
 
@@ -392,7 +405,7 @@ proptest! {
     #[test]
     fn rows_parser_matches_line_scanner(lines in prop::collection::vec(any_line(), 0..24),
                                        final_nl in any::<bool>(), from in 0usize..24,
-                                       shift in 0i64..2, sort in any::<bool>()) {
+                                       shift in 0i64..2, sort in any::<bool>(), multilabel in any::<bool>()) {
         use super::parse::{parse_into, parse_rows_into, ChunkOpts};
         let mut text = lines.join("\n");
         if final_nl {
@@ -403,7 +416,8 @@ proptest! {
         super::block_batches::row_starts(buf, &mut starts);
         let k = from.min(starts.len());
         let s0 = starts.get(k).copied().unwrap_or(buf.len());
-        let opts = ChunkOpts { shift, zero_is_error: false, bound: Some(9), sort, allow_non_finite: false };
+        let opts = ChunkOpts { shift, zero_is_error: false, bound: Some(9), sort, allow_non_finite: false,
+                               multilabel, ignore_qid: false, strict: false };
         let (mut a, mut b) = (Rows::new(), Rows::new());
         let ra = parse_into(&buf[s0..], &opts, &mut a)
             .map_err(|e| (s0 + nth_line_start(&buf[s0..], e.line), e.col, e.msg));
@@ -443,6 +457,7 @@ fn non_finite_values_are_refused_with_their_position() {
             sort_indices: false,
             allow_non_finite: true,
             map_file: false,
+            ..Default::default()
         };
         let d = parse_libsvm_bytes(text.as_bytes(), "t.svm", &o).unwrap();
         let all = d.rows.values.iter().chain(&d.rows.labels);
