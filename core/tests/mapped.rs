@@ -255,6 +255,53 @@ fn shapes_past_2_pow_32_elements_map_sparsely() {
     assert_eq!(b.take(&idx, 0).unwrap().to_vec::<u8>().unwrap(), vec![7, 0]);
 }
 
+/// A file-backed right operand larger than the panel budget: column panels (the last one
+/// narrower) give the in-memory product, `b`'s pages are released after each panel, and a
+/// budget smaller than one column still takes one column at a time.
+#[test]
+fn out_of_core_matmul_with_b_in_a_file_reads_it_in_column_panels() {
+    let dir = Dir::new("matmul_b");
+    let (m, k, n) = (300usize, 40usize, 50usize);
+    let a_mem = test_array(&[m, k], -1.0, 1.0, 21)
+        .astype(DType::F32)
+        .unwrap();
+    let b_mem = test_array(&[k, n], -1.0, 1.0, 22)
+        .astype(DType::F32)
+        .unwrap();
+    let file_of = |name: &str, x: &NDArray| {
+        let p = dir.path(name);
+        let f = NDArray::create_npy(&p, &x.shape(), DType::F32).unwrap();
+        f.write_rows(0, x).unwrap();
+        f.flush().unwrap();
+        drop(f);
+        (p.clone(), NDArray::open_npy(&p, MapMode::ReadOnly).unwrap())
+    };
+    let (_, a) = file_of("a.npy", &a_mem);
+    let (bp, b) = file_of("b.npy", &b_mem);
+    let want = a_mem.dot(&b_mem).unwrap().to_f64_vec();
+    // 7 columns a panel (8 panels, the last of 1 column); 1 column a panel; one panel.
+    for (panel_bytes, block) in [(k * 4 * 7 + 3, 64usize), (1, 1000), (1 << 20, 64)] {
+        let out = dir.path(&format!("c{panel_bytes}.npy"));
+        let c = a.matmul_to_file_with(&b, &out, block, panel_bytes).unwrap();
+        assert_eq!(c.shape(), vec![m, n]);
+        for (i, (x, y)) in c.to_f64_vec().iter().zip(&want).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                "panel {panel_bytes}: {i}: {x} vs {y}"
+            );
+        }
+        if panel_bytes < k * n * 4 {
+            if let Some(r) = sparrow_core::sys::mapped_rss_bytes(&bp) {
+                assert_eq!(r, 0, "b's pages were released after its last panel");
+            }
+        }
+    }
+    assert!(matches!(
+        a.matmul_to_file_with(&b, dir.path("z.npy"), 8, 0),
+        Err(Error::Arg { .. })
+    ));
+}
+
 #[test]
 fn out_of_core_matmul_equals_the_in_memory_product_and_releases_its_blocks() {
     let dir = Dir::new("matmul");
