@@ -136,7 +136,8 @@ pub(super) fn write(path: &Path, arrays: &[(String, Parts)]) -> Result<()> {
             .ok_or_else(|| fail(&format!("no data offset for tensor '{n}'")))?;
         order.push((begin, c));
     }
-    order.sort_by_key(|&(b, _)| b);
+    // By (start, length): an empty tensor shares its start with the next tensor's.
+    order.sort_by_key(|&(b, c)| (b, c.bytes.len()));
     let mut at = 0u64;
     for &(b, c) in &order {
         if b != at {
