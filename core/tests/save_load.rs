@@ -297,6 +297,36 @@ fn saving_replaces_the_file_and_leaves_no_temporary() {
     assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 2);
 }
 
+sparrow_core::device_test! {
+/// Arrays on the device under test save (copied to the host, as MXNet's `nd.save` copies a
+/// GPU array) and load back in host memory with the same value.
+fn arrays_on_any_device_save_and_load_in_host_memory() {
+    let dir = Dir::new(&format!("device-{:?}", sparrow_core::testing::test_device()));
+    let dev = sparrow_core::testing::test_device();
+    let host: Vec<(String, NDArray)> = STYPES
+        .iter()
+        .map(|&s| {
+            let a = sparrow_core::with_device(sparrow_core::Device::Cpu, || {
+                matrix(4, 3, 5, DType::F32, s)
+            })
+            .unwrap();
+            (format!("{s:?}"), a)
+        })
+        .collect();
+    let on_dev: Vec<NDArray> = host.iter().map(|(_, a)| a.to_device(dev).unwrap()).collect();
+    let refs: Vec<(&str, &NDArray)> =
+        host.iter().map(|(n, _)| n.as_str()).zip(on_dev.iter()).collect();
+    for ext in ["safetensors", "npz"] {
+        let p = dir.path(&format!("d.{ext}"));
+        io::save(&p, &refs).unwrap();
+        for ((_, a), (_, b)) in host.iter().zip(&io::load(&p).unwrap()) {
+            assert_eq!(b.device(), sparrow_core::Device::Cpu);
+            assert_same(a, b, ext);
+        }
+    }
+}
+}
+
 /// The message of an error that must be an `Error::File` about `path`.
 fn file_error(e: Error, path: &Path) -> String {
     let msg = e.to_string();
@@ -451,15 +481,17 @@ fn flipped_bytes_and_truncation_of_an_npz_file_never_load_wrong_arrays() {
 
 // ---- Files with valid checksums whose contents are inconsistent ----
 
-/// A safetensors tensor for [`write_st`].
-fn t_i64(v: &[i64]) -> (safetensors::Dtype, Vec<usize>, Vec<u8>) {
+/// A safetensors tensor for [`write_st`]: dtype, shape, bytes.
+type Raw = (safetensors::Dtype, Vec<usize>, Vec<u8>);
+
+fn t_i64(v: &[i64]) -> Raw {
     (
         safetensors::Dtype::I64,
         vec![v.len()],
         v.iter().flat_map(|x| x.to_le_bytes()).collect(),
     )
 }
-fn t_f32(v: &[f32], shape: &[usize]) -> (safetensors::Dtype, Vec<usize>, Vec<u8>) {
+fn t_f32(v: &[f32], shape: &[usize]) -> Raw {
     (
         safetensors::Dtype::F32,
         shape.to_vec(),
@@ -469,12 +501,7 @@ fn t_f32(v: &[f32], shape: &[usize]) -> (safetensors::Dtype, Vec<usize>, Vec<u8>
 
 /// Write a safetensors file in sparrow's layout with correct checksums, so that a load gets
 /// past the integrity checks to the checks of the contents.
-fn write_st(
-    path: &Path,
-    names: &[&str],
-    meta: &[(&str, &str)],
-    tensors: &[(&str, (safetensors::Dtype, Vec<usize>, Vec<u8>))],
-) {
+fn write_st(path: &Path, names: &[&str], meta: &[(&str, &str)], tensors: &[(&str, Raw)]) {
     let mut m: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     m.insert("format".into(), "sparrow-ndarrays".into());
     m.insert("format_version".into(), "1".into());
@@ -585,8 +612,7 @@ fn inconsistent_safetensors_contents_are_errors_naming_the_array() {
         );
     }
     // Missing, extra and mistyped tensors; a dense tensor whose shape disagrees.
-    let dense = |meta: &[(&str, &str)],
-                 tensors: &[(&str, (safetensors::Dtype, Vec<usize>, Vec<u8>))]| {
+    let dense = |meta: &[(&str, &str)], tensors: &[(&str, Raw)]| {
         write_st(&p, &["x"], meta, tensors);
         file_error(io::load(&p).unwrap_err(), &p)
     };
