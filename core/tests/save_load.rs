@@ -361,6 +361,19 @@ fn bad_names_and_extensions_are_errors() {
         }
         assert!(!p.exists(), "a refused save wrote {}", p.display());
     }
+    // An array that breaks its format is refused, not written.
+    let unsorted =
+        NDArray::csr_unchecked(vec![1.0f32, 2.0], vec![2, 0], vec![0, 2, 2], [2, 3]).unwrap();
+    let bad_rows = NDArray::row_sparse_unchecked(vec![1.0f32; 4], vec![1, 0], &[3, 2]);
+    for (ext, bad) in [("safetensors", &unsorted), ("npz", &bad_rows)] {
+        let p = dir.path(&format!("bad.{ext}"));
+        let msg = file_error(io::save(&p, &[("bad", bad)]).unwrap_err(), &p);
+        assert!(
+            msg.contains("array 'bad'") && msg.contains("invalid"),
+            "{msg}"
+        );
+        assert!(!p.exists());
+    }
     let p = dir.path("n.npz");
     let msg = file_error(io::save(&p, &[("x/format", &a)]).unwrap_err(), &p);
     assert!(msg.contains("x/format"), "{msg}");

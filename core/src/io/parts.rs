@@ -81,6 +81,8 @@ fn le_bytes(buf: &Storage, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
 impl Parts {
     /// The parts of `a`. An array on a device is copied to host memory first (an explicit
     /// `to_device(Cpu)`, as MXNet's `nd.save` copies a GPU array), so the file holds its value.
+    /// A sparse array that breaks its format (built with `csr_unchecked`, say) is an error:
+    /// a file is only written when it will load.
     pub(crate) fn of(a: &NDArray) -> Result<Parts> {
         let host;
         let a = if a.device() == Device::Cpu {
@@ -89,6 +91,7 @@ impl Parts {
             host = a.to_device(Device::Cpu)?;
             &host
         };
+        a.check_format(true)?;
         let d = a.read();
         Ok(match &*d {
             ArrayData::Dense(dd) => Parts::Dense(Component {
