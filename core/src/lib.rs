@@ -3,10 +3,11 @@
 //! The repository's ARCHITECTURE.md describes the layout: the storage seam (`storage`), the
 //! CPU kernels (`cpu`), the operators (`ops`, `sparse`, `update`) and autograd. Everything
 //! that can fail on user input returns [`Result`]. Nothing here knows a layer, an optimizer's
-//! API or state, or a file format; the optimizers' update arithmetic lives here as operators.
+//! API or state, or a model's file format; the optimizers' update arithmetic lives here as operators.
 //! The public constructors make arrays on the calling thread's default device
 //! ([`Device::current`], set for a closure by [`with_device`]). What every crate's files share
-//! lives here too: the atomic writer and the checksum ([`fsio`]).
+//! lives here too: the atomic writer and the checksum ([`fsio`]). [`io`] saves and loads
+//! any arrays, sparse included, as safetensors or `.npz` (MXNet's `nd.save` / `nd.load`).
 
 pub mod autograd;
 pub(crate) mod cpu;
@@ -17,6 +18,7 @@ mod dtype;
 mod error;
 pub mod fsio;
 pub mod graph;
+pub mod io;
 mod ndarray;
 pub mod npy;
 pub mod ops;

@@ -69,8 +69,20 @@ fn field<'a>(dict: &'a str, key: &str) -> Result<&'a str, String> {
     Ok(rest[..end].trim())
 }
 
-/// Parse the header at the start of `bytes` (the whole file, or at least its header).
-pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
+/// A `.npy` header before its `descr` is mapped to a sparrow dtype: what a reader of members
+/// that are not numeric arrays (the byte string `format.npy` of a SciPy sparse file) needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawNpyHeader {
+    /// The `descr` string as written (`<f4`, `|S3`, ...).
+    pub descr: String,
+    /// Shape (empty for a 0-d array).
+    pub shape: Vec<usize>,
+    /// Byte offset of the first element.
+    pub data_offset: usize,
+}
+
+/// Parse the header at the start of `bytes` without interpreting `descr` (C order only).
+pub fn parse_raw_header(bytes: &[u8]) -> Result<RawNpyHeader, String> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not a .npy file (no \\x93NUMPY magic)".into());
     }
@@ -92,8 +104,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
         .get(start..end)
         .ok_or_else(|| format!("header of {len} bytes runs past the end of the file"))?;
     let dict = std::str::from_utf8(dict).map_err(|_| "header is not text".to_string())?;
-    let d = field(dict, "descr")?.trim_matches(['\'', '"']);
-    let dtype = parse_descr(d)?;
+    let descr = field(dict, "descr")?.trim_matches(['\'', '"']).to_string();
     match field(dict, "fortran_order")? {
         "False" => {}
         "True" => return Err("Fortran-order arrays are not supported (save C order)".into()),
@@ -111,10 +122,20 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
         .map(|t| t.trim_end_matches('L').parse::<usize>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| format!("bad shape '{s}'"))?;
-    Ok(NpyHeader {
-        dtype,
+    Ok(RawNpyHeader {
+        descr,
         shape,
         data_offset: end,
+    })
+}
+
+/// Parse the header at the start of `bytes` (the whole file, or at least its header).
+pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
+    let raw = parse_raw_header(bytes)?;
+    Ok(NpyHeader {
+        dtype: parse_descr(&raw.descr)?,
+        shape: raw.shape,
+        data_offset: raw.data_offset,
     })
 }
 
@@ -122,15 +143,18 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
 /// elements start on a multiple of 64 bytes (what numpy writes; it also aligns every dtype).
 /// Version 2 (a u32 length) when the header would not fit a u16, as numpy does.
 pub fn header_bytes(shape: &[usize], dtype: DType) -> Vec<u8> {
+    header_bytes_descr(shape, descr(dtype))
+}
+
+/// [`header_bytes`] for any `descr` string (`|S3` for the byte string SciPy stores as a sparse
+/// file's `format`).
+pub fn header_bytes_descr(shape: &[usize], descr: &str) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
     let shape_s = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let dict = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_s}, }}",
-        descr(dtype)
-    );
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_s}, }}");
     let build = |prefix: usize| {
         let unpadded = prefix + dict.len() + 1;
         let pad = (64 - unpadded % 64) % 64;
