@@ -151,7 +151,9 @@ pub fn sweep(
     let mut m_a = Vec::with_capacity(ni * r);
     let b3 = f.b.reshape(&[1, nj, r])?;
     for &(i0, i1) in &blocks {
-        let t = rows(x, i0 * nj, i1 * nj)?.dot(&f.c)?;
+        let blk = rows(x, i0 * nj, i1 * nj)?;
+        let t = blk.dot(&f.c)?;
+        blk.release_pages();
         let part = t
             .reshape(&[i1 - i0, nj, r])?
             .mul(&b3)?
