@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use super::update::{apply_chunks, apply_elementwise, apply_zip, host_grad, HostGrad};
+use super::update::{apply_chunks, apply_elementwise, apply_rows, apply_zip, host_grad, HostGrad};
 use super::CpuStorage;
 use crate::error::{Error, Result};
 use crate::ops::map_assign;
@@ -321,6 +321,31 @@ fn update_typed<T: Float>(
                 let on = if z.abs() > l1 { T::one() } else { T::zero() };
                 *w = (sign(*z) * l1 - *z) / ((beta + n.sqrt()) / lr + wd) * on;
             })
+        }
+        UpdateRule::GroupAdaGrad { epsilon } => {
+            // One history value per row, not per element.
+            let [hist] = typed_states::<T, 1>(op, states, rows, dtype_err)?;
+            let eps: T = cast(epsilon);
+            let g = grad!();
+            let rl = n.checked_div(rows).unwrap_or(0);
+            let len: T = cast(rl as f64);
+            apply_rows(op, w, rows, g, hist, lazy, move |w, g, h| {
+                // A zero gradient row adds 0 to the history and subtracts 0 from the weight:
+                // the absent rows of a standard row_sparse update stay exactly as they are.
+                let Some(g) = g else { return };
+                // MXNet's kernel: the sum of squares in the element type, in row order, then
+                // divided by the row length; each element's step recomputes its clipped value.
+                let mut ssq = T::zero();
+                for &gj in g {
+                    let x = clip(gj * rg, c);
+                    ssq = ssq + x * x;
+                }
+                *h = *h + ssq / len;
+                let denom = h.sqrt() + eps;
+                for (wj, &gj) in w.iter_mut().zip(g) {
+                    *wj = *wj - lr * clip(gj * rg, c) / denom;
+                }
+            })?
         }
         UpdateRule::Cocob { alpha } => {
             let st = states!(5);
