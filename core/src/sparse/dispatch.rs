@@ -112,6 +112,7 @@ const SPARSE_KERNEL_NODES: &[&str] = &[
     "dot_csr_rsp",
     "dot_csr_t_dense",
     "dot_dense_csr",
+    "dot_dense_csr_to_csr",
     "dot_csr_dense_t",
     "dot_csr_csr",
     "concat_csr",

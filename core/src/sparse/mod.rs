@@ -27,7 +27,9 @@ pub(crate) use dispatch::{
     densifying, dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,
     run_backward_checked,
 };
-pub use dot::{dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
+pub use dot::{
+    dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr, dot_dense_csr_to_csr,
+};
 pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;
