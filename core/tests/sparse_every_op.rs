@@ -64,6 +64,36 @@ fn unary_cases(out: &mut Vec<Case>) {
     type UnaryCase = (&'static str, &'static [&'static str], U, bool, [bool; 2]);
     let ops: Vec<UnaryCase> = vec![
         ("neg", &["neg"], |a| a.neg(), true, [false; 2]),
+        (
+            "gather_nd",
+            &["gather_nd", "reshape", "take"],
+            |a| a.gather_nd(&NDArray::from_vec(vec![2i64, 0, 1, 5], &[2, 2])?),
+            true,
+            [false; 2],
+        ),
+        (
+            "scatter_nd",
+            &["scatter_nd"],
+            |a| {
+                NDArray::scatter_nd(
+                    a,
+                    &NDArray::from_vec(vec![5i64, 0, 2, 0], &[1, 4])?,
+                    &[6, 6],
+                )
+            },
+            true,
+            [false; 2],
+        ),
+        (
+            "scatter_nd row_sparse",
+            &["scatter_nd"],
+            |a| {
+                let i = NDArray::from_vec(vec![5i64, 0, 2, 0], &[1, 4])?;
+                NDArray::scatter_nd_stype(a, &i, &[6, 6], SType::RowSparse)
+            },
+            true,
+            [false; 2],
+        ),
         ("exp", &["exp"], |a| a.exp(), true, [false; 2]),
         (
             "log",
@@ -768,6 +798,19 @@ fn binary_cases(out: &mut Vec<Case>) {
             "where",
             &["where", "sparse_binary"],
             |a, b| NDArray::where_(&a.greater_scalar(0.0)?, a, b),
+            false,
+            true,
+            never,
+        ),
+        (
+            "scatter_set_nd",
+            &["scatter_set_nd", "index_copy", "reshape", "sparse_binary"],
+            |a, b| {
+                a.scatter_set_nd(
+                    &b.slice_axis(0, Some(0), Some(2), 1)?,
+                    &NDArray::from_vec(vec![2i64, 0], &[1, 2])?,
+                )
+            },
             false,
             true,
             never,

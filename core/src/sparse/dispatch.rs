@@ -120,6 +120,7 @@ const SPARSE_KERNEL_NODES: &[&str] = &[
     "square_sum",
     "embedding",
     "cast_storage",
+    "scatter_set_nd",
 ];
 
 /// Run a recorded operator's backward with head gradient `g` and check the storage types of
