@@ -365,7 +365,7 @@ pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDAr
 /// use sparrow_core::{NDArray, SType};
 /// let a = NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
 /// // x = [[0, 5, 0], [0, 0, 6]]: only columns 1 and 2 hold entries.
-/// let x = NDArray::csr_from_parts(vec![5.0f32, 6.0], vec![1, 2], vec![0, 1, 2], &[2, 3]).unwrap();
+/// let x = NDArray::csr_from_parts(vec![5.0f32, 6.0], vec![1, 2], vec![0, 1, 2], [2, 3]).unwrap();
 /// let y = a.dot(&x).unwrap();
 /// assert_eq!(y.stype(), SType::Csr);
 /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 5.0, 12.0, 0.0, 15.0, 24.0]);
