@@ -45,7 +45,10 @@ impl State {
                     a
                 }
                 None if same => weight.zeros_like(),
-                None => NDArray::zeros(shape, weight.dtype())?.to_device(weight.device())?,
+                // Made where the weight is (the update operators need both together).
+                None => sparrow_core::with_device(weight.device(), || {
+                    NDArray::zeros(shape, weight.dtype())
+                })??,
             };
             arrays.push((n.to_string(), a));
         }
