@@ -16,7 +16,9 @@ pub struct GroupAdaGradParams {
     pub epsilon: f64,
 }
 
-/// GroupAdaGrad, in place, per row `i` of the weight (MXNet's kernel, in the weight's dtype):
+/// GroupAdaGrad, in place, per row `i` of the weight (MXNet's kernel, in the weight's dtype;
+/// the row's sum of squares is taken in eight interleaved partial sums, which vectorize, so
+/// the history can differ from MXNet's running sum in the last bit):
 /// with `g = clip(rescale_grad * grad[i, ..])`,
 /// `history[i] += mean(g^2); weight[i, ..] -= lr * g / (sqrt(history[i]) + epsilon)`.
 ///
