@@ -94,6 +94,55 @@ fn dot_dense_csr_finite_differences() {
 }
 
 #[test]
+fn dot_dense_csr_to_csr_finite_differences_in_both_operands() {
+    // dot(dense, csr) = csr: the gradients of a and of x (through its dense equivalent, made
+    // csr inside the function) against central differences.
+    let x = csr_f64(6, 8, 0.3, 12).tostype(SType::Dense).unwrap();
+    let a = test_array(&[4, 6], -1.0, 1.0, 13);
+    check_grad_on_devices(
+        |v| {
+            let y = v[0].dot(&v[1].tostype(SType::Csr)?)?;
+            assert_eq!(y.stype(), SType::Csr);
+            Ok(y)
+        },
+        &[a, x],
+        1e-6,
+        1e-6,
+        1e-8,
+    )
+    .unwrap();
+}
+
+device_test! {
+fn dot_dense_csr_to_csr_with_a_csr_head_gradient_gives_a_csr_gradient_to_x() {
+    // A csr head gradient (the output's own structure) flows back sparse: x gets a^T . dy as
+    // csr over dy's columns, a the dense dy . x^T; both equal the dense products.
+    let x = csr_f64(5, 9, 0.25, 14);
+    let a = test_array(&[3, 5], -1.0, 1.0, 15);
+    a.attach_grad();
+    x.attach_grad_with(GradReq::Write, SType::Csr);
+    let y = match autograd::record(|| a.dot(&x)) {
+        Ok(y) => y,
+        Err(e) if sparrow_core::testing::is_not_ported(&e.to_string()) => return Ok(()),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(y.stype(), SType::Csr);
+    let head = y.detach().mul_scalar(0.5).unwrap();
+    assert_eq!(head.stype(), SType::Csr);
+    y.backward_with_grad(&head).unwrap();
+    let (gx, ga) = (x.grad().unwrap(), a.grad().unwrap());
+    assert_eq!(gx.stype(), SType::Csr);
+    let hd = head.tostype(SType::Dense).unwrap();
+    let xd = x.tostype(SType::Dense).unwrap();
+    let want_x = a.dot_t(&hd, true, false).unwrap().to_f64_vec();
+    let want_a = hd.dot_t(&xd, false, true).unwrap().to_f64_vec();
+    for (g, w) in gx.to_f64_vec().iter().zip(&want_x).chain(ga.to_f64_vec().iter().zip(&want_a)) {
+        assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+    }
+}
+}
+
+#[test]
 fn dot_csr_rsp_finite_differences() {
     let x = csr_f64(4, 10, 0.3, 10);
     let w = test_array(&[10, 3], -1.0, 1.0, 11);

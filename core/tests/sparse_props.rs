@@ -79,6 +79,48 @@ proptest! {
     }
 
     #[test]
+    fn dense_times_csr_is_csr_over_the_csr_columns((r, c, v) in matrix(6, 7), m in 0usize..5, seed in 0u64..1000) {
+        sparrow_core::testing::for_each_test_device(|_| -> Result<(), TestCaseError> {
+            // MXNet's dot(default, csr) = csr: every row stores the columns present in x.
+            let d = dense(v.clone(), &[r, c]);
+            let x = d.tostype(SType::Csr).unwrap();
+            let a = sparrow_core::testing::test_array(&[m, r], -1.0, 1.0, seed);
+            let y = match a.dot(&x) {
+                Ok(y) => y,
+                // The CUDA backend has no kernel for it (nor has MXNet's GPU).
+                Err(e) if sparrow_core::testing::is_not_ported(&e.to_string()) => return Ok(()),
+                Err(e) => panic!("{e}"),
+            };
+            prop_assert_eq!(y.stype(), SType::Csr);
+            y.check_format(true).unwrap();
+            close(&y, &a.dot(&d).unwrap())?;
+            let mut cols: Vec<i64> = (0..c as i64)
+                .filter(|&j| (0..r).any(|i| v[i * c + j as usize] != 0.0))
+                .collect();
+            cols.sort_unstable();
+            let want: Vec<i64> = (0..m).flat_map(|_| cols.clone()).collect();
+            let got = y.to_device(sparrow_core::Device::Cpu).unwrap()
+                .with_csr::<f64, _>(|p| p.indices.to_vec()).unwrap();
+            prop_assert_eq!(got, want);
+            // The dense-result form agrees, and so does f32 against the f64 product.
+            close(&sparse::dot_dense_csr(&a, &x, false).unwrap(), &a.dot(&d).unwrap())?;
+            let (a32, x32) = (a.astype(DType::F32).unwrap(), x.astype(DType::F32).unwrap());
+            let y32 = a32.dot(&x32).unwrap();
+            prop_assert_eq!(y32.stype(), SType::Csr);
+            let (g, w) = (y32.to_f64_vec(), a.dot(&d).unwrap().to_f64_vec());
+            for (p, q) in g.iter().zip(&w) {
+                prop_assert!((p - q).abs() <= 1e-5 * (1.0 + q.abs()), "{} vs {}", p, q);
+            }
+            // csr^T keeps the dense result, as in MXNet.
+            let b = sparrow_core::testing::test_array(&[m, c], -1.0, 1.0, seed + 1);
+            let t = b.dot_t(&x, false, true).unwrap();
+            prop_assert_eq!(t.stype(), SType::Dense);
+            close(&t, &b.dot_t(&d, false, true).unwrap())?;
+            Ok(())
+        })?;
+    }
+
+    #[test]
     fn elementwise((r, c, v) in matrix(5, 6), seed in 0u64..1000) {
         sparrow_core::testing::for_each_test_device(|_| -> Result<(), TestCaseError> {
             let d = dense(v.clone(), &[r, c]);
@@ -332,4 +374,47 @@ fn f32_csr_products_match_dense_at_simd_widths() {
         }
     }
 }
+}
+
+/// A rough timing of dot(dense, csr) = csr against the dense-result kernel and the dense
+/// product, for comparison with scipy (`A @ B` with a scipy csr `B`). Ignored: run with
+/// `cargo test --release -p sparrow-core --test sparse_props -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn timing_dense_times_csr() {
+    use std::time::Instant;
+    // The second shape's dense result would be 4 GB: only the csr result is timed there.
+    for (m, k, n, density, dense_too) in [
+        (256usize, 128usize, 100_000usize, 0.001f64, true),
+        (1000, 128, 1_000_000, 0.0001, false),
+    ] {
+        let a = sparrow_core::testing::test_array(&[m, k], -1.0, 1.0, 1)
+            .astype(DType::F32)
+            .unwrap();
+        let x = sparrow_core::testing::test_csr(k, n, density, 2, DType::F32);
+        let best = |f: &dyn Fn() -> NDArray| {
+            let mut t = f64::INFINITY;
+            let mut out = f();
+            for _ in 0..5 {
+                let s = Instant::now();
+                out = f();
+                t = t.min(s.elapsed().as_secs_f64());
+            }
+            (t, out)
+        };
+        let (t_csr, y) = best(&|| a.dot(&x).unwrap());
+        assert_eq!(y.stype(), SType::Csr);
+        let mut line = format!(
+            "dot(dense {m}x{k}, csr {k}x{n} density {density}, nnz {}) = csr ({} stored): {:.2} ms",
+            x.nnz(),
+            y.nnz(),
+            t_csr * 1e3
+        );
+        if dense_too {
+            let (t_dense_out, yd) = best(&|| sparse::dot_dense_csr(&a, &x, false).unwrap());
+            assert_eq!(y.to_f64_vec(), yd.to_f64_vec());
+            line += &format!("; dense result: {:.2} ms", t_dense_out * 1e3);
+        }
+        eprintln!("{line}");
+    }
 }

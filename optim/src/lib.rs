@@ -25,8 +25,8 @@ pub use kvstore::{check_many, KVStore};
 pub use trainer::{NonFinite, Trainer};
 
 pub use optimizer::{
-    create, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Cocob, Ftml, Ftrl, Lamb, MultMap, Nadam, Nag,
-    Optimizer, OptimizerOptions, ParamArgs, RMSProp, Sgd, Signum, State, StepCtx,
+    create, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Cocob, Ftml, Ftrl, GroupAdaGrad, Lamb, MultMap,
+    Nadam, Nag, Optimizer, OptimizerOptions, ParamArgs, RMSProp, Sgd, Signum, State, StepCtx,
 };
 pub use schedule::{
     CosineScheduler, FactorScheduler, LrScheduler, MultiFactorScheduler, PolyScheduler, Warmup,

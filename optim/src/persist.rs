@@ -104,7 +104,8 @@ pub(crate) fn save_states(
 }
 
 /// Read states saved by [`save_states`], checking the optimizer kind, parameter names and the
-/// shapes/dtypes of known parameters.
+/// state shapes/dtypes of known parameters (`shapes`: what the optimizer makes for each,
+/// `Optimizer::state_shape`).
 pub(crate) fn load_states(
     path: &Path,
     optimizer: &str,
@@ -217,7 +218,7 @@ pub(crate) fn load_states(
             if let Some((pshape, pdtype)) = shapes.get(&i) {
                 if *pshape != shape || *pdtype != arr.dtype() {
                     return Err(bad(&format!(
-                        "slot {slot} is {shape:?} {}, the parameter is {pshape:?} {}",
+                        "slot {slot} is {shape:?} {}, the parameter's states are {pshape:?} {}",
                         arr.dtype().name(),
                         pdtype.name()
                     )));

@@ -465,7 +465,9 @@ impl Trainer {
         let mut shapes = HashMap::new();
         for (i, p) in self.params.iter().enumerate() {
             if let Ok(d) = p.data() {
-                shapes.insert(i, (d.shape(), d.dtype()));
+                // What a state array of this parameter must be (GroupAdaGrad's: `(rows, 1)`).
+                let shape = self.optimizer.state_shape(&d.shape());
+                shapes.insert(i, (shape, d.dtype()));
             }
         }
         let (num_update, states) =

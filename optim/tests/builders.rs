@@ -90,6 +90,7 @@ fn create_knows_every_optimizer_with_mxnet_default_rates() {
         ("ftml", 0.0025),
         ("lamb", 0.001),
         ("cocob", 1.0),
+        ("groupadagrad", 0.01),
     ];
     assert_eq!(defaults.len(), OPTIMIZER_NAMES.len());
     for (name, lr) in defaults {

@@ -396,3 +396,84 @@ fn cocob_finds_a_minimum_without_a_learning_rate_and_updates_only_its_rows() {
     assert!(w[2] < 1.0 && w[6] > 1.0, "{w:?}");
 }
 }
+
+device_test! {
+fn group_adagrad_reduces_an_embedding_loss_lazily_and_its_row_states_round_trip() {
+    // An embedding table of 6 rows x 4, pulled toward targets by the rows a "batch" touches:
+    // loss = 0.5 * sum over touched rows of |w[r] - target[r]|^2, gradient w[r] - target[r]
+    // as a row_sparse array (what an embedding's backward makes).
+    let (rows, dim) = (6usize, 4usize);
+    let target: Vec<f32> = (0..rows * dim).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+    let e = param("e", vec![0.0; rows * dim], &[rows, dim]).with_grad_stype(SType::RowSparse);
+    let mut t = Trainer::new(vec![e.clone()], GroupAdaGrad::new(0.5)).unwrap();
+    let touched = [1i64, 2, 4];
+    let loss_and_grad = |w: &[f32]| {
+        let mut loss = 0.0f32;
+        let mut g = Vec::new();
+        for &r in &touched {
+            for j in 0..dim {
+                let d = w[r as usize * dim + j] - target[r as usize * dim + j];
+                loss += 0.5 * d * d;
+                g.push(d);
+            }
+        }
+        (loss, g)
+    };
+    let (first, _) = loss_and_grad(&e.data().unwrap().to_vec::<f32>().unwrap());
+    let step = |t: &mut Trainer| {
+        let w = e.data().unwrap().to_vec::<f32>().unwrap();
+        let (_, g) = loss_and_grad(&w);
+        e.data()
+            .unwrap()
+            .set_grad(Some(rs(&[rows, dim], touched.to_vec(), g)));
+        t.step(1).unwrap();
+    };
+    for _ in 0..100 {
+        step(&mut t);
+    }
+    let w = e.data().unwrap().to_vec::<f32>().unwrap();
+    let (last, _) = loss_and_grad(&w);
+    assert!(last < 0.05 * first, "loss {first} -> {last}");
+    // Lazy: rows no gradient touched are still zero.
+    for r in [0usize, 3, 5] {
+        assert_eq!(&w[r * dim..(r + 1) * dim], &[0.0; 4], "row {r}");
+    }
+    // The state is one value per row; it saves, loads back into a fresh trainer (whose shape
+    // check expects (rows, 1), not the weight's shape) and the next steps continue from it.
+    let path = std::env::temp_dir().join(format!(
+        "sparrow-optim-group-adagrad-{}-{:?}.states",
+        std::process::id(),
+        test_device()
+    ));
+    t.save_states(&path).unwrap();
+    let mut t2 = Trainer::new(vec![e.clone()], GroupAdaGrad::new(0.5)).unwrap();
+    t2.load_states(&path).unwrap();
+    let saved = safetensors_shape(&path);
+    assert_eq!(saved, vec![rows, 1]);
+    std::fs::remove_file(&path).ok();
+    step(&mut t2);
+    let (after, _) = loss_and_grad(&e.data().unwrap().to_vec::<f32>().unwrap());
+    assert!(after <= last, "{last} -> {after}");
+    // Weight decay is refused, naming the operator, and nothing changes.
+    let before = e.data().unwrap().to_vec::<f32>().unwrap();
+    let mut opt = GroupAdaGrad::new(0.5);
+    opt.opts.wd = 1e-4;
+    let mut t3 = Trainer::new(vec![e.clone()], opt).unwrap();
+    let (_, g) = loss_and_grad(&before);
+    e.data()
+        .unwrap()
+        .set_grad(Some(rs(&[rows, dim], touched.to_vec(), g)));
+    let err = t3.step(1).unwrap_err().to_string();
+    assert!(err.contains("group_adagrad_update") && err.contains("weight decay"), "{err}");
+    assert_eq!(e.data().unwrap().to_vec::<f32>().unwrap(), before);
+}
+}
+
+/// The shape of the one state tensor of a state file of one parameter.
+fn safetensors_shape(path: &std::path::Path) -> Vec<usize> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let names = st.names();
+    assert_eq!(names.len(), 1, "{names:?}");
+    st.tensor(names[0]).unwrap().shape().to_vec()
+}

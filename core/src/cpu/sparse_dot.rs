@@ -151,6 +151,38 @@ fn dense_csr_typed<T: Float + std::ops::AddAssign>(
     out
 }
 
+/// The csr result of `op(a) . x` ([`SparseDotOps::dense_csr_to_csr`]): `cols` the sorted
+/// columns present in `x`, `pos[e]` the place of non-zero `e`'s column among them, the values
+/// a row-major `m x cols.len()` block. Row `i` adds `op(a)[i, p] * x[p, j]` into place
+/// `pos(j)` for `p` ascending (the order of the dense-result kernel, `dense_csr_typed`, so the
+/// two agree bit for bit), rows in parallel.
+#[allow(clippy::too_many_arguments)]
+fn dense_csr_to_csr_typed<T: Float + std::ops::AddAssign>(
+    m: usize,
+    k: usize,
+    s: usize,
+    xs: &[T],
+    ptr: &[i64],
+    pos: &[usize],
+    vals: &[T],
+    ta: bool,
+) -> Vec<T> {
+    let mut out = vec![T::zero(); m * s];
+    let work = vals.len() * m;
+    for_each_row(&mut out, s, 4, work, |i, orow| {
+        for p in 0..k {
+            let av = if ta { xs[p * m + i] } else { xs[i * k + p] };
+            // A zero of `a` adds nothing (as in the dense-result kernel).
+            if av != T::zero() {
+                for e in ptr[p] as usize..ptr[p + 1] as usize {
+                    orow[pos[e]] += av * vals[e];
+                }
+            }
+        }
+    });
+    out
+}
+
 impl SparseDotOps for CpuStorage {
     fn csr_dense(&self, x: Csr<'_>, w: &Self, n: usize) -> Result<Self> {
         let (nnz, ptr, idx) = parts(&x);
@@ -202,6 +234,50 @@ impl SparseDotOps for CpuStorage {
             let xs = T::slice(a).ok_or_else(|| Error::dtype_mismatch("dot", a.dtype(), self.dtype()))?;
             T::into_buffer(dense_csr_typed(m, n, k, cr, xs, ptr, idx, vals, tb))
         }))
+    }
+
+    fn dense_csr_to_csr(
+        &self,
+        x: Csr<'_>,
+        a: &Self,
+        m: usize,
+        ta: bool,
+    ) -> Result<(Arc<Vec<i64>>, Arc<Vec<i64>>, Self)> {
+        const OP: &str = "dot";
+        let (nnz, ptr, idx) = parts(&x);
+        let k = x.shape[0];
+        // The result's columns: those present in x, sorted (every row stores all of them, as
+        // MXNet's dot(dense, csr) = csr does).
+        let mut cols = idx.to_vec();
+        cols.sort_unstable();
+        cols.dedup();
+        let s = cols.len();
+        // Each non-zero's place among them: found by binary search, so always `< s`, and the
+        // writes below stay inside a row whatever the column ids hold.
+        let pos: Vec<usize> = idx
+            .iter()
+            .map(|j| cols.binary_search(j).unwrap_or(0))
+            .collect();
+        let size = m
+            .checked_mul(s)
+            .ok_or_else(|| Error::shape(OP, format!("{m} x {s} values overflow usize")))?;
+        let values = float_dispatch!(self.dtype(), OP, T => {
+            let vals = values::<T>(OP, self, &x, nnz)?;
+            let xs = T::slice(a).ok_or_else(|| Error::dtype_mismatch(OP, a.dtype(), self.dtype()))?;
+            if xs.len() != m * k {
+                return Err(Error::shape(
+                    OP,
+                    format!("dense operand of {} values, {m} x {k} expected", xs.len()),
+                ));
+            }
+            T::into_buffer(dense_csr_to_csr_typed(m, k, s, xs, ptr, &pos, vals, ta))
+        });
+        let indptr: Vec<i64> = (0..=m).map(|i| (i * s) as i64).collect();
+        let mut indices = Vec::with_capacity(size);
+        for _ in 0..m {
+            indices.extend_from_slice(&cols);
+        }
+        Ok((Arc::new(indptr), Arc::new(indices), values))
     }
 
     fn csr_dense_t(&self, x: Csr<'_>, w: &Self, units: usize) -> Result<Self> {

@@ -305,6 +305,90 @@ where
     Ok(())
 }
 
+/// The span loop of a rule whose state holds one value per row (GroupAdaGrad's history):
+/// `k(weight row, gradient row, the row's state)` for every row of a dense gradient, for the
+/// gradient's rows of a row_sparse one in lazy mode, and for every row in standard mode, the
+/// gradient row `None` where it is implicitly zero. Rows are handed out whole (a row's state
+/// depends on all of its elements), in parallel when the update is large.
+///
+/// The caller has checked `state.len() == rows`; the row length is `w.len() / rows`, checked
+/// here against the weight and against a row_sparse gradient's rows.
+pub(crate) fn apply_rows<T, K>(
+    op: &'static str,
+    w: &mut [T],
+    rows: usize,
+    grad: &HostGrad<'_, T>,
+    state: &mut [T],
+    lazy: bool,
+    k: K,
+) -> Result<()>
+where
+    T: Float,
+    K: Fn(&mut [T], Option<&[T]>, &mut T) + Sync + Send,
+{
+    let n = w.len();
+    if rows == 0 || n == 0 {
+        return Ok(());
+    }
+    let rl = n / rows;
+    if rl * rows != n || state.len() != rows {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{n} weight values in {rows} rows with {} row states",
+                state.len()
+            ),
+        ));
+    }
+    let wp = Ptr(w.as_mut_ptr());
+    let sp = Ptr(state.as_mut_ptr());
+    // SAFETY (every `row` call below): each task owns the rows it is given (disjoint row
+    // blocks, or sorted unique row ids checked in `host_grad`), all inside `0..rows`, and the
+    // weight holds `rows * rl` values and the state `rows` (checked above).
+    let row = |r: usize| unsafe { (wp.span(r * rl, rl), &mut sp.span(r, 1)[0]) };
+    let per = (CHUNK / rl).max(1);
+    match *grad {
+        HostGrad::Dense(g) => {
+            for_each(rows.div_ceil(per), n, 1, |b| {
+                for r in b * per..((b + 1) * per).min(rows) {
+                    let (w, h) = row(r);
+                    k(w, Some(&g[r * rl..(r + 1) * rl]), h);
+                }
+            });
+        }
+        HostGrad::RowSparse { idx, vals, row_len } => {
+            if row_len != rl {
+                return Err(Error::shape(
+                    op,
+                    format!("gradient rows of {row_len} values, the weight's of {rl}"),
+                ));
+            }
+            let gk = idx.len();
+            if lazy {
+                for_each(gk, gk * rl, per, |i| {
+                    let (w, h) = row(idx[i] as usize);
+                    k(w, Some(&vals[i * rl..(i + 1) * rl]), h);
+                });
+            } else {
+                for_each(rows.div_ceil(per), n, 1, |b| {
+                    let (r0, r1) = (b * per, ((b + 1) * per).min(rows));
+                    let mut p = idx.partition_point(|&x| (x as usize) < r0);
+                    for r in r0..r1 {
+                        let (w, h) = row(r);
+                        if p < gk && idx[p] as usize == r {
+                            k(w, Some(&vals[p * rl..(p + 1) * rl]), h);
+                            p += 1;
+                        } else {
+                            k(w, None, h);
+                        }
+                    }
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Elementwise form of [`apply_chunks`]: `k(w, g, states)` per element, `g = 0` where the
 /// gradient is implicitly zero.
 pub(crate) fn apply_elementwise<T, const N: usize, K>(

@@ -285,6 +285,16 @@ impl SparseDotOps for CudaStorage {
     fn dense_csr(&self, _x: Csr<'_>, _a: &Self, _m: usize, _tb: bool) -> Result<Self> {
         Err(not_ported("dot(dense, csr)", self.ordinal()))
     }
+    fn dense_csr_to_csr(
+        &self,
+        _x: Csr<'_>,
+        _a: &Self,
+        _m: usize,
+        _ta: bool,
+    ) -> Result<(CudaIndex, CudaIndex, Self)> {
+        // MXNet has no GPU kernel for dot(dense, csr) = csr either.
+        Err(not_ported("dot(dense, csr) = csr", self.ordinal()))
+    }
     fn csr_dense_t(&self, x: Csr<'_>, w: &Self, units: usize) -> Result<Self> {
         same_dtype("dot_csr_dense_t", self, w)?;
         float_only!(self, "dot_csr_dense_t", T => csr_w_t::<T>(self, x, w, units, false))

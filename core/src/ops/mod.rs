@@ -11,6 +11,7 @@ pub mod fused;
 mod index;
 mod linalg;
 mod matmul;
+pub(crate) mod nd_index;
 mod pool;
 pub(crate) mod reduce;
 mod reduce_more;

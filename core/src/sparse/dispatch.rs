@@ -112,6 +112,7 @@ const SPARSE_KERNEL_NODES: &[&str] = &[
     "dot_csr_rsp",
     "dot_csr_t_dense",
     "dot_dense_csr",
+    "dot_dense_csr_to_csr",
     "dot_csr_dense_t",
     "dot_csr_csr",
     "concat_csr",
@@ -119,6 +120,7 @@ const SPARSE_KERNEL_NODES: &[&str] = &[
     "square_sum",
     "embedding",
     "cast_storage",
+    "scatter_set_nd",
 ];
 
 /// Run a recorded operator's backward with head gradient `g` and check the storage types of

@@ -1,5 +1,5 @@
 //! Sparse matrix products: csr x dense, csr^T x dense -> row_sparse, csr x row_sparse,
-//! dense x csr (and x csr^T), with their backwards. These operators validate, dispatch and
+//! dense x csr -> csr (and dense x csr or x csr^T -> dense), with their backwards. These operators validate, dispatch and
 //! record; the kernels are the storage's (`crate::storage::sparse_dot`; on the CPU
 //! `crate::cpu::sparse_dot`, multi-threaded with rayon: the work and the memory traffic are
 //! proportional to the non-zeros and the rows they touch, never to the logical size of a huge
@@ -185,6 +185,36 @@ pub(crate) fn dense_csr_raw(a: &DenseData, c: &CsrData, tb: bool) -> Result<NDAr
     NDArray::from_buffer(c.data.dense_csr(&csr_index(c), &a.buf, m, tb)?, &[m, n])
 }
 
+/// `op(a) . c` for a dense `a` (`m x k`, or `k x m` transposed when `ta`) and a csr `c`
+/// (`k x n`) -> csr `m x n` whose rows all store the columns present in `c`. Not recorded.
+pub(crate) fn dense_csr_to_csr_raw(a: &DenseData, c: &CsrData, ta: bool) -> Result<NDArray> {
+    let (m, k) = if ta {
+        (a.shape[1], a.shape[0])
+    } else {
+        (a.shape[0], a.shape[1])
+    };
+    let [ck, n] = c.shape;
+    if ck != k {
+        return Err(Error::shape(
+            "dot",
+            format!(
+                "dense{} {:?} x csr {:?}: inner dimensions differ",
+                if ta { "^T" } else { "" },
+                a.shape,
+                c.shape
+            ),
+        ));
+    }
+    let (indptr, indices, data) = c.data.dense_csr_to_csr(&csr_index(c), &a.buf, m, ta)?;
+    Ok(NDArray::from_data(ArrayData::Csr(CsrData {
+        shape: [m, n],
+        indptr,
+        indices,
+        data,
+        offset: 0,
+    })))
+}
+
 /// `dot(x, w)` for a csr `x` and a dense `w` -> dense, recorded: the gradient of `w` is
 /// `x^T . dy` as row_sparse over the columns present in `x` (computed without a dense
 /// intermediate). `x` gets the dense gradient `dy . w^T` when it is part of the graph (a leaf
@@ -299,9 +329,11 @@ pub fn dot_csr_rsp(x: &NDArray, w: &NDArray) -> Result<NDArray> {
     }))
 }
 
-/// `dot(a, x)` (or `dot(a, x^T)` with `transpose_b`) for a dense `a` and a csr `x` -> dense.
-/// The gradient of `a` is `dy . x^T` (or `dy . x`); `x`, when it is part of the graph, gets
-/// the dense gradient `a^T . dy` (or `dy^T . a`), dense by design.
+/// `dot(a, x)` (or `dot(a, x^T)` with `transpose_b`) for a dense `a` and a csr `x` -> dense:
+/// MXNet's `dot(default, csr, forward_stype='default')`; `dot` itself gives this only with
+/// `transpose_b` (without, it is [`dot_dense_csr_to_csr`], as in MXNet). The gradient of `a`
+/// is `dy . x^T` (or `dy . x`); `x`, when it is part of the graph, gets the dense gradient
+/// `a^T . dy` (or `dy^T . a`), dense by design.
 pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDArray> {
     same_dtype("dot", a, x)?;
     let c = csr_of(x, "dot")?;
@@ -316,6 +348,46 @@ pub fn dot_dense_csr(a: &NDArray, x: &NDArray, transpose_b: bool) -> Result<NDAr
             (true, true) => Some(gd.dot_t(&ac, true, false)?),
         };
         Ok(vec![Some(dot_dense_csr(&gd, &xc, !transpose_b)?), gx])
+    }))
+}
+
+/// `dot(a, x)` for a dense `a` (`m x k`) and a csr `x` (`k x n`) -> csr `m x n`, MXNet's
+/// `dot(default, csr) = csr` and what `dot` / `matmul` return for these storage types: column
+/// `j` of the product can be non-zero only where `x` has an entry in column `j`, so every row
+/// stores the same columns, those present in `x` (MXNet's layout). Worth it when `x` touches
+/// few of its columns; [`dot_dense_csr`] gives the dense product.
+///
+/// Recorded. With head gradient `dy` (csr over the output's columns, or dense): `a` gets the
+/// dense `dy . x^T`; `x`, when it is part of the graph, gets `a^T . dy`: csr over `dy`'s
+/// columns for a csr `dy` (exact: `dy` is zero elsewhere), dense by design for a dense `dy`.
+///
+/// ```
+/// use sparrow_core::{NDArray, SType};
+/// let a = NDArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+/// // x = [[0, 5, 0], [0, 0, 6]]: only columns 1 and 2 hold entries.
+/// let x = NDArray::csr_from_parts(vec![5.0f32, 6.0], vec![1, 2], vec![0, 1, 2], [2, 3]).unwrap();
+/// let y = a.dot(&x).unwrap();
+/// assert_eq!(y.stype(), SType::Csr);
+/// assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 5.0, 12.0, 0.0, 15.0, 24.0]);
+/// ```
+pub fn dot_dense_csr_to_csr(a: &NDArray, x: &NDArray) -> Result<NDArray> {
+    same_dtype("dot", a, x)?;
+    let c = csr_of(x, "dot")?;
+    let out = dense_csr_to_csr_raw(&dense2(a, "dot")?, &c, false)?;
+    let need_x = x.requires_grad();
+    let (ac, xc) = (a.clone(), x.clone());
+    Ok(record_op("dot_dense_csr_to_csr", out, &[a, x], move |g| {
+        // dy . x^T: a csr dy is made dense for it (the product is dense m x k either way).
+        let ga = dot_dense_csr(&dense_of(g)?, &xc, true)?;
+        let gx = if !need_x {
+            None
+        } else if g.stype() == SType::Csr {
+            let gc = csr_of(g, "dot")?;
+            Some(dense_csr_to_csr_raw(&dense2(&ac, "dot")?, &gc, true)?)
+        } else {
+            Some(ac.dot_t(&dense_of(g)?, true, false)?)
+        };
+        Ok(vec![Some(ga), gx])
     }))
 }
 
@@ -393,7 +465,9 @@ pub(crate) fn dispatch(
         (Csr, Dense, false, false) => Some(dot_csr_dense(a, b)?),
         (Csr, Dense, true, false) => Some(dot_csr_t_dense(a, b, RowSparse)?),
         (Csr, RowSparse, false, false) => Some(dot_csr_rsp(a, b)?),
-        (Dense, Csr, false, tb) => Some(dot_dense_csr(a, b, tb)?),
+        // MXNet: dot(default, csr) = csr, dot(default, csr^T) = default.
+        (Dense, Csr, false, false) => Some(dot_dense_csr_to_csr(a, b)?),
+        (Dense, Csr, false, true) => Some(dot_dense_csr(a, b, true)?),
         (Csr, Csr, false, false) => Some(dot_csr_csr(a, b)?),
         _ => None,
     })

@@ -16,6 +16,7 @@ mod random;
 mod reduce;
 mod retain;
 mod row_local;
+mod scatter_nd;
 pub(crate) use row_local::{gathered_rows_grad, row_local_grad};
 mod slice;
 mod unary;
@@ -27,7 +28,9 @@ pub(crate) use dispatch::{
     densifying, dispatch_binary, dispatch_clip, dispatch_dot, dispatch_scalar, dispatch_unary,
     run_backward_checked,
 };
-pub use dot::{dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr};
+pub use dot::{
+    dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr, dot_dense_csr_to_csr,
+};
 pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;
@@ -35,5 +38,6 @@ pub use random::{rand_sparse, rand_sparse_seeded, SparseDist};
 pub(crate) use reduce::dispatch_sum;
 pub use reduce::{norm, square_sum};
 pub use retain::retain_rows;
+pub(crate) use scatter_nd::{scatter_nd_rsp, scatter_set_nd_rsp};
 pub use slice::concat_rows;
 pub(crate) use slice::{concat_csr_recorded, slice_rows_recorded};

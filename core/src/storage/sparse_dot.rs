@@ -1,6 +1,6 @@
 //! The sparse-product family of the backend interface: the csr products (csr . dense,
-//! csr^T . dense as row_sparse, csr . row_sparse, dense . csr, csr . W^T and its weight
-//! gradient) and the embedding's gather and segment sum.
+//! csr^T . dense as row_sparse, csr . row_sparse, dense . csr as dense or csr, csr . W^T and
+//! its weight gradient) and the embedding's gather and segment sum.
 //!
 //! A csr operand reaches a backend as its values storage (the method's receiver) and a
 //! [`CsrView`] of its structure, whose index arrays are the backend's own ([`BackendIndex::Index`](super::BackendIndex::Index):
@@ -70,6 +70,17 @@ pub(crate) trait SparseDotOps: super::BackendIndex + Sized {
     /// `a (m x k) . x` (or `. x^T` when `tb`) for a dense row-major `a` and a csr `x`, as a
     /// dense `m x n` (`n` is the csr's column count, or its row count when `tb`).
     fn dense_csr(&self, x: CsrView<'_, Self::Index>, a: &Self, m: usize, tb: bool) -> Result<Self>;
+    /// `op(a) . x` for a csr `x` (`k x n`) and a dense row-major `a` (`m x k`, or `k x m`
+    /// read transposed when `ta`), as csr (MXNet's `dot(dense, csr) = csr`): every row of the
+    /// result stores the same columns, the sorted columns that hold an entry of `x`. Returns
+    /// the row pointers, the column ids and the values (row-major `m x columns`).
+    fn dense_csr_to_csr(
+        &self,
+        x: CsrView<'_, Self::Index>,
+        a: &Self,
+        m: usize,
+        ta: bool,
+    ) -> Result<(Self::Index, Self::Index, Self)>;
     /// `x (rows x feats) . w^T` for a csr `x` and a dense `w` of `(units, feats)`, as a dense
     /// `rows x units`.
     fn csr_dense_t(&self, x: CsrView<'_, Self::Index>, w: &Self, units: usize) -> Result<Self>;
@@ -184,6 +195,24 @@ impl Storage {
         tb: bool,
     ) -> Result<Storage> {
         on_csr!("dot", x, (self => v, a => a), x => Ok(Storage::from(v.dense_csr(x, a, m, tb)?)))
+    }
+    /// See [`SparseDotOps::dense_csr_to_csr`]; `self` is the csr's values.
+    #[inline]
+    pub(crate) fn dense_csr_to_csr(
+        &self,
+        x: &CsrIndex<'_>,
+        a: &Storage,
+        m: usize,
+        ta: bool,
+    ) -> Result<(IndexStorage, IndexStorage, Storage)> {
+        on_csr!("dot", x, (self => v, a => a), x => {
+            let (indptr, indices, values) = v.dense_csr_to_csr(x, a, m, ta)?;
+            Ok((
+                super::IndexOf::wrap_index_of(v, indptr),
+                super::IndexOf::wrap_index_of(v, indices),
+                Storage::from(values),
+            ))
+        })
     }
     /// See [`SparseDotOps::csr_dense_t`]; `self` is the csr's values.
     #[inline]

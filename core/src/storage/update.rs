@@ -139,6 +139,12 @@ pub(crate) enum UpdateRule {
         /// Per-coordinate rate offset.
         beta: f64,
     },
+    /// `group_adagrad_update`; state `[history]`, one value per row of the weight (not one
+    /// per element like every other rule's states).
+    GroupAdaGrad {
+        /// Guard added to the square root.
+        epsilon: f64,
+    },
     /// `cocob_update`; states `[l, s, r, theta, w0]`.
     Cocob {
         /// Caps the bet while few gradients have been seen.
@@ -201,6 +207,7 @@ impl UpdateRule {
             UpdateRule::RmsProp { .. } => "rmsprop_update",
             UpdateRule::RmsPropAlex { .. } => "rmspropalex_update",
             UpdateRule::Ftrl { .. } => "ftrl_update",
+            UpdateRule::GroupAdaGrad { .. } => "group_adagrad_update",
             UpdateRule::Cocob { .. } => "cocob_update",
             UpdateRule::Ftml { .. } => "ftml_update",
             UpdateRule::LambPhase1 { .. } => "lamb_update_phase1",
@@ -227,8 +234,9 @@ pub(crate) enum GradRef<'a, S, I: ?Sized> {
 }
 
 /// What a backend implements for the update operators. The weight (`self`) and the states are
-/// dense, of one float dtype and the weight's size, and distinct buffers; `rows` is the
-/// weight's first dimension (the row count a row_sparse gradient's ids index).
+/// dense, of one float dtype and the weight's size (except [`UpdateRule::GroupAdaGrad`]'s
+/// history: one value per row), and distinct buffers; `rows` is the weight's first dimension
+/// (the row count a row_sparse gradient's ids index).
 pub(crate) trait UpdateOps: SparseOps {
     /// Apply `rule` in place to the weight and `states` (in the order the rule names them)
     /// from `grad`; `lazy` selects the row_sparse mode (only the gradient's rows, or every row

@@ -15,6 +15,18 @@ pub(crate) fn check_arrays(
     grad: &NDArray,
     states: &[(&'static str, &NDArray)],
 ) -> Result<DType> {
+    check_arrays_shaped(op, weight, grad, states, None)
+}
+
+/// [`check_arrays`] with the states' shape given (`Some`) instead of the weight's: GroupAdaGrad
+/// keeps one history value per row, shape `(rows, 1)`.
+pub(crate) fn check_arrays_shaped(
+    op: &'static str,
+    weight: &NDArray,
+    grad: &NDArray,
+    states: &[(&'static str, &NDArray)],
+    state_shape: Option<&[usize]>,
+) -> Result<DType> {
     if weight.same_array(grad) {
         return Err(Error::arg(op, "weight and gradient are the same array"));
     }
@@ -73,19 +85,22 @@ pub(crate) fn check_arrays(
                 format!("states {other} and {name} are the same array"),
             ));
         }
+        let want = state_shape.unwrap_or(&w_shape[..]);
         let (a_stype, a_dtype, a_same_shape) = {
             let r = a.read();
-            (r.stype(), r.dtype(), r.shape() == &w_shape[..])
+            (r.stype(), r.dtype(), r.shape() == want)
         };
         if !a_same_shape || a_dtype != w_dtype || a_stype != SType::Dense {
+            let must = match state_shape {
+                Some(s) => format!("it must be dense {s:?} {}", w_dtype.name()),
+                None => format!("weight is {:?} {}", &w_shape[..], w_dtype.name()),
+            };
             return Err(Error::shape(
                 op,
                 format!(
-                    "state {name} is {:?} {} {a_stype:?}, weight is {:?} {}",
+                    "state {name} is {:?} {} {a_stype:?}, {must}",
                     a.shape(),
                     a_dtype.name(),
-                    &w_shape[..],
-                    w_dtype.name()
                 ),
             ));
         }

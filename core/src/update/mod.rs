@@ -1,5 +1,5 @@
 //! Optimizer updates as operators: MXNet's `sgd_update`, `sgd_mom_update`, `adam_update`,
-//! `ftrl_update`, ... each updating a dense weight and its dense state arrays in place from a
+//! `ftrl_update`, `group_adagrad_update`, ... each updating a dense weight and its dense state arrays in place from a
 //! dense or row_sparse gradient.
 //!
 //! Every operator takes the weight, the gradient, its state arrays (handles, updated in place)
@@ -40,6 +40,7 @@ mod args;
 mod check;
 mod cocob;
 mod ftrl;
+mod group_adagrad;
 mod lamb;
 mod norm;
 mod sgd;
@@ -57,6 +58,7 @@ pub use adam::{
 pub use args::{RowSparseMode, UpdateArgs};
 pub use cocob::{cocob_update, CocobParams};
 pub use ftrl::{ftml_update, ftrl_update, FtmlParams, FtrlParams};
+pub use group_adagrad::{group_adagrad_update, GroupAdaGradParams};
 pub use lamb::{lamb_update, LambParams};
 pub use norm::{scale_stored, stored_sum_sq};
 pub use sgd::{

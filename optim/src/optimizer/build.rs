@@ -5,8 +5,8 @@
 use sparrow_core::{Error, Result};
 
 use super::{
-    AdaDelta, AdaGrad, Adam, AdamW, Adamax, Cocob, Ftml, Ftrl, Lamb, Nadam, Nag, Optimizer,
-    OptimizerOptions, RMSProp, Sgd, Signum,
+    AdaDelta, AdaGrad, Adam, AdamW, Adamax, Cocob, Ftml, Ftrl, GroupAdaGrad, Lamb, Nadam, Nag,
+    Optimizer, OptimizerOptions, RMSProp, Sgd, Signum,
 };
 use crate::schedule::LrScheduler;
 
@@ -158,6 +158,7 @@ builders! {
     Ftrl { lambda1: f64, beta: f64 }
     Ftml { beta1: f64, beta2: f64, epsilon: f64 }
     Cocob { alpha: f64 }
+    GroupAdaGrad { eps: f64 }
     Lamb { beta1: f64, beta2: f64, epsilon: f64, lower_bound: Option<f64>,
            upper_bound: Option<f64>, bias_correction: bool }
 }
@@ -193,13 +194,27 @@ fn configured<O: Optimizer + 'static>(
 }
 
 /// The names [`create`] knows, as MXNet spells them.
-pub const OPTIMIZER_NAMES: [&str; 14] = [
-    "sgd", "nag", "signum", "adam", "adamw", "adamax", "nadam", "adagrad", "adadelta", "rmsprop",
-    "ftrl", "ftml", "lamb", "cocob",
+pub const OPTIMIZER_NAMES: [&str; 15] = [
+    "sgd",
+    "nag",
+    "signum",
+    "adam",
+    "adamw",
+    "adamax",
+    "nadam",
+    "adagrad",
+    "adadelta",
+    "rmsprop",
+    "ftrl",
+    "ftml",
+    "lamb",
+    "cocob",
+    "groupadagrad",
 ];
 
 /// An optimizer by name (case-insensitive, MXNet's names: `sgd`, `nag`, `signum`, `adam`,
-/// `adamw`, `adamax`, `nadam`, `adagrad`, `adadelta`, `rmsprop`, `ftrl`, `ftml`, `lamb`, and
+/// `adamw`, `adamax`, `nadam`, `adagrad`, `adadelta`, `rmsprop`, `ftrl`, `ftml`, `lamb`,
+/// `groupadagrad` (MXNet's contrib `GroupAdaGrad`; `group_adagrad` is accepted too), and
 /// sparrow's `cocob`) with
 /// keyword options, as `mx.optimizer.create(name, **kwargs)`: the shared ones
 /// (`learning_rate`, `wd`, `rescale_grad`, `clip_gradient`, `lazy_update` as 0/1) and the
@@ -236,6 +251,7 @@ pub fn create(name: &str, options: &[(&str, f64)]) -> Result<Box<dyn Optimizer>>
         "ftml" => make!(Ftml::new(0.0025), Ftml),
         "lamb" => make!(Lamb::new(0.001), Lamb),
         "cocob" => make!(Cocob::new(), Cocob),
+        "groupadagrad" | "group_adagrad" => make!(GroupAdaGrad::new(0.01), GroupAdaGrad),
         _ => Err(Error::arg(
             "optimizer::create",
             format!(

@@ -27,6 +27,7 @@ mod adam;
 mod build;
 mod cocob;
 mod ftrl;
+mod group_adagrad;
 mod lamb;
 mod options;
 mod sgd;
@@ -37,6 +38,7 @@ pub use adam::{Adam, AdamW, Adamax, Nadam};
 pub use build::{create, OPTIMIZER_NAMES};
 pub use cocob::Cocob;
 pub use ftrl::{Ftml, Ftrl};
+pub use group_adagrad::GroupAdaGrad;
 pub use lamb::Lamb;
 pub use options::{MultMap, OptimizerOptions, ParamArgs, StepCtx};
 pub use sgd::{Nag, Sgd, Signum};
@@ -68,8 +70,14 @@ pub trait Optimizer: Send {
     fn options(&self) -> &OptimizerOptions;
     /// Shared options, mutable.
     fn options_mut(&mut self) -> &mut OptimizerOptions;
-    /// Allocate the state of parameter `index` (zeros shaped like `weight`).
+    /// Allocate the state of parameter `index` (zeros shaped as [`Optimizer::state_shape`]).
     fn create_state(&self, index: usize, weight: &NDArray) -> Result<State>;
+    /// The shape of each state array for a weight of shape `weight`: the weight's own, except
+    /// for optimizers that keep fewer values (GroupAdaGrad: `(rows, 1)`). Loading saved states
+    /// checks their arrays against it.
+    fn state_shape(&self, weight: &[usize]) -> Vec<usize> {
+        weight.to_vec()
+    }
     /// Apply one step with resolved hyper-parameters (no bookkeeping).
     fn step(
         &self,
@@ -164,6 +172,9 @@ impl Optimizer for Box<dyn Optimizer> {
     fn create_state(&self, index: usize, weight: &NDArray) -> Result<State> {
         (**self).create_state(index, weight)
     }
+    fn state_shape(&self, weight: &[usize]) -> Vec<usize> {
+        (**self).state_shape(weight)
+    }
     fn step(
         &self,
         ctx: &StepCtx,
@@ -192,6 +203,11 @@ trait Rule {
     /// The names of the state arrays in this configuration (e.g. none for SGD without
     /// momentum), in the order the core operator takes them.
     fn state_names(&self) -> &'static [&'static str];
+    /// The shape of each state array for a weight of shape `weight` (the weight's own unless
+    /// the rule keeps fewer values).
+    fn state_shape(&self, weight: &[usize]) -> Vec<usize> {
+        weight.to_vec()
+    }
     /// Set the initial scalar state (Nadam's momentum schedule product).
     fn init_scalars(&self, _state: &mut State) {}
     /// One update through the core operator.
@@ -219,9 +235,13 @@ macro_rules! declare_optimizers {
                 &mut self.opts
             }
             fn create_state(&self, _index: usize, weight: &NDArray) -> Result<State> {
-                let mut state = State::zeros_like(weight, self.state_names())?;
+                let shape = Rule::state_shape(self, &weight.shape());
+                let mut state = State::zeros_shaped(weight, self.state_names(), &shape)?;
                 self.init_scalars(&mut state);
                 Ok(state)
+            }
+            fn state_shape(&self, weight: &[usize]) -> Vec<usize> {
+                Rule::state_shape(self, weight)
             }
             fn step(
                 &self,
@@ -237,6 +257,19 @@ macro_rules! declare_optimizers {
 }
 
 declare_optimizers!(
-    Sgd, Nag, Signum, Adam, AdamW, Adamax, Nadam, AdaGrad, AdaDelta, RMSProp, Ftrl, Ftml, Lamb,
+    Sgd,
+    Nag,
+    Signum,
+    Adam,
+    AdamW,
+    Adamax,
+    Nadam,
+    AdaGrad,
+    AdaDelta,
+    RMSProp,
+    Ftrl,
+    Ftml,
+    Lamb,
     Cocob,
+    GroupAdaGrad,
 );

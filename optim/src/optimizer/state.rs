@@ -2,13 +2,15 @@
 
 use sparrow_core::{Error, MapMode, NDArray, Result};
 
-/// Per-parameter optimizer state: named dense arrays shaped like the weight, named scalars, and
+/// Per-parameter optimizer state: named dense arrays shaped like the weight (GroupAdaGrad's
+/// history: `(rows, 1)`), named scalars, and
 /// the parameter's update count `t`. Allocated once by [`super::Optimizer::create_state`].
 #[derive(Debug, Clone, Default)]
 pub struct State {
     /// Number of updates applied to this parameter.
     pub t: u64,
-    /// Named state arrays (momentum, mean, var, ...), dense, same shape and dtype as the weight.
+    /// Named state arrays (momentum, mean, var, ...), dense, the weight's dtype, and its shape
+    /// or the optimizer's [`super::Optimizer::state_shape`].
     pub arrays: Vec<(String, NDArray)>,
     /// Named scalar state (e.g. Nadam's momentum schedule product).
     pub scalars: Vec<(String, f64)>,
@@ -21,6 +23,14 @@ impl State {
     /// `<weight file>.<name>.npy`, created sparse: no state costs memory beyond the pages its
     /// updates touch.
     pub fn zeros_like(weight: &NDArray, names: &[&str]) -> Result<State> {
+        State::zeros_shaped(weight, names, &weight.shape())
+    }
+
+    /// [`State::zeros_like`] with arrays of shape `shape` instead of the weight's (in the
+    /// weight's dtype, on its device, beside its file when it is file-backed): GroupAdaGrad's
+    /// history is `(rows, 1)`.
+    pub fn zeros_shaped(weight: &NDArray, names: &[&str], shape: &[usize]) -> Result<State> {
+        let same = weight.shape()[..] == *shape;
         let mut arrays = Vec::with_capacity(names.len());
         let file = weight
             .backing_file()
@@ -30,11 +40,15 @@ impl State {
                 Some((path, _)) => {
                     let mut p = path.clone().into_os_string();
                     p.push(format!(".{n}.npy"));
-                    let a = NDArray::create_npy(p, &weight.shape(), weight.dtype())?;
+                    let a = NDArray::create_npy(p, shape, weight.dtype())?;
                     a.advise_random_access(true);
                     a
                 }
-                None => weight.zeros_like(),
+                None if same => weight.zeros_like(),
+                // Made where the weight is (the update operators need both together).
+                None => sparrow_core::with_device(weight.device(), || {
+                    NDArray::zeros(shape, weight.dtype())
+                })??,
             };
             arrays.push((n.to_string(), a));
         }

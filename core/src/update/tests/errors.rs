@@ -4,7 +4,7 @@ use crate::update::{RowSparseMode, UpdateArgs};
 use crate::{device_test, DType, NDArray, SType};
 
 use super::cases::{cases, Case};
-use super::{base, bits, f64s, on_device, values};
+use super::{bits, f64s, on_device, values};
 
 const SHAPE: [usize; 2] = [4, 3];
 
@@ -13,8 +13,9 @@ fn weight() -> NDArray {
 }
 
 fn states(case: &Case) -> Vec<NDArray> {
+    let shape = (case.state_shape)(&SHAPE);
     (0..case.states)
-        .map(|_| on_device(NDArray::zeros(&SHAPE, DType::F64).unwrap()))
+        .map(|_| on_device(NDArray::zeros(&shape, DType::F64).unwrap()))
         .collect()
 }
 
@@ -57,7 +58,7 @@ device_test! {
         for case in &cases() {
             let (w, st) = (weight(), states(case));
             let g = on_device(NDArray::from_vec(values(8, 12, 1.0), &SHAPE).unwrap());
-            let ok = base(true, RowSparseMode::Lazy);
+            let ok = case.args(true, RowSparseMode::Lazy);
             for (bad, needle) in [
                 (UpdateArgs { lr: f64::NAN, ..ok }, "lr must be finite"),
                 (
@@ -111,8 +112,8 @@ device_test! {
 
 device_test! {
     fn arrays_of_the_wrong_shape_dtype_or_storage_are_refused() {
-        let ok = base(false, RowSparseMode::Lazy);
         for case in &cases() {
+            let ok = case.args(false, RowSparseMode::Lazy);
             let (w, st) = (weight(), states(case));
             let g = on_device(NDArray::from_vec(values(8, 12, 1.0), &SHAPE).unwrap());
             let run = |w: &NDArray, g: &NDArray, st: &[NDArray], needle: &str| {
@@ -170,8 +171,8 @@ device_test! {
 device_test! {
     fn bad_row_sparse_gradients_are_refused() {
         for mode in [RowSparseMode::Lazy, RowSparseMode::Standard] {
-            let args = base(false, mode);
             for case in &cases() {
+                let args = case.args(false, mode);
                 let (w, st) = (weight(), states(case));
                 for (rows, needle) in [
                     (vec![4i64], "row id 4 at position 0"),
@@ -196,7 +197,7 @@ device_test! {
 device_test! {
     fn empty_and_zero_width_gradients_change_nothing_lazily() {
         for case in &cases() {
-            let args = base(true, RowSparseMode::Lazy);
+            let args = case.args(true, RowSparseMode::Lazy);
             let (w, st) = (weight(), states(case));
             let before = bits(&f64s(&w));
             let empty = NDArray::row_sparse_from_parts(Vec::<f64>::new(), vec![], &SHAPE);
@@ -206,11 +207,44 @@ device_test! {
             // Rows of no values: nothing to read or write.
             let w0 = on_device(NDArray::zeros(&[4, 0], DType::F64).unwrap());
             let st0: Vec<NDArray> = (0..case.states)
-                .map(|_| on_device(NDArray::zeros(&[4, 0], DType::F64).unwrap()))
+                .map(|_| on_device(NDArray::zeros(&(case.state_shape)(&[4, 0]), DType::F64).unwrap()))
                 .collect();
             let no_values = NDArray::row_sparse_from_parts(Vec::<f64>::new(), vec![1, 3], &[4, 0]);
             let g0 = on_device(no_values.unwrap());
             (case.run)(&w0, &g0, &st0, &args, 1, false).unwrap();
         }
+    }
+}
+
+device_test! {
+    fn group_adagrad_refuses_weight_decay_and_a_history_not_of_one_value_per_row() {
+        use crate::update::{group_adagrad_update, GroupAdaGradParams};
+        let case = cases()
+            .into_iter()
+            .find(|c| c.name == "group_adagrad_update")
+            .unwrap();
+        let (w, st) = (weight(), states(&case));
+        let g = on_device(NDArray::from_vec(values(8, 12, 1.0), &SHAPE).unwrap());
+        let ok = case.args(false, RowSparseMode::Lazy);
+        refused(&case, (&w, &g, &st), &ok.with_wd(1e-4), 1, false, "weight decay is not supported");
+        // A history shaped like the weight (every other rule's state) is the wrong shape.
+        let full = vec![on_device(NDArray::zeros(&SHAPE, DType::F64).unwrap())];
+        refused(&case, (&w, &g, &full), &ok, 1, false, "must be dense [4, 1] float64");
+        let flat = vec![on_device(NDArray::zeros(&[4], DType::F64).unwrap())];
+        refused(&case, (&w, &g, &flat), &ok, 1, false, "must be dense [4, 1] float64");
+        for eps in [0.0, -1e-5] {
+            let args = crate::update::UpdateArgs {
+                hyper: GroupAdaGradParams { epsilon: eps },
+                ..crate::update::UpdateArgs::new(0.1, GroupAdaGradParams { epsilon: 1e-5 })
+            };
+            let e = group_adagrad_update(&w, &g, &st[0], &args).unwrap_err().to_string();
+            assert!(e.contains("group_adagrad_update") && e.contains("epsilon must be > 0"), "{e}");
+        }
+        // A 0-d weight has no rows (a dense gradient passes the generic checks).
+        let scalar = on_device(NDArray::from_vec(vec![1.0f64], &[]).unwrap());
+        let gs = on_device(NDArray::from_vec(vec![1.0f64], &[]).unwrap());
+        let h = vec![on_device(NDArray::zeros(&[1, 1], DType::F64).unwrap())];
+        refused(&case, (&scalar, &gs, &h), &ok, 1, false, "0-d weight has no rows");
+        (case.run)(&w, &g, &st, &ok, 1, false).unwrap();
     }
 }

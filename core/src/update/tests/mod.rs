@@ -121,7 +121,10 @@ fn rsp<T: Element>(full: &[f64], ids: &[usize], shape: &[usize]) -> NDArray {
 fn setup<T: Element>(case: &Case, shape: &[usize]) -> (NDArray, Vec<NDArray>) {
     let n: usize = shape.iter().product();
     let w = arr::<T>(&values(1, n, 0.8), shape);
-    let states = (0..case.states).map(|_| zeros(shape, T::DTYPE)).collect();
+    let st_shape = (case.state_shape)(shape);
+    let states = (0..case.states)
+        .map(|_| zeros(&st_shape, T::DTYPE))
+        .collect();
     (w, states)
 }
 
@@ -130,10 +133,11 @@ fn check_dense<T: Float>(case: &Case, shape: &[usize], clip: bool, tol: f64) {
     let n: usize = shape.iter().product();
     let (w, st) = setup::<T>(case, shape);
     let mut rw = f64s(&w);
-    let mut rs = vec![vec![0.0; n]; case.states];
+    let sn: usize = (case.state_shape)(shape).iter().product();
+    let mut rs = vec![vec![0.0; sn]; case.states];
     for t in 1..=STEPS {
         let g = arr::<T>(&values(100 + t, n, 2.5), shape);
-        (case.run)(&w, &g, &st, &base(clip, RowSparseMode::Lazy), t, false).unwrap();
+        (case.run)(&w, &g, &st, &case.args(clip, RowSparseMode::Lazy), t, false).unwrap();
         // The reference reads the gradient as the kernel does, rounded to T.
         (case.reference)(t, clip.then_some(CLIP), &mut rw, &f64s(&g), &mut rs);
     }
@@ -149,7 +153,7 @@ fn check_standard<T: Float>(case: &Case, shape: &[usize], clip: bool) {
     let n: usize = shape.iter().product();
     let (w, st) = setup::<T>(case, shape);
     let (dw, dst) = setup::<T>(case, shape);
-    let args = base(clip, RowSparseMode::Standard);
+    let args = case.args(clip, RowSparseMode::Standard);
     for t in 1..=STEPS {
         let full = values(100 + t, n, 2.5);
         let g = rsp::<T>(&full, &row_set(t, shape[0], 0.4), shape);
@@ -177,8 +181,10 @@ fn check_standard<T: Float>(case: &Case, shape: &[usize], clip: bool) {
 fn check_lazy<T: Float>(case: &Case, shape: &[usize], clip: bool, frac: f64) {
     let n: usize = shape.iter().product();
     let rl = n / shape[0];
+    // Elements per row of the states (the weight's, or GroupAdaGrad's one).
+    let srl = (case.state_shape)(shape).iter().product::<usize>() / shape[0];
     let (w, st) = setup::<T>(case, shape);
-    let args = base(clip, RowSparseMode::Lazy);
+    let args = case.args(clip, RowSparseMode::Lazy);
     let what = format!("{} lazy {shape:?} {:?} clip {clip}", case.name, T::DTYPE);
     for t in 1..=STEPS {
         let full = values(100 + t, n, 2.5);
@@ -191,13 +197,13 @@ fn check_lazy<T: Float>(case: &Case, shape: &[usize], clip: bool, frac: f64) {
         let sw = arr::<T>(&gather(&w0, &ids, rl), &sub_shape);
         let ss: Vec<NDArray> = s0
             .iter()
-            .map(|s| arr::<T>(&gather(s, &ids, rl), &sub_shape))
+            .map(|s| arr::<T>(&gather(s, &ids, srl), &(case.state_shape)(&sub_shape)))
             .collect();
         let sg = arr::<T>(&gather(&full, &ids, rl), &sub_shape);
         (case.run)(&sw, &sg, &ss, &args, t, false).unwrap();
         (case.run)(&w, &g, &st, &args, t, false).unwrap();
         // Present rows as the reference computed them, absent rows untouched.
-        let expect = |before: &[f64], sub: &[f64]| {
+        let expect = |before: &[f64], sub: &[f64], rl: usize| {
             let mut e = before.to_vec();
             for (i, &r) in ids.iter().enumerate() {
                 e[r * rl..(r + 1) * rl].copy_from_slice(&sub[i * rl..(i + 1) * rl]);
@@ -206,17 +212,18 @@ fn check_lazy<T: Float>(case: &Case, shape: &[usize], clip: bool, frac: f64) {
         };
         let tol = case.sum_tol;
         let (w1, s1) = (f64s(&w), st.iter().map(f64s).collect::<Vec<_>>());
-        assert_close(&what, &w1, &expect(&w0, &f64s(&sw)), tol);
+        assert_close(&what, &w1, &expect(&w0, &f64s(&sw), rl), tol);
         for k in 0..case.states {
-            let want = expect(&s0[k], &f64s(&ss[k]));
+            let want = expect(&s0[k], &f64s(&ss[k]), srl);
             assert_close(&format!("{what} state {k}"), &s1[k], &want, tol);
         }
         // Absent rows exactly as they were, whatever the tolerance.
         for r in (0..shape[0]).filter(|r| ids.binary_search(r).is_err()) {
             let span = r * rl..(r + 1) * rl;
             assert_eq!(bits(&w1[span.clone()]), bits(&w0[span.clone()]), "{what}");
+            let sspan = r * srl..(r + 1) * srl;
             for k in 0..case.states {
-                let (got, was) = (&s1[k][span.clone()], &s0[k][span.clone()]);
+                let (got, was) = (&s1[k][sspan.clone()], &s0[k][sspan.clone()]);
                 assert_eq!(bits(got), bits(was), "{what} state {k}");
             }
         }
@@ -285,7 +292,7 @@ device_test! {
 #[test]
 fn every_update_operator_has_a_case() {
     let names: Vec<&str> = cases().iter().map(|c| c.name).collect();
-    assert_eq!(names.len(), 17, "{names:?}");
+    assert_eq!(names.len(), 18, "{names:?}");
     let mut unique = names.clone();
     unique.sort_unstable();
     unique.dedup();

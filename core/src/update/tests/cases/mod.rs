@@ -5,6 +5,7 @@ mod ada;
 mod adam;
 mod cocob;
 mod ftrl;
+mod group_adagrad;
 mod lamb;
 mod sgd;
 
@@ -30,6 +31,29 @@ pub(super) struct Case {
     /// elementwise updates, small for LAMB, whose norms are sums in an order that depends on
     /// how the rows are split into spans.
     pub sum_tol: f64,
+    /// The states' shape for a weight of the given shape (the weight's own for every rule but
+    /// GroupAdaGrad, whose history is `(rows, 1)`).
+    pub state_shape: fn(&[usize]) -> Vec<usize>,
+    /// Whether the operator takes a weight decay (GroupAdaGrad refuses a non-zero one).
+    pub takes_wd: bool,
+}
+
+impl Case {
+    /// The tests' shared arguments ([`super::base`]), without weight decay where the operator
+    /// takes none.
+    pub fn args(&self, clip: bool, mode: crate::update::RowSparseMode) -> UpdateArgs {
+        let a = super::base(clip, mode);
+        if self.takes_wd {
+            a
+        } else {
+            a.with_wd(0.0)
+        }
+    }
+}
+
+/// The states of most rules: shaped like the weight.
+fn weight_shaped(shape: &[usize]) -> Vec<usize> {
+    shape.to_vec()
 }
 
 /// The first hyper-parameter: NaN when poisoned.
@@ -99,6 +123,8 @@ fn case(
         reference,
         has_hyper,
         sum_tol: 0.0,
+        state_shape: weight_shaped,
+        takes_wd: true,
     }
 }
 
@@ -110,6 +136,7 @@ pub(super) fn cases() -> Vec<Case> {
         ada::cases(),
         ftrl::cases(),
         cocob::cases(),
+        group_adagrad::cases(),
         lamb::cases(),
     ]
     .into_iter()
