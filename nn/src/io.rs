@@ -38,7 +38,8 @@ use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use sparrow_core::fsio::{checksum64, checksum_hex, checksum_pairs};
-use sparrow_core::{DType, Error, NDArray, Result, SType};
+use sparrow_core::io::{dtype_from_safetensors, safetensors_dtype};
+use sparrow_core::{Error, NDArray, Result, SType};
 
 use crate::block::Block;
 use crate::param_dict::ParamDict;
@@ -71,27 +72,6 @@ struct Tensor {
     dtype: Dtype,
     shape: Vec<usize>,
     bytes: Vec<u8>,
-}
-
-fn st_dtype(d: DType) -> Dtype {
-    match d {
-        DType::F32 => Dtype::F32,
-        DType::F64 => Dtype::F64,
-        DType::I64 => Dtype::I64,
-        DType::I32 => Dtype::I32,
-        DType::U8 => Dtype::U8,
-    }
-}
-
-fn our_dtype(d: Dtype) -> Option<DType> {
-    Some(match d {
-        Dtype::F32 => DType::F32,
-        Dtype::F64 => DType::F64,
-        Dtype::I64 => DType::I64,
-        Dtype::I32 => DType::I32,
-        Dtype::U8 => DType::U8,
-        _ => return None,
-    })
 }
 
 /// A tensor's header entry without its bytes: `safetensors::serialize` over these returns
@@ -203,7 +183,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
             tensors.push((
                 format!("{name}@data"),
                 Tensor {
-                    dtype: st_dtype(values.dtype()),
+                    dtype: safetensors_dtype(values.dtype()),
                     shape: values.shape(),
                     bytes: values.to_le_bytes()?,
                 },
@@ -213,7 +193,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
             tensors.push((
                 name.to_string(),
                 Tensor {
-                    dtype: st_dtype(data.dtype()),
+                    dtype: safetensors_dtype(data.dtype()),
                     bytes: data.to_le_bytes()?,
                     shape,
                 },
@@ -243,7 +223,7 @@ fn tensor_array(st: &SafeTensors<'_>, fname: &str, problems: &mut Vec<String>) -
             return None;
         }
     };
-    let Some(dt) = our_dtype(t.dtype()) else {
+    let Some(dt) = dtype_from_safetensors(t.dtype()) else {
         problems.push(format!(
             "tensor '{fname}': unsupported dtype {:?}",
             t.dtype()

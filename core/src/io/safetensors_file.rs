@@ -19,7 +19,8 @@ const VERSION: &str = "1";
 /// The metadata key holding [`checksum_pairs`] of every other pair.
 const META_CHECKSUM: &str = "meta_checksum";
 
-fn st_dtype(d: DType) -> Dtype {
+/// The safetensors dtype of a sparrow dtype (every sparrow dtype has one).
+pub fn st_dtype(d: DType) -> Dtype {
     match d {
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
@@ -29,7 +30,8 @@ fn st_dtype(d: DType) -> Dtype {
     }
 }
 
-fn our_dtype(d: Dtype) -> Option<DType> {
+/// The sparrow dtype of a safetensors dtype, `None` for one sparrow does not hold.
+pub fn our_dtype(d: Dtype) -> Option<DType> {
     Some(match d {
         Dtype::F32 => DType::F32,
         Dtype::F64 => DType::F64,
