@@ -1,6 +1,6 @@
 //! Times the sparse products of issue 3 (the shapes of the MXNet / scipy / PyTorch anchors):
 //! X = csr 1024 x 1,000,000 with 30 non-zeros per row, W dense 1,000,000 x {1, 128},
-//! G dense 1024 x 128, all f32.
+//! G dense 1024 x 128, all f32; and dense . csr, G^T (128 x 1024) . X -> csr.
 //!
 //! `cargo run --release --example sparse_dot -- [--json]` prints the median (and min / max)
 //! milliseconds per op over repeated runs after a warm-up. `--only TEXT` runs just the ops whose
@@ -93,6 +93,9 @@ fn main() -> sparrow::core::Result<()> {
     bench("dot(X^T, G) -> dense (512 MB)", 5, 1, &|| {
         sparse::dot_csr_t_dense(&x, &g, SType::Dense).unwrap()
     });
+    // dense . csr keeps csr (MXNet's stype rule): the result stores X's non-empty columns.
+    let gt = g.transpose(None)?;
+    bench("dot(G^T, X) -> csr", 30, 3, &|| gt.dot(&x).unwrap());
     let out_rows = rs.stored_rows();
     let threads = rayon::current_num_threads();
     if json {

@@ -1,6 +1,6 @@
 """scipy.sparse reference for the sparse products of issue 3 (same shapes as
 examples/sparse_dot.rs and the MXNet anchor): X csr float32 (1024, 1,000,000) with 30 distinct
-random columns per row, W dense (1e6, 128), G dense (1024, 128).
+random columns per row, W dense (1e6, 128), G dense (1024, 128); and G^T (128, 1024) @ X.
 
 Prints median / min / max milliseconds over repeated runs after a warm-up, as JSON.
 Usage: $SK_PY scripts/bench_scipy_sparse_dot.py   (SK_PY: python of a venv with numpy and scipy)
@@ -45,6 +45,11 @@ def main():
     # (transposing X inside the timed call, as a framework's backward would).
     res["dot_XT_G_dense_out"] = bench(lambda: X.T @ G, 5, 1)
     res["dot_XT_G_pretransposed_dense_out"] = bench(lambda: XT @ G, 5, 1)
+    # dense . csr: numpy @ csr gives a dense (128, 1e6) array; a csr left operand gives csr.
+    GT = np.ascontiguousarray(G.T)
+    GT_csr = sp.csr_matrix(GT)
+    res["dot_GT_X_dense_out"] = bench(lambda: GT @ X, 5, 1)
+    res["dot_GT_X_csr_out"] = bench(lambda: GT_csr @ X, 10, 2)
     print(json.dumps(res, indent=1))
 
 
