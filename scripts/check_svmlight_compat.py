@@ -12,8 +12,9 @@ not show (then the documentation is stale).
 
 Usage (from the repository root; scikit-learn in the Python that runs it):
     cargo build --release -p sparrow-data --example svmlight_json
-    python3 -m venv /tmp/venv-skl && /tmp/venv-skl/bin/pip install scikit-learn
-    /tmp/venv-skl/bin/python scripts/check_svmlight_compat.py [--bin target/release/examples/svmlight_json]
+    $SK_PY scripts/check_svmlight_compat.py [--bin target/release/examples/svmlight_json]
+(SK_PY: the python of a venv with scikit-learn, e.g. `python3 -m venv VENV && VENV/bin/pip
+install scikit-learn`.)
 
 Values: sklearn is loaded with dtype=np.float32 (sparrow reads f32) and compared bit for bit,
 labels (float64 in sklearn) after rounding to float32; multilabel label tuples are compared

@@ -31,15 +31,13 @@
 //! weight, so the layer computes the same outputs. A layout other than `in_out` / `out_in`, or
 //! on a tensor that is not 2-D, is an error.
 
-use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
 use std::path::Path;
 
-use safetensors::tensor::{Dtype, SafeTensors, View};
+use safetensors::tensor::SafeTensors;
 use sparrow_core::fsio::{checksum64, checksum_hex, checksum_pairs};
-use sparrow_core::io::{dtype_from_safetensors, safetensors_dtype};
-use sparrow_core::{Error, NDArray, Result, SType};
+use sparrow_core::io::{dtype_from_safetensors, write_tensors, TensorBytes};
+use sparrow_core::{DType, Error, NDArray, Result, SType};
 
 use crate::block::Block;
 use crate::param_dict::ParamDict;
@@ -68,76 +66,11 @@ const META_CHECKSUM: &str = "meta_checksum";
 /// The version this code writes: 2 added `format_version` and `meta_checksum`.
 const FORMAT_VERSION: &str = "2";
 
+/// One tensor of a parameter file, before it is written.
 struct Tensor {
-    dtype: Dtype,
+    dtype: DType,
     shape: Vec<usize>,
     bytes: Vec<u8>,
-}
-
-/// A tensor's header entry without its bytes: `safetensors::serialize` over these returns
-/// just the length-prefixed header (data offsets computed from `data_len`), so the tensors'
-/// bytes can be streamed to the file after it instead of being copied into one buffer.
-struct HeaderOnly<'a>(&'a Tensor);
-
-impl View for HeaderOnly<'_> {
-    fn dtype(&self) -> Dtype {
-        self.0.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.0.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&[])
-    }
-    fn data_len(&self) -> usize {
-        self.0.bytes.len()
-    }
-}
-
-/// Write `tensors` and `meta` as a safetensors file through [`sparrow_core::fsio::write_atomic`].
-/// The data order is the header's (read back from its `data_offsets`, so it is whatever order
-/// the safetensors crate chose), and the bytes written are checked against the header's size.
-fn write_safetensors(
-    path: &Path,
-    tensors: &[(String, Tensor)],
-    meta: HashMap<String, String>,
-) -> Result<()> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        Error::arg(OP_SAVE, format!("{what} '{}': {e}", path.display()))
-    };
-    let header = safetensors::serialize(
-        tensors.iter().map(|(n, t)| (n.as_str(), HeaderOnly(t))),
-        Some(meta),
-    )
-    .map_err(|e| fail("cannot encode", &e))?;
-    let json: serde_json::Value =
-        serde_json::from_slice(&header[8..]).map_err(|e| fail("cannot encode", &e))?;
-    let mut order: Vec<(u64, &Tensor)> = Vec::with_capacity(tensors.len());
-    for (n, t) in tensors {
-        let begin = json[n.as_str()]["data_offsets"][0]
-            .as_u64()
-            .ok_or_else(|| fail("cannot encode", &format!("no data offset for '{n}'")))?;
-        order.push((begin, t));
-    }
-    order.sort_by_key(|&(b, _)| b);
-    let mut at = 0u64;
-    for &(b, t) in &order {
-        if b != at {
-            return Err(fail(
-                "cannot encode",
-                &"tensor data offsets are not contiguous",
-            ));
-        }
-        at += t.bytes.len() as u64;
-    }
-    sparrow_core::fsio::write_atomic(path, |w| {
-        w.write_all(&header)?;
-        for (_, t) in &order {
-            w.write_all(&t.bytes)?;
-        }
-        Ok(())
-    })
-    .map_err(|e| fail("cannot write", &e))
 }
 
 /// Save `params` to `path` (see the module docs for the layout).
@@ -175,7 +108,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
             tensors.push((
                 format!("{name}@indices"),
                 Tensor {
-                    dtype: Dtype::I64,
+                    dtype: DType::I64,
                     shape: vec![rows.len()],
                     bytes: idx_bytes,
                 },
@@ -183,7 +116,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
             tensors.push((
                 format!("{name}@data"),
                 Tensor {
-                    dtype: safetensors_dtype(values.dtype()),
+                    dtype: values.dtype(),
                     shape: values.shape(),
                     bytes: values.to_le_bytes()?,
                 },
@@ -193,7 +126,7 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
             tensors.push((
                 name.to_string(),
                 Tensor {
-                    dtype: safetensors_dtype(data.dtype()),
+                    dtype: data.dtype(),
                     bytes: data.to_le_bytes()?,
                     shape,
                 },
@@ -206,7 +139,16 @@ pub fn save_params(params: &ParamDict, path: impl AsRef<Path>, opts: SaveOptions
     // Last: it covers every other pair, the tensors' checksums included.
     let mc = checksum_hex(checksum_pairs(&meta, META_CHECKSUM));
     meta.insert(META_CHECKSUM.into(), mc);
-    write_safetensors(path, &tensors, meta)
+    let views: Vec<TensorBytes<'_>> = tensors
+        .iter()
+        .map(|(n, t)| TensorBytes {
+            name: n,
+            dtype: t.dtype,
+            shape: &t.shape,
+            bytes: &t.bytes,
+        })
+        .collect();
+    write_tensors(OP_SAVE, path, &views, meta)
 }
 
 /// A validated value ready to assign.

@@ -334,13 +334,10 @@ fn update_typed<T: Float>(
                 // the absent rows of a standard row_sparse update stay exactly as they are.
                 let Some(g) = g else { return };
                 // The sum of squares in eight interleaved partial sums, added pairwise at the
-                // end: one running sum (MXNet's order) is a chain of dependent adds that made
-                // the whole lazy step 3x slower than AdaGrad's (1.02 vs 0.35 ms for 10k rows
-                // of 64, `tests/update_timing.rs`; about AdaGrad's time with the partial sums,
-                // on a loaded machine); the history can differ from MXNet's in the last bit.
-                // Then, as in
-                // MXNet's kernel, divided by the row length, and each element's step
-                // recomputes its clipped value.
+                // end: one running sum (MXNet's order) is a chain of dependent adds that keeps
+                // the loop from vectorizing; the history can differ from MXNet's in the last
+                // bit. Then, as in MXNet's kernel, divided by the row length, and each
+                // element's step recomputes its clipped value.
                 let sq = |gj: T| {
                     let x = clip(gj * rg, c);
                     x * x

@@ -85,9 +85,8 @@ mod npz;
 mod parts;
 mod safetensors_file;
 
-/// The dtype maps between sparrow and the `safetensors` crate (nn's parameter files use them
-/// too).
-pub use safetensors_file::{our_dtype as dtype_from_safetensors, st_dtype as safetensors_dtype};
+/// The safetensors writer and dtype map nn's parameter files share with this module.
+pub use safetensors_file::{our_dtype as dtype_from_safetensors, write_tensors, TensorBytes};
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -20,7 +20,7 @@ const VERSION: &str = "1";
 const META_CHECKSUM: &str = "meta_checksum";
 
 /// The safetensors dtype of a sparrow dtype (every sparrow dtype has one).
-pub fn st_dtype(d: DType) -> Dtype {
+fn st_dtype(d: DType) -> Dtype {
     match d {
         DType::F32 => Dtype::F32,
         DType::F64 => Dtype::F64,
@@ -50,16 +50,28 @@ fn stype_name(s: SType) -> &'static str {
     }
 }
 
+/// One tensor for [`write_tensors`]: its name, dtype, shape and little-endian bytes.
+pub struct TensorBytes<'a> {
+    /// The tensor's name in the file.
+    pub name: &'a str,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its shape.
+    pub shape: &'a [usize],
+    /// Its elements, little-endian.
+    pub bytes: &'a [u8],
+}
+
 /// A tensor's header entry without its bytes, so the header can be encoded on its own and
 /// the tensors' bytes streamed after it (no copy of every array into one buffer).
-struct HeaderOnly<'a>(&'a Component);
+struct HeaderOnly<'a>(&'a TensorBytes<'a>);
 
 impl View for HeaderOnly<'_> {
     fn dtype(&self) -> Dtype {
         st_dtype(self.0.dtype)
     }
     fn shape(&self) -> &[usize] {
-        &self.0.shape
+        self.0.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
         Cow::Borrowed(&[])
@@ -67,6 +79,49 @@ impl View for HeaderOnly<'_> {
     fn data_len(&self) -> usize {
         self.0.bytes.len()
     }
+}
+
+/// Write `tensors` and `meta` as a safetensors file at `path`, atomically
+/// ([`crate::fsio::write_atomic`]): the header is encoded alone and the tensors' bytes are
+/// streamed after it in the header's data order (whatever order the safetensors crate chose,
+/// read back from its `data_offsets` and checked to be contiguous). Failures are
+/// [`Error::File`] naming `op` and the file. nn's parameter files are written by it too.
+pub fn write_tensors(
+    op: &'static str,
+    path: &Path,
+    tensors: &[TensorBytes<'_>],
+    meta: HashMap<String, String>,
+) -> Result<()> {
+    let fail = |e: &dyn std::fmt::Display| Error::file(op, path, e);
+    let header =
+        safetensors::serialize(tensors.iter().map(|t| (t.name, HeaderOnly(t))), Some(meta))
+            .map_err(|e| fail(&format!("cannot encode the header: {e}")))?;
+    let json: serde_json::Value = serde_json::from_slice(&header[8..])
+        .map_err(|e| fail(&format!("cannot encode the header: {e}")))?;
+    let mut order: Vec<(u64, &TensorBytes<'_>)> = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let begin = json[t.name]["data_offsets"][0]
+            .as_u64()
+            .ok_or_else(|| fail(&format!("no data offset for tensor '{}'", t.name)))?;
+        order.push((begin, t));
+    }
+    // By (start, length): an empty tensor shares its start with the next tensor's.
+    order.sort_by_key(|&(b, t)| (b, t.bytes.len()));
+    let mut at = 0u64;
+    for &(b, t) in &order {
+        if b != at {
+            return Err(fail(&"tensor data offsets are not contiguous"));
+        }
+        at += t.bytes.len() as u64;
+    }
+    crate::fsio::write_atomic(path, |w| {
+        w.write_all(&header)?;
+        for (_, t) in &order {
+            w.write_all(t.bytes)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| fail(&format!("cannot write: {e}")))
 }
 
 /// The tensors an array is stored as, with their names (see the module docs of `io`).
@@ -122,39 +177,16 @@ pub(super) fn write(path: &Path, arrays: &[(String, Parts)]) -> Result<()> {
     let mc = checksum_hex(checksum_pairs(&meta, META_CHECKSUM));
     meta.insert(META_CHECKSUM.into(), mc);
 
-    let header = safetensors::serialize(
-        tensors.iter().map(|(n, c)| (n.as_str(), HeaderOnly(c))),
-        Some(meta),
-    )
-    .map_err(|e| fail(&format!("cannot encode the header: {e}")))?;
-    // The data order is the header's (its `data_offsets`), whatever order the safetensors
-    // crate chose; check it is contiguous before writing the bytes in that order.
-    let json: serde_json::Value = serde_json::from_slice(&header[8..])
-        .map_err(|e| fail(&format!("cannot encode the header: {e}")))?;
-    let mut order: Vec<(u64, &Component)> = Vec::with_capacity(tensors.len());
-    for (n, c) in &tensors {
-        let begin = json[n.as_str()]["data_offsets"][0]
-            .as_u64()
-            .ok_or_else(|| fail(&format!("no data offset for tensor '{n}'")))?;
-        order.push((begin, c));
-    }
-    // By (start, length): an empty tensor shares its start with the next tensor's.
-    order.sort_by_key(|&(b, c)| (b, c.bytes.len()));
-    let mut at = 0u64;
-    for &(b, c) in &order {
-        if b != at {
-            return Err(fail(&"tensor data offsets are not contiguous"));
-        }
-        at += c.bytes.len() as u64;
-    }
-    crate::fsio::write_atomic(path, |w| {
-        w.write_all(&header)?;
-        for (_, c) in &order {
-            w.write_all(&c.bytes)?;
-        }
-        Ok(())
-    })
-    .map_err(|e| fail(&format!("cannot write: {e}")))
+    let views: Vec<TensorBytes<'_>> = tensors
+        .iter()
+        .map(|(n, c)| TensorBytes {
+            name: n,
+            dtype: c.dtype,
+            shape: &c.shape,
+            bytes: &c.bytes,
+        })
+        .collect();
+    write_tensors(OP_SAVE, path, &views, meta)
 }
 
 /// One tensor as a component (a dtype sparrow holds).

@@ -5,6 +5,7 @@
 use super::axis::{float_only, norm_axis, split3};
 use crate::autograd::record_op;
 use crate::error::{Error, Result};
+use crate::ndarray::DenseData;
 use crate::NDArray;
 
 /// The gradient of gathering `[outer, k, inner]` elements at `positions` along `axis` of an
@@ -25,6 +26,23 @@ fn scatter_along_grad(
     NDArray::from_buffer(gd.buf.scatter_add_along(dims, &pd.buf, k)?, in_shape)
 }
 
+/// The dense values of `a` and the lines along `axis` a sort works on: the axis and
+/// `(outer, n, inner)` around it.
+fn lines(
+    a: &NDArray,
+    op: &'static str,
+    axis: i64,
+) -> Result<(DenseData, usize, (usize, usize, usize))> {
+    crate::sparse::densifying(op, &[a])?;
+    let d = a.dense_data()?;
+    if d.shape.is_empty() {
+        return Err(Error::shape(op, "needs an array of at least 1 dimension"));
+    }
+    let ax = norm_axis(op, axis, d.shape.len())?;
+    let dims = split3(&d.shape, ax);
+    Ok((d, ax, dims))
+}
+
 /// Values and indices of the `k` first elements along `axis` in sorted order.
 fn sorted(
     a: &NDArray,
@@ -33,13 +51,7 @@ fn sorted(
     k: Option<usize>,
     ascending: bool,
 ) -> Result<(NDArray, NDArray)> {
-    crate::sparse::densifying(op, &[a])?;
-    let d = a.dense_data()?;
-    if d.shape.is_empty() {
-        return Err(Error::shape(op, "needs an array of at least 1 dimension"));
-    }
-    let ax = norm_axis(op, axis, d.shape.len())?;
-    let dims = split3(&d.shape, ax);
+    let (d, ax, dims) = lines(a, op, axis)?;
     let k = k.unwrap_or(dims.1);
     if k > dims.1 {
         return Err(Error::arg(
@@ -72,16 +84,7 @@ impl NDArray {
             return Ok(sorted(self, "sort", axis, None, ascending)?.0);
         }
         // No gradient: sort the values themselves (no i64 position per element).
-        crate::sparse::densifying("sort", &[self])?;
-        let d = self.dense_data()?;
-        if d.shape.is_empty() {
-            return Err(Error::shape(
-                "sort",
-                "needs an array of at least 1 dimension",
-            ));
-        }
-        let ax = norm_axis("sort", axis, d.shape.len())?;
-        let dims = split3(&d.shape, ax);
+        let (d, _, dims) = lines(self, "sort", axis)?;
         NDArray::from_buffer(d.buf.sort_values(dims, ascending)?, &d.shape)
     }
 
