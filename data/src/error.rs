@@ -50,6 +50,21 @@ impl DataError {
             msg: msg.into(),
         }
     }
+    /// The check every iterator reading a part of its input makes: `part_index` of
+    /// `num_parts` names a part.
+    pub(crate) fn check_part(
+        op: &'static str,
+        num_parts: usize,
+        part_index: usize,
+    ) -> Result<()> {
+        if num_parts == 0 || part_index >= num_parts {
+            return Err(DataError::arg(
+                op,
+                format!("part_index {part_index} must be < num_parts {num_parts}"),
+            ));
+        }
+        Ok(())
+    }
     /// Shorthand for [`DataError::Io`].
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         DataError::Io {

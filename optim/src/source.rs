@@ -57,29 +57,24 @@ pub(crate) fn without_padding(b: LabelledBatch) -> Result<(NDArray, NDArray)> {
     Ok((data.take_rows(&keep)?, label.take_rows(&keep)?))
 }
 
-impl DataSource for LibSVMIter {
-    fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {
-        if epoch > 0 {
-            self.reset();
+/// The file iterators stream an epoch of unknown length and restart with `reset`.
+macro_rules! streaming_source {
+    ($($iter:ty),*) => {$(
+        impl DataSource for $iter {
+            fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {
+                if epoch > 0 {
+                    self.reset();
+                }
+                Ok(Epoch {
+                    batches: Box::new(self.map(labelled)),
+                    len: None,
+                })
+            }
         }
-        Ok(Epoch {
-            batches: Box::new(self.map(labelled)),
-            len: None,
-        })
-    }
+    )*};
 }
 
-impl DataSource for CSVIter {
-    fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {
-        if epoch > 0 {
-            self.reset();
-        }
-        Ok(Epoch {
-            batches: Box::new(self.map(labelled)),
-            len: None,
-        })
-    }
-}
+streaming_source!(LibSVMIter, CSVIter);
 
 impl DataSource for NDArrayIter {
     fn epoch(&mut self, epoch: usize) -> Result<Epoch<'_>> {

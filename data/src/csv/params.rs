@@ -91,15 +91,7 @@ impl CSVIterParams {
         if self.batch_size == 0 || self.block_rows == 0 {
             return Err(DataError::arg(OP, "batch_size and block_rows must be > 0"));
         }
-        if self.num_parts == 0 || self.part_index >= self.num_parts {
-            return Err(DataError::arg(
-                OP,
-                format!(
-                    "part_index {} must be < num_parts {}",
-                    self.part_index, self.num_parts
-                ),
-            ));
-        }
+        DataError::check_part(OP, self.num_parts, self.part_index)?;
         if !matches!(
             self.dtype,
             DType::F32 | DType::F64 | DType::I32 | DType::I64

@@ -118,15 +118,7 @@ impl LibSVMIterParams {
                 "batch_size, data_shape and label_shape must be > 0",
             ));
         }
-        if self.num_parts == 0 || self.part_index >= self.num_parts {
-            return Err(DataError::arg(
-                OP,
-                format!(
-                    "part_index {} must be < num_parts {}",
-                    self.part_index, self.num_parts
-                ),
-            ));
-        }
+        DataError::check_part(OP, self.num_parts, self.part_index)?;
         Ok(())
     }
 }
