@@ -52,11 +52,7 @@ impl DataError {
     }
     /// The check every iterator reading a part of its input makes: `part_index` of
     /// `num_parts` names a part.
-    pub(crate) fn check_part(
-        op: &'static str,
-        num_parts: usize,
-        part_index: usize,
-    ) -> Result<()> {
+    pub(crate) fn check_part(op: &'static str, num_parts: usize, part_index: usize) -> Result<()> {
         if num_parts == 0 || part_index >= num_parts {
             return Err(DataError::arg(
                 op,
