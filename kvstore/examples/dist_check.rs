@@ -1,7 +1,7 @@
 //! The distributed checks of `dist_sync`, run under MPI by `scripts/dist_check.sh`:
 //!
 //! ```text
-//! mpirun -np 2 target/release/examples/dist_check [check|hung-rank|dead-rank]
+//! mpirun -np 2 target/release/examples/dist_check [check|hung-rank|dead-rank|link-down]
 //! ```
 //!
 //! - `check` (default): for SGD with momentum, Adam (lazy and standard) and FTRL, N ranks each
@@ -13,6 +13,10 @@
 //! - `hung-rank`: rank 1 stops calling the store; the others' watchdog must end the job
 //!   within the timeout (`SPARROW_KV_TIMEOUT_S`, default 60 s; the script sets 3).
 //! - `dead-rank`: rank 1 dies (abort); mpirun must end the others.
+//! - `link-down`: every rank trains (a dense and a row_sparse key, pushpull per step) until a
+//!   call fails; `scripts/dist_netns.sh` runs the ranks in separate network namespaces and
+//!   takes their link down mid-run, and every rank's watchdog must end it with its message.
+//!   Steps that go on for `LINK_DOWN_LIMIT` without an error fail the check.
 
 #[path = "../tests/common/equivalence.rs"]
 mod equivalence;
@@ -46,9 +50,10 @@ fn main() {
         "check" => check(timeout),
         "hung-rank" => hung_rank(timeout),
         "dead-rank" => dead_rank(timeout),
+        "link-down" => link_down(timeout),
         other => Err(sparrow_core::Error::arg(
             "dist_check",
-            format!("unknown mode {other} (check, hung-rank, dead-rank)"),
+            format!("unknown mode {other} (check, hung-rank, dead-rank, link-down)"),
         )),
     };
     match done {
@@ -198,5 +203,47 @@ fn dead_rank(timeout: Duration) -> Result<bool> {
     kv.init(0, &NDArray::zeros(&[4], DType::F32)?)?;
     kv.barrier()?;
     println!("rank {}: collectives returned without rank 1", kv.rank());
+    Ok(false)
+}
+
+/// How long `link-down` trains waiting for the link to go down.
+const LINK_DOWN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Train until a collective fails (the harness takes the link down). Each rank prints one
+/// line when its first step is done, so the harness knows the job is running before it pulls
+/// the link. Returns `Ok(false)` when no call failed within [`LINK_DOWN_LIMIT`].
+fn link_down(timeout: Duration) -> Result<bool> {
+    use std::io::Write;
+    let mut kv = dist_sync(timeout)?;
+    let (r, n) = (kv.rank(), kv.num_workers());
+    let rows = 1000;
+    kv.init(0, &NDArray::zeros(&[256], DType::F32)?)?;
+    kv.init(1, &NDArray::zeros(&[rows, 16], DType::F32)?)?;
+    let dense = NDArray::from_vec(vec![1.0f32; 256], &[256])?;
+    let out = NDArray::zeros(&[256], DType::F32)?;
+    let table = NDArray::zeros(&[rows, 16], DType::F32)?;
+    let start = std::time::Instant::now();
+    let mut step = 0u64;
+    while start.elapsed() < LINK_DOWN_LIMIT {
+        let mut ids: Vec<i64> = (0..8)
+            .map(|k| ((step * 8 + k + r as u64) % rows as u64) as i64)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let g = NDArray::row_sparse_from_parts(vec![0.5f32; ids.len() * 16], ids, &[rows, 16])?;
+        kv.pushpull(0, std::slice::from_ref(&dense), std::slice::from_ref(&out))?;
+        kv.pushpull(1, std::slice::from_ref(&g), std::slice::from_ref(&table))?;
+        if step == 0 {
+            println!("rank {r}/{n}: training");
+            std::io::stdout().flush().ok();
+        }
+        step += 1;
+        // A few hundred steps a second: enough traffic in flight when the link goes down.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    println!(
+        "rank {r}/{n}: {step} steps in {LINK_DOWN_LIMIT:?} and no call failed (was the link \
+         taken down?)"
+    );
     Ok(false)
 }
