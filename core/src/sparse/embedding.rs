@@ -88,10 +88,10 @@ pub fn take_rows(a: &NDArray, ids: &[i64]) -> Result<NDArray> {
             let row: usize = d.shape[1..].iter().product();
             let mut shape = d.shape.clone();
             shape[0] = ids.len();
-            let buf = d.buf.gather(
-                ids.iter()
-                    .flat_map(|&r| r as usize * row..(r as usize + 1) * row),
-            )?;
+            // Whole rows, copied as slices (an element-position iterator cost a dynamic call
+            // per element: ~60 ms for 100k rows of 128).
+            let idx = IndexStorage::from_vec_on(ids.to_vec(), d.buf.device())?;
+            let buf = d.buf.gather_rows(&idx, row)?;
             return Ok(NDArray::from_data(ArrayData::Dense(crate::DenseData {
                 shape,
                 buf,
