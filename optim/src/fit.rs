@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sparrow_core::{autograd, Device, Error, NDArray, Result};
 use sparrow_nn::Block;
 
-pub use crate::source::{DataSource, Epoch, LabelledBatch, MultiInput};
+pub use crate::source::{DataSource, Epoch, LabelledBatch};
 use crate::Trainer;
 
 // Metrics are nn's (`sparrow_nn::metric`): one trait for hand-written loops and for `fit`.
@@ -167,8 +167,7 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
     }
 
     /// Train for `opts.epochs` epochs over `train`, evaluating on `val` after each epoch when
-    /// given. Returns the per-epoch history. A batch of one input runs the model's `forward`;
-    /// a batch of several ([`MultiInput`]) its `forward_multi`.
+    /// given. Returns the per-epoch history.
     ///
     /// ```no_run
     /// # use sparrow_core::Result;
@@ -212,11 +211,11 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
             let start = Instant::now();
             let mut stop = false;
             for (b, batch) in batches.batches.enumerate() {
-                let batch = batch?;
-                let n = batch.rows("fit")?;
-                let (inputs, label) = on_device(batch, device)?;
+                let (data, label, _pad) = batch?;
+                let (data, label) = (data.to_device(device)?, label.to_device(device)?);
+                let n = data.shape().first().copied().unwrap_or(1).max(1);
                 let (pred, total) = autograd::record(|| -> Result<(NDArray, NDArray)> {
-                    let pred = self.predict(&inputs)?;
+                    let pred = self.net.forward(&data)?;
                     let l = (self.loss)(&pred, &label)?;
                     Ok((pred, l.sum_all()?))
                 })?;
@@ -323,12 +322,11 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         let (mut loss_sum, mut samples) = (0.0f64, 0usize);
         let device = self.device()?;
         for batch in val.epoch(epoch)?.batches {
-            let batch = crate::source::without_padding(batch?)?;
-            let n = batch.rows("fit")?;
-            let (inputs, label) = on_device(batch, device)?;
-            let pred = self.predict(&inputs)?;
+            let (data, label) = crate::source::without_padding(batch?)?;
+            let (data, label) = (data.to_device(device)?, label.to_device(device)?);
+            let pred = self.net.forward(&data)?;
             loss_sum += (self.loss)(&pred, &label)?.sum_all()?.item()?;
-            samples += n;
+            samples += data.shape().first().copied().unwrap_or(1).max(1);
             for m in &mut self.val_metrics {
                 m.update(&label, &pred)?;
             }
@@ -340,27 +338,6 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
             stats.values.push((format!("val_{}", m.name()), m.get()));
         }
         Ok(())
-    }
-
-    /// The model's prediction for a batch's inputs: `forward` for one input, `forward_multi`
-    /// for several, which must return one output (the loss and the metrics take one).
-    fn predict(&self, inputs: &[NDArray]) -> Result<NDArray> {
-        if let [x] = inputs {
-            return self.net.forward(x);
-        }
-        let mut out = self.net.forward_multi(inputs)?;
-        if out.len() != 1 {
-            return Err(Error::arg(
-                "fit",
-                format!(
-                    "the model returned {} outputs for {} inputs; fit's loss and metrics take \
-                     one prediction",
-                    out.len(),
-                    inputs.len()
-                ),
-            ));
-        }
-        Ok(out.remove(0))
     }
 
     /// Save parameters (`<dir>/<prefix>-epoch<N>.params`) and trainer state
@@ -419,14 +396,4 @@ fn progress_bar(show: bool, epoch: usize, len: Option<usize>) -> ProgressBar {
     }
     bar.set_prefix(epoch.to_string());
     bar
-}
-
-/// A batch's inputs and labels on `device`.
-fn on_device(b: LabelledBatch, device: Device) -> Result<(Vec<NDArray>, NDArray)> {
-    let inputs = b
-        .inputs
-        .iter()
-        .map(|x| x.to_device(device))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((inputs, b.label.to_device(device)?))
 }

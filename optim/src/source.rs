@@ -1,69 +1,14 @@
 //! What [`crate::Estimator::fit`] trains on: any source that can start an epoch of
 //! `(data, label)` batches — sparrow-data's [`LibSVMIter`], [`CSVIter`], [`DataLoader`] and
-//! [`NDArrayIter`] directly, or a closure returning a fresh iterator each epoch — or, for a
-//! model whose forward takes several arrays, of `(inputs, label)` batches ([`MultiInput`]).
+//! [`NDArrayIter`] directly, or a closure returning a fresh iterator each epoch.
 
 use sparrow_core::{Error, NDArray, Result};
 use sparrow_data::csv::CSVIter;
 use sparrow_data::libsvm::LibSVMIter;
 use sparrow_data::{Batch, DataLoader, NDArrayIter};
 
-/// A batch for `fit`: the model's inputs (one array per input of its forward: one for a
-/// single-input block, run with `Block::forward`; several for `Block::forward_multi`), the
-/// labels, and how many rows at the end are padding (`Batch::pad`).
-#[derive(Debug, Clone)]
-pub struct LabelledBatch {
-    /// The model's inputs, each with the batch's rows first.
-    pub inputs: Vec<NDArray>,
-    /// The labels, the batch's rows first.
-    pub label: NDArray,
-    /// Padding rows at the end of every input and of the labels.
-    pub pad: usize,
-}
-
-impl LabelledBatch {
-    /// A single-input batch.
-    pub fn new(data: NDArray, label: NDArray, pad: usize) -> LabelledBatch {
-        LabelledBatch {
-            inputs: vec![data],
-            label,
-            pad,
-        }
-    }
-
-    /// The batch's row count: the labels' first dimension, which every input must share (an
-    /// error names the input that does not).
-    pub(crate) fn rows(&self, op: &'static str) -> Result<usize> {
-        let rows = self.label.shape().first().copied().unwrap_or(1);
-        if self.inputs.is_empty() {
-            return Err(Error::arg(op, "a batch with no inputs"));
-        }
-        for (i, x) in self.inputs.iter().enumerate() {
-            let r = x.shape().first().copied().unwrap_or(1);
-            if r != rows {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "input {i} of a batch has {r} rows and its labels {rows} (shapes {:?} \
-                         and {:?})",
-                        x.shape(),
-                        self.label.shape()
-                    ),
-                ));
-            }
-        }
-        if self.pad > rows {
-            return Err(Error::arg(
-                op,
-                format!(
-                    "a batch of {rows} rows cannot have {} padding rows",
-                    self.pad
-                ),
-            ));
-        }
-        Ok(rows.max(1))
-    }
-}
+/// A batch for `fit`: data, labels, and how many rows at the end are padding (`Batch::pad`).
+pub type LabelledBatch = (NDArray, NDArray, usize);
 
 /// One epoch of batches, with its length when the source knows it (the progress bar then
 /// shows the total and an ETA).
@@ -98,25 +43,18 @@ fn labelled(batch: sparrow_data::Result<Batch>) -> Result<LabelledBatch> {
             "the data source yields batches without labels; fit needs (data, label) pairs",
         )
     })?;
-    Ok(LabelledBatch::new(b.data, label, b.pad))
+    Ok((b.data, label, b.pad))
 }
 
 /// A batch without its `pad` last rows.
-pub(crate) fn without_padding(b: LabelledBatch) -> Result<LabelledBatch> {
-    let rows = b.rows("fit")?;
-    if b.pad == 0 {
-        return Ok(b);
+pub(crate) fn without_padding(b: LabelledBatch) -> Result<(NDArray, NDArray)> {
+    let (data, label, pad) = b;
+    if pad == 0 {
+        return Ok((data, label));
     }
-    let keep: Vec<i64> = (0..rows.saturating_sub(b.pad) as i64).collect();
-    Ok(LabelledBatch {
-        inputs: b
-            .inputs
-            .iter()
-            .map(|x| x.take_rows(&keep))
-            .collect::<Result<_>>()?,
-        label: b.label.take_rows(&keep)?,
-        pad: 0,
-    })
+    let rows = data.shape().first().copied().unwrap_or(0);
+    let keep: Vec<i64> = (0..rows.saturating_sub(pad) as i64).collect();
+    Ok((data.take_rows(&keep)?, label.take_rows(&keep)?))
 }
 
 /// The file iterators stream an epoch of unknown length and restart with `reset`.
@@ -177,52 +115,7 @@ where
             _ => None,
         };
         Ok(Epoch {
-            batches: Box::new(it.map(|b| b.map(|(d, l)| LabelledBatch::new(d, l, 0)))),
-            len,
-        })
-    }
-}
-
-/// A closure returning a fresh iterator of `(inputs, label)` batches per epoch, for a model
-/// whose forward takes several arrays (`Block::forward_multi`: user ids and item ids, a
-/// sequence and its valid lengths, ...). Every input has the batch's rows first.
-///
-/// ```
-/// use sparrow_core::{Error, NDArray};
-/// use sparrow_optim::fit::{DataSource, MultiInput};
-/// let users = NDArray::from_vec(vec![0f32, 1., 2., 3.], &[4]).unwrap();
-/// let items = NDArray::from_vec(vec![5f32, 6., 7., 8.], &[4]).unwrap();
-/// let ratings = NDArray::from_vec(vec![1f32, 0., 1., 1.], &[4]).unwrap();
-/// // One batch per epoch; `Estimator::fit(&mut source, ..)` runs `net.forward_multi(&[u, i])`.
-/// let mut source = MultiInput(move || {
-///     std::iter::once(Ok::<_, Error>((vec![users.clone(), items.clone()], ratings.clone())))
-/// });
-/// let epoch = source.epoch(0).unwrap();
-/// assert_eq!(epoch.len, Some(1));
-/// let batches: Vec<_> = epoch.batches.collect::<Result<_, _>>().unwrap();
-/// assert_eq!(batches[0].inputs.len(), 2);
-/// ```
-pub struct MultiInput<F>(pub F);
-
-impl<F, I> DataSource for MultiInput<F>
-where
-    F: FnMut() -> I,
-    I: Iterator<Item = Result<(Vec<NDArray>, NDArray)>> + 'static,
-{
-    fn epoch(&mut self, _epoch: usize) -> Result<Epoch<'_>> {
-        let it = (self.0)();
-        let len = match it.size_hint() {
-            (lo, Some(hi)) if lo == hi => Some(hi),
-            _ => None,
-        };
-        Ok(Epoch {
-            batches: Box::new(it.map(|b| {
-                b.map(|(inputs, label)| LabelledBatch {
-                    inputs,
-                    label,
-                    pad: 0,
-                })
-            })),
+            batches: Box::new(it.map(|b| b.map(|(d, l)| (d, l, 0)))),
             len,
         })
     }
