@@ -85,7 +85,7 @@ pub fn cocob_packed_update(
     check_alpha(OP, args)?;
     let mut shape = weight.shape().to_vec();
     shape.push(COCOB_STATES);
-    check_arrays_shaped(OP, weight, grad, &[("state", state)], Some(&shape))?;
+    check_arrays_shaped(OP, weight, grad, &[("packed", state)], Some(&shape))?;
     let rule = UpdateRule::CocobPacked {
         alpha: args.hyper.alpha,
     };
