@@ -211,7 +211,7 @@ fn malformed_cocob_state_files_are_refused_with_a_reason() {
     }
     // Another optimizer's file is refused as before.
     let adam = d.join("adam.states");
-    let mut ta = Trainer::new(vec![param()], Adam::new(0.1)).unwrap();
+    let ta = Trainer::new(vec![param()], Adam::new(0.1)).unwrap();
     ta.save_states(&adam).unwrap();
     let e = tq.load_states(&adam).unwrap_err().to_string();
     assert!(e.contains("'adam'"), "{e}");
