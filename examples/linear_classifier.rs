@@ -4,6 +4,13 @@
 //! data. Without `--train` it writes a learnable synthetic data set first (power-law feature
 //! ids, labels the sign of a hidden linear score).
 //!
+//! Defaults: COCOB with its own defaults (learning rate 0.6, alpha 10; no learning rate to
+//! tune: the coin-betting kind of update of Vowpal Wabbit's `--coin`) and batches of 1024 rows.
+//! On the VW anchor's 1M x 40 data COCOB reaches the same held-out AUC at batch 256 and 1024
+//! (0.7777 / 0.7776; VW `--coin` 0.7763), and 1024 rows a step spread the per-step costs
+//! (autograd, the optimizer's dispatch, the gradient's row ids) over four times the examples:
+//! ~1.2x the examples/s of batch 256. `--lr` defaults to the optimizer's own learning rate.
+//!
 //! ```text
 //! cargo run --release --example linear_classifier -- [--train FILE --test FILE]
 //!     [--features N] [--rows N] [--epochs N] [--batch N] [--optimizer NAME] [--lr F]
@@ -28,7 +35,8 @@ struct Args {
     epochs: usize,
     batch: usize,
     optimizer: String,
-    lr: f64,
+    /// The learning rate; the optimizer's own default when not given.
+    lr: Option<f64>,
     /// The optimizer's own options (`--opt alpha=4`), as `optimizer::create` takes them.
     opts: Vec<(String, f64)>,
     data_dir: PathBuf,
@@ -42,9 +50,9 @@ fn parse_args() -> std::result::Result<Args, String> {
         features: 1_000_000,
         rows: 200_000,
         epochs: 1,
-        batch: 256,
-        optimizer: "adagrad".into(),
-        lr: 0.1,
+        batch: 1024,
+        optimizer: "cocob".into(),
+        lr: None,
         opts: Vec::new(),
         data_dir: std::env::temp_dir().join("sparrow-linear-classifier"),
         json: false,
@@ -61,7 +69,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             "--epochs" => a.epochs = num(value()?)? as usize,
             "--batch" => a.batch = num(value()?)? as usize,
             "--optimizer" => a.optimizer = value()?,
-            "--lr" => a.lr = num(value()?)?,
+            "--lr" => a.lr = Some(num(value()?)?),
             "--opt" => {
                 let kv = value()?;
                 let (k, v) = kv
@@ -124,9 +132,10 @@ fn run(a: &Args) -> Result<()> {
         .in_units(a.features)
         .grad_stype(SType::RowSparse);
     net.initialize(&Initializer::Zero, Device::Cpu)?;
-    let mut options = vec![("learning_rate", a.lr)];
+    let mut options: Vec<(&str, f64)> = a.lr.map(|lr| ("learning_rate", lr)).into_iter().collect();
     options.extend(a.opts.iter().map(|(k, v)| (k.as_str(), *v)));
     let optimizer = create_optimizer(&a.optimizer, &options)?;
+    let lr = optimizer.options().learning_rate;
     let mut trainer = Trainer::from_params(&net.collect_params()?, optimizer)?;
     let bce = loss::SigmoidBinaryCrossEntropyLoss::new();
     let mut est = Estimator::new(&net, |z, y| bce.forward(z, y), &mut trainer);
@@ -159,12 +168,12 @@ fn run(a: &Args) -> Result<()> {
     if a.json {
         println!(
             "{{\"optimizer\": \"{}\", \"lr\": {}, \"batch\": {}, \"epochs\": {}, \"train_s\": {secs:.4}, \"examples_per_s\": {ex_s:.0}, \"test_auc\": {:.5}, \"test_logloss\": {:.5}}}",
-            a.optimizer, a.lr, a.batch, a.epochs, auc.get(), logloss.get()
+            a.optimizer, lr, a.batch, a.epochs, auc.get(), logloss.get()
         );
     } else {
         println!(
             "{} lr {} batch {}: {rows_seen} examples in {secs:.2} s ({ex_s:.0} examples/s, parse + learn); held-out AUC {:.4}, log loss {:.4}",
-            a.optimizer, a.lr, a.batch, auc.get(), logloss.get()
+            a.optimizer, lr, a.batch, auc.get(), logloss.get()
         );
     }
     Ok(())

@@ -7,7 +7,8 @@
 #   ANCHOR_DIR: the VW anchor folder (bench_vw.py, libsvm_to_vw.py, metrics.py)
 #   DATA_DIR:   holds learnable_1m_x_40.libsvm and learnable_1m_x_40.test.libsvm (the anchor's
 #               gen_learnable.py writes them); the VW text files are made beside them once
-#   SPARROW_RUNS: environment variable, "optimizer:lr:batch ..." (default below)
+#   SPARROW_RUNS: environment variable, "optimizer:lr:batch ..." (default below); the word
+#               "defaults" runs the example with its own defaults (COCOB, batch 1024)
 #   Build first: cargo build --release --example linear_classifier
 # Output: OUT_DIR/vw.jsonl (bench_vw.py's records) and OUT_DIR/sparrow.jsonl.
 set -euo pipefail
@@ -15,7 +16,7 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 [ $# -ge 3 ] || usage
 ANCHOR=$1 DATA=$2 OUT=$3 ROUNDS=${4:-1}
 : "${VW_PY:?set VW_PY to a python with vowpalwabbit, numpy and scipy}"
-RUNS=${SPARROW_RUNS:-"adagrad:0.1:256 ftrl:0.1:256 adagrad:0.1:1024 sgd:0.5:256"}
+RUNS=${SPARROW_RUNS:-"defaults adagrad:0.1:256 adagrad:0.1:1024"}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$HERE/target/release/examples/linear_classifier
 TRAIN=$DATA/learnable_1m_x_40.libsvm TEST=$DATA/learnable_1m_x_40.test.libsvm
@@ -29,10 +30,15 @@ run_vw() {
 }
 run_sparrow() {
     local run opt lr batch
+    local flags
     for run in $RUNS; do
-        IFS=: read -r opt lr batch <<< "$run"
-        "$BIN" --train "$TRAIN" --test "$TEST" --features 10000000 --optimizer "$opt" --lr "$lr" \
-            --batch "$batch" --json >> "$OUT/sparrow.jsonl"
+        flags=()
+        if [ "$run" != defaults ]; then
+            IFS=: read -r opt lr batch <<< "$run"
+            flags=(--optimizer "$opt" --lr "$lr" --batch "$batch")
+        fi
+        "$BIN" --train "$TRAIN" --test "$TEST" --features 10000000 "${flags[@]}" --json \
+            >> "$OUT/sparrow.jsonl"
     done
 }
 for r in $(seq 1 "$ROUNDS"); do

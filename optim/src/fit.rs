@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sparrow_core::{autograd, Device, Error, NDArray, Result};
 use sparrow_nn::Block;
 
-pub use crate::source::{DataSource, Epoch, LabelledBatch};
+pub use crate::source::{BatchInputs, DataSource, Epoch, LabelledBatch};
 use crate::Trainer;
 
 // Metrics are nn's (`sparrow_nn::metric`): one trait for hand-written loops and for `fit`.
@@ -211,11 +211,11 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
             let start = Instant::now();
             let mut stop = false;
             for (b, batch) in batches.batches.enumerate() {
-                let (data, label, _pad) = batch?;
-                let (data, label) = (data.to_device(device)?, label.to_device(device)?);
-                let n = data.shape().first().copied().unwrap_or(1).max(1);
+                let (inputs, label, _pad) = batch?;
+                let (inputs, label) = (on_device(inputs, device)?, label.to_device(device)?);
+                let n = inputs[0].shape().first().copied().unwrap_or(1).max(1);
                 let (pred, total) = autograd::record(|| -> Result<(NDArray, NDArray)> {
-                    let pred = self.net.forward(&data)?;
+                    let pred = forward(self.net, &inputs)?;
                     let l = (self.loss)(&pred, &label)?;
                     Ok((pred, l.sum_all()?))
                 })?;
@@ -322,11 +322,11 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         let (mut loss_sum, mut samples) = (0.0f64, 0usize);
         let device = self.device()?;
         for batch in val.epoch(epoch)?.batches {
-            let (data, label) = crate::source::without_padding(batch?)?;
-            let (data, label) = (data.to_device(device)?, label.to_device(device)?);
-            let pred = self.net.forward(&data)?;
+            let (inputs, label) = crate::source::without_padding(batch?)?;
+            let (inputs, label) = (on_device(inputs, device)?, label.to_device(device)?);
+            let pred = forward(self.net, &inputs)?;
             loss_sum += (self.loss)(&pred, &label)?.sum_all()?.item()?;
-            samples += data.shape().first().copied().unwrap_or(1).max(1);
+            samples += inputs[0].shape().first().copied().unwrap_or(1).max(1);
             for m in &mut self.val_metrics {
                 m.update(&label, &pred)?;
             }
@@ -349,6 +349,33 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         save_params(&params, &dir.join(format!("{prefix}-epoch{epoch}.params")))?;
         self.trainer
             .save_states(dir.join(format!("{prefix}-epoch{epoch}.states")))
+    }
+}
+
+/// A batch's inputs moved to `device`; a batch without any input is an error.
+fn on_device(inputs: Vec<NDArray>, device: Device) -> Result<Vec<NDArray>> {
+    if inputs.is_empty() {
+        return Err(Error::arg("fit", "a batch holds no input arrays"));
+    }
+    inputs.into_iter().map(|x| x.to_device(device)).collect()
+}
+
+/// The block's prediction for a batch: `forward` for one input, `forward_multi` for several
+/// (in the batch's order), which must give exactly one output (the loss takes one prediction).
+fn forward<B: Block + ?Sized>(net: &B, inputs: &[NDArray]) -> Result<NDArray> {
+    if let [x] = inputs {
+        return net.forward(x);
+    }
+    let mut outs = net.forward_multi(inputs)?;
+    match outs.len() {
+        1 => Ok(outs.remove(0)),
+        k => Err(Error::arg(
+            "fit",
+            format!(
+                "the block gave {k} outputs for a batch of {} inputs; fit needs one prediction",
+                inputs.len()
+            ),
+        )),
     }
 }
 

@@ -18,8 +18,8 @@ mod trainer;
 
 pub use clip::clip_global_norm;
 pub use fit::{
-    Accuracy, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler, FitOptions,
-    LabelledBatch, Metric,
+    Accuracy, BatchInputs, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler,
+    FitOptions, LabelledBatch, Metric,
 };
 pub use kvstore::{check_many, KVStore};
 pub use trainer::{NonFinite, Trainer};

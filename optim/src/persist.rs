@@ -203,8 +203,8 @@ pub(crate) fn load_states(
                 .map_err(|e| bad(&e.to_string()))?;
             let shape = tv.shape().to_vec();
             let checked = match tv.dtype() {
-                Dtype::F32 => check_values(slot, le_f32(tv.data()).map(f64::from)),
-                Dtype::F64 => check_values(slot, le_f64(tv.data())),
+                Dtype::F32 => check_values(optimizer, slot, le_f32(tv.data()).map(f64::from)),
+                Dtype::F64 => check_values(optimizer, slot, le_f64(tv.data())),
                 _ => Ok(()),
             };
             checked.map_err(|m| bad(&m))?;
@@ -215,8 +215,16 @@ pub(crate) fn load_states(
                     .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
                 other => return Err(bad(&format!("unsupported dtype {other:?}"))),
             };
-            if let Some((pshape, pdtype)) = shapes.get(&i) {
-                if *pshape != shape || *pdtype != arr.dtype() {
+            state.arrays.push((slot.to_string(), arr));
+        }
+        if optimizer == "cocob" {
+            // Files from before COCOB packed its five states into one array.
+            state = crate::optimizer::cocob::pack_states(state).map_err(|e| bad(&e.to_string()))?;
+        }
+        if let Some((pshape, pdtype)) = shapes.get(&i) {
+            for (slot, arr) in &state.arrays {
+                let shape = arr.shape();
+                if pshape[..] != shape[..] || *pdtype != arr.dtype() {
                     return Err(bad(&format!(
                         "slot {slot} is {shape:?} {}, the parameter's states are {pshape:?} {}",
                         arr.dtype().name(),
@@ -224,7 +232,6 @@ pub(crate) fn load_states(
                     )));
                 }
             }
-            state.arrays.push((slot.to_string(), arr));
         }
         states.push(Some(state));
     }
@@ -252,16 +259,23 @@ const NON_NEGATIVE_SLOTS: &[&str] = &[
 /// A state array from a file must hold what a step can have made: finite values, and no
 /// negative ones in a magnitude slot. A file whose checksums were recomputed over such values
 /// (crafted, or written by a buggy tool) turned every weight NaN one step after loading.
-fn check_values(slot: &str, values: impl Iterator<Item = f64>) -> std::result::Result<(), String> {
-    let non_negative = NON_NEGATIVE_SLOTS.contains(&slot);
+fn check_values(
+    optimizer: &str,
+    slot: &str,
+    values: impl Iterator<Item = f64>,
+) -> std::result::Result<(), String> {
+    let plain = NON_NEGATIVE_SLOTS.contains(&slot);
+    // COCOB's packed states: l, s and r (the first three of each five) are magnitudes.
+    let packed = optimizer == "cocob" && slot == crate::optimizer::cocob::PACKED;
+    let non_negative = |i: usize| plain || (packed && i % sparrow_core::update::COCOB_STATES < 3);
     match values
         .enumerate()
-        .find(|(_, v)| !v.is_finite() || (non_negative && *v < 0.0))
+        .find(|(i, v)| !v.is_finite() || (non_negative(*i) && *v < 0.0))
     {
         None => Ok(()),
         Some((k, v)) => Err(format!(
             "slot {slot} holds {v} at element {k}{}",
-            if non_negative {
+            if non_negative(k) {
                 " (it must be finite and >= 0)"
             } else {
                 " (it must be finite)"

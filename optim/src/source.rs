@@ -1,14 +1,55 @@
 //! What [`crate::Estimator::fit`] trains on: any source that can start an epoch of
-//! `(data, label)` batches — sparrow-data's [`LibSVMIter`], [`CSVIter`], [`DataLoader`] and
-//! [`NDArrayIter`] directly, or a closure returning a fresh iterator each epoch.
+//! `(inputs, label)` batches — sparrow-data's [`LibSVMIter`], [`CSVIter`], [`DataLoader`] and
+//! [`NDArrayIter`] directly, or a closure returning a fresh iterator each epoch, whose batches
+//! may hold several input arrays for a multi-input block (see [`BatchInputs`]).
 
 use sparrow_core::{Error, NDArray, Result};
 use sparrow_data::csv::CSVIter;
 use sparrow_data::libsvm::LibSVMIter;
 use sparrow_data::{Batch, DataLoader, NDArrayIter};
 
-/// A batch for `fit`: data, labels, and how many rows at the end are padding (`Batch::pad`).
-pub type LabelledBatch = (NDArray, NDArray, usize);
+/// A batch for `fit`: its inputs (one array, or several that a multi-input block takes in
+/// this order through `Block::forward_multi`), labels, and how many rows at the end are
+/// padding (`Batch::pad`).
+pub type LabelledBatch = (Vec<NDArray>, NDArray, usize);
+
+/// The inputs of a batch a closure source yields: one array, or several for a multi-input
+/// block (`(user_ids, item_ids)`, `[a, b, c]`, a `Vec`), passed to `Block::forward_multi` in
+/// order.
+pub trait BatchInputs {
+    /// The arrays, in the order the block takes them.
+    fn into_inputs(self) -> Vec<NDArray>;
+}
+
+impl BatchInputs for NDArray {
+    fn into_inputs(self) -> Vec<NDArray> {
+        vec![self]
+    }
+}
+
+impl BatchInputs for Vec<NDArray> {
+    fn into_inputs(self) -> Vec<NDArray> {
+        self
+    }
+}
+
+impl<const N: usize> BatchInputs for [NDArray; N] {
+    fn into_inputs(self) -> Vec<NDArray> {
+        self.into()
+    }
+}
+
+impl BatchInputs for (NDArray, NDArray) {
+    fn into_inputs(self) -> Vec<NDArray> {
+        vec![self.0, self.1]
+    }
+}
+
+impl BatchInputs for (NDArray, NDArray, NDArray) {
+    fn into_inputs(self) -> Vec<NDArray> {
+        vec![self.0, self.1, self.2]
+    }
+}
 
 /// One epoch of batches, with its length when the source knows it (the progress bar then
 /// shows the total and an ETA).
@@ -43,18 +84,22 @@ fn labelled(batch: sparrow_data::Result<Batch>) -> Result<LabelledBatch> {
             "the data source yields batches without labels; fit needs (data, label) pairs",
         )
     })?;
-    Ok((b.data, label, b.pad))
+    Ok((vec![b.data], label, b.pad))
 }
 
-/// A batch without its `pad` last rows.
-pub(crate) fn without_padding(b: LabelledBatch) -> Result<(NDArray, NDArray)> {
-    let (data, label, pad) = b;
+/// A batch without its `pad` last rows (of every input and of the labels).
+pub(crate) fn without_padding(b: LabelledBatch) -> Result<(Vec<NDArray>, NDArray)> {
+    let (inputs, label, pad) = b;
     if pad == 0 {
-        return Ok((data, label));
+        return Ok((inputs, label));
     }
-    let rows = data.shape().first().copied().unwrap_or(0);
+    let rows = label.shape().first().copied().unwrap_or(0);
     let keep: Vec<i64> = (0..rows.saturating_sub(pad) as i64).collect();
-    Ok((data.take_rows(&keep)?, label.take_rows(&keep)?))
+    let inputs = inputs
+        .iter()
+        .map(|x| x.take_rows(&keep))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((inputs, label.take_rows(&keep)?))
 }
 
 /// The file iterators stream an epoch of unknown length and restart with `reset`.
@@ -101,12 +146,14 @@ impl DataSource for DataLoader {
     }
 }
 
-/// A closure returning a fresh iterator of `(data, label)` batches per epoch. The iterator
-/// owns what it reads (`move` the arrays in, or clone them per epoch).
-impl<F, I> DataSource for F
+/// A closure returning a fresh iterator of `(inputs, label)` batches per epoch, the inputs one
+/// array or several ([`BatchInputs`]: a tuple, an array or a `Vec` of arrays for a multi-input
+/// block). The iterator owns what it reads (`move` the arrays in, or clone them per epoch).
+impl<F, I, D> DataSource for F
 where
     F: FnMut() -> I,
-    I: Iterator<Item = Result<(NDArray, NDArray)>> + 'static,
+    I: Iterator<Item = Result<(D, NDArray)>> + 'static,
+    D: BatchInputs,
 {
     fn epoch(&mut self, _epoch: usize) -> Result<Epoch<'_>> {
         let it = self();
@@ -115,7 +162,7 @@ where
             _ => None,
         };
         Ok(Epoch {
-            batches: Box::new(it.map(|b| b.map(|(d, l)| (d, l, 0)))),
+            batches: Box::new(it.map(|b| b.map(|(d, l)| (d.into_inputs(), l, 0)))),
             len,
         })
     }

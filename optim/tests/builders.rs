@@ -89,7 +89,7 @@ fn create_knows_every_optimizer_with_mxnet_default_rates() {
         ("ftrl", 0.1),
         ("ftml", 0.0025),
         ("lamb", 0.001),
-        ("cocob", 1.0),
+        ("cocob", 0.6),
         ("groupadagrad", 0.01),
     ];
     assert_eq!(defaults.len(), OPTIMIZER_NAMES.len());

@@ -16,13 +16,16 @@ pub(crate) fn sort_by_high_half(words: &mut Vec<u64>, key_bits: u32) {
         return;
     }
     let mut tmp = vec![0u64; words.len()];
-    for pass in 0..passes {
+    // Every pass's digit counts in one read of the words (they do not depend on the order).
+    let mut counts = vec![[0usize; 1 << DIGIT]; passes as usize];
+    for &w in words.iter() {
+        for (pass, c) in counts.iter_mut().enumerate() {
+            c[((w >> (32 + pass as u32 * DIGIT)) & ((1 << DIGIT) - 1)) as usize] += 1;
+        }
+    }
+    for (pass, mut start) in (0..passes).zip(counts) {
         let shift = 32 + pass * DIGIT;
         let digit = |w: u64| ((w >> shift) & ((1 << DIGIT) - 1)) as usize;
-        let mut start = [0usize; 1 << DIGIT];
-        for &w in words.iter() {
-            start[digit(w)] += 1;
-        }
         let mut sum = 0;
         for s in start.iter_mut() {
             let c = *s;

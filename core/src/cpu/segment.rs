@@ -88,7 +88,22 @@ pub(crate) fn group_by_key(keys: &[i64]) -> (Vec<i64>, Vec<usize>, Vec<usize>) {
         } else {
             packed.sort_unstable();
         }
-        packed.iter().map(|&p| (p & 0xFFFF_FFFF) as usize).collect()
+        // The groups from the sorted words themselves, which hold each key beside its position:
+        // looking the key up through `order` was a random read per entry (12% of a loader
+        // thread's time on 1024-row batches of 40 features, with the sort).
+        let mut order = Vec::with_capacity(n);
+        let mut uniq = Vec::with_capacity(n);
+        let mut starts = Vec::with_capacity(n + 1);
+        for (pos, &p) in packed.iter().enumerate() {
+            let k = (p >> 32) as i64;
+            if uniq.last() != Some(&k) {
+                uniq.push(k);
+                starts.push(pos);
+            }
+            order.push((p & 0xFFFF_FFFF) as usize);
+        }
+        starts.push(n);
+        return (uniq, starts, order);
     } else {
         let mut o: Vec<usize> = (0..n).collect();
         o.par_sort_unstable_by_key(|&e| (keys[e], e));

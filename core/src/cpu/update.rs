@@ -389,6 +389,110 @@ where
     Ok(())
 }
 
+/// The span loop of a rule whose `K` states of an element lie side by side in one array
+/// (`state[K*j..K*j + K]` belongs to element `j` of the weight): `k(w, g, states)` per element,
+/// `g = 0` where the gradient is implicitly zero. One array instead of `K` means one random
+/// access per touched row instead of `K` (COCOB's five states: a lazy step over rows scattered
+/// through a large table was a cache miss per state per row).
+///
+/// The caller has checked `state.len() == K * w.len()`.
+pub(crate) fn apply_packed<T, const K: usize, F>(
+    w: &mut [T],
+    rows: usize,
+    grad: &HostGrad<'_, T>,
+    state: &mut [T],
+    lazy: bool,
+    k: F,
+) where
+    T: Float,
+    F: Fn(&mut T, T, &mut [T; K]) + Sync + Send,
+{
+    debug_assert_eq!(state.len(), K * w.len());
+    let n = w.len();
+    let wp = Ptr(w.as_mut_ptr());
+    let sp = Ptr(state.as_mut_ptr());
+    // SAFETY (every `spans` call below): each task gets elements `start..start + len` of its
+    // own (disjoint chunks, or rows from sorted unique ids checked in `host_grad`) inside
+    // `0..n`; the state holds `K * n` values (checked by the caller).
+    let spans =
+        |start: usize, len: usize| unsafe { (wp.span(start, len), sp.span(K * start, K * len)) };
+    let run = |w: &mut [T], g: Option<&[T]>, st: &mut [T]| {
+        // Exact chunks of `K` always convert (the `expect` compiles away).
+        let groups = st
+            .chunks_exact_mut(K)
+            .map(|c| <&mut [T; K]>::try_from(c).expect("a chunk of K states"));
+        match g {
+            Some(g) => {
+                for ((wj, &gj), sj) in w.iter_mut().zip(g).zip(groups) {
+                    k(wj, gj, sj);
+                }
+            }
+            None => {
+                for (wj, sj) in w.iter_mut().zip(groups) {
+                    k(wj, T::zero(), sj);
+                }
+            }
+        }
+    };
+    match *grad {
+        HostGrad::Dense(g) => {
+            for_each(n.div_ceil(CHUNK), K * n, 1, |c| {
+                let s = c * CHUNK;
+                let e = (s + CHUNK).min(n);
+                let (w, st) = spans(s, e - s);
+                run(w, Some(&g[s..e]), st);
+            });
+        }
+        HostGrad::RowSparse {
+            idx,
+            vals: gd,
+            row_len: rl,
+        } => {
+            let nk = idx.len();
+            if rl == 0 {
+                return;
+            }
+            if lazy {
+                for_each(nk, K * nk * rl, CHUNK / rl, |i| {
+                    // As in `apply_chunks`: the rows are scattered, so fetch a few ahead.
+                    if let Some(&ahead) = idx.get(i + PREFETCH_AHEAD) {
+                        let at = ahead as usize * rl;
+                        wp.prefetch(at, rl);
+                        sp.prefetch(K * at, K * rl);
+                    }
+                    let row = idx[i] as usize;
+                    let (w, st) = spans(row * rl, rl);
+                    run(w, Some(&gd[i * rl..(i + 1) * rl]), st);
+                });
+            } else {
+                let per = (CHUNK / rl).max(1);
+                for_each(rows.div_ceil(per), K * n, 1, |b| {
+                    let (r0, r1) = (b * per, ((b + 1) * per).min(rows));
+                    let mut p = idx.partition_point(|&x| (x as usize) < r0);
+                    let mut cur = r0;
+                    while cur < r1 {
+                        if p < nk && idx[p] as usize == cur {
+                            let (w, st) = spans(cur * rl, rl);
+                            run(w, Some(&gd[p * rl..(p + 1) * rl]), st);
+                            p += 1;
+                            cur += 1;
+                        } else {
+                            let next = if p < nk {
+                                (idx[p] as usize).min(r1)
+                            } else {
+                                r1
+                            };
+                            let (w, st) = spans(cur * rl, (next - cur) * rl);
+                            run(w, None, st);
+                            cur = next;
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
 /// Elementwise form of [`apply_chunks`]: `k(w, g, states)` per element, `g = 0` where the
 /// gradient is implicitly zero.
 pub(crate) fn apply_elementwise<T, const N: usize, K>(

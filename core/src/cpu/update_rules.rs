@@ -5,7 +5,9 @@
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use super::update::{apply_chunks, apply_elementwise, apply_rows, apply_zip, host_grad, HostGrad};
+use super::update::{
+    apply_chunks, apply_elementwise, apply_packed, apply_rows, apply_zip, host_grad, HostGrad,
+};
 use super::CpuStorage;
 use crate::error::{Error, Result};
 use crate::ops::map_assign;
@@ -89,6 +91,59 @@ fn typed_states<'a, T: Float, const N: usize>(
         *o = s;
     }
     Ok(out)
+}
+
+/// One COCOB step of one element, shared by the five-array and the packed layouts so that
+/// both compute the same bits.
+#[derive(Clone, Copy)]
+struct CocobStep<T> {
+    lr: T,
+    wd: T,
+    rg: T,
+    c: Option<T>,
+}
+
+impl<T: Float> CocobStep<T> {
+    /// `h = clip(rescale*g) + wd*w`; `w0 <- w` while `l = 0`; `l <- max(l, |h|)`; once `l > 0`:
+    /// `s += |h|; r <- max(r - h*(w - w0), 0); theta += h;
+    /// w <- w0 - lr * theta / (l * max(s + l, alpha*l)) * (l + r)`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn apply(
+        self,
+        alpha: T,
+        w: &mut T,
+        g: T,
+        l: &mut T,
+        s: &mut T,
+        r: &mut T,
+        th: &mut T,
+        w0: &mut T,
+    ) {
+        let zero = T::zero();
+        let h = clip(g * self.rg, self.c) + self.wd * *w;
+        if *l == zero {
+            *w0 = *w;
+        }
+        let a = h.abs();
+        if a > *l {
+            *l = a;
+        }
+        // Nothing seen yet: no bet.
+        if *l == zero {
+            return;
+        }
+        *s = *s + a;
+        let won = *r - h * (*w - *w0);
+        *r = if won > zero { won } else { zero };
+        *th = *th + h;
+        let scale = if *s + *l > alpha * *l {
+            *s + *l
+        } else {
+            alpha * *l
+        };
+        *w = *w0 - self.lr * *th / (*l * scale) * (*l + *r);
+    }
 }
 
 /// [`UpdateOps::update`] in the element type `T` (the weight's).
@@ -365,39 +420,24 @@ fn update_typed<T: Float>(
         }
         UpdateRule::Cocob { alpha } => {
             let st = states!(5);
-            let alpha: T = cast(alpha);
-            let zero = T::zero();
+            let (alpha, step) = (cast(alpha), CocobStep { lr, wd, rg, c });
             apply_elementwise::<T, 5, _>(
                 w,
                 rows,
                 grad!(),
                 st,
                 lazy,
-                move |w, g, [l, s, r, th, w0]| {
-                    let h = clip(g * rg, c) + wd * *w;
-                    if *l == zero {
-                        *w0 = *w;
-                    }
-                    let a = h.abs();
-                    if a > *l {
-                        *l = a;
-                    }
-                    // Nothing seen yet: no bet.
-                    if *l == zero {
-                        return;
-                    }
-                    *s = *s + a;
-                    let won = *r - h * (*w - *w0);
-                    *r = if won > zero { won } else { zero };
-                    *th = *th + h;
-                    let scale = if *s + *l > alpha * *l {
-                        *s + *l
-                    } else {
-                        alpha * *l
-                    };
-                    *w = *w0 - lr * *th / (*l * scale) * (*l + *r);
-                },
+                move |w, g, [l, s, r, th, w0]| step.apply(alpha, w, g, l, s, r, th, w0),
             )
+        }
+        UpdateRule::CocobPacked { alpha } => {
+            // One state array of 5 values per element (checked against the weight's size).
+            let [st] = typed_states::<T, 1>(op, states, 5 * n, dtype_err)?;
+            let (alpha, step) = (cast(alpha), CocobStep { lr, wd, rg, c });
+            apply_packed::<T, 5, _>(w, rows, grad!(), st, lazy, move |w, g, st| {
+                let [l, s, r, th, w0] = st;
+                step.apply(alpha, w, g, l, s, r, th, w0)
+            })
         }
         UpdateRule::Ftml {
             beta1,

@@ -150,6 +150,12 @@ pub(crate) enum UpdateRule {
         /// Caps the bet while few gradients have been seen.
         alpha: f64,
     },
+    /// `cocob_packed_update`: [`UpdateRule::Cocob`] with its five states in one array, the
+    /// weight's shape with a last axis of 5 (`l, s, r, theta, w0` of an element side by side).
+    CocobPacked {
+        /// Caps the bet while few gradients have been seen.
+        alpha: f64,
+    },
     /// `ftml_update`; states `[d, v, z]`.
     Ftml {
         /// First decay.
@@ -209,6 +215,7 @@ impl UpdateRule {
             UpdateRule::Ftrl { .. } => "ftrl_update",
             UpdateRule::GroupAdaGrad { .. } => "group_adagrad_update",
             UpdateRule::Cocob { .. } => "cocob_update",
+            UpdateRule::CocobPacked { .. } => "cocob_packed_update",
             UpdateRule::Ftml { .. } => "ftml_update",
             UpdateRule::LambPhase1 { .. } => "lamb_update_phase1",
             UpdateRule::LambPhase2 { .. } => "lamb_update_phase2",

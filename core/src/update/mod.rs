@@ -56,7 +56,7 @@ pub use adam::{
     adam_update, adamax_update, adamw_update, nadam_update, AdamParams, AdamaxParams, NadamParams,
 };
 pub use args::{RowSparseMode, UpdateArgs};
-pub use cocob::{cocob_update, CocobParams};
+pub use cocob::{cocob_packed_update, cocob_update, CocobParams, COCOB_STATES};
 pub use ftrl::{ftml_update, ftrl_update, FtmlParams, FtrlParams};
 pub use group_adagrad::{group_adagrad_update, GroupAdaGradParams};
 pub use lamb::{lamb_update, LambParams};

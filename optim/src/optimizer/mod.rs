@@ -25,7 +25,7 @@
 mod ada;
 mod adam;
 mod build;
-mod cocob;
+pub(crate) mod cocob;
 mod ftrl;
 mod group_adagrad;
 mod lamb;

@@ -5,6 +5,7 @@
 //! per test device (`device_test!`), its arrays made there by the helpers below.
 
 mod cases;
+mod cocob_layouts;
 mod errors;
 mod norm;
 
@@ -292,7 +293,7 @@ device_test! {
 #[test]
 fn every_update_operator_has_a_case() {
     let names: Vec<&str> = cases().iter().map(|c| c.name).collect();
-    assert_eq!(names.len(), 18, "{names:?}");
+    assert_eq!(names.len(), 19, "{names:?}");
     let mut unique = names.clone();
     unique.sort_unstable();
     unique.dedup();
