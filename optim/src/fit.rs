@@ -212,7 +212,8 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
             let mut stop = false;
             for (b, batch) in batches.batches.enumerate() {
                 let (inputs, label, _pad) = batch?;
-                let (inputs, label) = (on_device(inputs, device)?, label.to_device(device)?);
+                let (inputs, label) =
+                    (on_device(inputs, &label, device)?, label.to_device(device)?);
                 let n = inputs[0].shape().first().copied().unwrap_or(1).max(1);
                 let (pred, total) = autograd::record(|| -> Result<(NDArray, NDArray)> {
                     let pred = forward(self.net, &inputs)?;
@@ -323,7 +324,7 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
         let device = self.device()?;
         for batch in val.epoch(epoch)?.batches {
             let (inputs, label) = crate::source::without_padding(batch?)?;
-            let (inputs, label) = (on_device(inputs, device)?, label.to_device(device)?);
+            let (inputs, label) = (on_device(inputs, &label, device)?, label.to_device(device)?);
             let pred = forward(self.net, &inputs)?;
             loss_sum += (self.loss)(&pred, &label)?.sum_all()?.item()?;
             samples += inputs[0].shape().first().copied().unwrap_or(1).max(1);
@@ -352,10 +353,27 @@ impl<'a, B: Block + ?Sized> Estimator<'a, B> {
     }
 }
 
-/// A batch's inputs moved to `device`; a batch without any input is an error.
-fn on_device(inputs: Vec<NDArray>, device: Device) -> Result<Vec<NDArray>> {
+/// A batch's inputs moved to `device`; a batch without any input, or with an input whose rows
+/// are not the labels', is an error naming the input.
+fn on_device(inputs: Vec<NDArray>, label: &NDArray, device: Device) -> Result<Vec<NDArray>> {
     if inputs.is_empty() {
         return Err(Error::arg("fit", "a batch holds no input arrays"));
+    }
+    let rows = label.shape().first().copied();
+    if let Some((i, x)) = inputs
+        .iter()
+        .enumerate()
+        .find(|(_, x)| x.shape().first().copied() != rows)
+    {
+        return Err(Error::shape(
+            "fit",
+            format!(
+                "input {i} of a batch has shape {:?} and the labels {:?}: every input needs \
+                 the labels' rows",
+                x.shape(),
+                label.shape()
+            ),
+        ));
     }
     inputs.into_iter().map(|x| x.to_device(device)).collect()
 }

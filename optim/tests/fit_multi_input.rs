@@ -215,6 +215,19 @@ fn multi_input_batches_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("holds no input arrays"), "{e}");
+
+    // Inputs whose rows are not the labels' (3 ids for 2 labels).
+    let ids = NDArray::from_vec(vec![0f32, 1., 2.], &[3, 1]).unwrap();
+    let labels = NDArray::from_vec(vec![1f32, 0.], &[2]).unwrap();
+    let mut short = move || vec![Ok((ids.clone(), labels.clone()))].into_iter();
+    let e = est
+        .fit(&mut short, None, &quiet(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("input 0 of a batch has shape [3, 1] and the labels [2]"),
+        "{e}"
+    );
     // The weights never moved.
     assert_eq!(
         one.weight().data().unwrap().to_vec::<f32>().unwrap(),
