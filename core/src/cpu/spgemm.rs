@@ -141,7 +141,11 @@ fn slot(c: u32, bits: u32) -> usize {
 
 /// A table of at least twice `entries` slots (so probes stay short), a power of two.
 fn table_bits(entries: usize) -> u32 {
-    entries.saturating_mul(2).max(8).next_power_of_two().trailing_zeros()
+    entries
+        .saturating_mul(2)
+        .max(8)
+        .next_power_of_two()
+        .trailing_zeros()
 }
 
 impl<T: Float> Acc<T> {
@@ -181,7 +185,7 @@ impl<T: Float> Acc<T> {
                     bits.fill(0);
                 } else {
                     ops.for_each_b_row(i, false, |s, e, _| {
-                            for &c in &ops.b_cols[s..e] {
+                        for &c in &ops.b_cols[s..e] {
                             bits[c.get() >> 6] = 0;
                         }
                     });
@@ -409,7 +413,9 @@ fn block_bounds(flops: &[usize]) -> Vec<usize> {
     let blocks = if total < SERIAL_WORK || threads == 1 {
         1
     } else {
-        (threads * BLOCKS_PER_THREAD).min(total / (SERIAL_WORK / 4)).max(1)
+        (threads * BLOCKS_PER_THREAD)
+            .min(total / (SERIAL_WORK / 4))
+            .max(1)
     };
     let target = total.div_ceil(blocks).max(1);
     let mut bounds = vec![0];
@@ -437,7 +443,11 @@ pub(crate) fn csr_csr_product<T: Float + HostElement + ZeroBits>(
     let a_rows: Vec<(usize, usize)> = if a_idx.len() < SERIAL_WORK {
         a_idx.iter().map(|&j| b_row(j)).collect()
     } else {
-        a_idx.par_iter().with_min_len(4096).map(|&j| b_row(j)).collect()
+        a_idx
+            .par_iter()
+            .with_min_len(4096)
+            .map(|&j| b_row(j))
+            .collect()
     };
     let row_flops = |i: usize| {
         a_rows[a_ptr[i] as usize..a_ptr[i + 1] as usize]
@@ -447,7 +457,11 @@ pub(crate) fn csr_csr_product<T: Float + HostElement + ZeroBits>(
     let flops: Vec<usize> = if a_idx.len() < SERIAL_WORK {
         (0..m).map(row_flops).collect()
     } else {
-        (0..m).into_par_iter().with_min_len(1024).map(row_flops).collect()
+        (0..m)
+            .into_par_iter()
+            .with_min_len(1024)
+            .map(row_flops)
+            .collect()
     };
     let total_flops = flops.iter().fold(0usize, |t, &f| t.saturating_add(f));
     // Each product reads its entry of b twice (once per pass): a u32 copy of b's column ids
@@ -456,7 +470,11 @@ pub(crate) fn csr_csr_product<T: Float + HostElement + ZeroBits>(
         let cols: Vec<u32> = if b_idx.len() < SERIAL_WORK {
             b_idx.iter().map(|&c| c as u32).collect()
         } else {
-            b_idx.par_iter().with_min_len(4096).map(|&c| c as u32).collect()
+            b_idx
+                .par_iter()
+                .with_min_len(4096)
+                .map(|&c| c as u32)
+                .collect()
         };
         product(
             &Operands {
@@ -496,13 +514,12 @@ fn product<T: Float + HostElement + ZeroBits, C: Col>(
     let bounds = block_bounds(flops);
     let blocks = bounds.len() - 1;
     let bytes = n.saturating_mul(std::mem::size_of::<T>());
-    let kind = if bytes <= DENSE_BYTES
-        || (bytes <= DENSE_MAX_BYTES && total_flops / m.max(1) >= n / 16)
-    {
-        Kind::Dense
-    } else {
-        Kind::Hash
-    };
+    let kind =
+        if bytes <= DENSE_BYTES || (bytes <= DENSE_MAX_BYTES && total_flops / m.max(1) >= n / 16) {
+            Kind::Dense
+        } else {
+            Kind::Hash
+        };
 
     // Symbolic pass: each row's count at `indptr[i + 1]`, then the running sums.
     let mut indptr: Vec<i64> = try_zeroed(OP, m + 1)?;
@@ -538,10 +555,7 @@ fn product<T: Float + HostElement + ZeroBits, C: Col>(
     let mut idx: Vec<i64> = try_zeroed(OP, nnz)?;
     let mut vals: Vec<T> = try_zeroed(OP, nnz)?;
     crate::sys::advise_huge_pages(idx.as_mut_ptr() as *mut u8, nnz * 8);
-    crate::sys::advise_huge_pages(
-        vals.as_mut_ptr() as *mut u8,
-        nnz * std::mem::size_of::<T>(),
-    );
+    crate::sys::advise_huge_pages(vals.as_mut_ptr() as *mut u8, nnz * std::mem::size_of::<T>());
     {
         let (mut ri, mut rv) = (&mut idx[..], &mut vals[..]);
         let mut parts = Vec::with_capacity(blocks);
@@ -592,7 +606,12 @@ mod tests {
     /// A csr `rows x cols` with up to `per_row` entries a row (every fifth row empty), column
     /// ids unsorted and possibly repeated (a repeated column's values add up), values in
     /// [-1, 1): what `csr_unchecked` accepts.
-    fn messy(rows: usize, cols: usize, per_row: usize, seed: u64) -> (Vec<i64>, Vec<i64>, Vec<f64>) {
+    fn messy(
+        rows: usize,
+        cols: usize,
+        per_row: usize,
+        seed: u64,
+    ) -> (Vec<i64>, Vec<i64>, Vec<f64>) {
         let (mut ptr, mut idx, mut vals) = (vec![0i64], Vec::new(), Vec::new());
         let mut s = seed << 32;
         for r in 0..rows {
@@ -653,15 +672,19 @@ mod tests {
         let ptr = p.indptr.unwrap();
         let vals = T::slice(&p.values).unwrap();
         // The reference of the operands as the kernel saw them (cast to T).
-        let up = |v: &[T]| -> Vec<f64> { v.iter().map(|x| x.to_f64()).collect() };
+        let up = |v: &[T]| -> Vec<f64> { v.iter().map(|&x| Element::to_f64(x)).collect() };
         let want = reference((&a.0, &a.1, &up(&av)), (&b.0, &b.1, &up(&bv)));
         assert_eq!(ptr.len(), want.len() + 1, "row pointers");
         for (r, row) in want.iter().enumerate() {
             let (s, e) = (ptr[r] as usize, ptr[r + 1] as usize);
             let cols: Vec<i64> = row.keys().copied().collect();
-            assert_eq!(&p.indices[s..e], &cols[..], "row {r}'s columns ({threads} threads)");
+            assert_eq!(
+                &p.indices[s..e],
+                &cols[..],
+                "row {r}'s columns ({threads} threads)"
+            );
             for (q, (&c, &w)) in (s..e).zip(row) {
-                let got = vals[q].to_f64();
+                let got = Element::to_f64(vals[q]);
                 assert!(
                     (got - w).abs() <= tol * (1.0 + w.abs()),
                     "row {r} column {c}: {got} vs {w} ({threads} threads)"
