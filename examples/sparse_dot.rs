@@ -1,6 +1,7 @@
 //! Times the sparse products of issue 3 (the shapes of the MXNet / scipy / PyTorch anchors):
 //! X = csr 1024 x 1,000,000 with 30 non-zeros per row, W dense 1,000,000 x {1, 128},
-//! G dense 1024 x 128, all f32; and dense . csr, G^T (128 x 1024) . X -> csr.
+//! G dense 1024 x 128, all f32; and dense . csr, G^T (128 x 1024) . X -> csr, and with dense
+//! results: G^T . X (512 MB) and D . X^T for D that 128 x 1,000,000 product.
 //!
 //! `cargo run --release --example sparse_dot -- [--json]` prints the median (and min / max)
 //! milliseconds per op over repeated runs after a warm-up. `--only TEXT` runs just the ops whose
@@ -96,6 +97,18 @@ fn main() -> sparrow::core::Result<()> {
     // dense . csr keeps csr (MXNet's stype rule): the result stores X's non-empty columns.
     let gt = g.transpose(None)?;
     bench("dot(G^T, X) -> csr", 30, 3, &|| gt.dot(&x).unwrap());
+    // The dense-result kernels of dense . csr: G^T . X as a dense 128 x 1,000,000 (512 MB;
+    // SciPy's `GT @ X`), and its gradient's shape, D . X^T with D that dense product
+    // (SciPy's `D @ X.T`).
+    bench("dot(G^T, X) -> dense (512 MB)", 5, 1, &|| {
+        sparse::dot_dense_csr(&gt, &x, false).unwrap()
+    });
+    if wanted("dot(D, X^T) -> dense") {
+        let d = sparse::dot_dense_csr(&gt, &x, false)?;
+        bench("dot(D, X^T) -> dense", 10, 2, &|| {
+            d.dot_t(&x, false, true).unwrap()
+        });
+    }
     let out_rows = rs.stored_rows();
     let threads = rayon::current_num_threads();
     if json {

@@ -1,11 +1,14 @@
 """scipy.sparse reference for the sparse products of issue 3 (same shapes as
 examples/sparse_dot.rs and the MXNet anchor): X csr float32 (1024, 1,000,000) with 30 distinct
-random columns per row, W dense (1e6, 128), G dense (1024, 128); and G^T (128, 1024) @ X.
+random columns per row, W dense (1e6, 128), G dense (1024, 128); and G^T (128, 1024) @ X, and
+D @ X^T for D = G^T @ X as a C-ordered dense array.
 
 Prints median / min / max milliseconds over repeated runs after a warm-up, as JSON.
-Usage: $SK_PY scripts/bench_scipy_sparse_dot.py   (SK_PY: python of a venv with numpy and scipy)
+Usage: $SK_PY scripts/bench_scipy_sparse_dot.py [--only TEXT]
+(SK_PY: python of a venv with numpy and scipy; --only runs just the ops whose key contains TEXT)
 """
 import json
+import sys
 import time
 
 import numpy as np
@@ -40,16 +43,24 @@ def main():
     G = rng.uniform(-1, 1, size=(ROWS, 128)).astype(np.float32)
     XT = X.T.tocsr()
     res = {"scipy": __import__("scipy").__version__}
-    res["dot_X_W128"] = bench(lambda: X @ W, 30, 3)
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
+
+    def run(key, fn, reps, warmup):
+        if only in key:
+            res[key] = bench(fn, reps, warmup)
+    run("dot_X_W128", lambda: X @ W, 30, 3)
     # scipy has no row_sparse type: the closest is X^T @ G with a dense (1e6, 128) output
     # (transposing X inside the timed call, as a framework's backward would).
-    res["dot_XT_G_dense_out"] = bench(lambda: X.T @ G, 5, 1)
-    res["dot_XT_G_pretransposed_dense_out"] = bench(lambda: XT @ G, 5, 1)
+    run("dot_XT_G_dense_out", lambda: X.T @ G, 5, 1)
+    run("dot_XT_G_pretransposed_dense_out", lambda: XT @ G, 5, 1)
     # dense . csr: numpy @ csr gives a dense (128, 1e6) array; a csr left operand gives csr.
     GT = np.ascontiguousarray(G.T)
     GT_csr = sp.csr_matrix(GT)
-    res["dot_GT_X_dense_out"] = bench(lambda: GT @ X, 5, 1)
-    res["dot_GT_X_csr_out"] = bench(lambda: GT_csr @ X, 10, 2)
+    run("dot_GT_X_dense_out", lambda: GT @ X, 5, 1)
+    run("dot_GT_X_csr_out", lambda: GT_csr @ X, 10, 2)
+    # D @ X^T with D = G^T @ X as a C-ordered (128, 1e6) array (sparrow's dot(D, X^T)).
+    D = np.ascontiguousarray(GT @ X) if only in "dot_D_XT_dense_out" else None
+    run("dot_D_XT_dense_out", lambda: D @ X.T, 10, 2)
     print(json.dumps(res, indent=1))
 
 

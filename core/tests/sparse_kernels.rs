@@ -171,3 +171,99 @@ fn row_nnz_counts_stored_values_per_row() {
     assert_eq!(r.row_nnz().unwrap().to_vec::<i64>().unwrap(), vec![3, 0, 3]);
     assert!(NDArray::scalar(1.0f64).row_nnz().is_err());
 }
+
+/// `x` as a dense f64 matrix from its csr parts, repeated columns of a row added up (what
+/// `csr_unchecked` accepts).
+fn dense_of_csr(x: &NDArray) -> Vec<Vec<f64>> {
+    let [rows, cols] = [x.shape()[0], x.shape()[1]];
+    x.with_csr::<f64, _>(|v| {
+        let mut d = vec![vec![0.0; cols]; rows];
+        for (r, row) in d.iter_mut().enumerate() {
+            for p in v.indptr[r] as usize..v.indptr[r + 1] as usize {
+                row[v.indices[p] as usize] += v.values[p];
+            }
+        }
+        d
+    })
+    .unwrap()
+}
+
+#[test]
+fn csr_times_csr_matches_dense_on_unsorted_repeated_and_empty_operands() {
+    // Unsorted column ids, a column repeated within a row (its values add up), empty rows,
+    // and operands with no rows, no inner dimension or no columns.
+    let a = NDArray::csr_unchecked(
+        vec![1.0f64, 2.0, -3.0, 0.5, 4.0, 1.5],
+        vec![3, 0, 3, 2, 1, 1],
+        vec![0, 3, 3, 4, 6],
+        [4, 4],
+    )
+    .unwrap();
+    let b = NDArray::csr_unchecked(
+        vec![2.0f64, -1.0, 1.0, 3.0, 0.25, 7.0],
+        vec![4, 0, 4, 1, 2, 0],
+        vec![0, 2, 3, 3, 6],
+        [4, 5],
+    )
+    .unwrap();
+    let c = a.dot(&b).unwrap();
+    c.check_format(true).unwrap();
+    let (da, db) = (dense_of_csr(&a), dense_of_csr(&b));
+    let got = c.to_f64_vec();
+    for i in 0..4 {
+        for j in 0..5 {
+            let want: f64 = (0..4).map(|p| da[i][p] * db[p][j]).sum();
+            assert!((got[i * 5 + j] - want).abs() < 1e-12, "({i}, {j})");
+        }
+    }
+    for (m, k, n) in [(0, 3, 4), (3, 0, 4), (3, 4, 0), (0, 0, 0)] {
+        let a = test_csr(m, k, 0.5, 1, DType::F32);
+        let b = test_csr(k, n, 0.5, 2, DType::F32);
+        let c = a.dot(&b).unwrap();
+        assert_eq!(c.shape(), vec![m, n]);
+        assert_eq!(c.nnz(), 0);
+        c.check_format(true).unwrap();
+    }
+}
+
+#[test]
+fn csr_times_csr_past_u32_columns_is_an_error() {
+    // 2^32 columns: the accumulators keep column ids as u32, so the product refuses them
+    // (an error naming the limit, not a panic), whatever the entries.
+    let a = NDArray::csr_from_parts(vec![1.0f32], vec![0], vec![0, 1], [1, 1]).unwrap();
+    let b = NDArray::csr_from_parts(vec![1.0f32], vec![5], vec![0, 1], [1, 1 << 32]).unwrap();
+    let e = a.dot(&b).unwrap_err().to_string();
+    assert!(e.contains("dot") && e.contains("2^32"), "{e}");
+}
+
+#[test]
+fn dense_times_wide_csr_with_dense_results_matches_dense() {
+    // x wide enough (20,000 columns) for the column panels of the dense-result kernels, in
+    // both forms: a . x (m x 20,000) and a . x^T (a m x 20,000); f32 and f64.
+    for dtype in [DType::F32, DType::F64] {
+        let x = test_csr(9, 20_000, 0.01, 3, dtype);
+        let xd = x.tostype(SType::Dense).unwrap();
+        let a = test_array(&[5, 9], -1.0, 1.0, 4).astype(dtype).unwrap();
+        let got = sparrow_core::sparse::dot_dense_csr(&a, &x, false).unwrap();
+        let want = a.dot(&xd).unwrap();
+        let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+        for (k, (g, w)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "a . x {k}: {g} vs {w}"
+            );
+        }
+        let at = test_array(&[6, 20_000], -1.0, 1.0, 5)
+            .astype(dtype)
+            .unwrap();
+        let got = at.dot_t(&x, false, true).unwrap();
+        assert_eq!(got.shape(), vec![6, 9]);
+        let want = at.dot_t(&xd, false, true).unwrap();
+        for (k, (g, w)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "a . x^T {k}: {g} vs {w}"
+            );
+        }
+    }
+}

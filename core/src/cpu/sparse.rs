@@ -551,7 +551,7 @@ impl SparseOps for CpuStorage {
         }
         Ok(float_dispatch!(self.dtype(), "dot", T => {
             let (av, bv) = (&typed::<T>(self)[ca.range.clone()], &typed::<T>(b)[cb.range.clone()]);
-            super::spgemm::csr_csr_product::<T>((ca.indptr, ca.idx, av), (cb.shape, cb.indptr, cb.idx, bv))
+            super::spgemm::csr_csr_product::<T>((ca.indptr, ca.idx, av), (cb.shape, cb.indptr, cb.idx, bv))?
         }))
     }
 

@@ -109,7 +109,66 @@ fn csr_dense_typed<T: Float>(
     })
 }
 
-/// dense . csr (or . csr^T when `tb`): each output row reads its row of `a` once.
+/// Columns of `x` per panel of [`Panels`]: 8192 f32 (32 KB) of an output or input row stay
+/// in L1 while a panel's entries scatter into or gather from them.
+const PANEL_BYTES: usize = 32 << 10;
+
+/// The entries of a csr `x` bucketed by panels of its columns, each panel's entries in `x`'s
+/// row order (so ascending rows): the dense . csr kernels then visit one panel of a long row
+/// at a time (a cache-sized window) instead of jumping over the whole row for every non-zero.
+struct Panels<T> {
+    /// Columns per panel.
+    width: usize,
+    /// Panel `q`'s entries are `start[q]..start[q + 1]`.
+    start: Vec<usize>,
+    rows: Vec<usize>,
+    cols: Vec<usize>,
+    vals: Vec<T>,
+}
+
+impl<T: Copy> Panels<T> {
+    /// Buckets `x` (`ptr`, `idx`, `vals`, with `cols` columns) by a counting sort on the panel,
+    /// stable, so each panel keeps the row order.
+    fn new(ptr: &[i64], idx: &[i64], vals: &[T], cols: usize, width: usize) -> Self {
+        let panels = cols.div_ceil(width).max(1);
+        let mut start = vec![0usize; panels + 1];
+        for &c in idx {
+            start[c as usize / width + 1] += 1;
+        }
+        for q in 0..panels {
+            start[q + 1] += start[q];
+        }
+        let mut next = start.clone();
+        let nnz = idx.len();
+        let (mut rs, mut cs, mut vs) = (vec![0; nnz], vec![0; nnz], Vec::with_capacity(nnz));
+        vs.extend_from_slice(vals);
+        for r in 0..ptr.len().saturating_sub(1) {
+            for p in ptr[r] as usize..ptr[r + 1] as usize {
+                let c = idx[p] as usize;
+                let at = &mut next[c / width];
+                rs[*at] = r;
+                cs[*at] = c;
+                vs[*at] = vals[p];
+                *at += 1;
+            }
+        }
+        Panels {
+            width,
+            start,
+            rows: rs,
+            cols: cs,
+            vals: vs,
+        }
+    }
+}
+
+/// dense . csr (or . csr^T when `tb`), rows of the output in parallel, each output row from
+/// its row of `a`. Where the long side of the product (`x`'s columns: the output row when not
+/// `tb`, `a`'s row when `tb`) outgrows L1, `x` is visited one column panel at a time
+/// ([`Panels`]): every non-zero then scatters into (or gathers from) a 32 KB window instead of
+/// a cache miss anywhere in a row of up to megabytes. Each output element sums its terms in
+/// the order of `x`'s rows, as the csr-result kernel does (`dense_csr_to_csr_typed`), and a
+/// zero of `a` adds nothing, as there.
 #[allow(clippy::too_many_arguments)]
 fn dense_csr_typed<T: Float + std::ops::AddAssign>(
     m: usize,
@@ -122,11 +181,20 @@ fn dense_csr_typed<T: Float + std::ops::AddAssign>(
     vals: &[T],
     tb: bool,
 ) -> Vec<T> {
-    let mut out = vec![T::zero(); m * n];
-    if n > 0 {
-        let work = idx.len() * m;
+    // Every element is written below (a panel's window is cleared first), so a recycled buffer
+    // does: it is already faulted in, where fresh pages cost a kernel fault and clear each.
+    let mut out: Vec<T> = crate::recycle::overwritable_vec(m * n);
+    if n == 0 {
+        return out;
+    }
+    let x_cols = if tb { k } else { n };
+    let width = (PANEL_BYTES / std::mem::size_of::<T>()).max(64);
+    let work = idx.len() * m;
+    if x_cols <= width {
+        // One window: the plain loops.
         for_each_row(&mut out, n, 4, work, |i, orow| {
             let arow = &xs[i * k..(i + 1) * k];
+            orow.fill(T::zero());
             for r in 0..cr {
                 let (s, e) = (ptr[r] as usize, ptr[r + 1] as usize);
                 if tb {
@@ -140,14 +208,41 @@ fn dense_csr_typed<T: Float + std::ops::AddAssign>(
                     let av = arow[r];
                     if av != T::zero() {
                         for p in s..e {
-                            let j = idx[p] as usize;
-                            orow[j] += av * vals[p];
+                            orow[idx[p] as usize] += av * vals[p];
                         }
                     }
                 }
             }
         });
+        return out;
     }
+    let pan = Panels::new(ptr, idx, vals, x_cols, width);
+    for_each_row(&mut out, n, 4, work, |i, orow| {
+        let arow = &xs[i * k..(i + 1) * k];
+        if tb {
+            // out[i, r] sums a[i, c] * x[r, c] panel after panel of c: the gathers from
+            // a's row stay in the panel's window; the output row is x's row count long.
+            orow.fill(T::zero());
+            for q in 0..pan.start.len() - 1 {
+                for e in pan.start[q]..pan.start[q + 1] {
+                    orow[pan.rows[e]] += arow[pan.cols[e]] * pan.vals[e];
+                }
+            }
+        } else {
+            // Window by window of the output row: cleared, then every non-zero of x in it
+            // scaled by its row's entry of a.
+            for (q, win) in orow.chunks_mut(pan.width).enumerate() {
+                win.fill(T::zero());
+                let base = q * pan.width;
+                for e in pan.start[q]..pan.start[q + 1] {
+                    let av = arow[pan.rows[e]];
+                    if av != T::zero() {
+                        win[pan.cols[e] - base] += av * pan.vals[e];
+                    }
+                }
+            }
+        }
+    });
     out
 }
 
