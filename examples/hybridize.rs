@@ -22,9 +22,10 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-use sparrow::core::graph::MemoryPlan;
+use sparrow::core::graph::{Executor, Graph, MemoryPlan};
 use sparrow::core::{autograd, DType, Device, NDArray, Result, SType};
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow::nn::{Block, Dense, Hybridize, Initializer, Sequential};
@@ -182,6 +183,7 @@ fn compare_inference(
     name: &str,
     eager: &dyn Block,
     hybrid: &dyn Block,
+    hybrid_graph: Option<Arc<Graph>>,
     x: &NDArray,
     a: &Args,
 ) -> Result<()> {
@@ -212,6 +214,16 @@ fn compare_inference(
         }
     }
     let (me, mh) = (median(t_e), median(t_h));
+    if let Some(g) = hybrid_graph {
+        let e = Executor::new(g);
+        println!(
+            "{name:9} graph: {} nodes, {} fused map chains, nodes that allocate (no planned \
+             form): {:?}",
+            e.graph().nodes().len(),
+            e.fused_chains().len(),
+            e.fallback_ops()
+        );
+    }
     println!(
         "{name:9} inference us: eager {me:9.1}  hybridized {mh:9.1}  (eager/hybridized {:.3});  \
          allocations/forward: eager {al_e}, hybridized {al_h};  peak heap/forward: eager {:.2} \
@@ -262,7 +274,7 @@ fn main() -> Result<()> {
         autograd::pause(|| n.forward(&x))?;
     }
     copy_params(&eager, &hybrid)?;
-    compare_inference("mlp", &eager, &hybrid, &x, &a)?;
+    compare_inference("mlp", &eager, &hybrid, hybrid.graph(), &x, &a)?;
     compare(
         "mlp",
         &eager,
@@ -294,7 +306,7 @@ fn main() -> Result<()> {
         autograd::pause(|| n.forward(&xc))?;
     }
     copy_params(&te, &th)?;
-    compare_inference("tutorial", &te, &th, &xc, &a)?;
+    compare_inference("tutorial", &te, &th, th.graph(), &xc, &a)?;
     compare(
         "tutorial",
         &te,
