@@ -75,7 +75,10 @@ fn out_slice<'a, T: crate::dtype::Element>(
         Some(s) if s.len() == len => Ok(s),
         Some(s) => Err(Error::shape(
             op,
-            format!("output buffer holds {} elements, the result has {len}", s.len()),
+            format!(
+                "output buffer holds {} elements, the result has {len}",
+                s.len()
+            ),
         )),
         None => Err(Error::dtype_mismatch(op, T::DTYPE, have)),
     }
@@ -271,9 +274,18 @@ impl LinalgOps for CpuStorage {
         Ok(())
     }
 
-    fn bias_act_in_place(&mut self, bias: &Self, units: usize, act: Option<FusedAct>) -> Result<()> {
+    fn bias_act_in_place(
+        &mut self,
+        bias: &Self,
+        units: usize,
+        act: Option<FusedAct>,
+    ) -> Result<()> {
         if self.dtype() != bias.dtype() {
-            return Err(Error::dtype_mismatch("bias_act", self.dtype(), bias.dtype()));
+            return Err(Error::dtype_mismatch(
+                "bias_act",
+                self.dtype(),
+                bias.dtype(),
+            ));
         }
         let len = self.len();
         float_dispatch!(bias.dtype(), "bias_act", T => {

@@ -302,7 +302,11 @@ impl ElementwiseOps for CpuStorage {
             return Err(Error::arg("map chain", "a chain needs at least one map"));
         };
         if self.dtype() != out.dtype() {
-            return Err(Error::dtype_mismatch(head.name(), self.dtype(), out.dtype()));
+            return Err(Error::dtype_mismatch(
+                head.name(),
+                self.dtype(),
+                out.dtype(),
+            ));
         }
         float_dispatch!(self.dtype(), head.name(), T => {
             let src = T::slice(self).unwrap();

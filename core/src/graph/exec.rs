@@ -143,7 +143,11 @@ impl Executor {
     fn execute(&mut self, inputs: &[NDArray], params: &[NDArray]) -> Result<()> {
         let graph = self.graph.clone();
         graph.check_call(inputs, params)?;
-        if let Some(a) = inputs.iter().chain(params).find(|a| a.device() != Device::Cpu) {
+        if let Some(a) = inputs
+            .iter()
+            .chain(params)
+            .find(|a| a.device() != Device::Cpu)
+        {
             return Err(Error::arg(
                 OP,
                 format!(
@@ -177,8 +181,12 @@ impl Executor {
                         for (k, &x) in node.inputs.iter().enumerate() {
                             args[k] = Some(self.value(x, inputs, params, i)?);
                         }
-                        let args: smallvec::SmallVec<[&NDArray; 3]> =
-                            args.iter().take(node.inputs.len()).flatten().copied().collect();
+                        let args: smallvec::SmallVec<[&NDArray; 3]> = args
+                            .iter()
+                            .take(node.inputs.len())
+                            .flatten()
+                            .copied()
+                            .collect();
                         let mut w = out.write();
                         match &mut *w {
                             ArrayData::Dense(od) if self.plan.runs_in_place[i] => {
@@ -189,9 +197,7 @@ impl Executor {
                         }
                     };
                     self.handles[v] = Some(out);
-                    r.map_err(|e| {
-                        Error::arg(OP, format!("node {i} ({}): {e}", node.op.name()))
-                    })?;
+                    r.map_err(|e| Error::arg(OP, format!("node {i} ({}): {e}", node.op.name())))?;
                 }
                 None => {
                     self.scratch.clear();

@@ -9,19 +9,24 @@ use crate::testing::test_array;
 use crate::NDArray;
 
 fn bits(a: &NDArray) -> Vec<u32> {
-    a.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+    a.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
 }
 
 fn f32s(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
-    test_array(shape, lo, hi, seed).astype(crate::DType::F32).unwrap()
+    test_array(shape, lo, hi, seed)
+        .astype(crate::DType::F32)
+        .unwrap()
 }
 
+/// A forward of one input and some parameters.
+type Forward = dyn Fn(&NDArray, &[NDArray]) -> crate::Result<Vec<NDArray>>;
+
 /// Trace `f(x, params)` into a graph.
-fn graph_of(
-    f: &dyn Fn(&NDArray, &[NDArray]) -> crate::Result<Vec<NDArray>>,
-    x: &NDArray,
-    params: &[NDArray],
-) -> Arc<Graph> {
+fn graph_of(f: &Forward, x: &NDArray, params: &[NDArray]) -> Arc<Graph> {
     let (outs, log) = trace(|| f(x, params)).unwrap();
     let named: Vec<(String, NDArray)> = params
         .iter()
@@ -58,8 +63,16 @@ fn every_form(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
     m = m.neg()?.exp()?.add_scalar(1.0)?.log()?.sqrt()?.square()?;
     m = m.abs()?.sign()?.mul(&z)?; // `mul` has no form: eager inside the run
     m = m.sigmoid()?.relu()?.tanh()?.softrelu()?;
-    m = m.sub_scalar(0.25)?.rsub_scalar(2.0)?.mul_scalar(3.0)?.div_scalar(1.5)?;
-    m = m.rdiv_scalar(1.0)?.pow_scalar(2.0)?.maximum_scalar(0.1)?.minimum_scalar(5.0)?;
+    m = m
+        .sub_scalar(0.25)?
+        .rsub_scalar(2.0)?
+        .mul_scalar(3.0)?
+        .div_scalar(1.5)?;
+    m = m
+        .rdiv_scalar(1.0)?
+        .pow_scalar(2.0)?
+        .maximum_scalar(0.1)?
+        .minimum_scalar(5.0)?;
     m = m.leaky_relu(0.2)?.clip(-1.0, 1.5)?;
     outs.push(m.clone());
     outs.push(m.log_softmax(1)?.sum(Some(&[1]), false)?);
@@ -161,10 +174,20 @@ fn planned_runs_check_their_inputs() {
 /// in place (its input is read again).
 fn chains(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
     let y = x.dot_t(&p[0], false, false)?; // (300, 256)
-    let a = y.mul_scalar(0.5)?.add_scalar(0.1)?.tanh()?.square()?.sqrt()?.clip(0.0, 0.7)?;
+    let a = y
+        .mul_scalar(0.5)?
+        .add_scalar(0.1)?
+        .tanh()?
+        .square()?
+        .sqrt()?
+        .clip(0.0, 0.7)?;
     let b = y.sigmoid()?.rsub_scalar(1.0)?.log()?; // `y` read twice: not in place
-    // A product read once: the chain runs in place over it.
-    let c = x.dot_t(&p[0], false, false)?.neg()?.exp()?.add_scalar(1.0)?;
+                                                   // A product read once: the chain runs in place over it.
+    let c = x
+        .dot_t(&p[0], false, false)?
+        .neg()?
+        .exp()?
+        .add_scalar(1.0)?;
     Ok(vec![a, b, y, c])
 }
 
@@ -188,5 +211,35 @@ fn fused_map_chains_equal_the_maps_one_by_one() {
     let p = params();
     let x = f32s(&[8, 6], -1.0, 1.0, 1);
     let e = Executor::new(graph_of(&every_form, &x, &p));
-    assert!(e.fused_chains().iter().sum::<usize>() > 15, "{:?}", e.fused_chains());
+    assert!(
+        e.fused_chains().iter().sum::<usize>() > 15,
+        "{:?}",
+        e.fused_chains()
+    );
+}
+
+/// The sparse tutorial's model shape: a Dense layer on a csr batch, then two small layers.
+fn on_csr(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    let y = crate::sparse::dot_csr_dense_t(x, &p[0])?;
+    let h = bias_act_absorbing(&y, &p[1], Some(FusedAct::Sigmoid))?.unwrap();
+    let o = h.dot_t(&p[2], false, true)?;
+    Ok(vec![o])
+}
+
+#[test]
+fn csr_products_write_into_their_buffers() {
+    let p = vec![
+        f32s(&[16, 500], -0.5, 0.5, 31),
+        f32s(&[16], -0.1, 0.1, 32),
+        f32s(&[4, 16], -0.5, 0.5, 33),
+    ];
+    let x = crate::testing::test_csr(10, 500, 0.05, 34, crate::DType::F32);
+    let mut e = Executor::new(graph_of(&on_csr, &x, &p));
+    assert!(e.fallback_ops().is_empty(), "{:?}", e.fallback_ops());
+    assert_eq!(e.plan().in_place, 1);
+    for seed in [34, 35, 36] {
+        let x = crate::testing::test_csr(10, 500, 0.05, seed, crate::DType::F32);
+        let planned = e.run(std::slice::from_ref(&x), &p).unwrap();
+        assert_eq!(bits(&planned[0]), bits(&on_csr(&x, &p).unwrap()[0]));
+    }
 }

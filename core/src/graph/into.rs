@@ -9,8 +9,8 @@
 
 use super::ir::ValueInfo;
 use super::op::{Op, ScalarFn, UnaryFn};
-use crate::ops::fused::FusedAct;
 use crate::ops::axis::{norm_axis, split3};
+use crate::ops::fused::FusedAct;
 use crate::storage::{Map, SoftmaxOp};
 use crate::{ArrayData, DenseData, Error, NDArray, Result, SType};
 
@@ -30,6 +30,8 @@ pub(crate) enum Form {
         /// The axis, as the node gives it (normalized against the input's rank at the run).
         axis: i64,
     },
+    /// `x . w^T` of a csr `x` and a dense `(units, feats)` weight (a Dense layer on csr).
+    DotCsrDenseT,
     /// The dense 2-D product `op(a) . op(b)`.
     Dot {
         /// Transpose the left operand.
@@ -77,6 +79,19 @@ impl Form {
     /// the eager operator (no form for the operator, or operands its kernel does not take).
     pub(crate) fn of(op: &Op, ins: &[&ValueInfo], out: &ValueInfo) -> Option<Form> {
         let dense_float = |v: &ValueInfo| v.stype == SType::Dense && v.dtype.is_float();
+        if let Op::DotCsrDenseT = op {
+            let (x, w) = (ins[0], ins[1]);
+            let fits = x.stype == SType::Csr
+                && dense_float(w)
+                && dense_float(out)
+                && x.dtype == w.dtype
+                && w.dtype == out.dtype
+                && x.shape.len() == 2
+                && w.shape.len() == 2
+                && w.shape[1] == x.shape[1]
+                && out.shape[..] == [x.shape[0], w.shape[0]];
+            return fits.then_some(Form::DotCsrDenseT);
+        }
         if !dense_float(out) || !ins.iter().all(|v| dense_float(v) && v.dtype == out.dtype) {
             return None;
         }
@@ -123,6 +138,33 @@ impl Form {
                 same_len(x, out)?;
                 x.buf.map_into(m, &mut out.buf)
             }),
+            Form::DotCsrDenseT => {
+                let xg = args[0].read();
+                let ArrayData::Csr(c) = &*xg else {
+                    return Err(Error::arg(OP, "dot_csr_dense_t reads a csr value"));
+                };
+                with_dense(args[1], |w| {
+                    let (rows, units) = (c.shape[0], w.shape[0]);
+                    if w.shape.len() != 2
+                        || w.shape[1] != c.shape[1]
+                        || out.shape[..] != [rows, units]
+                    {
+                        return Err(Error::shape(
+                            OP,
+                            format!(
+                                "dot_csr_dense_t of {:?} and {:?} into {:?}",
+                                c.shape, w.shape, out.shape
+                            ),
+                        ));
+                    }
+                    c.data.csr_dense_t_into(
+                        &crate::sparse::csr_index(c),
+                        &w.buf,
+                        units,
+                        &mut out.buf,
+                    )
+                })
+            }
             Form::Softmax { op, axis } => with_dense(args[0], |x| {
                 same_len(x, out)?;
                 let ax = norm_axis(op.name(), axis, x.shape.len())?;
@@ -170,7 +212,7 @@ impl Form {
                 let units = out.shape[1];
                 with_dense(args[1], |b| out.buf.bias_act_in_place(&b.buf, units, act))
             }
-            Form::Dot { .. } | Form::Softmax { .. } => {
+            Form::Dot { .. } | Form::Softmax { .. } | Form::DotCsrDenseT => {
                 Err(Error::arg(OP, "this node cannot run in place"))
             }
         }

@@ -23,8 +23,8 @@ mod op;
 mod plan;
 mod trace;
 
-pub use exec::Executor;
 pub use cached::{select_params, CachedGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature};
+pub use exec::Executor;
 pub use ir::{Graph, Node, ParamInfo, ValueInfo};
 pub use op::{
     dtype_from_name, dtype_name, stype_from_name, stype_name, AttrValue, CmpFn, Op, ScalarFn,
@@ -72,6 +72,6 @@ macro_rules! traced_plain {
 pub(crate) use {traced, traced_opt, traced_plain};
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod exec_tests;
+#[cfg(test)]
+mod tests;

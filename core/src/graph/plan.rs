@@ -92,7 +92,9 @@ impl MemoryPlan {
                     seen.push(x);
                     live -= values[x].bytes.min(live);
                     // A donor's buffer now holds this node's output: not free.
-                    if let Some(s) = slot_of[x].filter(|_| !(runs_in_place[i] && x == node.inputs[0])) {
+                    if let Some(s) =
+                        slot_of[x].filter(|_| !(runs_in_place[i] && x == node.inputs[0]))
+                    {
                         free.push(s);
                     }
                 }

@@ -80,8 +80,12 @@ pub(crate) trait ReduceOps: Sized {
     /// `op` of every line along the middle axis of `dims` (float).
     fn softmax(&self, dims: (usize, usize, usize), op: SoftmaxOp) -> Result<Self>;
     /// [`ReduceOps::softmax`] written into `out`, a buffer of `self`'s length and dtype.
-    fn softmax_into(&self, dims: (usize, usize, usize), op: SoftmaxOp, out: &mut Self)
-        -> Result<()>;
+    fn softmax_into(
+        &self,
+        dims: (usize, usize, usize),
+        op: SoftmaxOp,
+        out: &mut Self,
+    ) -> Result<()>;
     /// For every line along the middle axis of `dims`, the i64 positions of its `k <= n` first
     /// elements in stable sorted order, laid out as `[outer, k, inner]` (any dtype).
     fn argsort(&self, dims: (usize, usize, usize), k: usize, ascending: bool) -> Result<Self>;

@@ -99,7 +99,11 @@ impl<B: Block> HybridBlock<B> {
                 same &= p.data()?.same_array(d);
             }
             if !same {
-                *data = ps.iter().map(Parameter::data).collect::<Result<Vec<_>>>()?.into();
+                *data = ps
+                    .iter()
+                    .map(Parameter::data)
+                    .collect::<Result<Vec<_>>>()?
+                    .into();
             }
             return Ok(data.clone());
         }
@@ -122,7 +126,11 @@ impl<B: Block> HybridBlock<B> {
                     })
             })
             .collect::<Result<Vec<Parameter>>>()?;
-        let data: Arc<[NDArray]> = ps.iter().map(Parameter::data).collect::<Result<Vec<_>>>()?.into();
+        let data: Arc<[NDArray]> = ps
+            .iter()
+            .map(Parameter::data)
+            .collect::<Result<Vec<_>>>()?
+            .into();
         cache.push((g.clone(), ps, data.clone()));
         Ok(data)
     }
