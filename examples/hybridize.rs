@@ -5,7 +5,9 @@
 //! cargo run --release --example hybridize -- [--steps 30] [--rounds 5]
 //! ```
 //!
-//! * `mlp`: 784-512-512-10 (relu), batch 256, softmax cross-entropy, SGD: one training step.
+//! * `mlp`: 784-512-512-10 (relu), batch 256: one inference forward (hybridized: the graph's
+//!   executor, buffers reused across calls), and one training step with softmax cross-entropy
+//!   and SGD.
 //! * `tutorial`: the sparse tutorial's variant (c) model on a synthetic csr batch (10 rows of
 //!   1,000,000 features, 10 non-zeros a row): Dense(128, sigmoid, row_sparse weight gradient),
 //!   Dense(8, sigmoid), Dense(1, sigmoid), sigmoid BCE, lazy SGD.
@@ -20,9 +22,10 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-use sparrow::core::graph::MemoryPlan;
+use sparrow::core::graph::{Executor, Graph, MemoryPlan};
 use sparrow::core::{autograd, DType, Device, NDArray, Result, SType};
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow::nn::{Block, Dense, Hybridize, Initializer, Sequential};
@@ -173,6 +176,65 @@ fn compare(
     Ok(())
 }
 
+/// Time, allocations and peak bytes per inference forward (nothing recorded) of `eager` and
+/// `hybrid`; the outputs are dropped before the next call, so a hybridized forward can reuse
+/// its output buffer (see `sparrow_core::graph::Executor`).
+fn compare_inference(
+    name: &str,
+    eager: &dyn Block,
+    hybrid: &dyn Block,
+    hybrid_graph: Option<Arc<Graph>>,
+    x: &NDArray,
+    a: &Args,
+) -> Result<()> {
+    let step = |net: &dyn Block| -> Result<()> {
+        autograd::pause(|| net.forward(x))?;
+        Ok(())
+    };
+    for _ in 0..3 {
+        step(eager)?;
+        step(hybrid)?;
+    }
+    let (mut t_e, mut t_h) = (Vec::new(), Vec::new());
+    let (mut al_e, mut al_h, mut pk_e, mut pk_h) = (0, 0, 0, 0);
+    for _ in 0..a.rounds {
+        for (times, net, al, pk) in [
+            (&mut t_e, eager, &mut al_e, &mut pk_e),
+            (&mut t_h, hybrid, &mut al_h, &mut pk_h),
+        ] {
+            let t0 = Instant::now();
+            for _ in 0..a.steps {
+                step(net)?;
+            }
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+            let (r, n, p) = measure(|| step(net));
+            r?;
+            *al = n;
+            *pk = p;
+        }
+    }
+    let (me, mh) = (median(t_e), median(t_h));
+    if let Some(g) = hybrid_graph {
+        let e = Executor::new(g);
+        println!(
+            "{name:9} graph: {} nodes, {} fused map chains, nodes that allocate (no planned \
+             form): {:?}",
+            e.graph().nodes().len(),
+            e.fused_chains().len(),
+            e.fallback_ops()
+        );
+    }
+    println!(
+        "{name:9} inference us: eager {me:9.1}  hybridized {mh:9.1}  (eager/hybridized {:.3});  \
+         allocations/forward: eager {al_e}, hybridized {al_h};  peak heap/forward: eager {:.2} \
+         MB, hybridized {:.2} MB",
+        me / mh,
+        pk_e as f64 / 1e6,
+        pk_h as f64 / 1e6
+    );
+    Ok(())
+}
+
 fn copy_params(from: &dyn Block, to: &dyn Block) -> Result<()> {
     let (f, t) = (from.collect_params()?, to.collect_params()?);
     for (n, p) in f.iter() {
@@ -212,6 +274,7 @@ fn main() -> Result<()> {
         autograd::pause(|| n.forward(&x))?;
     }
     copy_params(&eager, &hybrid)?;
+    compare_inference("mlp", &eager, &hybrid, hybrid.graph(), &x, &a)?;
     compare(
         "mlp",
         &eager,
@@ -243,6 +306,7 @@ fn main() -> Result<()> {
         autograd::pause(|| n.forward(&xc))?;
     }
     copy_params(&te, &th)?;
+    compare_inference("tutorial", &te, &th, th.graph(), &xc, &a)?;
     compare(
         "tutorial",
         &te,
@@ -284,15 +348,19 @@ fn main() -> Result<()> {
             p_tr as f64 / 1e6
         );
     }
-    let plan = MemoryPlan::of(&hybrid.graph().expect("traced"));
+    let g = hybrid.graph().expect("traced");
+    let plan = MemoryPlan::of(&g);
     println!(
         "mlp20 plan: intermediates all kept {:.2} MB; released after last reader {:.2} MB; \
-         planned (shared buffers, {} in place) {:.2} MB in {} buffers",
+         planned (shared buffers, {} in place) {:.2} MB in {} buffers, {} nodes without a \
+         planned form ({:.2} MB)",
         plan.total_bytes as f64 / 1e6,
         plan.live_peak_bytes as f64 / 1e6,
         plan.in_place,
         plan.planned_bytes() as f64 / 1e6,
-        plan.slot_bytes.len()
+        plan.slot_bytes.len(),
+        plan.fallback.len(),
+        plan.fallback_bytes(&g) as f64 / 1e6
     );
     Ok(())
 }

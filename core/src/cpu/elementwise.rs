@@ -23,6 +23,42 @@ pub(crate) fn map_slice<S: Copy + Send + Sync, D: Send>(
     }
 }
 
+/// [`map_slice`] written into `dst` (of `src`'s length): the same loop, in parallel above
+/// [`PAR_THRESHOLD`], so the same bits.
+pub(crate) fn map_slice_to<S: Copy + Send + Sync, D: Copy + Send>(
+    src: &[S],
+    dst: &mut [D],
+    f: impl Fn(S) -> D + Sync + Send,
+) {
+    use rayon::prelude::*;
+    let n = src.len().min(dst.len());
+    // SAFETY: `MaybeUninit<D>` has `D`'s layout; the loop only writes initialized `D`s, and
+    // `D: Copy` has no drop to skip.
+    let out = unsafe {
+        std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<std::mem::MaybeUninit<D>>(), n)
+    };
+    if n >= PAR_THRESHOLD {
+        let chunk = MIN_CHUNK_BYTES / std::mem::size_of::<D>().max(1);
+        out.par_chunks_mut(chunk.max(1))
+            .zip(src[..n].par_chunks(chunk.max(1)))
+            .for_each(|(o, s)| simd::map_into(s, o, &f));
+    } else {
+        simd::map_into(&src[..n], out, &f);
+    }
+}
+
+/// `dst[i] = f(dst[i])` in place, in parallel above [`PAR_THRESHOLD`] (as [`map_slice`]).
+pub(crate) fn map_in_place<T: Copy + Send>(dst: &mut [T], f: impl Fn(T) -> T + Sync + Send) {
+    use rayon::prelude::*;
+    if dst.len() >= PAR_THRESHOLD {
+        let chunk = (MIN_CHUNK_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+        dst.par_chunks_mut(chunk)
+            .for_each(|c| simd::map_assign(c, &f));
+    } else {
+        simd::map_assign(dst, &f);
+    }
+}
+
 /// Zip two equal-length slices through a binary function, in parallel above [`PAR_THRESHOLD`].
 pub(crate) fn zip_slices<A: Copy + Send + Sync, B: Copy + Send + Sync, D: Send>(
     a: &[A],

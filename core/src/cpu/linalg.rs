@@ -50,6 +50,40 @@ fn matmul_typed<T: GemmScalar>(a: &[T], b: &[T], mm: &MatMul) -> Vec<T> {
     }
 }
 
+/// [`matmul_typed`] written into `out` (`m * n` elements): the same kernel choice, so the
+/// same bits. A tiny product is computed into its own vector and copied (its kernels build
+/// their output row by row; the copy is `m * n <= 32K` elements).
+fn matmul_into_typed<T: GemmScalar>(a: &[T], b: &[T], mm: &MatMul, out: &mut [T]) {
+    let (m, n, k) = (mm.m, mm.n, mm.k);
+    let (a_rs, a_cs) = strides(mm.a_cols(), mm.ta);
+    let (b_rs, b_cs) = strides(mm.b_cols(), mm.tb);
+    match super::tiny::product(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs) {
+        Some(t) => out.copy_from_slice(&t),
+        None => gemm_into(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, out),
+    }
+}
+
+/// `out` typed as `T` and of `len` elements, or an error naming `op` (the executor sized it
+/// from the graph; this keeps a mismatch an error, not a panic).
+fn out_slice<'a, T: crate::dtype::Element>(
+    op: &'static str,
+    out: &'a mut CpuStorage,
+    len: usize,
+) -> Result<&'a mut [T]> {
+    let have = out.dtype();
+    match out.writable::<T>(op)? {
+        Some(s) if s.len() == len => Ok(s),
+        Some(s) => Err(Error::shape(
+            op,
+            format!(
+                "output buffer holds {} elements, the result has {len}",
+                s.len()
+            ),
+        )),
+        None => Err(Error::dtype_mismatch(op, T::DTYPE, have)),
+    }
+}
+
 /// The batch of products of [`LinalgOps::batched_matmul`].
 fn batched_typed<T: GemmScalar>(
     x: &[T],
@@ -142,6 +176,18 @@ fn bias_act_typed<T: Float + Send>(
     act: Option<FusedAct>,
 ) -> Vec<T> {
     let mut out = ys.to_vec();
+    bias_act_in_place_typed(&mut out, bs, units, act);
+    out
+}
+
+/// `out[r, j] = act(out[r, j] + b[j])` in place: the loops of [`bias_act_typed`], which copies
+/// `y` and runs this, so a planned graph writing into its own buffer gets the same bits.
+fn bias_act_in_place_typed<T: Float + Send>(
+    out: &mut [T],
+    bs: &[T],
+    units: usize,
+    act: Option<FusedAct>,
+) {
     if units > 0 {
         match act {
             // Small outputs (a training step's few rows) with rows of at least one unrolled
@@ -149,19 +195,18 @@ fn bias_act_typed<T: Float + Send>(
             // run the activation in the loop's scalar tail, so they (and large outputs) add
             // the bias per row and map the activation over the whole buffer.
             Some(a) if out.len() < PAR_THRESHOLD && units >= FUSE_MIN_UNITS => {
-                add_bias_apply(a, &mut out, bs)
+                add_bias_apply(a, out, bs)
             }
             _ => {
                 for row in out.chunks_exact_mut(units) {
                     zip_assign(row, bs, |v: T, c: T| v + c);
                 }
                 if let Some(a) = act {
-                    apply_in_place(a, &mut out);
+                    apply_in_place(a, out);
                 }
             }
         }
     }
-    out
 }
 
 /// `g[i] * act'(x_i)` from the outputs `y[i] = act(x_i)`.
@@ -219,6 +264,51 @@ impl LinalgOps for CpuStorage {
             let (ys, bs) = pair::<T>("bias_act", self, bias)?;
             T::into_buffer(bias_act_typed(ys, bs, units, act))
         }))
+    }
+
+    fn matmul_into(&self, rhs: &Self, mm: &MatMul, out: &mut Self) -> Result<()> {
+        float_dispatch!(self.dtype(), "dot", T => {
+            let (a, b) = pair::<T>("dot", self, rhs)?;
+            matmul_into_typed(a, b, mm, out_slice::<T>("dot", out, mm.m * mm.n)?)
+        });
+        Ok(())
+    }
+
+    fn bias_act_in_place(
+        &mut self,
+        bias: &Self,
+        units: usize,
+        act: Option<FusedAct>,
+    ) -> Result<()> {
+        if self.dtype() != bias.dtype() {
+            return Err(Error::dtype_mismatch(
+                "bias_act",
+                self.dtype(),
+                bias.dtype(),
+            ));
+        }
+        let len = self.len();
+        float_dispatch!(bias.dtype(), "bias_act", T => {
+            let bs = T::slice(bias).unwrap();
+            bias_act_in_place_typed(out_slice::<T>("bias_act", self, len)?, bs, units, act)
+        });
+        Ok(())
+    }
+
+    fn bias_act_into(
+        &self,
+        bias: &Self,
+        units: usize,
+        act: Option<FusedAct>,
+        out: &mut Self,
+    ) -> Result<()> {
+        float_dispatch!(self.dtype(), "bias_act", T => {
+            let (ys, bs) = pair::<T>("bias_act", self, bias)?;
+            let o = out_slice::<T>("bias_act", out, ys.len())?;
+            o.copy_from_slice(ys);
+            bias_act_in_place_typed(o, bs, units, act)
+        });
+        Ok(())
     }
 
     fn bias_act_grad(&self, out: &Self, units: usize, act: FusedAct) -> Result<(Self, Self)> {

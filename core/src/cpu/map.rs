@@ -2,7 +2,7 @@
 //! outside the loop, so every arm is its own monomorphized (vectorizable) slice loop.
 
 use super::broadcast::broadcast_apply;
-use super::elementwise::{map_slice, zip_slices};
+use super::elementwise::{map_in_place, map_slice, map_slice_to, zip_slices};
 use super::{CpuStorage, HostElement};
 use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
@@ -40,16 +40,75 @@ pub fn sigmoid<T: Float>(x: T) -> T {
     }
 }
 
+/// Where a map's results go: a new vector, another buffer, or the input itself. The one match
+/// over [`Map`] ([`map_with`]) serves all three, so a planned graph's output written into its
+/// buffer or in place holds the same bits as the operator's new array.
+trait MapSink<T> {
+    /// What the map returns.
+    type Out;
+    /// Apply `f` to every element.
+    fn run(self, f: impl Fn(T) -> T + Sync + Send) -> Self::Out;
+}
+
+/// The results as a new vector.
+struct ToVec<'a, T>(&'a [T]);
+/// The results written into a buffer of the input's length.
+struct ToSlice<'a, T>(&'a [T], &'a mut [T]);
+/// The results written over the input.
+struct InPlace<'a, T>(&'a mut [T]);
+
+impl<T: Copy + Send + Sync> MapSink<T> for ToVec<'_, T> {
+    type Out = Vec<T>;
+    fn run(self, f: impl Fn(T) -> T + Sync + Send) -> Vec<T> {
+        map_slice(self.0, f)
+    }
+}
+impl<T: Copy + Send + Sync> MapSink<T> for ToSlice<'_, T> {
+    type Out = ();
+    fn run(self, f: impl Fn(T) -> T + Sync + Send) {
+        map_slice_to(self.0, self.1, f)
+    }
+}
+impl<T: Copy + Send + Sync> MapSink<T> for InPlace<'_, T> {
+    type Out = ();
+    fn run(self, f: impl Fn(T) -> T + Sync + Send) {
+        map_in_place(self.0, f)
+    }
+}
+
+/// Elements per block of a fused chain of maps: the block stays in L1 (16 KB of f32) while
+/// every map of the chain passes over it, so the chain reads and writes memory once.
+const CHAIN_BLOCK: usize = 4096;
+
+/// Run `f(start, block)` over `dst` in blocks of [`CHAIN_BLOCK`] elements, in parallel when
+/// `dst` is large enough for the standalone maps to run in parallel.
+fn chain_blocks<T: Send>(dst: &mut [T], f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    use rayon::prelude::*;
+    if dst.len() >= super::elementwise::PAR_THRESHOLD {
+        dst.par_chunks_mut(CHAIN_BLOCK)
+            .enumerate()
+            .for_each(|(i, b)| f(i * CHAIN_BLOCK, b));
+    } else {
+        for (i, b) in dst.chunks_mut(CHAIN_BLOCK).enumerate() {
+            f(i * CHAIN_BLOCK, b);
+        }
+    }
+}
+
 fn map_typed<T: Float>(s: &[T], op: Map) -> Vec<T> {
+    map_with(ToVec(s), op)
+}
+
+fn map_with<T: Float, K: MapSink<T>>(k: K, op: Map) -> K::Out {
     let (zero, one) = (T::zero(), T::one());
     match op {
-        Map::Neg => map_slice(s, |x: T| -x),
-        Map::Exp => map_slice(s, |x: T| x.exp()),
-        Map::Log => map_slice(s, |x: T| x.ln()),
-        Map::Sqrt => map_slice(s, |x: T| x.sqrt()),
-        Map::Square => map_slice(s, |x: T| x * x),
-        Map::Abs => map_slice(s, |x: T| x.abs()),
-        Map::Sign => map_slice(s, |x: T| {
+        Map::Neg => k.run(|x: T| -x),
+        Map::Exp => k.run(|x: T| x.exp()),
+        Map::Log => k.run(|x: T| x.ln()),
+        Map::Sqrt => k.run(|x: T| x.sqrt()),
+        Map::Square => k.run(|x: T| x * x),
+        Map::Abs => k.run(|x: T| x.abs()),
+        Map::Sign => k.run(|x: T| {
             if x > zero {
                 one
             } else if x < zero {
@@ -58,75 +117,75 @@ fn map_typed<T: Float>(s: &[T], op: Map) -> Vec<T> {
                 zero
             }
         }),
-        Map::Sigmoid => map_slice(s, sigmoid::<T>),
-        Map::Relu => map_slice(s, |x: T| if x > zero { x } else { zero }),
-        Map::Tanh => map_slice(s, |x: T| x.tanh()),
-        Map::Softrelu => map_slice(s, softplus::<T>),
+        Map::Sigmoid => k.run(sigmoid::<T>),
+        Map::Relu => k.run(|x: T| if x > zero { x } else { zero }),
+        Map::Tanh => k.run(|x: T| x.tanh()),
+        Map::Softrelu => k.run(softplus::<T>),
         Map::LeakyRelu(a) => {
             let a = c::<T>(a);
-            map_slice(s, |x: T| if x > zero { x } else { a * x })
+            k.run(|x: T| if x > zero { x } else { a * x })
         }
         Map::LeakyReluSlope(a) => {
             let a = c::<T>(a);
-            map_slice(s, |x: T| if x > zero { one } else { a })
+            k.run(|x: T| if x > zero { one } else { a })
         }
         Map::AddScalar(v) => {
             let v = c::<T>(v);
-            map_slice(s, |x: T| x + v)
+            k.run(|x: T| x + v)
         }
         Map::RsubScalar(v) => {
             let v = c::<T>(v);
-            map_slice(s, |x: T| v - x)
+            k.run(|x: T| v - x)
         }
         Map::MulScalar(v) => {
             let v = c::<T>(v);
-            map_slice(s, |x: T| x * v)
+            k.run(|x: T| x * v)
         }
         Map::DivScalar(v) => {
             let v = c::<T>(v);
-            map_slice(s, |x: T| x / v)
+            k.run(|x: T| x / v)
         }
         Map::RdivScalar(v) => {
             let v = c::<T>(v);
-            map_slice(s, |x: T| v / x)
+            k.run(|x: T| v / x)
         }
         Map::PowScalar(p) => {
             let p = c::<T>(p);
-            map_slice(s, |x: T| x.powf(p))
+            k.run(|x: T| x.powf(p))
         }
         Map::MaximumScalar(v) => {
             let v = c::<T>(v);
-            map_slice(s, |x: T| if x >= v { x } else { v })
+            k.run(|x: T| if x >= v { x } else { v })
         }
         Map::MinimumScalar(v) => {
             let v = c::<T>(v);
-            map_slice(s, |x: T| if x <= v { x } else { v })
+            k.run(|x: T| if x <= v { x } else { v })
         }
         Map::Clip(lo, hi) => {
             let (lo, hi) = (c::<T>(lo), c::<T>(hi));
-            map_slice(s, |x: T| x.max(lo).min(hi))
+            k.run(|x: T| x.max(lo).min(hi))
         }
         Map::InsideMask(lo, hi) => {
             let (lo, hi) = (c::<T>(lo), c::<T>(hi));
-            map_slice(s, |x: T| if x >= lo && x <= hi { one } else { zero })
+            k.run(|x: T| if x >= lo && x <= hi { one } else { zero })
         }
-        Map::Sin => map_slice(s, |x: T| x.sin()),
-        Map::Cos => map_slice(s, |x: T| x.cos()),
-        Map::Tan => map_slice(s, |x: T| x.tan()),
-        Map::Arcsin => map_slice(s, |x: T| x.asin()),
-        Map::Arctan => map_slice(s, |x: T| x.atan()),
-        Map::Sinh => map_slice(s, |x: T| x.sinh()),
-        Map::Cosh => map_slice(s, |x: T| x.cosh()),
-        Map::Arcsinh => map_slice(s, |x: T| x.asinh()),
-        Map::Arctanh => map_slice(s, |x: T| x.atanh()),
-        Map::Expm1 => map_slice(s, |x: T| x.exp_m1()),
-        Map::Log1p => map_slice(s, |x: T| x.ln_1p()),
-        Map::Cbrt => map_slice(s, |x: T| x.cbrt()),
-        Map::Round => map_slice(s, |x: T| x.round()),
-        Map::Rint => map_slice(s, |x: T| rint(x)),
-        Map::Ceil => map_slice(s, |x: T| x.ceil()),
-        Map::Floor => map_slice(s, |x: T| x.floor()),
-        Map::Trunc => map_slice(s, |x: T| x.trunc()),
+        Map::Sin => k.run(|x: T| x.sin()),
+        Map::Cos => k.run(|x: T| x.cos()),
+        Map::Tan => k.run(|x: T| x.tan()),
+        Map::Arcsin => k.run(|x: T| x.asin()),
+        Map::Arctan => k.run(|x: T| x.atan()),
+        Map::Sinh => k.run(|x: T| x.sinh()),
+        Map::Cosh => k.run(|x: T| x.cosh()),
+        Map::Arcsinh => k.run(|x: T| x.asinh()),
+        Map::Arctanh => k.run(|x: T| x.atanh()),
+        Map::Expm1 => k.run(|x: T| x.exp_m1()),
+        Map::Log1p => k.run(|x: T| x.ln_1p()),
+        Map::Cbrt => k.run(|x: T| x.cbrt()),
+        Map::Round => k.run(|x: T| x.round()),
+        Map::Rint => k.run(|x: T| rint(x)),
+        Map::Ceil => k.run(|x: T| x.ceil()),
+        Map::Floor => k.run(|x: T| x.floor()),
+        Map::Trunc => k.run(|x: T| x.trunc()),
     }
 }
 
@@ -211,6 +270,73 @@ impl ElementwiseOps for CpuStorage {
         Ok(float_dispatch!(self.dtype(), op.name(), T => {
             T::into_buffer(map_typed(T::slice(self).unwrap(), op))
         }))
+    }
+
+    fn map_into(&self, op: Map, out: &mut Self) -> Result<()> {
+        if self.dtype() != out.dtype() {
+            return Err(Error::dtype_mismatch(op.name(), self.dtype(), out.dtype()));
+        }
+        float_dispatch!(self.dtype(), op.name(), T => {
+            let src = T::slice(self).unwrap();
+            let dst = out.writable::<T>(op.name())?.unwrap();
+            if dst.len() != src.len() {
+                return Err(Error::shape(
+                    op.name(),
+                    format!("output buffer holds {} elements, the input {}", dst.len(), src.len()),
+                ));
+            }
+            map_with(ToSlice(src, dst), op)
+        });
+        Ok(())
+    }
+
+    fn map_in_place(&mut self, op: Map) -> Result<()> {
+        float_dispatch!(self.dtype(), op.name(), T => {
+            map_with(InPlace(self.writable::<T>(op.name())?.unwrap()), op)
+        });
+        Ok(())
+    }
+
+    fn map_chain_into(&self, ops: &[Map], out: &mut Self) -> Result<()> {
+        let Some((&head, rest)) = ops.split_first() else {
+            return Err(Error::arg("map chain", "a chain needs at least one map"));
+        };
+        if self.dtype() != out.dtype() {
+            return Err(Error::dtype_mismatch(
+                head.name(),
+                self.dtype(),
+                out.dtype(),
+            ));
+        }
+        float_dispatch!(self.dtype(), head.name(), T => {
+            let src = T::slice(self).unwrap();
+            let dst = out.writable::<T>(head.name())?.unwrap();
+            if dst.len() != src.len() {
+                return Err(Error::shape(
+                    head.name(),
+                    format!("output buffer holds {} elements, the input {}", dst.len(), src.len()),
+                ));
+            }
+            chain_blocks(dst, |start, block| {
+                map_with(ToSlice(&src[start..start + block.len()], block), head);
+                for &op in rest {
+                    map_with(InPlace(block), op);
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn map_chain_in_place(&mut self, ops: &[Map]) -> Result<()> {
+        let name = ops.first().map_or("map chain", |m| m.name());
+        float_dispatch!(self.dtype(), name, T => {
+            chain_blocks(self.writable::<T>(name)?.unwrap(), |_, block| {
+                for &op in ops {
+                    map_with(InPlace(block), op);
+                }
+            })
+        });
+        Ok(())
     }
 
     fn map_grad(&self, saved: &Self, op: MapGrad) -> Result<Self> {

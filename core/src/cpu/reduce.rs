@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use super::elementwise::PAR_THRESHOLD;
 use super::{with_buffer, CpuStorage, HostElement};
 use crate::dtype::{Element, Float};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::float_dispatch;
 use crate::ops::axis::{reduced_shape, split3};
 use crate::storage::{ArgReduceOp, ReduceOp, ReduceOps, SoftmaxOp};
@@ -264,14 +264,22 @@ fn arg_kernel<T: Element>(
 }
 
 /// Softmax (or log-softmax) of every line along the middle axis of `[outer, n, inner]`.
-fn softmax_kernel<T: Float>(
+fn softmax_kernel<T: Float>(src: &[T], dims: (usize, usize, usize), log: bool) -> Vec<T> {
+    let mut out = vec![T::zero(); src.len()];
+    softmax_kernel_into(src, dims, log, &mut out);
+    out
+}
+
+/// The loops of [`softmax_kernel`] writing into `out` (of `src`'s length; every element is
+/// written), so a planned graph's buffer holds the operator's bits.
+fn softmax_kernel_into<T: Float>(
     src: &[T],
     (outer, n, inner): (usize, usize, usize),
     log: bool,
-) -> Vec<T> {
-    let mut out = vec![T::zero(); src.len()];
+    out: &mut [T],
+) {
     if src.is_empty() {
-        return out;
+        return;
     }
     let block = |(o, dst): (usize, &mut [T])| {
         let s = &src[o * n * inner..(o + 1) * n * inner];
@@ -303,7 +311,6 @@ fn softmax_kernel<T: Float>(
     } else {
         out.chunks_mut(n * inner).enumerate().for_each(block);
     }
-    out
 }
 
 /// The order sort, argsort and topk use: by value (NaN equal to everything), descending when
@@ -476,6 +483,29 @@ impl ReduceOps for CpuStorage {
         Ok(float_dispatch!(self.dtype(), op.name(), T => {
             T::into_buffer(softmax_kernel(T::slice(self).unwrap(), dims, op == SoftmaxOp::LogSoftmax))
         }))
+    }
+
+    fn softmax_into(
+        &self,
+        dims: (usize, usize, usize),
+        op: SoftmaxOp,
+        out: &mut Self,
+    ) -> Result<()> {
+        if self.dtype() != out.dtype() {
+            return Err(Error::dtype_mismatch(op.name(), self.dtype(), out.dtype()));
+        }
+        float_dispatch!(self.dtype(), op.name(), T => {
+            let src = T::slice(self).unwrap();
+            let dst = out.writable::<T>(op.name())?.unwrap();
+            if dst.len() != src.len() {
+                return Err(Error::shape(
+                    op.name(),
+                    format!("output buffer holds {} elements, the input {}", dst.len(), src.len()),
+                ));
+            }
+            softmax_kernel_into(src, dims, op == SoftmaxOp::LogSoftmax, dst)
+        });
+        Ok(())
     }
 
     fn argsort(&self, dims: (usize, usize, usize), k: usize, ascending: bool) -> Result<Self> {

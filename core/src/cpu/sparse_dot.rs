@@ -80,6 +80,33 @@ fn small_f32<T: Float>(
     Some(out)
 }
 
+/// `out += x . w^T` for a csr `x` (its row pointers, column ids and values) and a dense `w`
+/// of `(units, feats)`, into the zeroed `rows x units` `out`: parallel over rows when large.
+fn csr_dense_t_rows<T: Float + std::ops::AddAssign>(
+    out: &mut [T],
+    wv: &[T],
+    feats: usize,
+    units: usize,
+    ptr: &[i64],
+    idx: &[i64],
+    vals: &[T],
+) {
+    let nnz = vals.len();
+    let work = |(r, dst): (usize, &mut [T])| {
+        for p in ptr[r] as usize..ptr[r + 1] as usize {
+            let (col, v) = (idx[p] as usize, vals[p]);
+            for (u, o) in dst.iter_mut().enumerate() {
+                *o += v * wv[u * feats + col];
+            }
+        }
+    };
+    if units > 0 && nnz * units >= 1 << 15 {
+        out.par_chunks_mut(units).enumerate().for_each(work);
+    } else if units > 0 {
+        out.chunks_mut(units).enumerate().for_each(work);
+    }
+}
+
 /// csr . dense: parallel over output rows; each row is the sum of the rows of `w` picked by
 /// its non-zeros, written once.
 fn csr_dense_typed<T: Float>(
@@ -384,21 +411,33 @@ impl SparseDotOps for CpuStorage {
             let vals = typed::<T>(OP, w, self)?;
             let vals = &vals[x.offset..x.offset + nnz];
             let mut out = vec![0.0 as T; rows * units];
-            let work = |(r, dst): (usize, &mut [T])| {
-                for p in ptr[r] as usize..ptr[r + 1] as usize {
-                    let (col, v) = (idx[p] as usize, vals[p]);
-                    for (u, o) in dst.iter_mut().enumerate() {
-                        *o += v * wv[u * feats + col];
-                    }
-                }
-            };
-            if units > 0 && nnz * units >= 1 << 15 {
-                out.par_chunks_mut(units).enumerate().for_each(work);
-            } else if units > 0 {
-                out.chunks_mut(units).enumerate().for_each(work);
-            }
+            csr_dense_t_rows(&mut out, wv, feats, units, ptr, idx, vals);
             T::into_buffer(out)
         }))
+    }
+
+    fn csr_dense_t_into(&self, x: Csr<'_>, w: &Self, units: usize, out: &mut Self) -> Result<()> {
+        const OP: &str = "dot_csr_dense_t";
+        let (nnz, ptr, idx) = parts(&x);
+        let [rows, feats] = x.shape;
+        let have = out.dtype();
+        float_dispatch!(w.dtype(), OP, T => {
+            let wv = T::slice(w).unwrap();
+            let vals = typed::<T>(OP, w, self)?;
+            let vals = &vals[x.offset..x.offset + nnz];
+            let o = out
+                .writable::<T>(OP)?
+                .ok_or_else(|| Error::dtype_mismatch(OP, w.dtype(), have))?;
+            if o.len() != rows * units {
+                return Err(Error::shape(
+                    OP,
+                    format!("output buffer holds {} elements, the result {}", o.len(), rows * units),
+                ));
+            }
+            o.fill(0.0 as T);
+            csr_dense_t_rows(o, wv, feats, units, ptr, idx, vals)
+        });
+        Ok(())
     }
 
     fn csr_dense_t_grad(&self, x: Csr<'_>, g: &Self, units: usize) -> Result<Self> {

@@ -306,6 +306,22 @@ impl ElementwiseOps for CudaStorage {
         float_only!(self, op.name(), T => map_t::<T>(self, op))
     }
 
+    fn map_into(&self, op: Map, _out: &mut Self) -> Result<()> {
+        Err(super::launch::not_ported(op.name(), self.ordinal()))
+    }
+
+    fn map_in_place(&mut self, op: Map) -> Result<()> {
+        Err(super::launch::not_ported(op.name(), self.ordinal()))
+    }
+
+    fn map_chain_into(&self, _ops: &[Map], _out: &mut Self) -> Result<()> {
+        Err(super::launch::not_ported("map chain", self.ordinal()))
+    }
+
+    fn map_chain_in_place(&mut self, _ops: &[Map]) -> Result<()> {
+        Err(super::launch::not_ported("map chain", self.ordinal()))
+    }
+
     fn map_grad(&self, saved: &Self, op: MapGrad) -> Result<Self> {
         same_dtype(op.name(), self, saved)?;
         float_only!(self, op.name(), T => map_grad_t::<T>(self, saved, op))

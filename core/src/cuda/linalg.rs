@@ -285,6 +285,35 @@ fn sigmoid_bce_grad_t<T: CudaElement>(
 }
 
 impl LinalgOps for CudaStorage {
+    fn matmul_into(&self, _rhs: &Self, _mm: &MatMul, _out: &mut Self) -> Result<()> {
+        Err(super::launch::not_ported(
+            "dot into a planned buffer",
+            self.ordinal(),
+        ))
+    }
+    fn bias_act_in_place(
+        &mut self,
+        _bias: &Self,
+        _units: usize,
+        _act: Option<FusedAct>,
+    ) -> Result<()> {
+        Err(super::launch::not_ported(
+            "bias_act in place",
+            self.ordinal(),
+        ))
+    }
+    fn bias_act_into(
+        &self,
+        _bias: &Self,
+        _units: usize,
+        _act: Option<FusedAct>,
+        _out: &mut Self,
+    ) -> Result<()> {
+        Err(super::launch::not_ported(
+            "bias_act into a planned buffer",
+            self.ordinal(),
+        ))
+    }
     fn matmul(&self, rhs: &Self, mm: &MatMul) -> Result<Self> {
         self.batched_matmul(rhs, mm, &[(0, 0)])
     }

@@ -207,6 +207,15 @@ impl ReduceOps for CudaStorage {
         float_only!(self, op.name(), T => softmax_t::<T>(self, dims, op))
     }
 
+    fn softmax_into(
+        &self,
+        _dims: (usize, usize, usize),
+        op: SoftmaxOp,
+        _out: &mut Self,
+    ) -> Result<()> {
+        Err(super::launch::not_ported(op.name(), self.ordinal()))
+    }
+
     fn argsort(&self, _dims: (usize, usize, usize), _k: usize, _ascending: bool) -> Result<Self> {
         Err(not_ported("argsort", self.ordinal()))
     }

@@ -299,6 +299,18 @@ impl SparseDotOps for CudaStorage {
         same_dtype("dot_csr_dense_t", self, w)?;
         float_only!(self, "dot_csr_dense_t", T => csr_w_t::<T>(self, x, w, units, false))
     }
+    fn csr_dense_t_into(
+        &self,
+        _x: Csr<'_>,
+        _w: &Self,
+        _units: usize,
+        _out: &mut Self,
+    ) -> Result<()> {
+        Err(not_ported(
+            "dot_csr_dense_t into a planned buffer",
+            self.ordinal(),
+        ))
+    }
     fn csr_dense_t_grad(&self, x: Csr<'_>, g: &Self, units: usize) -> Result<Self> {
         same_dtype("dot_csr_dense_t backward", self, g)?;
         float_only!(self, "dot_csr_dense_t backward", T => csr_w_t::<T>(self, x, g, units, true))

@@ -1,11 +1,14 @@
 //! One graph per input signature, as Gluon's CachedOp keeps them: the first call with a
 //! signature traces the forward (which also computes the result eagerly), later calls run
 //! the graph; a forward that cannot be traced runs eagerly for that signature, with a message
-//! printed once saying which block and why.
+//! printed once saying which block and why. Inference runs go through the graph's
+//! [`Executor`] (its memory plan, buffers reused across calls); runs under `autograd::record`
+//! replay the operators so that they record the tape.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::exec::Executor;
 use super::ir::Graph;
 use super::trace::{is_tracing, trace};
 use crate::{autograd, DType, NDArray, Result, SType};
@@ -33,9 +36,72 @@ impl Signature {
     }
 }
 
+/// A traced graph and its executor (made at the first run outside `autograd::record`).
+struct Compiled {
+    graph: Arc<Graph>,
+    exec: Mutex<Option<Executor>>,
+}
+
+impl Compiled {
+    fn new(graph: Arc<Graph>) -> Arc<Compiled> {
+        Arc::new(Compiled {
+            graph,
+            exec: Mutex::new(None),
+        })
+    }
+
+    /// Run the graph: out of its memory plan when nothing records (inference), else through
+    /// the operators (`Graph::run`: under `record` they build the tape for backward). A run
+    /// while another thread holds the executor, or on arrays off the host, replays too.
+    fn run(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
+        match self.executor(inputs, params) {
+            Some(mut e) => e
+                .get_or_insert_with(|| Executor::new(self.graph.clone()))
+                .run(inputs, params),
+            None => self.graph.run(inputs, params),
+        }
+    }
+
+    /// [`Compiled::run`]'s first output.
+    fn run_first(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<NDArray> {
+        match self.executor(inputs, params) {
+            Some(mut e) => e
+                .get_or_insert_with(|| Executor::new(self.graph.clone()))
+                .run_first(inputs, params),
+            None => first(self.graph.run(inputs, params)?),
+        }
+    }
+
+    /// The executor, when this run may use it.
+    fn executor(
+        &self,
+        inputs: &[NDArray],
+        params: &[NDArray],
+    ) -> Option<std::sync::MutexGuard<'_, Option<Executor>>> {
+        if autograd::is_recording() {
+            return None;
+        }
+        let on_host = inputs
+            .iter()
+            .chain(params)
+            .all(|a| a.device() == crate::Device::Cpu);
+        if !on_host {
+            return None;
+        }
+        self.exec.try_lock().ok()
+    }
+}
+
+/// The first of a graph's outputs (a graph has at least one).
+fn first(outs: Vec<NDArray>) -> Result<NDArray> {
+    outs.into_iter()
+        .next()
+        .ok_or_else(|| crate::Error::arg("graph", "the graph returned no output"))
+}
+
 #[derive(Clone)]
 enum Entry {
-    Graph(Arc<Graph>),
+    Graph(Arc<Compiled>),
     Eager(String),
 }
 
@@ -48,13 +114,14 @@ pub struct CachedGraph {
     /// The graph of the latest call and its training flag: a call with the same signature
     /// (the common case: every step of a training loop) is recognized by comparing its inputs
     /// with the graph's, without building and hashing a [`Signature`].
-    hit: Mutex<Option<(bool, Arc<Graph>)>>,
+    hit: Mutex<Option<(bool, Arc<Compiled>)>>,
 }
 
 /// The parameters a forward may read, by hierarchical name, as they are now.
 pub type ParamsFn<'a> = &'a dyn Fn() -> Result<Vec<(String, NDArray)>>;
 /// The parameters a graph reads, in its order ([`Graph::params`]), as they are now.
-pub type GraphParamsFn<'a> = &'a dyn Fn(&Arc<Graph>) -> Result<Vec<NDArray>>;
+/// (Shared, so that a caller can keep the list across calls: a step then allocates none.)
+pub type GraphParamsFn<'a> = &'a dyn Fn(&Arc<Graph>) -> Result<Arc<[NDArray]>>;
 /// The eager forward.
 pub type ForwardFn<'a> = &'a dyn Fn(&[NDArray]) -> Result<Vec<NDArray>>;
 
@@ -91,17 +158,17 @@ impl CachedGraph {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .filter(|(t, g)| *t == training && g.accepts(inputs))
-            .map(|(_, g)| g.clone());
-        if let Some(g) = hit {
-            return g.run(inputs, &graph_params(&g)?);
+            .filter(|(t, c)| *t == training && c.graph.accepts(inputs))
+            .map(|(_, c)| c.clone());
+        if let Some(c) = hit {
+            return c.run(inputs, &graph_params(&c.graph)?);
         }
         let sig = Signature::of(inputs);
         let entry = self.lock_entries().get(&sig).cloned();
         match entry {
-            Some(Entry::Graph(g)) => {
-                *self.hit.lock().unwrap_or_else(|e| e.into_inner()) = Some((training, g.clone()));
-                g.run(inputs, &graph_params(&g)?)
+            Some(Entry::Graph(c)) => {
+                *self.hit.lock().unwrap_or_else(|e| e.into_inner()) = Some((training, c.clone()));
+                c.run(inputs, &graph_params(&c.graph)?)
             }
             Some(Entry::Eager(_)) => forward(inputs),
             None => {
@@ -112,7 +179,7 @@ impl CachedGraph {
                     Ok(g) => {
                         let g = Arc::new(g);
                         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
-                        Entry::Graph(g)
+                        Entry::Graph(Compiled::new(g))
                     }
                     Err(why) => {
                         let msg = format!(
@@ -129,6 +196,31 @@ impl CachedGraph {
         }
     }
 
+    /// [`CachedGraph::call`] for a block with one output, returning it: a call that runs an
+    /// already traced graph makes no list of outputs.
+    pub fn call_first(
+        &self,
+        inputs: &[NDArray],
+        params: ParamsFn<'_>,
+        graph_params: GraphParamsFn<'_>,
+        forward: ForwardFn<'_>,
+    ) -> Result<NDArray> {
+        if !is_tracing() {
+            let training = autograd::is_training();
+            let hit = self
+                .hit
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .filter(|(t, c)| *t == training && c.graph.accepts(inputs))
+                .map(|(_, c)| c.clone());
+            if let Some(c) = hit {
+                return c.run_first(inputs, &graph_params(&c.graph)?);
+            }
+        }
+        first(self.call(inputs, params, graph_params, forward)?)
+    }
+
     fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<Signature, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -141,7 +233,7 @@ impl CachedGraph {
     /// The graph cached for a signature, if it was traced.
     pub fn graph_for(&self, sig: &Signature) -> Option<Arc<Graph>> {
         match self.lock_entries().get(sig) {
-            Some(Entry::Graph(g)) => Some(g.clone()),
+            Some(Entry::Graph(c)) => Some(c.graph.clone()),
             _ => None,
         }
     }

@@ -438,6 +438,20 @@ impl Graph {
     /// released after its last reader. Under `autograd::record` the nodes record their
     /// backwards as the eager operators do.
     pub fn run(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
+        self.check_call(inputs, params)?;
+        let mut slots: Vec<Option<NDArray>> = vec![None; self.values.len()];
+        for (a, &v) in inputs.iter().zip(&self.inputs) {
+            slots[v] = Some(a.clone());
+        }
+        for (a, p) in params.iter().zip(&self.params) {
+            slots[p.value] = Some(a.clone());
+        }
+        self.run_nodes(slots)
+    }
+
+    /// The checks of a call: as many inputs and parameters as the graph takes, each with the
+    /// shape, dtype and storage type the graph was built for.
+    pub(crate) fn check_call(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<()> {
         if inputs.len() != self.inputs.len() || params.len() != self.params.len() {
             return Err(Error::arg(
                 OP,
@@ -450,7 +464,6 @@ impl Graph {
                 ),
             ));
         }
-        let mut slots: Vec<Option<NDArray>> = vec![None; self.values.len()];
         for ((a, &v), name) in inputs.iter().zip(&self.inputs).zip(&self.input_names) {
             let info = &self.values[v];
             if !info.matches(a) {
@@ -463,7 +476,6 @@ impl Graph {
                     ),
                 ));
             }
-            slots[v] = Some(a.clone());
         }
         for (a, p) in params.iter().zip(&self.params) {
             let info = &self.values[p.value];
@@ -478,8 +490,12 @@ impl Graph {
                     ),
                 ));
             }
-            slots[p.value] = Some(a.clone());
         }
+        Ok(())
+    }
+
+    /// Replay the nodes with `slots` holding the inputs and parameters.
+    fn run_nodes(&self, mut slots: Vec<Option<NDArray>>) -> Result<Vec<NDArray>> {
         let mut args: Vec<NDArray> = Vec::with_capacity(3);
         for (i, node) in self.nodes.iter().enumerate() {
             args.clear();

@@ -9,16 +9,22 @@
 //!   backward as eager code and gradients keep their storage types; each value is released
 //!   after its last reader.
 //! * [`MemoryPlan`] (`plan.rs`): liveness-based buffer sharing and in-place candidates.
+//! * [`Executor`] (`exec.rs`): runs a graph out of its plan (buffers allocated once, nodes
+//!   writing into them through their "write into" forms, `into.rs`), for inference.
 //! * [`CachedGraph`] (`cached.rs`): one graph per input signature, traced at the first call,
 //!   an eager fallback with a message where a forward cannot be traced.
 
 mod cached;
+mod exec;
+mod fuse;
+mod into;
 mod ir;
 mod op;
 mod plan;
 mod trace;
 
 pub use cached::{select_params, CachedGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature};
+pub use exec::Executor;
 pub use ir::{Graph, Node, ParamInfo, ValueInfo};
 pub use op::{
     dtype_from_name, dtype_name, stype_from_name, stype_name, AttrValue, CmpFn, Op, ScalarFn,
@@ -65,5 +71,7 @@ macro_rules! traced_plain {
 }
 pub(crate) use {traced, traced_opt, traced_plain};
 
+#[cfg(test)]
+mod exec_tests;
 #[cfg(test)]
 mod tests;

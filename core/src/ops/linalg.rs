@@ -12,6 +12,13 @@ pub(crate) fn dot_dense(a: &NDArray, b: &NDArray, ta: bool, tb: bool) -> Result<
 }
 
 fn dot_dense_data(da: &DenseData, db: &DenseData, ta: bool, tb: bool) -> Result<NDArray> {
+    let mm = dot_geometry(da, db, ta, tb)?;
+    NDArray::from_buffer(da.buf.matmul(&db.buf, &mm)?, &[mm.m, mm.n])
+}
+
+/// The product `op(a) . op(b)` of two dense 2-D operands of one dtype, checked: shared by
+/// the operator and a planned graph's node writing into its buffer.
+pub(crate) fn dot_geometry(da: &DenseData, db: &DenseData, ta: bool, tb: bool) -> Result<MatMul> {
     if da.shape.len() != 2 || db.shape.len() != 2 {
         return Err(Error::shape(
             "dot",
@@ -37,8 +44,7 @@ fn dot_dense_data(da: &DenseData, db: &DenseData, ta: bool, tb: bool) -> Result<
             ),
         ));
     }
-    let mm = MatMul { m, n, k, ta, tb };
-    NDArray::from_buffer(da.buf.matmul(&db.buf, &mm)?, &[m, n])
+    Ok(MatMul { m, n, k, ta, tb })
 }
 
 impl NDArray {

@@ -10,6 +10,7 @@ pub use crate::cpu::expf;
 pub mod fused;
 mod index;
 mod linalg;
+pub(crate) use linalg::dot_geometry;
 mod matmul;
 pub(crate) mod nd_index;
 mod pool;

@@ -9,6 +9,7 @@ pub(crate) use construct::{check_rsp, checked_csr};
 mod convert;
 mod dispatch;
 mod dot;
+pub(crate) use dot::csr_index;
 mod dot_t;
 mod embedding;
 mod groups;

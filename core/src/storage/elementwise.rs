@@ -189,6 +189,16 @@ pub(crate) enum CmpOp {
 pub(crate) trait ElementwiseOps: Sized {
     /// `op` applied to every element (float dtypes).
     fn map(&self, op: Map) -> Result<Self>;
+    /// [`ElementwiseOps::map`] written into `out`, a buffer of `self`'s length and dtype.
+    fn map_into(&self, op: Map, out: &mut Self) -> Result<()>;
+    /// [`ElementwiseOps::map`] over `self` in place.
+    fn map_in_place(&mut self, op: Map) -> Result<()>;
+    /// The maps `ops` one after the other (a fused chain: `ops[1](ops[0](x))`...), written
+    /// into `out` (`self`'s length and dtype) in one pass over memory. Each element goes
+    /// through the same functions as the maps one by one, so the bits are theirs.
+    fn map_chain_into(&self, ops: &[Map], out: &mut Self) -> Result<()>;
+    /// [`ElementwiseOps::map_chain_into`] over `self` in place.
+    fn map_chain_in_place(&mut self, ops: &[Map]) -> Result<()>;
     /// The fused backward `op` of head gradient `self` and saved array `saved` (same length
     /// and dtype, float).
     fn map_grad(&self, saved: &Self, op: MapGrad) -> Result<Self>;
@@ -218,6 +228,22 @@ impl Storage {
     /// See [`ElementwiseOps::map`].
     pub(crate) fn map(&self, op: Map) -> Result<Storage> {
         super::on_backend!(self, b => Ok(Storage::from(b.map(op)?)))
+    }
+    /// See [`ElementwiseOps::map_into`].
+    pub(crate) fn map_into(&self, op: Map, out: &mut Storage) -> Result<()> {
+        super::on_backends!(op.name(), (self, out), (a, o) => a.map_into(op, o))
+    }
+    /// See [`ElementwiseOps::map_in_place`].
+    pub(crate) fn map_in_place(&mut self, op: Map) -> Result<()> {
+        super::on_backend!(self, b => b.map_in_place(op))
+    }
+    /// See [`ElementwiseOps::map_chain_into`].
+    pub(crate) fn map_chain_into(&self, ops: &[Map], out: &mut Storage) -> Result<()> {
+        super::on_backends!("map chain", (self, out), (a, o) => a.map_chain_into(ops, o))
+    }
+    /// See [`ElementwiseOps::map_chain_in_place`].
+    pub(crate) fn map_chain_in_place(&mut self, ops: &[Map]) -> Result<()> {
+        super::on_backend!(self, b => b.map_chain_in_place(ops))
     }
     /// See [`ElementwiseOps::map_grad`].
     pub(crate) fn map_grad(&self, saved: &Storage, op: MapGrad) -> Result<Storage> {

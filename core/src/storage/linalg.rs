@@ -54,6 +54,9 @@ pub(crate) trait LinalgOps: Sized {
     /// The product `self . rhs` laid out as `mm` describes (a `mm.m * mm.n` buffer). The
     /// 2-D `dot`: small products may take a kernel other than the batched one's.
     fn matmul(&self, rhs: &Self, mm: &MatMul) -> Result<Self>;
+    /// [`LinalgOps::matmul`] written into `out`, a buffer of `mm.m * mm.n` elements of the
+    /// operands' dtype (every element overwritten; the same kernels, so the same values).
+    fn matmul_into(&self, rhs: &Self, mm: &MatMul, out: &mut Self) -> Result<()>;
     /// `offsets.len()` products `mm`, one per batch entry, into consecutive `m * n` blocks:
     /// entry `i` reads its `a` matrix from element `offsets[i].0` of `self` and its `b`
     /// matrix from element `offsets[i].1` of `rhs` (broadcast batch dims repeat an offset).
@@ -61,6 +64,18 @@ pub(crate) trait LinalgOps: Sized {
     /// `act(y[r, j] + bias[j])` for `self` = `y`, a row-major `(len / units, units)` matrix,
     /// and a `(units,)` bias (`act = None`: the bias alone).
     fn bias_act(&self, bias: &Self, units: usize, act: Option<FusedAct>) -> Result<Self>;
+    /// [`LinalgOps::bias_act`] computed in place: `self` (the product `y`) becomes
+    /// `act(y + bias)`.
+    fn bias_act_in_place(&mut self, bias: &Self, units: usize, act: Option<FusedAct>)
+        -> Result<()>;
+    /// [`LinalgOps::bias_act`] written into `out`, a buffer of `self`'s length and dtype.
+    fn bias_act_into(
+        &self,
+        bias: &Self,
+        units: usize,
+        act: Option<FusedAct>,
+        out: &mut Self,
+    ) -> Result<()>;
     /// The backward of [`LinalgOps::bias_act`] for a head gradient `self` of the output's
     /// length: `gp = g * act'(out)` (from the saved output `out`) and the bias gradient, the
     /// `(units,)` column sums of `gp`, from one read of `g`.
@@ -92,6 +107,33 @@ impl Storage {
     #[inline]
     pub(crate) fn matmul(&self, rhs: &Storage, mm: &MatMul) -> Result<Storage> {
         super::on_backends!("dot", (self, rhs), (a, b) => Ok(Storage::from(a.matmul(b, mm)?)))
+    }
+    /// See [`LinalgOps::matmul_into`].
+    #[inline]
+    pub(crate) fn matmul_into(&self, rhs: &Storage, mm: &MatMul, out: &mut Storage) -> Result<()> {
+        super::on_backends_into!("dot", (self, rhs, out), (a, b, o) => a.matmul_into(b, mm, o))
+    }
+    /// See [`LinalgOps::bias_act_in_place`].
+    #[inline]
+    pub(crate) fn bias_act_in_place(
+        &mut self,
+        bias: &Storage,
+        units: usize,
+        act: Option<FusedAct>,
+    ) -> Result<()> {
+        super::on_backends!("bias_act", (self, bias), (y, b) => y.bias_act_in_place(b, units, act))
+    }
+    /// See [`LinalgOps::bias_act_into`].
+    #[inline]
+    pub(crate) fn bias_act_into(
+        &self,
+        bias: &Storage,
+        units: usize,
+        act: Option<FusedAct>,
+        out: &mut Storage,
+    ) -> Result<()> {
+        super::on_backends_into!("bias_act", (self, bias, out), (y, b, o) =>
+            y.bias_act_into(b, units, act, o))
     }
     /// See [`LinalgOps::batched_matmul`].
     #[inline]

@@ -184,6 +184,33 @@ macro_rules! on_backends {
 }
 pub(crate) use on_backends;
 
+/// [`on_backends!`] for a kernel that writes into a third storage `$c` (the `_into` forms a
+/// planned graph runs): all three must share a backend (and a device).
+macro_rules! on_backends_into {
+    ($op:expr, ($a:expr, $b:expr, $c:expr), ($x:ident, $y:ident, $z:ident) => $body:expr) => {
+        match ($a, $b, $c) {
+            (
+                $crate::storage::Storage::Cpu($x),
+                $crate::storage::Storage::Cpu($y),
+                $crate::storage::Storage::Cpu($z),
+            ) => $body,
+            #[cfg(feature = "cuda")]
+            (
+                $crate::storage::Storage::Cuda($x),
+                $crate::storage::Storage::Cuda($y),
+                $crate::storage::Storage::Cuda($z),
+            ) if $x.ordinal() == $y.ordinal() && $y.ordinal() == $z.ordinal() => $body,
+            #[allow(unreachable_patterns)]
+            (a, b, c) => Err(if a.device() != b.device() {
+                $crate::Error::device_mismatch($op, a.device(), b.device())
+            } else {
+                $crate::Error::device_mismatch($op, a.device(), c.device())
+            }),
+        }
+    };
+}
+pub(crate) use on_backends_into;
+
 impl Storage {
     /// A storage of `v` in host memory.
     pub(crate) fn from_vec<T: Element>(v: Vec<T>) -> Storage {

@@ -79,6 +79,13 @@ pub(crate) trait ReduceOps: Sized {
     fn arg_reduce(&self, dims: (usize, usize, usize), op: ArgReduceOp) -> Result<Self>;
     /// `op` of every line along the middle axis of `dims` (float).
     fn softmax(&self, dims: (usize, usize, usize), op: SoftmaxOp) -> Result<Self>;
+    /// [`ReduceOps::softmax`] written into `out`, a buffer of `self`'s length and dtype.
+    fn softmax_into(
+        &self,
+        dims: (usize, usize, usize),
+        op: SoftmaxOp,
+        out: &mut Self,
+    ) -> Result<()>;
     /// For every line along the middle axis of `dims`, the i64 positions of its `k <= n` first
     /// elements in stable sorted order, laid out as `[outer, k, inner]` (any dtype).
     fn argsort(&self, dims: (usize, usize, usize), k: usize, ascending: bool) -> Result<Self>;
@@ -100,6 +107,15 @@ impl Storage {
     /// See [`ReduceOps::softmax`].
     pub(crate) fn softmax(&self, dims: (usize, usize, usize), op: SoftmaxOp) -> Result<Storage> {
         super::on_backend!(self, b => Ok(Storage::from(b.softmax(dims, op)?)))
+    }
+    /// See [`ReduceOps::softmax_into`].
+    pub(crate) fn softmax_into(
+        &self,
+        dims: (usize, usize, usize),
+        op: SoftmaxOp,
+        out: &mut Storage,
+    ) -> Result<()> {
+        super::on_backends!(op.name(), (self, out), (a, o) => a.softmax_into(dims, op, o))
     }
     /// Every line along the middle axis of `dims` sorted (stable), values only. The CPU
     /// sorts the values themselves; another backend sorts positions and gathers.

@@ -84,6 +84,15 @@ pub(crate) trait SparseDotOps: super::BackendIndex + Sized {
     /// `x (rows x feats) . w^T` for a csr `x` and a dense `w` of `(units, feats)`, as a dense
     /// `rows x units`.
     fn csr_dense_t(&self, x: CsrView<'_, Self::Index>, w: &Self, units: usize) -> Result<Self>;
+    /// [`SparseDotOps::csr_dense_t`] written into `out`, a dense buffer of `rows * units`
+    /// elements of `w`'s dtype.
+    fn csr_dense_t_into(
+        &self,
+        x: CsrView<'_, Self::Index>,
+        w: &Self,
+        units: usize,
+        out: &mut Self,
+    ) -> Result<()>;
     /// `g^T . x` for a dense `g` of `(rows, units)` and a csr `x` of `(rows, feats)`: the
     /// dense `(units, feats)` weight gradient of [`SparseDotOps::csr_dense_t`].
     fn csr_dense_t_grad(&self, x: CsrView<'_, Self::Index>, g: &Self, units: usize)
@@ -224,6 +233,55 @@ impl Storage {
     ) -> Result<Storage> {
         on_csr!("dot_csr_dense_t", x, (self => v, w => w), x =>
             Ok(Storage::from(v.csr_dense_t(x, w, units)?)))
+    }
+    /// See [`SparseDotOps::csr_dense_t_into`]; `self` is the csr's values.
+    pub(crate) fn csr_dense_t_into(
+        &self,
+        x: &CsrIndex<'_>,
+        w: &Storage,
+        units: usize,
+        out: &mut Storage,
+    ) -> Result<()> {
+        const OP: &str = "dot_csr_dense_t";
+        match (x.indptr, x.indices, self, w, out) {
+            (
+                IndexStorage::Cpu(p),
+                IndexStorage::Cpu(i),
+                Storage::Cpu(v),
+                Storage::Cpu(w),
+                Storage::Cpu(o),
+            ) => {
+                let view = CsrView {
+                    shape: x.shape,
+                    indptr: p,
+                    indices: i,
+                    offset: x.offset,
+                };
+                v.csr_dense_t_into(view, w, units, o)
+            }
+            #[cfg(feature = "cuda")]
+            (
+                IndexStorage::Cuda(p),
+                IndexStorage::Cuda(i),
+                Storage::Cuda(v),
+                Storage::Cuda(w),
+                Storage::Cuda(o),
+            ) if p.ordinal() == v.ordinal()
+                && i.ordinal() == v.ordinal()
+                && w.ordinal() == v.ordinal()
+                && o.ordinal() == v.ordinal() =>
+            {
+                let view = CsrView {
+                    shape: x.shape,
+                    indptr: p,
+                    indices: i,
+                    offset: x.offset,
+                };
+                v.csr_dense_t_into(view, w, units, o)
+            }
+            #[allow(unreachable_patterns)]
+            (p, i, v, w, o) => Err(mismatch(OP, &[v, w, &*o], &[p, i])),
+        }
     }
     /// See [`SparseDotOps::csr_dense_t_grad`]; `self` is the csr's values.
     #[inline]

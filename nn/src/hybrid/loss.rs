@@ -1,7 +1,7 @@
 //! Hybridized losses: a loss's computation traced and cached like a block's.
 
 use sparrow_core::graph::CachedGraph;
-use sparrow_core::{Error, NDArray, Result};
+use sparrow_core::{NDArray, Result};
 
 use crate::loss::Loss;
 
@@ -11,6 +11,8 @@ pub struct HybridLoss<L: Loss> {
     inner: L,
     plain: CachedGraph,
     weighted: CachedGraph,
+    /// The (empty) parameter list of every call, made once.
+    no_params: std::sync::Arc<[NDArray]>,
 }
 
 impl<L: Loss> HybridLoss<L> {
@@ -20,6 +22,7 @@ impl<L: Loss> HybridLoss<L> {
             inner: loss,
             plain: CachedGraph::new(name, &["pred", "label"]),
             weighted: CachedGraph::new(name, &["pred", "label", "sample_weight"]),
+            no_params: Vec::new().into(),
         }
     }
 
@@ -49,15 +52,16 @@ impl<L: Loss> Loss for HybridLoss<L> {
         sample_weight: Option<&NDArray>,
     ) -> Result<NDArray> {
         let no_params = || Ok(Vec::new());
-        let no_graph_params = |_: &std::sync::Arc<sparrow_core::graph::Graph>| Ok(Vec::new());
-        let outs = match sample_weight {
-            None => self.plain.call(
+        let no_graph_params =
+            |_: &std::sync::Arc<sparrow_core::graph::Graph>| Ok(self.no_params.clone());
+        match sample_weight {
+            None => self.plain.call_first(
                 &[pred.clone(), label.clone()],
                 &no_params,
                 &no_graph_params,
                 &|x| Ok(vec![self.inner.forward_weighted(&x[0], &x[1], None)?]),
-            )?,
-            Some(sw) => self.weighted.call(
+            ),
+            Some(sw) => self.weighted.call_first(
                 &[pred.clone(), label.clone(), sw.clone()],
                 &no_params,
                 &no_graph_params,
@@ -68,10 +72,7 @@ impl<L: Loss> Loss for HybridLoss<L> {
                         Some(&x[2]),
                     )?])
                 },
-            )?,
-        };
-        outs.into_iter()
-            .next()
-            .ok_or_else(|| Error::arg("HybridLoss", "the graph returned no output"))
+            ),
+        }
     }
 }

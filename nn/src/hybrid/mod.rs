@@ -44,9 +44,13 @@ pub struct HybridBlock<B: Block> {
     /// The block's parameters by hierarchical name, collected once: the set of parameters
     /// is fixed once the block is wrapped, and collecting formats every name.
     params: std::sync::OnceLock<Vec<(String, Parameter)>>,
-    /// Per traced graph, its parameters in its order (resolved by name once).
-    graph_params: std::sync::Mutex<Vec<(Arc<Graph>, Vec<Parameter>)>>,
+    /// Per traced graph, its parameters in its order (resolved by name once) and their
+    /// weights as last handed out (shared with each run while no weight array is replaced).
+    graph_params: std::sync::Mutex<Vec<GraphParams>>,
 }
+
+/// A graph, its parameters in its order, and their weight arrays as last handed out.
+type GraphParams = (Arc<Graph>, Vec<Parameter>, Arc<[NDArray]>);
 
 /// `block.hybridize()` for every block.
 pub trait Hybridize: Block + Sized {
@@ -85,10 +89,23 @@ impl<B: Block> HybridBlock<B> {
     }
 
     /// The weights `g` reads, in its order.
-    fn params_of(&self, g: &Arc<Graph>) -> Result<Vec<NDArray>> {
+    fn params_of(&self, g: &Arc<Graph>) -> Result<Arc<[NDArray]>> {
         let mut cache = self.graph_params.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, ps)) = cache.iter().find(|(h, _)| Arc::ptr_eq(h, g)) {
-            return ps.iter().map(Parameter::data).collect();
+        if let Some((_, ps, data)) = cache.iter_mut().find(|(h, _, _)| Arc::ptr_eq(h, g)) {
+            // The same weight arrays as last time (optimizers update them in place): the
+            // list is shared again, nothing is allocated. A replaced array makes a new list.
+            let mut same = true;
+            for (p, d) in ps.iter().zip(data.iter()) {
+                same &= p.data()?.same_array(d);
+            }
+            if !same {
+                *data = ps
+                    .iter()
+                    .map(Parameter::data)
+                    .collect::<Result<Vec<_>>>()?
+                    .into();
+            }
+            return Ok(data.clone());
         }
         let all = self.all_params()?;
         let ps = g
@@ -109,9 +126,13 @@ impl<B: Block> HybridBlock<B> {
                     })
             })
             .collect::<Result<Vec<Parameter>>>()?;
-        let data = ps.iter().map(Parameter::data).collect();
-        cache.push((g.clone(), ps));
-        data
+        let data: Arc<[NDArray]> = ps
+            .iter()
+            .map(Parameter::data)
+            .collect::<Result<Vec<_>>>()?
+            .into();
+        cache.push((g.clone(), ps, data.clone()));
+        Ok(data)
     }
 
     /// The initialized parameters' weights by hierarchical name.
@@ -179,15 +200,12 @@ impl<B: Block> HybridBlock<B> {
 
 impl<B: Block> Block for HybridBlock<B> {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        let outs = self.cache.call(
+        self.cache.call_first(
             std::slice::from_ref(x),
             &|| self.param_arrays(),
             &|g| self.params_of(g),
             &|ins| Ok(vec![self.inner.forward(&ins[0])?]),
-        )?;
-        outs.into_iter()
-            .next()
-            .ok_or_else(|| sparrow_core::Error::arg("HybridBlock", "the graph returned no output"))
+        )
     }
     fn kind(&self) -> &'static str {
         self.inner.kind()

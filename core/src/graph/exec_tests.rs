@@ -1,0 +1,245 @@
+//! The executor (`exec.rs`) against eager execution: same bits for every node form, buffers
+//! reused across runs, outputs the caller keeps never overwritten.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::ops::fused::{bias_act, bias_act_absorbing, FusedAct};
+use crate::testing::test_array;
+use crate::NDArray;
+
+fn bits(a: &NDArray) -> Vec<u32> {
+    a.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+fn f32s(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
+    test_array(shape, lo, hi, seed)
+        .astype(crate::DType::F32)
+        .unwrap()
+}
+
+/// A forward of one input and some parameters.
+type Forward = dyn Fn(&NDArray, &[NDArray]) -> crate::Result<Vec<NDArray>>;
+
+/// Trace `f(x, params)` into a graph.
+fn graph_of(f: &Forward, x: &NDArray, params: &[NDArray]) -> Arc<Graph> {
+    let (outs, log) = trace(|| f(x, params)).unwrap();
+    let named: Vec<(String, NDArray)> = params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (format!("p{i}"), p.clone()))
+        .collect();
+    let g = Graph::from_trace(
+        log,
+        &["x".to_string()],
+        std::slice::from_ref(x),
+        &outs.unwrap(),
+        &named,
+    )
+    .unwrap();
+    Arc::new(g)
+}
+
+/// A Dense layer's chain, every activation, every unary and scalar map, clip, and a few
+/// operators without a form (which run eagerly inside the planned run).
+fn every_form(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    let (w, b, w2) = (&p[0], &p[1], &p[2]);
+    let mut outs = Vec::new();
+    // x (8, 6) . w^T (6, 16): absorbing relu (in place), then sigmoid / tanh / identity.
+    let y = x.dot_t(w, false, true)?;
+    let h = bias_act_absorbing(&y, b, Some(FusedAct::Relu))?.unwrap();
+    for act in [Some(FusedAct::Sigmoid), Some(FusedAct::Tanh), None] {
+        // Not in place: `h` is read again below.
+        outs.push(bias_act(&h, b, act)?.unwrap());
+    }
+    // Transposed operands: h^T (16, 8) . x (8, 6), and h (8,16) . w2 (16, 4).
+    outs.push(h.dot_t(x, true, false)?);
+    let z = h.dot_t(w2, false, false)?;
+    let mut m = z.clone();
+    m = m.neg()?.exp()?.add_scalar(1.0)?.log()?.sqrt()?.square()?;
+    m = m.abs()?.sign()?.mul(&z)?; // `mul` has no form: eager inside the run
+    m = m.sigmoid()?.relu()?.tanh()?.softrelu()?;
+    m = m
+        .sub_scalar(0.25)?
+        .rsub_scalar(2.0)?
+        .mul_scalar(3.0)?
+        .div_scalar(1.5)?;
+    m = m
+        .rdiv_scalar(1.0)?
+        .pow_scalar(2.0)?
+        .maximum_scalar(0.1)?
+        .minimum_scalar(5.0)?;
+    m = m.leaky_relu(0.2)?.clip(-1.0, 1.5)?;
+    outs.push(m.clone());
+    outs.push(m.log_softmax(1)?.sum(Some(&[1]), false)?);
+    outs.push(z.reshape(&[4, 8])?.tanh()?);
+    Ok(outs)
+}
+
+fn params() -> Vec<NDArray> {
+    vec![
+        f32s(&[16, 6], -0.5, 0.5, 11),
+        f32s(&[16], -0.1, 0.1, 12),
+        f32s(&[16, 4], -0.5, 0.5, 13),
+    ]
+}
+
+#[test]
+fn planned_runs_equal_eager_bit_for_bit() {
+    let p = params();
+    let x = f32s(&[8, 6], -1.0, 1.0, 1);
+    let g = graph_of(&every_form, &x, &p);
+    let mut e = Executor::new(g.clone());
+    // The forms cover the layer chain and the maps; the rest is named.
+    assert_eq!(e.fallback_ops(), ["mul", "sum", "reshape"]);
+    assert!(e.plan().in_place > 10, "{:?}", e.plan());
+    for seed in 1..4 {
+        let x = f32s(&[8, 6], -1.0, 1.0, seed);
+        let eager = every_form(&x, &p).unwrap();
+        let planned = e.run(std::slice::from_ref(&x), &p).unwrap();
+        let replayed = g.run(std::slice::from_ref(&x), &p).unwrap();
+        assert_eq!(planned.len(), eager.len());
+        for ((a, b), c) in planned.iter().zip(&eager).zip(&replayed) {
+            assert_eq!(a.shape(), b.shape());
+            assert_eq!(bits(a), bits(b));
+            assert_eq!(bits(c), bits(b));
+        }
+    }
+}
+
+/// Two Dense layers (relu), the inference graph of an MLP.
+fn mlp(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    let h = x.dot_t(&p[0], false, true)?;
+    let h = bias_act_absorbing(&h, &p[1], Some(FusedAct::Relu))?.unwrap();
+    let o = h.dot_t(&p[2], false, false)?;
+    Ok(vec![o])
+}
+
+#[test]
+fn buffers_are_reused_and_kept_outputs_left_alone() {
+    let p = params();
+    let x1 = f32s(&[8, 6], -1.0, 1.0, 5);
+    let x2 = f32s(&[8, 6], -1.0, 1.0, 6);
+    let g = graph_of(&mlp, &x1, &p);
+    let mut e = Executor::new(g);
+    assert!(e.fallback_ops().is_empty());
+    // dot -> bias_act in place -> dot: two buffers.
+    assert_eq!(e.plan().in_place, 1);
+    assert_eq!(e.plan().slot_bytes.len(), 2);
+    let want1 = bits(&mlp(&x1, &p).unwrap()[0]);
+    let want2 = bits(&mlp(&x2, &p).unwrap()[0]);
+    // The caller keeps the first output across the second run: it does not change.
+    let o1 = e.run(std::slice::from_ref(&x1), &p).unwrap().remove(0);
+    let o2 = e.run(std::slice::from_ref(&x2), &p).unwrap().remove(0);
+    assert!(!o1.same_array(&o2));
+    assert_eq!(bits(&o1), want1);
+    assert_eq!(bits(&o2), want2);
+    // Outputs let go of before the next run: the same handle (and buffer) comes back.
+    let id = o2.id();
+    drop((o1, o2));
+    for (x, want) in [(&x1, &want1), (&x2, &want2), (&x1, &want1)] {
+        let o = e.run(std::slice::from_ref(x), &p).unwrap().remove(0);
+        assert_eq!(o.id(), id);
+        assert_eq!(&bits(&o), want);
+    }
+    // A view sharing the output's buffer (a detached handle) is left alone too.
+    let o = e.run(std::slice::from_ref(&x1), &p).unwrap().remove(0);
+    let view = o.detach();
+    drop(o);
+    let o = e.run(std::slice::from_ref(&x2), &p).unwrap().remove(0);
+    assert_eq!(bits(&view), want1);
+    assert_eq!(bits(&o), want2);
+}
+
+#[test]
+fn planned_runs_check_their_inputs() {
+    let p = params();
+    let x = f32s(&[8, 6], -1.0, 1.0, 5);
+    let mut e = Executor::new(graph_of(&mlp, &x, &p));
+    let wrong = f32s(&[7, 6], -1.0, 1.0, 5);
+    let err = e.run(std::slice::from_ref(&wrong), &p).unwrap_err();
+    assert!(err.to_string().contains("input 'x'"), "{err}");
+    let err = e.run(std::slice::from_ref(&x), &p[..2]).unwrap_err();
+    assert!(err.to_string().contains("parameters"), "{err}");
+    // Still runs after the errors.
+    let o = e.run(std::slice::from_ref(&x), &p).unwrap();
+    assert_eq!(bits(&o[0]), bits(&mlp(&x, &p).unwrap()[0]));
+}
+
+/// A chain of maps after a product, large enough for the parallel loops, and one that is not
+/// in place (its input is read again).
+fn chains(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    let y = x.dot_t(&p[0], false, false)?; // (300, 256)
+    let a = y
+        .mul_scalar(0.5)?
+        .add_scalar(0.1)?
+        .tanh()?
+        .square()?
+        .sqrt()?
+        .clip(0.0, 0.7)?;
+    let b = y.sigmoid()?.rsub_scalar(1.0)?.log()?; // `y` read twice: not in place
+                                                   // A product read once: the chain runs in place over it.
+    let c = x
+        .dot_t(&p[0], false, false)?
+        .neg()?
+        .exp()?
+        .add_scalar(1.0)?;
+    Ok(vec![a, b, y, c])
+}
+
+#[test]
+fn fused_map_chains_equal_the_maps_one_by_one() {
+    let p = vec![f32s(&[16, 256], -0.5, 0.5, 21)];
+    let x = f32s(&[300, 16], -1.0, 1.0, 22);
+    let g = graph_of(&chains, &x, &p);
+    let mut e = Executor::new(g);
+    assert_eq!(e.fused_chains(), [6, 3, 3]);
+    assert!(e.fallback_ops().is_empty());
+    for seed in [22, 23] {
+        let x = f32s(&[300, 16], -1.0, 1.0, seed);
+        let eager = chains(&x, &p).unwrap();
+        let planned = e.run(std::slice::from_ref(&x), &p).unwrap();
+        for (a, b) in planned.iter().zip(&eager) {
+            assert_eq!(bits(a), bits(b));
+        }
+    }
+    // The first form test has chains too (between the operators without forms).
+    let p = params();
+    let x = f32s(&[8, 6], -1.0, 1.0, 1);
+    let e = Executor::new(graph_of(&every_form, &x, &p));
+    assert!(
+        e.fused_chains().iter().sum::<usize>() > 15,
+        "{:?}",
+        e.fused_chains()
+    );
+}
+
+/// The sparse tutorial's model shape: a Dense layer on a csr batch, then two small layers.
+fn on_csr(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    let y = crate::sparse::dot_csr_dense_t(x, &p[0])?;
+    let h = bias_act_absorbing(&y, &p[1], Some(FusedAct::Sigmoid))?.unwrap();
+    let o = h.dot_t(&p[2], false, true)?;
+    Ok(vec![o])
+}
+
+#[test]
+fn csr_products_write_into_their_buffers() {
+    let p = vec![
+        f32s(&[16, 500], -0.5, 0.5, 31),
+        f32s(&[16], -0.1, 0.1, 32),
+        f32s(&[4, 16], -0.5, 0.5, 33),
+    ];
+    let x = crate::testing::test_csr(10, 500, 0.05, 34, crate::DType::F32);
+    let mut e = Executor::new(graph_of(&on_csr, &x, &p));
+    assert!(e.fallback_ops().is_empty(), "{:?}", e.fallback_ops());
+    assert_eq!(e.plan().in_place, 1);
+    for seed in [34, 35, 36] {
+        let x = crate::testing::test_csr(10, 500, 0.05, seed, crate::DType::F32);
+        let planned = e.run(std::slice::from_ref(&x), &p).unwrap();
+        assert_eq!(bits(&planned[0]), bits(&on_csr(&x, &p).unwrap()[0]));
+    }
+}
