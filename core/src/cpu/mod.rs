@@ -23,6 +23,7 @@ pub(crate) mod linalg;
 pub(crate) mod map;
 pub(crate) mod mapped;
 pub(crate) mod pool;
+pub(crate) mod winograd;
 pub(crate) mod radix;
 pub(crate) mod random;
 pub(crate) mod reduce;
