@@ -1,6 +1,7 @@
 //! The CPU's convolution kernels ([`ConvOps`] `conv`, `conv_data_grad`, `conv_weight_grad`):
 //! im2col + GEMM per batch entry, the batch split over rayon's threads. 2-D 3x3 stride-1
-//! problems (forward and data gradient) go to Winograd F(2x2, 3x3) instead (`winograd.rs`).
+//! problems go to Winograd instead (`winograd.rs`: F(2x2, 3x3) for the forward and the data
+//! gradient, F(3x3, 2x2) for the weight gradient).
 //!
 //! One entry's input `(in_channels, input...)` is unrolled into the column matrix
 //! `(in_channels * taps, out_plane)` (row `c * taps + t` holds, for every output position, the
@@ -479,8 +480,18 @@ pub(super) fn data_grad_im2col<T: GemmScalar>(g: &ConvGeom, dy: &[T], w: &[T]) -
     dx
 }
 
-/// [`ConvOps::conv_weight_grad`] on typed slices.
+/// [`ConvOps::conv_weight_grad`] on typed slices: Winograd for 3x3 stride-1 problems, else
+/// im2col.
 fn weight_grad_typed<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec<T> {
+    if winograd::applies(g) {
+        winograd::weight_grad(g, x, dy)
+    } else {
+        weight_grad_im2col(g, x, dy)
+    }
+}
+
+/// [`ConvOps::conv_weight_grad`] through im2col + GEMM (any geometry).
+pub(super) fn weight_grad_im2col<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec<T> {
     let (xs, ys) = (g.in_channels * g.in_plane(), g.out_channels * g.out_plane());
     let zero = <T as num_traits::Zero>::zero();
     let mut dw = vec![zero; g.w_len()];

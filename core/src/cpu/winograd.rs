@@ -1,8 +1,8 @@
 //! Winograd F(2x2, 3x3) for 2-D 3x3 convolutions with stride 1, dilation 1 and one group: the
 //! forward ([`conv`]) and the data gradient ([`data_grad`], itself a 3x3 stride-1 correlation
 //! of the head gradient with the flipped, transposed kernel). `cpu::conv` routes every such
-//! f32 / f64 problem here ([`applies`]) and keeps im2col + GEMM for the rest and for the
-//! weight gradient.
+//! f32 / f64 problem here ([`applies`]), and the weight gradient by F(3x3, 2x2)
+//! ([`weight_grad`]), and keeps im2col + GEMM for the rest.
 //!
 //! Each 2x2 block of outputs (a tile) is `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` for its 4x4 input patch
 //! `d` and each 3x3 kernel `g`: 16 multiplies per tile and channel pair instead of 36, so the
@@ -348,6 +348,161 @@ unsafe fn transform_output<T: GemmScalar>(
     }
 }
 
+/// The weight gradient `dw` of a geometry [`applies`] accepts, by Winograd F(3x3, 2x2): each
+/// 2x2 tile of `dy` (the "kernel") against the 4x4 input patch the forward's tile read gives
+/// that tile's contribution to the 3x3 `dw` as `A'ᵀ [(G' dy_t G'ᵀ) ⊙ (B'ᵀ d B')] A'`. The sum
+/// over tiles and entries is linear, so it happens inside 16 GEMMs
+/// `M_e (out x in) += U_e (out x tiles) . V_eᵀ (tiles x in)` and `A'ᵀ M A'` runs once per
+/// channel pair at the end: 16 multiplies per tile and pair instead of 36.
+///
+/// `B'ᵀ` differs from the forward's `Bᵀ` only in the sign of its last row, so the forward's
+/// input transform is reused and the sign `s_e` (-1 where exactly one of row, column is 3)
+/// goes into `U_e` instead. Each thread sums its run of tile rows into its own `M`; the runs'
+/// partials are added in run order, so the result does not depend on scheduling.
+pub(super) fn weight_grad<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec<T> {
+    let (cin, cout) = (g.in_channels, g.out_channels);
+    let zero = <T as num_traits::Zero>::zero();
+    let mut dw = vec![zero; g.w_len()];
+    if dw.is_empty() || g.batch == 0 || g.out_plane() == 0 {
+        return dw;
+    }
+    let p = Plan {
+        batch: g.batch,
+        cin,
+        cout,
+        in_hw: [g.input[1], g.input[2]],
+        out_hw: [g.output[1], g.output[2]],
+        off: [-(g.pad[1] as isize), -(g.pad[2] as isize)],
+    };
+    let [th, tw] = p.tiles();
+    let rows = p.batch * th;
+    let rows_per_block = (BLOCK_TILES / tw).max(1);
+    let runs = rayon::current_num_threads().min(rows.div_ceil(rows_per_block)).max(1);
+    let plane = cout * cin;
+    let job = |r: usize| -> Vec<T> {
+        let (start, end) = (r * rows / runs, (r + 1) * rows / runs);
+        let mut m = vec![zero; 16 * plane];
+        with_scratch(|buf: &mut Vec<T>| {
+            let tiles = rows_per_block.min(end - start) * tw;
+            let (v_len, u_len) = (16 * cin * tiles, 16 * cout * tiles);
+            buf.resize(v_len + u_len + 8 * (tw + 1), zero);
+            let (v, rest) = buf.split_at_mut(v_len);
+            let (u, lines) = rest.split_at_mut(u_len);
+            let mut r0 = start;
+            while r0 < end {
+                let r1 = (r0 + rows_per_block).min(end);
+                let nt = (r1 - r0) * tw;
+                let (v, u) = (&mut v[..16 * cin * nt], &mut u[..16 * cout * nt]);
+                transform_input(&p, x, r0..r1, v, lines);
+                transform_head(&p, dy, r0..r1, u, lines);
+                for e in 0..16 {
+                    gemm_serial(
+                        cout,
+                        cin,
+                        nt,
+                        &u[e * cout * nt..(e + 1) * cout * nt],
+                        nt as isize,
+                        1,
+                        &v[e * cin * nt..(e + 1) * cin * nt],
+                        1,
+                        nt as isize,
+                        &mut m[e * plane..(e + 1) * plane],
+                        true,
+                    );
+                }
+                r0 = r1;
+            }
+        });
+        m
+    };
+    let partials: Vec<Vec<T>> = if runs == 1 {
+        vec![job(0)]
+    } else {
+        (0..runs).into_par_iter().map(job).collect()
+    };
+    let mut m = partials[0].clone();
+    for part in &partials[1..] {
+        m.iter_mut().zip(part).for_each(|(a, &b)| *a = *a + b);
+    }
+    // dw = A'ᵀ M A' per pair, A'ᵀ = [[1, 1, 1, 0], [0, 1, -1, 0], [0, 1, 1, 1]].
+    for pair in 0..plane {
+        let v = |i: usize, j: usize| m[(i * 4 + j) * plane + pair];
+        let mut z = [[zero; 4]; 3];
+        for j in 0..4 {
+            z[0][j] = v(0, j) + v(1, j) + v(2, j);
+            z[1][j] = v(1, j) - v(2, j);
+            z[2][j] = v(1, j) + v(2, j) + v(3, j);
+        }
+        let out = &mut dw[pair * 9..(pair + 1) * 9];
+        for (a, zr) in z.iter().enumerate() {
+            out[a * 3] = zr[0] + zr[1] + zr[2];
+            out[a * 3 + 1] = zr[1] - zr[2];
+            out[a * 3 + 2] = zr[1] + zr[2] + zr[3];
+        }
+    }
+    dw
+}
+
+/// `s_e (G' g G'ᵀ)_e` for the 2x2 tile `g` of the head gradient `dy` (`(batch, cout,
+/// out_hw)`, zero past its edge) of every tile of the tile rows `rows` and output channel, into
+/// `u` laid out `[16][cout][tiles]`; `G' = [[1, 0], [1/2, 1/2], [1/2, -1/2], [0, 1]]` and `s_e`
+/// the sign of [`weight_grad`]. `lines` is scratch of `8 * (tw + 1)`.
+fn transform_head<T: GemmScalar>(
+    p: &Plan,
+    dy: &[T],
+    rows: std::ops::Range<usize>,
+    u: &mut [T],
+    lines: &mut [T],
+) {
+    let [ho, wo] = p.out_hw;
+    let [th, tw] = p.tiles();
+    let nt = rows.len() * tw;
+    let one = <T as num_traits::One>::one();
+    let half = one / (one + one);
+    let (evens, odds) = lines.split_at_mut(2 * (tw + 1));
+    for (lr, gr) in rows.enumerate() {
+        let (n, ty) = (gr / th, gr % th);
+        for k in 0..p.cout {
+            let plane = &dy[(n * p.cout + k) * ho * wo..(n * p.cout + k + 1) * ho * wo];
+            for a in 0..2 {
+                let r = 2 * ty + a;
+                let (e, o) = (
+                    &mut evens[a * (tw + 1)..(a + 1) * (tw + 1)],
+                    &mut odds[a * (tw + 1)..(a + 1) * (tw + 1)],
+                );
+                load_row(plane, (r < ho).then_some(r), wo, 0, e, o);
+            }
+            let at = k * nt + lr * tw;
+            // G' g down the columns: rows g0, (g0 + g1) / 2, (g0 - g1) / 2, g1; then along the
+            // row the same for (even, odd), with the sign s_e = -1 where exactly one of the
+            // transform row i and column j is 3.
+            for i in 0..4 {
+                let col = |h: &[T], q: usize| {
+                    let (g0, g1) = (h[q], h[tw + 1 + q]);
+                    match i {
+                        0 => g0,
+                        1 => (g0 + g1) * half,
+                        2 => (g0 - g1) * half,
+                        _ => -g1,
+                    }
+                };
+                let (u0, rest) = u[(4 * i) * p.cout * nt..].split_at_mut(p.cout * nt);
+                let (u1, rest) = rest.split_at_mut(p.cout * nt);
+                let (u2, u3) = rest.split_at_mut(p.cout * nt);
+                let (u0, u1) = (&mut u0[at..at + tw], &mut u1[at..at + tw]);
+                let (u2, u3) = (&mut u2[at..at + tw], &mut u3[at..at + tw]);
+                for tx in 0..tw {
+                    let (a, b) = (col(evens, tx), col(odds, tx));
+                    u0[tx] = a;
+                    u1[tx] = (a + b) * half;
+                    u2[tx] = (a - b) * half;
+                    u3[tx] = -b;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +581,19 @@ mod tests {
             let w = uniform(5, g.w_len());
             let want = super::super::conv::data_grad_im2col(&g, &dy, &w);
             let got = data_grad(&g, &dy, &w);
+            let err = rel_err(&got, &want);
+            assert!(err <= 1e-5, "{:?}: relative error {err}", (batch, cin, cout, hw, pad));
+        }
+    }
+
+    #[test]
+    fn weight_grad_matches_im2col() {
+        for (batch, cin, cout, hw, pad) in CASES {
+            let g = geom(batch, cin, cout, hw, pad);
+            let x = uniform(8, g.x_len());
+            let dy = uniform(9, g.y_len());
+            let want = super::super::conv::weight_grad_im2col(&g, &x, &dy);
+            let got = weight_grad(&g, &x, &dy);
             let err = rel_err(&got, &want);
             assert!(err <= 1e-5, "{:?}: relative error {err}", (batch, cin, cout, hw, pad));
         }
