@@ -32,6 +32,17 @@ use crate::storage::ConvGeom;
 /// as much of products) at the ResNet layer's 64 channels.
 const BLOCK_TILES: usize = 256;
 
+/// TEMPORARY tuning knob (removed before commit).
+fn block_tiles() -> usize {
+    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("SPARROW_WINO_BLOCK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(BLOCK_TILES)
+    })
+}
+
 /// Whether the Winograd kernels compute `g`: a 2-D (lifted) 3x3 kernel, stride 1, dilation 1,
 /// one group. Any padding works (tiles read zeros outside the input).
 pub(super) fn applies(g: &ConvGeom) -> bool {
@@ -142,7 +153,7 @@ fn run<T: GemmScalar>(p: &Plan, x: &[T], u: &[T], bias: Option<&[T]>) -> Vec<T> 
     }
     let [th, tw] = p.tiles();
     let rows = p.batch * th;
-    let rows_per_block = (BLOCK_TILES / tw).max(1);
+    let rows_per_block = (block_tiles() / tw).max(1);
     let runs = rayon::current_num_threads().min(rows.div_ceil(rows_per_block)).max(1);
     let out = SendPtr(y.as_mut_ptr());
     let job = |r: usize| {
@@ -150,7 +161,7 @@ fn run<T: GemmScalar>(p: &Plan, x: &[T], u: &[T], bias: Option<&[T]>) -> Vec<T> 
         with_scratch(|buf: &mut Vec<T>| {
             let tiles = rows_per_block.min(end - start) * tw;
             let (v_len, m_len) = (16 * p.cin * tiles, 16 * p.cout * tiles);
-            buf.resize(v_len + m_len + 8 * (tw + 1), <T as num_traits::Zero>::zero());
+            buf.resize(v_len + m_len + 16 * (tw + 1), <T as num_traits::Zero>::zero());
             let (v, rest) = buf.split_at_mut(v_len);
             let (m, lines) = rest.split_at_mut(m_len);
             let mut r0 = start;
@@ -190,9 +201,9 @@ fn run<T: GemmScalar>(p: &Plan, x: &[T], u: &[T], bias: Option<&[T]>) -> Vec<T> 
     y
 }
 
-/// Fill `dst` (`even`, `odd`: `tw + 1` each) with input row `row` of `plane` (width `w`),
-/// even and odd tile columns apart: `even[q]` is column `2q + off`, `odd[q]` column `2q + 1 +
-/// off`, zero outside the plane (also for a row outside it, `row == None`).
+/// Fill `even` and `odd` (equal lengths) with input row `row` of `plane` (width `w`), even and
+/// odd tile columns apart: `even[q]` is column `2q + off`, `odd[q]` column `2q + 1 + off`, zero
+/// outside the plane (also for a row outside it, `row == None`).
 fn load_row<T: GemmScalar>(
     plane: &[T],
     row: Option<usize>,
@@ -215,15 +226,33 @@ fn load_row<T: GemmScalar>(
             zero
         }
     };
-    for (q, (e, o)) in even.iter_mut().zip(odd.iter_mut()).enumerate() {
+    let n = even.len();
+    // The pairs q with both columns inside the row: 2q + off >= 0 and 2q + 1 + off <= w - 1;
+    // they are copied without checks, the few at the edges (padding) through `at`.
+    let lo = ((-off).max(0) as usize).div_ceil(2).min(n);
+    let last = w as isize - 2 - off;
+    let hi = if last < 0 {
+        lo
+    } else {
+        (last as usize / 2 + 1).clamp(lo, n)
+    };
+    for q in (0..lo).chain(hi..n) {
         let col = 2 * q as isize + off;
-        *e = at(col);
-        *o = at(col + 1);
+        even[q] = at(col);
+        odd[q] = at(col + 1);
+    }
+    if lo < hi {
+        let start = (2 * lo as isize + off) as usize;
+        let pairs = src[start..start + 2 * (hi - lo)].chunks_exact(2);
+        for ((e, o), pr) in even[lo..hi].iter_mut().zip(&mut odd[lo..hi]).zip(pairs) {
+            *e = pr[0];
+            *o = pr[1];
+        }
     }
 }
 
 /// `V_e = (Bᵀ d B)_e` for every tile of the tile rows `rows` (global: entry * tile rows + tile
-/// row) and input channel, into `v` laid out `[16][cin][tiles]`; `lines` is scratch of `8 *
+/// row) and input channel, into `v` laid out `[16][cin][tiles]`; `lines` is scratch of `16 *
 /// (tw + 1)`.
 fn transform_input<T: GemmScalar>(
     p: &Plan,
@@ -235,39 +264,55 @@ fn transform_input<T: GemmScalar>(
     let [h, w] = p.in_hw;
     let [th, tw] = p.tiles();
     let nt = rows.len() * tw;
-    let (evens, odds) = lines.split_at_mut(4 * (tw + 1));
-    for (lr, gr) in rows.enumerate() {
-        let (n, ty) = (gr / th, gr % th);
-        for c in 0..p.cin {
+    let len = tw + 1;
+    // Raw input rows (4 even halves, 4 odd halves), then their column transforms.
+    let (raw, cols) = lines.split_at_mut(8 * len);
+    for c in 0..p.cin {
+        let mut loaded: Option<usize> = None;
+        for (lr, gr) in rows.clone().enumerate() {
+            let (n, ty) = (gr / th, gr % th);
             let plane = &x[(n * p.cin + c) * h * w..(n * p.cin + c + 1) * h * w];
-            for a in 0..4 {
+            // The next tile row of the same entry starts two input rows lower: its first two
+            // rows are the last two already loaded.
+            let first = if ty > 0 && loaded == Some(gr - 1) {
+                raw.copy_within(2 * len..4 * len, 0);
+                raw.copy_within(6 * len..8 * len, 4 * len);
+                2
+            } else {
+                0
+            };
+            loaded = Some(gr);
+            let (evens, odds) = raw.split_at_mut(4 * len);
+            for a in first..4 {
                 let r = (2 * ty + a) as isize + p.off[0];
                 let row = (r >= 0 && (r as usize) < h).then_some(r as usize);
-                let (e, o) = (
-                    &mut evens[a * (tw + 1)..(a + 1) * (tw + 1)],
-                    &mut odds[a * (tw + 1)..(a + 1) * (tw + 1)],
-                );
+                let e = &mut evens[a * len..(a + 1) * len];
+                let o = &mut odds[a * len..(a + 1) * len];
                 load_row(plane, row, w, p.off[1], e, o);
             }
-            // Bᵀ d down the columns, in place: rows (d0 - d2, d1 + d2, d2 - d1, d1 - d3).
-            for half in [&mut *evens, &mut *odds] {
-                let (d01, d23) = half.split_at_mut(2 * (tw + 1));
-                let (d0, d1) = d01.split_at_mut(tw + 1);
-                let (d2, d3) = d23.split_at_mut(tw + 1);
-                for q in 0..tw + 1 {
+            // Bᵀ d down the columns: rows (d0 - d2, d1 + d2, d2 - d1, d1 - d3).
+            let (cols_e, cols_o) = cols.split_at_mut(4 * len);
+            for (src, dst) in [(&*evens, cols_e), (&*odds, cols_o)] {
+                let (d01, d23) = src.split_at(2 * len);
+                let (d0, d1) = d01.split_at(len);
+                let (d2, d3) = d23.split_at(len);
+                let (t01, t23) = dst.split_at_mut(2 * len);
+                let (t0, t1) = t01.split_at_mut(len);
+                let (t2, t3) = t23.split_at_mut(len);
+                for q in 0..len {
                     let (a, b, c, d) = (d0[q], d1[q], d2[q], d3[q]);
-                    d0[q] = a - c;
-                    d1[q] = b + c;
-                    d2[q] = c - b;
-                    d3[q] = b - d;
+                    t0[q] = a - c;
+                    t1[q] = b + c;
+                    t2[q] = c - b;
+                    t3[q] = b - d;
                 }
             }
             // (Bᵀ d) B along each row: tile tx covers columns even[tx], odd[tx], even[tx + 1],
             // odd[tx + 1], giving (a - c, b + c, c - b, b - d).
             let at = c * nt + lr * tw;
             for i in 0..4 {
-                let ev = &evens[i * (tw + 1)..(i + 1) * (tw + 1)];
-                let od = &odds[i * (tw + 1)..(i + 1) * (tw + 1)];
+                let ev = &cols[i * len..(i + 1) * len];
+                let od = &cols[(4 + i) * len..(5 + i) * len];
                 let (v0, rest) = v[(4 * i) * p.cin * nt..].split_at_mut(p.cin * nt);
                 let (v1, rest) = rest.split_at_mut(p.cin * nt);
                 let (v2, v3) = rest.split_at_mut(p.cin * nt);
@@ -327,21 +372,31 @@ unsafe fn transform_output<T: GemmScalar>(
                     [z1[0] + z1[1] + z1[2] + bv, z1[1] - z1[2] - z1[3] + bv],
                 ]
             };
-            for tx in 0..full {
-                let t = tile(tx);
-                y0[2 * tx] = t[0][0];
-                y0[2 * tx + 1] = t[0][1];
-                if let Some(y1) = y1.as_deref_mut() {
-                    y1[2 * tx] = t[1][0];
-                    y1[2 * tx + 1] = t[1][1];
+            // Whole tiles by output pairs (exact chunks, so the loop carries no bounds checks),
+            // then an odd width's last tile, its left column only.
+            let (y0f, y0_last) = y0.split_at_mut(2 * full);
+            match y1.as_deref_mut() {
+                Some(y1) => {
+                    let (y1f, y1_last) = y1.split_at_mut(2 * full);
+                    let pairs = y0f.chunks_exact_mut(2).zip(y1f.chunks_exact_mut(2));
+                    for (tx, (a, b)) in pairs.enumerate() {
+                        let t = tile(tx);
+                        a.copy_from_slice(&t[0]);
+                        b.copy_from_slice(&t[1]);
+                    }
+                    if full < tw {
+                        let t = tile(full);
+                        y0_last[0] = t[0][0];
+                        y1_last[0] = t[1][0];
+                    }
                 }
-            }
-            if full < tw {
-                // An odd width: the last tile's left column only.
-                let t = tile(full);
-                y0[2 * full] = t[0][0];
-                if let Some(y1) = y1.as_deref_mut() {
-                    y1[2 * full] = t[1][0];
+                None => {
+                    for (tx, a) in y0f.chunks_exact_mut(2).enumerate() {
+                        a.copy_from_slice(&tile(tx)[0]);
+                    }
+                    if full < tw {
+                        y0_last[0] = tile(full)[0][0];
+                    }
                 }
             }
         }
@@ -376,7 +431,7 @@ pub(super) fn weight_grad<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec
     };
     let [th, tw] = p.tiles();
     let rows = p.batch * th;
-    let rows_per_block = (BLOCK_TILES / tw).max(1);
+    let rows_per_block = (block_tiles() / tw).max(1);
     let runs = rayon::current_num_threads().min(rows.div_ceil(rows_per_block)).max(1);
     let plane = cout * cin;
     let job = |r: usize| -> Vec<T> {
@@ -385,7 +440,7 @@ pub(super) fn weight_grad<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec
         with_scratch(|buf: &mut Vec<T>| {
             let tiles = rows_per_block.min(end - start) * tw;
             let (v_len, u_len) = (16 * cin * tiles, 16 * cout * tiles);
-            buf.resize(v_len + u_len + 8 * (tw + 1), zero);
+            buf.resize(v_len + u_len + 16 * (tw + 1), zero);
             let (v, rest) = buf.split_at_mut(v_len);
             let (u, lines) = rest.split_at_mut(u_len);
             let mut r0 = start;
@@ -446,7 +501,7 @@ pub(super) fn weight_grad<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec
 /// `s_e (G' g G'ᵀ)_e` for the 2x2 tile `g` of the head gradient `dy` (`(batch, cout,
 /// out_hw)`, zero past its edge) of every tile of the tile rows `rows` and output channel, into
 /// `u` laid out `[16][cout][tiles]`; `G' = [[1, 0], [1/2, 1/2], [1/2, -1/2], [0, 1]]` and `s_e`
-/// the sign of [`weight_grad`]. `lines` is scratch of `8 * (tw + 1)`.
+/// the sign of [`weight_grad`]. `lines` is scratch of at least `4 * (tw + 1)`.
 fn transform_head<T: GemmScalar>(
     p: &Plan,
     dy: &[T],
