@@ -23,7 +23,6 @@ pub(crate) mod linalg;
 pub(crate) mod map;
 pub(crate) mod mapped;
 pub(crate) mod pool;
-pub(crate) mod winograd;
 pub(crate) mod radix;
 pub(crate) mod random;
 pub(crate) mod reduce;
@@ -39,6 +38,7 @@ mod storage;
 pub(crate) mod tiny;
 pub(crate) mod update;
 mod update_rules;
+pub(crate) mod winograd;
 
 pub use element::HostElement;
 pub use host_buf::HostBuf;

@@ -32,17 +32,6 @@ use crate::storage::ConvGeom;
 /// as much of products) at the ResNet layer's 64 channels.
 const BLOCK_TILES: usize = 256;
 
-/// TEMPORARY tuning knob (removed before commit).
-fn block_tiles() -> usize {
-    static B: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *B.get_or_init(|| {
-        std::env::var("SPARROW_WINO_BLOCK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(BLOCK_TILES)
-    })
-}
-
 /// Whether the Winograd kernels compute `g`: a 2-D (lifted) 3x3 kernel, stride 1, dilation 1,
 /// one group. Any padding works (tiles read zeros outside the input).
 pub(super) fn applies(g: &ConvGeom) -> bool {
@@ -153,15 +142,20 @@ fn run<T: GemmScalar>(p: &Plan, x: &[T], u: &[T], bias: Option<&[T]>) -> Vec<T> 
     }
     let [th, tw] = p.tiles();
     let rows = p.batch * th;
-    let rows_per_block = (block_tiles() / tw).max(1);
-    let runs = rayon::current_num_threads().min(rows.div_ceil(rows_per_block)).max(1);
+    let rows_per_block = (BLOCK_TILES / tw).max(1);
+    let runs = rayon::current_num_threads()
+        .min(rows.div_ceil(rows_per_block))
+        .max(1);
     let out = SendPtr(y.as_mut_ptr());
     let job = |r: usize| {
         let (start, end) = (r * rows / runs, (r + 1) * rows / runs);
         with_scratch(|buf: &mut Vec<T>| {
             let tiles = rows_per_block.min(end - start) * tw;
             let (v_len, m_len) = (16 * p.cin * tiles, 16 * p.cout * tiles);
-            buf.resize(v_len + m_len + 16 * (tw + 1), <T as num_traits::Zero>::zero());
+            buf.resize(
+                v_len + m_len + 16 * (tw + 1),
+                <T as num_traits::Zero>::zero(),
+            );
             let (v, rest) = buf.split_at_mut(v_len);
             let (m, lines) = rest.split_at_mut(m_len);
             let mut r0 = start;
@@ -431,8 +425,10 @@ pub(super) fn weight_grad<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec
     };
     let [th, tw] = p.tiles();
     let rows = p.batch * th;
-    let rows_per_block = (block_tiles() / tw).max(1);
-    let runs = rayon::current_num_threads().min(rows.div_ceil(rows_per_block)).max(1);
+    let rows_per_block = (BLOCK_TILES / tw).max(1);
+    let runs = rayon::current_num_threads()
+        .min(rows.div_ceil(rows_per_block))
+        .max(1);
     let plane = cout * cin;
     let job = |r: usize| -> Vec<T> {
         let (start, end) = (r * rows / runs, (r + 1) * rows / runs);
@@ -592,10 +588,7 @@ mod tests {
     fn rel_err(a: &[f32], b: &[f32]) -> f32 {
         assert_eq!(a.len(), b.len());
         let scale = b.iter().fold(0f32, |s, v| s.max(v.abs())).max(1e-30);
-        a.iter()
-            .zip(b)
-            .fold(0f32, |s, (x, y)| s.max((x - y).abs()))
-            / scale
+        a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale
     }
 
     /// Shapes that reach every edge case: odd and even sizes, padding 0, 1 and 2, batch 1,
@@ -624,7 +617,11 @@ mod tests {
             let want = super::super::conv::conv_im2col(&g, &x, &w, Some(&b));
             let got = conv(&g, &x, &w, Some(&b));
             let err = rel_err(&got, &want);
-            assert!(err <= 1e-5, "{:?}: relative error {err}", (batch, cin, cout, hw, pad));
+            assert!(
+                err <= 1e-5,
+                "{:?}: relative error {err}",
+                (batch, cin, cout, hw, pad)
+            );
         }
     }
 
@@ -637,7 +634,11 @@ mod tests {
             let want = super::super::conv::data_grad_im2col(&g, &dy, &w);
             let got = data_grad(&g, &dy, &w);
             let err = rel_err(&got, &want);
-            assert!(err <= 1e-5, "{:?}: relative error {err}", (batch, cin, cout, hw, pad));
+            assert!(
+                err <= 1e-5,
+                "{:?}: relative error {err}",
+                (batch, cin, cout, hw, pad)
+            );
         }
     }
 
@@ -650,7 +651,11 @@ mod tests {
             let want = super::super::conv::weight_grad_im2col(&g, &x, &dy);
             let got = weight_grad(&g, &x, &dy);
             let err = rel_err(&got, &want);
-            assert!(err <= 1e-5, "{:?}: relative error {err}", (batch, cin, cout, hw, pad));
+            assert!(
+                err <= 1e-5,
+                "{:?}: relative error {err}",
+                (batch, cin, cout, hw, pad)
+            );
         }
     }
 
@@ -662,7 +667,10 @@ mod tests {
         let want = super::super::conv::conv_im2col(&g, &x, &w, None);
         let got = conv(&g, &x, &w, None);
         let scale = want.iter().fold(0f64, |s, v| s.max(v.abs()));
-        let err = got.iter().zip(&want).fold(0f64, |s, (a, b)| s.max((a - b).abs()));
+        let err = got
+            .iter()
+            .zip(&want)
+            .fold(0f64, |s, (a, b)| s.max((a - b).abs()));
         assert!(err <= 1e-13 * scale, "f64 error {err}");
     }
 
