@@ -79,14 +79,13 @@ fn transform_kernel<T: GemmScalar>(
     for o in 0..cout {
         for i in 0..cin {
             // G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 (per column).
-            let mut gg = [[zero; 3]; 4];
-            for b in 0..3 {
-                let (g0, g1, g2) = (tap(o, i, 0, b), tap(o, i, 1, b), tap(o, i, 2, b));
-                gg[0][b] = g0;
-                gg[1][b] = (g0 + g1 + g2) * half;
-                gg[2][b] = (g0 - g1 + g2) * half;
-                gg[3][b] = g2;
-            }
+            let g: [[T; 3]; 3] = std::array::from_fn(|a| std::array::from_fn(|b| tap(o, i, a, b)));
+            let gg = [
+                g[0],
+                std::array::from_fn(|b| (g[0][b] + g[1][b] + g[2][b]) * half),
+                std::array::from_fn(|b| (g[0][b] - g[1][b] + g[2][b]) * half),
+                g[2],
+            ];
             for (r, row) in gg.iter().enumerate() {
                 let [a, b, c] = *row;
                 let t = [a, (a + b + c) * half, (a - b + c) * half, c];
@@ -354,7 +353,7 @@ unsafe fn transform_output<T: GemmScalar>(
             // SAFETY: rows 2ty and (when inside the plane) 2ty + 1 of channel o of entry n lie
             // inside the output and belong to this tile row only (the caller's contract).
             let y0 = unsafe { std::slice::from_raw_parts_mut(out.get().add(base), wo) };
-            let mut y1 = two_rows
+            let y1 = two_rows
                 .then(|| unsafe { std::slice::from_raw_parts_mut(out.get().add(base + wo), wo) });
             let tile = |tx: usize| {
                 let v = |i: usize, j: usize| mm[i * 4 + j][tx];
@@ -369,7 +368,7 @@ unsafe fn transform_output<T: GemmScalar>(
             // Whole tiles by output pairs (exact chunks, so the loop carries no bounds checks),
             // then an odd width's last tile, its left column only.
             let (y0f, y0_last) = y0.split_at_mut(2 * full);
-            match y1.as_deref_mut() {
+            match y1 {
                 Some(y1) => {
                     let (y1f, y1_last) = y1.split_at_mut(2 * full);
                     let pairs = y0f.chunks_exact_mut(2).zip(y1f.chunks_exact_mut(2));
@@ -478,12 +477,11 @@ pub(super) fn weight_grad<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec
     // dw = A'ᵀ M A' per pair, A'ᵀ = [[1, 1, 1, 0], [0, 1, -1, 0], [0, 1, 1, 1]].
     for pair in 0..plane {
         let v = |i: usize, j: usize| m[(i * 4 + j) * plane + pair];
-        let mut z = [[zero; 4]; 3];
-        for j in 0..4 {
-            z[0][j] = v(0, j) + v(1, j) + v(2, j);
-            z[1][j] = v(1, j) - v(2, j);
-            z[2][j] = v(1, j) + v(2, j) + v(3, j);
-        }
+        let z: [[T; 4]; 3] = [
+            std::array::from_fn(|j| v(0, j) + v(1, j) + v(2, j)),
+            std::array::from_fn(|j| v(1, j) - v(2, j)),
+            std::array::from_fn(|j| v(1, j) + v(2, j) + v(3, j)),
+        ];
         let out = &mut dw[pair * 9..(pair + 1) * 9];
         for (a, zr) in z.iter().enumerate() {
             out[a * 3] = zr[0] + zr[1] + zr[2];
@@ -591,10 +589,13 @@ mod tests {
         a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale
     }
 
+    /// (batch, in channels, out channels, input size, padding).
+    type Case = (usize, usize, usize, [usize; 2], [usize; 2]);
+
     /// Shapes that reach every edge case: odd and even sizes, padding 0, 1 and 2, batch 1,
     /// channel counts that are no multiple of the GEMM's register tiles, planes smaller than a
     /// tile and blocks that span entries.
-    const CASES: [(usize, usize, usize, [usize; 2], [usize; 2]); 9] = [
+    const CASES: [Case; 9] = [
         (2, 3, 5, [7, 9], [1, 1]),
         (1, 4, 3, [6, 6], [0, 0]),
         (3, 5, 7, [5, 8], [1, 0]),
