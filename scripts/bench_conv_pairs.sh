@@ -15,7 +15,7 @@ for r in $(seq 1 "$rounds"); do
     for t in 1 2; do
         echo "== round $r, $t thread(s), load $(cut -d' ' -f1 /proc/loadavg)"
         echo "-- sparrow"
-        RAYON_NUM_THREADS=$t "$root/target/release/examples/conv_bench" --reps "$reps" | tail -5
+        RAYON_NUM_THREADS=$t "$root/target/release/examples/conv_bench" --reps "$reps" | tail -6
         echo "-- torch"
         "$TORCH_PY" "$root/scripts/bench_torch_conv.py" --threads "$t" --reps "$reps" | tail -5
     done

@@ -127,6 +127,13 @@ def main():
     pool_case(out, "globalmax2d", (2, 3, 5, 6), "max", global_=True)
     pool_case(out, "globalavg2d", (2, 3, 5, 6), "avg", global_=True)
     pool_case(out, "globalavg1d", (2, 3, 7), "avg", global_=True)
+    # 3x3 stride-1 cases for the Winograd path (appended last so the cases above keep their
+    # random draws): odd sizes, padding 0 and 2, batch 1, channel counts of no block multiple;
+    # a stride-1 transposed convolution runs its forward through the Winograd data gradient.
+    conv_case(out, "conv2d_winograd_odd_pad0", (1, 5, 7, 10), (9, 5, 3, 3), True, padding=0)
+    conv_case(out, "conv2d_winograd_pad2", (3, 3, 5, 4), (2, 3, 3, 3), False, padding=(2, 1))
+    conv_case(out, "conv_transpose2d_winograd", (2, 3, 6, 5), (3, 4, 3, 3), True,
+              transpose=True, padding=1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 //! Convolution and pooling operators: finite-difference gradient checks (f64) for every case
 //! family (stride, padding, dilation, groups, depthwise, 1x1, 1-D / 2-D / 3-D, transposed,
-//! max / average / global pooling, ceil_mode, count_include_pad), a direct-loop reference for
-//! the forward on both batch paths (threaded over the batch, and batch 1), and shape errors.
+//! 3x3 stride-1 (the Winograd path), max / average / global pooling, ceil_mode,
+//! count_include_pad), a direct-loop reference for the forward on both batch paths (threaded
+//! over the batch, and batch 1), and shape errors.
 
 use sparrow_core::ops::{ConvParams, PoolParams, PoolType};
 use sparrow_core::testing::{check_grad_on_devices, test_array};
@@ -78,6 +79,28 @@ fn conv_grads() {
         true,
         ConvParams::new(),
     );
+    // 3x3, stride 1, one group: the Winograd path (forward and data gradient).
+    conv_case(
+        "winograd 3x3 pad 1, odd sizes",
+        &[2, 3, 5, 7],
+        &[4, 3, 3, 3],
+        true,
+        ConvParams::new().padding(&[1]),
+    );
+    conv_case(
+        "winograd 3x3 pad 0, batch 1",
+        &[1, 5, 6, 5],
+        &[3, 5, 3, 3],
+        false,
+        ConvParams::new(),
+    );
+    conv_case(
+        "winograd 3x3 pad (2, 1)",
+        &[2, 2, 4, 3],
+        &[3, 2, 3, 3],
+        true,
+        ConvParams::new().padding(&[2, 1]),
+    );
     conv_case(
         "strided 1x1 (not pointwise)",
         &[2, 2, 5, 4],
@@ -105,6 +128,13 @@ fn conv_transpose_grads() {
         &[4, 1, 2, 2],
         None,
         ConvParams::new().dilation(&[2, 1]).groups(2),
+    );
+    conv_t_case(
+        "conv_transpose2d 3x3 stride 1 (winograd)",
+        &[2, 3, 5, 4],
+        &[3, 2, 3, 3],
+        Some(2),
+        ConvParams::new().padding(&[1]),
     );
     conv_t_case(
         "conv_transpose1d",
@@ -242,6 +272,9 @@ device_test! {
             (3, 6, 7, 7, 6, 3, 1, 1, 1, 6),
             (2, 3, 11, 5, 2, 2, 3, 0, 1, 1),
             (1, 8, 4, 4, 4, 1, 1, 0, 1, 2),
+            // 3x3 stride 1 (Winograd): padding 0 and 2, odd sizes, 17 output channels.
+            (1, 5, 7, 10, 9, 3, 1, 0, 1, 1),
+            (4, 3, 5, 6, 17, 3, 1, 2, 1, 1),
         ] {
             let cig = c / groups;
             let x = test_array(&[n, c, h, w], -1.0, 1.0, 21);

@@ -1,5 +1,7 @@
 //! The CPU's convolution kernels ([`ConvOps`] `conv`, `conv_data_grad`, `conv_weight_grad`):
-//! im2col + GEMM per batch entry, the batch split over rayon's threads.
+//! im2col + GEMM per batch entry, the batch split over rayon's threads. 2-D 3x3 stride-1
+//! problems go to Winograd instead (`winograd.rs`: F(2x2, 3x3) for the forward and the data
+//! gradient, F(3x3, 2x2) for the weight gradient).
 //!
 //! One entry's input `(in_channels, input...)` is unrolled into the column matrix
 //! `(in_channels * taps, out_plane)` (row `c * taps + t` holds, for every output position, the
@@ -18,6 +20,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{gemm_into, gemm_serial, GemmScalar};
+use super::winograd;
 use super::{CpuStorage, HostElement};
 use crate::error::{Error, Result};
 use crate::float_dispatch;
@@ -36,7 +39,7 @@ thread_local! {
 }
 
 /// Run `f` with this thread's column buffer (empty or of any length: callers resize it).
-fn with_scratch<T: 'static, R>(f: impl FnOnce(&mut Vec<T>) -> R) -> R {
+pub(super) fn with_scratch<T: 'static, R>(f: impl FnOnce(&mut Vec<T>) -> R) -> R {
     let mut col: Vec<T> = SCRATCH
         .with(|s| s.borrow_mut().take())
         .and_then(|b| b.downcast::<Vec<T>>().ok())
@@ -380,8 +383,22 @@ fn weight_grad_entry<T: GemmScalar>(
     }
 }
 
-/// [`ConvOps::conv`] on typed slices.
+/// [`ConvOps::conv`] on typed slices: Winograd for 3x3 stride-1 problems, else im2col.
 fn conv_typed<T: GemmScalar>(g: &ConvGeom, x: &[T], w: &[T], bias: Option<&[T]>) -> Vec<T> {
+    if winograd::applies(g) {
+        winograd::conv(g, x, w, bias)
+    } else {
+        conv_im2col(g, x, w, bias)
+    }
+}
+
+/// [`ConvOps::conv`] through im2col + GEMM (any geometry).
+pub(super) fn conv_im2col<T: GemmScalar>(
+    g: &ConvGeom,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+) -> Vec<T> {
     let (xs, ys) = (g.in_channels * g.in_plane(), g.out_channels * g.out_plane());
     // Every element is written (each group's product overwrites its rows).
     let mut y = crate::recycle::overwritable_vec::<T>(g.y_len());
@@ -424,8 +441,18 @@ fn split_runs<'a, T>(
     parts
 }
 
-/// [`ConvOps::conv_data_grad`] on typed slices.
+/// [`ConvOps::conv_data_grad`] on typed slices: Winograd for 3x3 stride-1 problems, else
+/// im2col.
 fn data_grad_typed<T: GemmScalar>(g: &ConvGeom, dy: &[T], w: &[T]) -> Vec<T> {
+    if winograd::applies(g) {
+        winograd::data_grad(g, dy, w)
+    } else {
+        data_grad_im2col(g, dy, w)
+    }
+}
+
+/// [`ConvOps::conv_data_grad`] through GEMM + col2im (any geometry).
+pub(super) fn data_grad_im2col<T: GemmScalar>(g: &ConvGeom, dy: &[T], w: &[T]) -> Vec<T> {
     let (xs, ys) = (g.in_channels * g.in_plane(), g.out_channels * g.out_plane());
     // Every element is written (a product, or zeros then col2im, per entry).
     let mut dx = crate::recycle::overwritable_vec::<T>(g.x_len());
@@ -453,8 +480,18 @@ fn data_grad_typed<T: GemmScalar>(g: &ConvGeom, dy: &[T], w: &[T]) -> Vec<T> {
     dx
 }
 
-/// [`ConvOps::conv_weight_grad`] on typed slices.
+/// [`ConvOps::conv_weight_grad`] on typed slices: Winograd for 3x3 stride-1 problems, else
+/// im2col.
 fn weight_grad_typed<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec<T> {
+    if winograd::applies(g) {
+        winograd::weight_grad(g, x, dy)
+    } else {
+        weight_grad_im2col(g, x, dy)
+    }
+}
+
+/// [`ConvOps::conv_weight_grad`] through im2col + GEMM (any geometry).
+pub(super) fn weight_grad_im2col<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T]) -> Vec<T> {
     let (xs, ys) = (g.in_channels * g.in_plane(), g.out_channels * g.out_plane());
     let zero = <T as num_traits::Zero>::zero();
     let mut dw = vec![zero; g.w_len()];

@@ -38,6 +38,7 @@ mod storage;
 pub(crate) mod tiny;
 pub(crate) mod update;
 mod update_rules;
+pub(crate) mod winograd;
 
 pub use element::HostElement;
 pub use host_buf::HostBuf;

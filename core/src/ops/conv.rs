@@ -3,7 +3,8 @@
 //! PyTorch's `conv{1,2,3}d` / `conv_transpose{1,2,3}d` define them.
 //!
 //! Three kernels through the seam (`Storage::conv`, `conv_data_grad`, `conv_weight_grad`; on
-//! the CPU im2col + GEMM in `crate::cpu::conv`), and backwards written with them:
+//! the CPU im2col + GEMM in `crate::cpu::conv`, Winograd for 3x3 stride-1 kernels in
+//! `crate::cpu::winograd`), and backwards written with them:
 //! - `y = conv(x, w)`: `dx = conv_data(dy, w)`, `dw = conv_weight(x, dy)`;
 //! - `z = conv_data(u, w)` (the transposed convolution): `du = conv(dz, w)`,
 //!   `dw = conv_weight(dz, u)`.
