@@ -279,7 +279,8 @@ impl Initializer {
                 ),
             ));
         }
-        let header = sparrow_core::npy::header_bytes(&desc.shape, dtype);
+        let header = sparrow_core::npy::header_bytes(&desc.shape, dtype)
+            .map_err(|e| Error::arg("Initializer::generate_file", e))?;
         let mut inner = Ok(());
         sparrow_core::fsio::write_atomic(path, |w| {
             w.write_all(&header)?;
