@@ -84,8 +84,13 @@ def check(folder):
     g = np.zeros(json.loads(meta["shape:g"]), dtype=t["g/data"].dtype)
     g[t["g/indices"]] = t["g/data"]
     same("dict.safetensors g", g, ROWS, np.float32)
-    print("ok: csr.npz, csr_deflate.npz, rsp.npz (scipy.sparse.load_npz), dict.npz (np.load), "
-          "dict.safetensors (safetensors.numpy) hold the expected arrays")
+
+    # Half precision: float16 values as they were written.
+    m = sp.load_npz(path("csr_f16.npz"))
+    same("csr_f16.npz", m, KNOWN.astype(np.float16), np.float16)
+    same("half.safetensors h", load_file(path("half.safetensors"))["h"], ROWS.astype(np.float16), np.float16)
+    print("ok: csr.npz, csr_deflate.npz, rsp.npz, csr_f16.npz (scipy.sparse.load_npz), dict.npz "
+          "(np.load), dict.safetensors, half.safetensors (safetensors.numpy) hold the expected arrays")
 
 
 def write_fixtures(folder):

@@ -240,8 +240,26 @@ impl_element!(i64, I64);
 impl_element!(i32, I32);
 impl_element!(u8, U8);
 
-/// `Element` for the half types: conversions through `half`'s, which round to nearest even
-/// (from f64 directly, so an f32 or f64 value is rounded once).
+/// `x` rounded to f32 *to odd*: truncated toward zero, the last bit set when that was inexact.
+/// Rounding this to nearest even at a precision at least 2 bits narrower (f16: 11 bits, bf16:
+/// 8, against f32's 24) gives the correctly rounded result of `x` itself; `half`'s own f64
+/// conversions look at the upper 32 bits of the f64 only, so a value just above a tie whose
+/// excess lies in the lower bits rounded down (1 + 2^-11 + 2^-30 became 1 in f16).
+fn f64_to_f32_odd(x: f64) -> f32 {
+    let r = x as f32;
+    if !r.is_finite() || r as f64 == x || r.to_bits() & 1 == 1 {
+        // Exact, overflowed (the half types overflow earlier), NaN, or already odd: an odd
+        // result of rounding to nearest is also the round-to-odd result (it lies between the
+        // same two even neighbours).
+        return r;
+    }
+    // Inexact and even: step one ulp toward `x` (to the odd neighbour on `x`'s side).
+    let toward_zero = (r as f64).abs() > x.abs();
+    f32::from_bits(if toward_zero { r.to_bits() - 1 } else { r.to_bits() + 1 })
+}
+
+/// `Element` for the half types: from f64 through f32 rounded to odd, then `half`'s
+/// round-to-nearest-even from f32 (F16C where the CPU has it), so every value is rounded once.
 macro_rules! impl_half_element {
     ($t:ty, $variant:ident) => {
         impl crate::cpu::HostElement for $t {
@@ -273,7 +291,7 @@ macro_rules! impl_half_element {
                 <$t>::to_f64(self)
             }
             fn from_f64(v: f64) -> Self {
-                <$t>::from_f64(v)
+                <$t>::from_f32(f64_to_f32_odd(v))
             }
         }
     };
