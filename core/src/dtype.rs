@@ -255,7 +255,11 @@ fn f64_to_f32_odd(x: f64) -> f32 {
     }
     // Inexact and even: step one ulp toward `x` (to the odd neighbour on `x`'s side).
     let toward_zero = (r as f64).abs() > x.abs();
-    f32::from_bits(if toward_zero { r.to_bits() - 1 } else { r.to_bits() + 1 })
+    f32::from_bits(if toward_zero {
+        r.to_bits() - 1
+    } else {
+        r.to_bits() + 1
+    })
 }
 
 /// `Element` for the half types: from f64 through f32 rounded to odd, then `half`'s

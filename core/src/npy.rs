@@ -34,9 +34,11 @@ pub fn descr(dtype: DType) -> Result<&'static str, String> {
         DType::U8 => "|u1",
         DType::F16 => "<f2",
         DType::BF16 => {
-            return Err("bfloat16 has no NumPy dtype, so no .npy form (cast it to float32, \
+            return Err(
+                "bfloat16 has no NumPy dtype, so no .npy form (cast it to float32, \
                         or save it as safetensors, which has BF16)"
-                .into())
+                    .into(),
+            )
         }
     })
 }

@@ -3,9 +3,9 @@
 //! the widened inputs, rounded once (the contract of `cpu/half.rs`). Gradients of half arrays
 //! are half and close to the f32 gradients; files store half arrays as they are.
 
-use sparrow_core::{bf16, f16};
 use sparrow_core::testing::{test_array, test_csr};
 use sparrow_core::{autograd, device_test, io, DType, NDArray, Result, SType};
+use sparrow_core::{bf16, f16};
 
 const HALVES: [DType; 2] = [DType::F16, DType::BF16];
 
@@ -68,9 +68,9 @@ fn astype_rounds_to_nearest_even_once() {
         0.0,
         -0.0,
         1.0,
-        1.0 + 2f64.powi(-11),                    // f16 tie: rounds to 1.0 (even)
-        1.0 + 3.0 * 2f64.powi(-11),              // f16 tie: rounds up (to even)
-        1.0 + 2f64.powi(-11) + 2f64.powi(-30),   // just above a tie: up (no double rounding)
+        1.0 + 2f64.powi(-11),                  // f16 tie: rounds to 1.0 (even)
+        1.0 + 3.0 * 2f64.powi(-11),            // f16 tie: rounds up (to even)
+        1.0 + 2f64.powi(-11) + 2f64.powi(-30), // just above a tie: up (no double rounding)
         65504.0,
         65520.0, // rounds to inf in f16
         1e-7,    // f16 subnormal
@@ -84,7 +84,9 @@ fn astype_rounds_to_nearest_even_once() {
     v.push(1.0 + 2f64.powi(-8) + 2f64.powi(-40));
     let mut s = 7u64;
     for _ in 0..2000 {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let m = (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
         let e = ((s >> 3) % 40) as i32 - 20;
         v.push(m * 2f64.powi(e));
@@ -95,10 +97,22 @@ fn astype_rounds_to_nearest_even_once() {
     let b = a64.astype(DType::BF16).unwrap().to_vec::<bf16>().unwrap();
     let f_from32 = a32.astype(DType::F16).unwrap().to_vec::<f16>().unwrap();
     for (i, &x) in v.iter().enumerate() {
-        assert_eq!(f[i].to_bits(), nearest(x, f16::from_bits, f16::to_f64).to_bits(), "f16 of {x}");
-        assert_eq!(b[i].to_bits(), nearest(x, bf16::from_bits, bf16::to_f64).to_bits(), "bf16 of {x}");
+        assert_eq!(
+            f[i].to_bits(),
+            nearest(x, f16::from_bits, f16::to_f64).to_bits(),
+            "f16 of {x}"
+        );
+        assert_eq!(
+            b[i].to_bits(),
+            nearest(x, bf16::from_bits, bf16::to_f64).to_bits(),
+            "bf16 of {x}"
+        );
         // From f32: rounded once from the f32 value.
-        assert_eq!(f_from32[i].to_bits(), f16::from_f32(x as f32).to_bits(), "f16 of f32 {x}");
+        assert_eq!(
+            f_from32[i].to_bits(),
+            f16::from_f32(x as f32).to_bits(),
+            "f16 of f32 {x}"
+        );
     }
     // The just-above-a-tie value: f64 -> f16 directly rounds up, unlike f64 -> f32 -> f16.
     assert_eq!(f[5].to_f64(), 1.0 + 2f64.powi(-10));
@@ -110,7 +124,14 @@ fn astype_rounds_to_nearest_even_once() {
     let small = NDArray::from_vec(vec![0.0f32, 1.0, -2.0, 3.0, 100.0, 7.0], &[6]).unwrap();
     for h in HALVES {
         let hh = small.astype(h).unwrap();
-        for d in [DType::F32, DType::F64, DType::I64, DType::I32, DType::F16, DType::BF16] {
+        for d in [
+            DType::F32,
+            DType::F64,
+            DType::I64,
+            DType::I32,
+            DType::F16,
+            DType::BF16,
+        ] {
             let back = hh.astype(d).unwrap().astype(h).unwrap();
             assert_eq!(bits(&back), bits(&hh), "{h:?} -> {d:?} -> {h:?}");
         }
@@ -313,7 +334,11 @@ fn half_grad_close(name: &str, loss: impl Fn(&[NDArray]) -> Result<NDArray>, inp
         let xh: Vec<NDArray> = inputs.iter().map(|x| x.astype(h).unwrap()).collect();
         let x32: Vec<NDArray> = xh.iter().map(|x| x.astype(DType::F32).unwrap()).collect();
         let (gh, g32) = (grads(&xh), grads(&x32));
-        let tol = if h == DType::F16 { 2f64.powi(-8) } else { 2f64.powi(-5) };
+        let tol = if h == DType::F16 {
+            2f64.powi(-8)
+        } else {
+            2f64.powi(-5)
+        };
         for (k, (a, b)) in gh.iter().zip(&g32).enumerate() {
             assert_eq!(a.dtype(), h, "{name}: gradient {k} dtype");
             let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
@@ -342,15 +367,29 @@ fn autograd_on_half_arrays() {
         |v| v[0].dot(&v[1])?.log_softmax(1)?.sum(None, false),
         &[x.clone(), w.clone()],
     );
-    half_grad_close("x * x + sigmoid", |v| v[0].mul(&v[0])?.add(&v[0].sigmoid()?)?.sum(None, false), &[x]);
+    half_grad_close(
+        "x * x + sigmoid",
+        |v| v[0].mul(&v[0])?.add(&v[0].sigmoid()?)?.sum(None, false),
+        &[x],
+    );
     // A single op's gradient: exactly the f32 gradient rounded (one kernel each way).
     for h in HALVES {
         let a = test_array(&[3, 4], -1.0, 1.0, 22).astype(h).unwrap();
         a.attach_grad();
         let y = autograd::record(|| a.square()?.sum(None, false)).unwrap();
         y.backward().unwrap();
-        let want = a.astype(DType::F32).unwrap().mul_scalar(2.0).unwrap().astype(h).unwrap();
-        assert_eq!(bits(&a.grad().unwrap()), bits(&want), "d square / dx on {h:?}");
+        let want = a
+            .astype(DType::F32)
+            .unwrap()
+            .mul_scalar(2.0)
+            .unwrap()
+            .astype(h)
+            .unwrap();
+        assert_eq!(
+            bits(&a.grad().unwrap()),
+            bits(&want),
+            "d square / dx on {h:?}"
+        );
     }
     // csr x half dense weight: the weight's gradient is row_sparse and half.
     let c = test_csr(5, 6, 0.4, 23, DType::F16);

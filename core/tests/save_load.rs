@@ -910,9 +910,17 @@ fn writes_files_for_python_check() {
     // Half precision: an f16 csr as SciPy's file, an f16 dense array as safetensors.
     let csr16 = csr.astype(DType::F16).unwrap();
     io::save_list(out.join("csr_f16.npz"), &[&csr16]).unwrap();
-    let rows16 = rsp.tostype(SType::Dense).unwrap().astype(DType::F16).unwrap();
+    let rows16 = rsp
+        .tostype(SType::Dense)
+        .unwrap()
+        .astype(DType::F16)
+        .unwrap();
     io::save(out.join("half.safetensors"), &[("h", &rows16)]).unwrap();
-    assert_same(&csr16, &io::load_list(out.join("csr_f16.npz")).unwrap()[0], "csr_f16.npz");
+    assert_same(
+        &csr16,
+        &io::load_list(out.join("csr_f16.npz")).unwrap()[0],
+        "csr_f16.npz",
+    );
     for f in ["dict.npz", "dict.safetensors"] {
         let back = io::load(out.join(f)).unwrap();
         for ((_, a), (_, b)) in dict.iter().zip(&back) {

@@ -82,7 +82,11 @@ pub(crate) fn save_states(
                 ),
                 // Half states (a half weight without multi_precision), stored as they are.
                 h @ (DType::F16 | DType::BF16) => (
-                    if h == DType::F16 { Dtype::F16 } else { Dtype::BF16 },
+                    if h == DType::F16 {
+                        Dtype::F16
+                    } else {
+                        Dtype::BF16
+                    },
                     a.to_le_bytes()?,
                 ),
                 other => return Err(Error::dtype(OP, format!("state dtype {}", other.name()))),
@@ -212,7 +216,11 @@ pub(crate) fn load_states(
                 Dtype::F32 => check_values(slot, le_f32(tv.data()).map(f64::from)),
                 Dtype::F64 => check_values(slot, le_f64(tv.data())),
                 Dtype::F16 | Dtype::BF16 => {
-                    let d = if tv.dtype() == Dtype::F16 { DType::F16 } else { DType::BF16 };
+                    let d = if tv.dtype() == Dtype::F16 {
+                        DType::F16
+                    } else {
+                        DType::BF16
+                    };
                     let a = NDArray::from_le_bytes(tv.data(), d, &shape)
                         .map_err(|e| bad(&format!("slot {slot}: {e}")))?;
                     check_values(slot, a.to_f64_vec().into_iter())

@@ -42,7 +42,10 @@ fn grad(k: u64, h: DType, kind: Grad) -> NDArray {
 
 fn options(kind: Grad, mp: bool) -> Vec<(&'static str, f64)> {
     let mut o = vec![("learning_rate", 0.05), ("wd", 0.01)];
-    o.push(("lazy_update", (kind != Grad::RowSparseStandard) as u8 as f64));
+    o.push((
+        "lazy_update",
+        (kind != Grad::RowSparseStandard) as u8 as f64,
+    ));
     if mp {
         o.push(("multi_precision", 1.0));
     }
@@ -83,15 +86,28 @@ fn master_copy_follows_the_f32_run_bit_for_bit() {
                         }
                         (a, b) => panic!("{name} {h:?} {kind:?}: f32 {a:?}, multi_precision {b:?}"),
                     }
-                    assert_eq!(bits(&master), bits(&w32), "{name} {h:?} {kind:?} step {k}: master");
+                    assert_eq!(
+                        bits(&master),
+                        bits(&w32),
+                        "{name} {h:?} {kind:?} step {k}: master"
+                    );
                     assert_eq!(
                         bits(&wh),
                         bits(&w32.astype(h).unwrap()),
                         "{name} {h:?} {kind:?} step {k}: weight = master rounded"
                     );
                     assert_eq!(wh.dtype(), h);
-                    for ((n, a), (_, b)) in st.arrays.iter().filter(|(n, _)| n != MASTER_SLOT).zip(&st32.arrays) {
-                        assert_eq!(bits(a), bits(b), "{name} {h:?} {kind:?} step {k}: state {n}");
+                    for ((n, a), (_, b)) in st
+                        .arrays
+                        .iter()
+                        .filter(|(n, _)| n != MASTER_SLOT)
+                        .zip(&st32.arrays)
+                    {
+                        assert_eq!(
+                            bits(a),
+                            bits(b),
+                            "{name} {h:?} {kind:?} step {k}: state {n}"
+                        );
                     }
                     assert_eq!(st.scalars, st32.scalars, "{name}");
                     if k == 5 {
@@ -102,11 +118,16 @@ fn master_copy_follows_the_f32_run_bit_for_bit() {
         }
     }
     // Every optimizer ran all 6 steps with dense gradients at least (2 dtypes each).
-    assert!(checked >= 2 * OPTIMIZER_NAMES.len(), "{checked} runs completed");
+    assert!(
+        checked >= 2 * OPTIMIZER_NAMES.len(),
+        "{checked} runs completed"
+    );
 }
 
 /// Without multi_precision a half weight and its half states take one f32 step and are
-/// stored rounded: after one step from zero states they equal the f32 step rounded.
+/// stored rounded: after one step from zero states they equal the f32 step rounded. LAMB runs
+/// two kernels (phase 1 writes the scaled step into a half buffer, phase 2 applies it), so its
+/// weight is rounded twice: within one half ulp of the f32 step rounded.
 #[test]
 fn without_master_half_weights_step_in_f32_and_round() {
     for name in OPTIMIZER_NAMES {
@@ -117,16 +138,38 @@ fn without_master_half_weights_step_in_f32_and_round() {
             let mut reference = create(name, &options(Grad::Dense, false)).unwrap();
             let mut st = opt.create_state(0, &wh).unwrap();
             let mut st32 = reference.create_state(0, &w32).unwrap();
-            assert!(st.array(MASTER_SLOT).is_none(), "{name}: no master without the option");
+            assert!(
+                st.array(MASTER_SLOT).is_none(),
+                "{name}: no master without the option"
+            );
             let g = grad(0, h, Grad::Dense);
             reference
                 .update(0, &w32, &g.astype(DType::F32).unwrap(), &mut st32)
                 .unwrap();
             opt.update(0, &wh, &g, &mut st).unwrap();
-            assert_eq!(bits(&wh), bits(&w32.astype(h).unwrap()), "{name} {h:?}");
+            if name == "lamb" {
+                let ulp = if h == DType::F16 {
+                    2f64.powi(-10)
+                } else {
+                    2f64.powi(-7)
+                };
+                let want = w32.astype(h).unwrap().to_f64_vec();
+                for (a, b) in wh.to_f64_vec().iter().zip(&want) {
+                    assert!(
+                        (a - b).abs() <= ulp * b.abs().max(2f64.powi(-14)),
+                        "lamb {h:?}: {a} vs {b}"
+                    );
+                }
+            } else {
+                assert_eq!(bits(&wh), bits(&w32.astype(h).unwrap()), "{name} {h:?}");
+            }
             for ((n, a), (_, b)) in st.arrays.iter().zip(&st32.arrays) {
                 assert_eq!(a.dtype(), h, "{name}: state {n} in the weight's dtype");
-                assert_eq!(bits(a), bits(&b.astype(h).unwrap()), "{name} {h:?} state {n}");
+                assert_eq!(
+                    bits(a),
+                    bits(&b.astype(h).unwrap()),
+                    "{name} {h:?} state {n}"
+                );
             }
         }
     }

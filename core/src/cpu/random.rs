@@ -69,7 +69,9 @@ where
         DType::F32 => Ok(f32::into_buffer(fill(op, key, n, |r| d32.sample(r))?)),
         DType::F64 => Ok(f64::into_buffer(fill(op, key, n, |r| d64.sample(r))?)),
         // Half draws are the f32 draws rounded: the same stream as F32 for one key.
-        DType::F16 | DType::BF16 => Ok(f32::into_buffer(fill(op, key, n, |r| d32.sample(r))?).cast(dtype)),
+        DType::F16 | DType::BF16 => {
+            Ok(f32::into_buffer(fill(op, key, n, |r| d32.sample(r))?).cast(dtype))
+        }
         other => Err(Error::dtype(
             op,
             format!("needs a float dtype, got {}", other.name()),

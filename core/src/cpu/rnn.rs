@@ -446,10 +446,13 @@ impl RnnOps for CpuStorage {
         c0: Option<&Self>,
         dims: &RnnDims,
     ) -> Result<(Self, Self)> {
-        if let Some(h) = crate::cpu::half::half_of(&[self.dtype(), w.dtype(), b.dtype(), h0.dtype()]) {
+        if let Some(h) =
+            crate::cpu::half::half_of(&[self.dtype(), w.dtype(), b.dtype(), h0.dtype()])
+        {
             use crate::cpu::half::{widen, Narrow};
             let c0 = c0.map(widen);
-            let r = widen(self).rnn_forward(&widen(w), &widen(b), &widen(h0), c0.as_deref(), dims)?;
+            let r =
+                widen(self).rnn_forward(&widen(w), &widen(b), &widen(h0), c0.as_deref(), dims)?;
             return Ok(r.narrow(h));
         }
         Ok(float_dispatch!(self.dtype(), "rnn", T => {

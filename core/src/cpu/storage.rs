@@ -158,7 +158,10 @@ impl CpuStorage {
             // path of every half kernel.
             use rayon::prelude::*;
             if s.len() >= 1 << 16 {
-                s.par_iter().with_min_len(1 << 14).map(|&x| T::from_f64(x.to_f64())).collect()
+                s.par_iter()
+                    .with_min_len(1 << 14)
+                    .map(|&x| T::from_f64(x.to_f64()))
+                    .collect()
             } else {
                 s.iter().map(|&x| T::from_f64(x.to_f64())).collect()
             }

@@ -520,8 +520,14 @@ fn update_half<H: Element>(
 }
 
 /// Write the f32 buffer `src` into the half buffer `dst` (same length), rounded.
-fn store_rounded_all<H: Element>(dst: &mut CpuStorage, src: &CpuStorage, op: &'static str) -> Result<()> {
-    let src = src.as_slice::<f32>().ok_or_else(|| Error::dtype(op, "f32 copy expected"))?;
+fn store_rounded_all<H: Element>(
+    dst: &mut CpuStorage,
+    src: &CpuStorage,
+    op: &'static str,
+) -> Result<()> {
+    let src = src
+        .as_slice::<f32>()
+        .ok_or_else(|| Error::dtype(op, "f32 copy expected"))?;
     let d = dst
         .writable::<H>(op)?
         .ok_or_else(|| Error::dtype(op, "half buffer expected"))?;
@@ -535,7 +541,12 @@ fn store_rounded_all<H: Element>(dst: &mut CpuStorage, src: &CpuStorage, op: &'s
 
 /// Write `src` rounded into the half buffer `dst` at `start..start + src.len()`.
 fn store_rounded(dst: &mut CpuStorage, start: usize, src: &[f32], op: &'static str) -> Result<()> {
-    fn put<H: Element>(dst: &mut CpuStorage, start: usize, src: &[f32], op: &'static str) -> Result<()> {
+    fn put<H: Element>(
+        dst: &mut CpuStorage,
+        start: usize,
+        src: &[f32],
+        op: &'static str,
+    ) -> Result<()> {
         let d = dst
             .writable::<H>(op)?
             .ok_or_else(|| Error::dtype(op, "half buffer expected"))?;
@@ -612,7 +623,12 @@ impl UpdateOps for CpuStorage {
             // In f32 (the factor rounded to f32 first, as for an f32 array), rounded once.
             let f = factor as f32;
             let scaled = self.gather(range.clone()).cast(DType::F32);
-            let scaled: Vec<f32> = scaled.as_slice::<f32>().unwrap_or(&[]).iter().map(|&x| x * f).collect();
+            let scaled: Vec<f32> = scaled
+                .as_slice::<f32>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&x| x * f)
+                .collect();
             store_rounded(self, range.start, &scaled, "scale_stored")?;
         } else {
             return Err(float_error("scale_stored", dtype));

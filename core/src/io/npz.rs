@@ -52,7 +52,11 @@ fn text(key: String, s: &str) -> Member<'static> {
 
 /// The members of one array, sparse ones under `prefix` (`NAME/`, or empty for SciPy's
 /// single-array file), in the order `scipy.sparse.save_npz` writes them.
-fn members_of<'a>(name: &str, prefix: &str, p: &'a Parts) -> std::result::Result<Vec<Member<'a>>, String> {
+fn members_of<'a>(
+    name: &str,
+    prefix: &str,
+    p: &'a Parts,
+) -> std::result::Result<Vec<Member<'a>>, String> {
     let key = |c: &str| format!("{prefix}{c}");
     Ok(match p {
         Parts::Dense(c) => vec![numeric(name.to_string(), c)?],

@@ -144,9 +144,7 @@ impl NDArray {
             DType::I32 => i32::into_buffer(try_filled(op, n, value as i32)?),
             DType::U8 => u8::into_buffer(try_filled(op, n, value as u8)?),
             DType::F16 => half::f16::into_buffer(try_filled(op, n, half::f16::from_f64(value))?),
-            DType::BF16 => {
-                half::bf16::into_buffer(try_filled(op, n, half::bf16::from_f64(value))?)
-            }
+            DType::BF16 => half::bf16::into_buffer(try_filled(op, n, half::bf16::from_f64(value))?),
         };
         NDArray::from_buffer(buf, shape)
     }
@@ -213,7 +211,9 @@ impl NDArray {
                 NDArray::host_vec(v, &[n])
             }
             // Each value computed in f64 and rounded once.
-            DType::F16 | DType::BF16 => NDArray::host_arange(start, stop, step, DType::F64)?.astype(dtype),
+            DType::F16 | DType::BF16 => {
+                NDArray::host_arange(start, stop, step, DType::F64)?.astype(dtype)
+            }
             DType::I64 | DType::I32 | DType::U8 => {
                 let a = NDArray::host_arange_i64(start as i64, stop.ceil() as i64, step as i64)?;
                 a.astype(dtype)

@@ -47,7 +47,10 @@ pub(crate) fn check_arrays_shaped(
     if !w_dtype.is_float() {
         return Err(Error::dtype(
             op,
-            format!("weight must be float32 or float64 (or float16 / bfloat16), got {}", w_dtype.name()),
+            format!(
+                "weight must be float32 or float64 (or float16 / bfloat16), got {}",
+                w_dtype.name()
+            ),
         ));
     }
     if g_dtype != w_dtype {

@@ -47,7 +47,11 @@ impl Block for Dropout {
         let keep = 1.0 / (1.0 - self.rate);
         let p = self.rate;
         // Half inputs: the f32 mask rounded (0 and 1 / (1 - p) in the input's dtype).
-        let mask_dtype = if x.dtype().is_half() { sparrow_core::DType::F32 } else { x.dtype() };
+        let mask_dtype = if x.dtype().is_half() {
+            sparrow_core::DType::F32
+        } else {
+            x.dtype()
+        };
         let mask = float_dispatch!(mask_dtype, "Dropout", T => {
             let mut u = vec![0.0 as T; n];
             init::fill_uniform(&mut u, 0.0, 1.0, seed);
