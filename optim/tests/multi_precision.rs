@@ -40,8 +40,12 @@ fn grad(k: u64, h: DType, kind: Grad) -> NDArray {
     sparrow_core::sparse::retain_rows(&g.tostype(SType::RowSparse).unwrap(), rows).unwrap()
 }
 
-fn options(kind: Grad, mp: bool) -> Vec<(&'static str, f64)> {
-    let mut o = vec![("learning_rate", 0.05), ("wd", 0.01)];
+fn options(name: &str, kind: Grad, mp: bool) -> Vec<(&'static str, f64)> {
+    let mut o = vec![("learning_rate", 0.05)];
+    // GroupAdaGrad refuses weight decay (as MXNet's does).
+    if name != "groupadagrad" {
+        o.push(("wd", 0.01));
+    }
     o.push((
         "lazy_update",
         (kind != Grad::RowSparseStandard) as u8 as f64,
@@ -57,14 +61,14 @@ fn options(kind: Grad, mp: bool) -> Vec<(&'static str, f64)> {
 /// gradients widened.
 #[test]
 fn master_copy_follows_the_f32_run_bit_for_bit() {
-    let mut checked = 0;
+    let mut dense_done = Vec::new();
     for name in OPTIMIZER_NAMES {
         for h in HALVES {
             for kind in [Grad::Dense, Grad::RowSparseLazy, Grad::RowSparseStandard] {
                 let wh = test_array(&SHAPE, -1.0, 1.0, 7).astype(h).unwrap();
                 let w32 = wh.astype(DType::F32).unwrap();
-                let mut mp = create(name, &options(kind, true)).unwrap();
-                let mut reference = create(name, &options(kind, false)).unwrap();
+                let mut mp = create(name, &options(name, kind, true)).unwrap();
+                let mut reference = create(name, &options(name, kind, false)).unwrap();
                 let mut st = mp.create_state(0, &wh).unwrap();
                 let mut st32 = reference.create_state(0, &w32).unwrap();
                 let master = st.array(MASTER_SLOT).expect("a master copy").clone();
@@ -110,8 +114,8 @@ fn master_copy_follows_the_f32_run_bit_for_bit() {
                         );
                     }
                     assert_eq!(st.scalars, st32.scalars, "{name}");
-                    if k == 5 {
-                        checked += 1;
+                    if k == 5 && kind == Grad::Dense {
+                        dense_done.push((name, h));
                     }
                 }
             }
@@ -134,8 +138,8 @@ fn without_master_half_weights_step_in_f32_and_round() {
         for h in HALVES {
             let wh = test_array(&SHAPE, -1.0, 1.0, 8).astype(h).unwrap();
             let w32 = wh.astype(DType::F32).unwrap();
-            let mut opt = create(name, &options(Grad::Dense, false)).unwrap();
-            let mut reference = create(name, &options(Grad::Dense, false)).unwrap();
+            let mut opt = create(name, &options(name, Grad::Dense, false)).unwrap();
+            let mut reference = create(name, &options(name, Grad::Dense, false)).unwrap();
             let mut st = opt.create_state(0, &wh).unwrap();
             let mut st32 = reference.create_state(0, &w32).unwrap();
             assert!(
