@@ -89,6 +89,8 @@ fn csr_structure(a: &NDArray) -> (Vec<i64>, Vec<i64>) {
         DType::I64 => get::<i64>(a),
         DType::I32 => get::<i32>(a),
         DType::U8 => get::<u8>(a),
+        DType::F16 => get::<sparrow_core::f16>(a),
+        DType::BF16 => get::<sparrow_core::bf16>(a),
     }
 }
 
