@@ -84,8 +84,16 @@ def check(folder):
     g = np.zeros(json.loads(meta["shape:g"]), dtype=t["g/data"].dtype)
     g[t["g/indices"]] = t["g/data"]
     same("dict.safetensors g", g, ROWS, np.float32)
-    print("ok: csr.npz, csr_deflate.npz, rsp.npz (scipy.sparse.load_npz), dict.npz (np.load), "
-          "dict.safetensors (safetensors.numpy) hold the expected arrays")
+
+    # Half precision: float16 values as they were written.
+    m = sp.load_npz(path("csr_f16.npz"))
+    if m.format != "csr" or m.dtype != np.float16:
+        fail(f"csr_f16.npz: loaded as {m.format} {m.dtype}")
+    # SciPy's sparsetools have no float16 kernels (toarray refuses it): compare widened.
+    same("csr_f16.npz", m.astype(np.float32), KNOWN.astype(np.float16).astype(np.float32), np.float32)
+    same("half.safetensors h", load_file(path("half.safetensors"))["h"], ROWS.astype(np.float16), np.float16)
+    print("ok: csr.npz, csr_deflate.npz, rsp.npz, csr_f16.npz (scipy.sparse.load_npz), dict.npz "
+          "(np.load), dict.safetensors, half.safetensors (safetensors.numpy) hold the expected arrays")
 
 
 def write_fixtures(folder):

@@ -16,6 +16,12 @@ pub enum DType {
     I32,
     /// 8-bit unsigned integer.
     U8,
+    /// IEEE 754 half precision (`half::f16`): stored as 16 bits, computed in f32 on the CPU
+    /// (inputs widened, the result rounded once to nearest even).
+    F16,
+    /// bfloat16 (`half::bf16`): f32's exponent range with an 8-bit mantissa; stored and
+    /// computed as [`DType::F16`] is.
+    BF16,
 }
 
 impl DType {
@@ -25,11 +31,16 @@ impl DType {
             DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 => 8,
             DType::U8 => 1,
+            DType::F16 | DType::BF16 => 2,
         }
     }
-    /// True for F32 and F64.
+    /// True for the float types: F32, F64, F16 and BF16.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+    /// True for the 16-bit float types (F16, BF16), which the CPU computes on in f32.
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
     }
     /// Lower-case name as NumPy spells it (`float32`, `int64`, ...).
     pub fn name(self) -> &'static str {
@@ -39,6 +50,8 @@ impl DType {
             DType::I64 => "int64",
             DType::I32 => "int32",
             DType::U8 => "uint8",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
         }
     }
 }
@@ -226,3 +239,66 @@ impl_element!(f64, F64);
 impl_element!(i64, I64);
 impl_element!(i32, I32);
 impl_element!(u8, U8);
+
+/// `x` rounded to f32 *to odd*: truncated toward zero, the last bit set when that was inexact.
+/// Rounding this to nearest even at a precision at least 2 bits narrower (f16: 11 bits, bf16:
+/// 8, against f32's 24) gives the correctly rounded result of `x` itself; `half`'s own f64
+/// conversions look at the upper 32 bits of the f64 only, so a value just above a tie whose
+/// excess lies in the lower bits rounded down (1 + 2^-11 + 2^-30 became 1 in f16).
+fn f64_to_f32_odd(x: f64) -> f32 {
+    let r = x as f32;
+    if !r.is_finite() || r as f64 == x || r.to_bits() & 1 == 1 {
+        // Exact, overflowed (the half types overflow earlier), NaN, or already odd: an odd
+        // result of rounding to nearest is also the round-to-odd result (it lies between the
+        // same two even neighbours).
+        return r;
+    }
+    // Inexact and even: step one ulp toward `x` (to the odd neighbour on `x`'s side).
+    let toward_zero = (r as f64).abs() > x.abs();
+    f32::from_bits(if toward_zero {
+        r.to_bits() - 1
+    } else {
+        r.to_bits() + 1
+    })
+}
+
+/// `Element` for the half types: from f64 through f32 rounded to odd, then `half`'s
+/// round-to-nearest-even from f32 (F16C where the CPU has it), so every value is rounded once.
+macro_rules! impl_half_element {
+    ($t:ty, $variant:ident) => {
+        impl crate::cpu::HostElement for $t {
+            fn slice(buf: &CpuStorage) -> Option<&[Self]> {
+                match buf {
+                    CpuStorage::$variant(v) => Some(&v[..]),
+                    _ => None,
+                }
+            }
+            fn into_buffer(v: Vec<Self>) -> CpuStorage {
+                CpuStorage::$variant(std::sync::Arc::new(crate::cpu::HostBuf::owned(v)))
+            }
+            fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> CpuStorage {
+                CpuStorage::$variant(std::sync::Arc::new(crate::cpu::HostBuf::shared(v)))
+            }
+            fn host_buffer(v: crate::cpu::HostBuf<Self>) -> CpuStorage {
+                CpuStorage::$variant(std::sync::Arc::new(v))
+            }
+            fn write_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn from_le_slice(b: &[u8]) -> Self {
+                <$t>::from_le_bytes([b[0], b[1]])
+            }
+        }
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f32(f64_to_f32_odd(v))
+            }
+        }
+    };
+}
+impl_half_element!(half::f16, F16);
+impl_half_element!(half::bf16, BF16);

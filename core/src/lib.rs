@@ -35,5 +35,7 @@ pub(crate) use cpu::with_buffer;
 pub use device::with_device;
 pub use dtype::{DType, Device, Element, Float, SType};
 pub use error::{Error, Result};
+/// The half element types of [`DType::F16`] and [`DType::BF16`] (the `half` crate's).
+pub use half::{bf16, f16};
 pub(crate) use ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
 pub use ndarray::{CsrView, NDArray, Shape};

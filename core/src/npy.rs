@@ -4,8 +4,9 @@
 //! header length (u16 little-endian for version 1, u32 for versions 2 and 3), then a Python
 //! dict literal `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }` padded with
 //! spaces and a newline so that the elements start on a multiple of 64 bytes. Only what sparrow
-//! arrays can hold is accepted: little-endian (or byte-sized) f32, f64, i64, i32 and u8, in C
-//! order.
+//! arrays can hold is accepted: little-endian (or byte-sized) f32, f64, f16 (`<f2`), i64, i32
+//! and u8, in C order. bfloat16 has no NumPy dtype, so a bf16 array has no `.npy` form (writers
+//! refuse it with an error; safetensors stores it).
 
 use crate::dtype::DType;
 
@@ -22,21 +23,31 @@ pub struct NpyHeader {
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-/// The `descr` string numpy writes for `dtype` (explicit little-endian).
-fn descr(dtype: DType) -> &'static str {
-    match dtype {
+/// The `descr` string numpy writes for `dtype` (explicit little-endian); an error for bf16,
+/// which NumPy has no dtype for.
+pub fn descr(dtype: DType) -> Result<&'static str, String> {
+    Ok(match dtype {
         DType::F32 => "<f4",
         DType::F64 => "<f8",
         DType::I64 => "<i8",
         DType::I32 => "<i4",
         DType::U8 => "|u1",
-    }
+        DType::F16 => "<f2",
+        DType::BF16 => {
+            return Err(
+                "bfloat16 has no NumPy dtype, so no .npy form (cast it to float32, \
+                        or save it as safetensors, which has BF16)"
+                    .into(),
+            )
+        }
+    })
 }
 
 fn parse_descr(s: &str) -> Result<DType, String> {
     Ok(match s {
         "<f4" => DType::F32,
         "<f8" => DType::F64,
+        "<f2" => DType::F16,
         "<i8" => DType::I64,
         "<i4" => DType::I32,
         "|u1" | "<u1" | "u1" => DType::U8,
@@ -47,7 +58,7 @@ fn parse_descr(s: &str) -> Result<DType, String> {
         }
         other => {
             return Err(format!(
-                "dtype '{other}' not supported (f32, f64, i64, i32 and u8 are)"
+                "dtype '{other}' not supported (f32, f64, f16, i64, i32 and u8 are)"
             ))
         }
     })
@@ -142,8 +153,10 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
 /// The header bytes of a version-1 `.npy` file for `shape` and `dtype`, padded so that the
 /// elements start on a multiple of 64 bytes (what numpy writes; it also aligns every dtype).
 /// Version 2 (a u32 length) when the header would not fit a u16, as numpy does.
-pub fn header_bytes(shape: &[usize], dtype: DType) -> Vec<u8> {
-    header_bytes_descr(shape, descr(dtype))
+///
+/// An error for a dtype with no NumPy form (bf16, see [`descr`]).
+pub fn header_bytes(shape: &[usize], dtype: DType) -> Result<Vec<u8>, String> {
+    Ok(header_bytes_descr(shape, descr(dtype)?))
 }
 
 /// [`header_bytes`] for any `descr` string (`|S3` for the byte string SciPy stores as a sparse
@@ -189,8 +202,9 @@ mod tests {
             (vec![7], DType::I64),
             (vec![], DType::U8),
             (vec![2, 3, 5], DType::F64),
+            (vec![4, 2], DType::F16),
         ] {
-            let h = header_bytes(&shape, dtype);
+            let h = header_bytes(&shape, dtype).unwrap();
             assert_eq!(h.len() % 64, 0);
             let p = parse_header(&h).unwrap();
             assert_eq!(p.dtype, dtype);
@@ -232,5 +246,11 @@ mod tests {
             .unwrap_err()
             .contains("magic"));
         assert!(parse_header(&h[..40]).unwrap_err().contains("past the end"));
+    }
+
+    #[test]
+    fn bf16_has_no_npy_form() {
+        let e = header_bytes(&[2], DType::BF16).unwrap_err();
+        assert!(e.contains("bfloat16"), "{e}");
     }
 }

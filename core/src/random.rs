@@ -246,6 +246,9 @@ impl Rng {
             // Floats hold integers exactly up to 2^24 / 2^53.
             DType::F32 => (-(1 << 24), 1 << 24),
             DType::F64 => (-(1 << 53), 1 << 53),
+            // 11- and 8-bit significands.
+            DType::F16 => (-(1 << 11), 1 << 11),
+            DType::BF16 => (-(1 << 8), 1 << 8),
         };
         if low < lo_ok || high > hi_ok {
             return Err(Error::arg(

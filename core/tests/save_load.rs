@@ -89,6 +89,8 @@ fn csr_structure(a: &NDArray) -> (Vec<i64>, Vec<i64>) {
         DType::I64 => get::<i64>(a),
         DType::I32 => get::<i32>(a),
         DType::U8 => get::<u8>(a),
+        DType::F16 => get::<sparrow_core::f16>(a),
+        DType::BF16 => get::<sparrow_core::bf16>(a),
     }
 }
 
@@ -691,12 +693,12 @@ fn write_npz(path: &Path, members: &[(&str, Vec<u8>)]) {
 }
 
 fn npy_i64(v: &[i64]) -> Vec<u8> {
-    let mut b = npy::header_bytes(&[v.len()], DType::I64);
+    let mut b = npy::header_bytes(&[v.len()], DType::I64).unwrap();
     b.extend(v.iter().flat_map(|x| x.to_le_bytes()));
     b
 }
 fn npy_f32(v: &[f32], shape: &[usize]) -> Vec<u8> {
-    let mut b = npy::header_bytes(shape, DType::F32);
+    let mut b = npy::header_bytes(shape, DType::F32).unwrap();
     b.extend(v.iter().flat_map(|x| x.to_le_bytes()));
     b
 }
@@ -907,6 +909,20 @@ fn writes_files_for_python_check() {
     let dict = [("w", &w), ("x", &csr), ("g", &rsp)];
     io::save(out.join("dict.npz"), &dict).unwrap();
     io::save(out.join("dict.safetensors"), &dict).unwrap();
+    // Half precision: an f16 csr as SciPy's file, an f16 dense array as safetensors.
+    let csr16 = csr.astype(DType::F16).unwrap();
+    io::save_list(out.join("csr_f16.npz"), &[&csr16]).unwrap();
+    let rows16 = rsp
+        .tostype(SType::Dense)
+        .unwrap()
+        .astype(DType::F16)
+        .unwrap();
+    io::save(out.join("half.safetensors"), &[("h", &rows16)]).unwrap();
+    assert_same(
+        &csr16,
+        &io::load_list(out.join("csr_f16.npz")).unwrap()[0],
+        "csr_f16.npz",
+    );
     for f in ["dict.npz", "dict.safetensors"] {
         let back = io::load(out.join(f)).unwrap();
         for ((_, a), (_, b)) in dict.iter().zip(&back) {

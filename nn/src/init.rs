@@ -166,7 +166,8 @@ impl Initializer {
         }
     }
 
-    /// A new array of `desc.shape` and `dtype` (f32 or f64) filled by this initializer.
+    /// A new array of `desc.shape` and `dtype` (f32 or f64; f16 and bf16 as the f32 values
+    /// rounded) filled by this initializer.
     pub fn generate(&self, desc: &InitDesc, dtype: DType, seed: u64) -> Result<NDArray> {
         // A shape past what memory can address is an error naming the parameter (a wrapped
         // product would make a wrong array, an unchecked one a capacity-overflow panic).
@@ -200,6 +201,8 @@ impl Initializer {
                 self.fill(desc, &mut v, seed)?;
                 NDArray::from_vec(v, &desc.shape)?
             }
+            // Half parameters: the f32 draw rounded to nearest even.
+            DType::F16 | DType::BF16 => self.generate(desc, DType::F32, seed)?.astype(dtype)?,
             other => {
                 return Err(Error::dtype(
                     "Initializer",
@@ -279,7 +282,8 @@ impl Initializer {
                 ),
             ));
         }
-        let header = sparrow_core::npy::header_bytes(&desc.shape, dtype);
+        let header = sparrow_core::npy::header_bytes(&desc.shape, dtype)
+            .map_err(|e| Error::arg("Initializer::generate_file", e))?;
         let mut inner = Ok(());
         sparrow_core::fsio::write_atomic(path, |w| {
             w.write_all(&header)?;

@@ -80,6 +80,15 @@ pub(crate) fn save_states(
                         .flat_map(|x| x.to_le_bytes())
                         .collect(),
                 ),
+                // Half states (a half weight without multi_precision), stored as they are.
+                h @ (DType::F16 | DType::BF16) => (
+                    if h == DType::F16 {
+                        Dtype::F16
+                    } else {
+                        Dtype::BF16
+                    },
+                    a.to_le_bytes()?,
+                ),
                 other => return Err(Error::dtype(OP, format!("state dtype {}", other.name()))),
             };
             blobs.push((format!("{i}.{slot}"), dt, a.shape(), bytes));
@@ -105,12 +114,13 @@ pub(crate) fn save_states(
 
 /// Read states saved by [`save_states`], checking the optimizer kind, parameter names and the
 /// state shapes/dtypes of known parameters (`shapes`: what the optimizer makes for each,
-/// `Optimizer::state_shape`).
+/// `Optimizer::state_shape`, the weight's shape, which the master copy
+/// [`crate::optimizer::MASTER_SLOT`] has, and the states' dtype).
 pub(crate) fn load_states(
     path: &Path,
     optimizer: &str,
     names: &[String],
-    shapes: &HashMap<usize, (Vec<usize>, DType)>,
+    shapes: &HashMap<usize, (Vec<usize>, Vec<usize>, DType)>,
 ) -> Result<(u64, Vec<Option<State>>)> {
     const OP: &str = "load_states";
     let bytes = std::fs::read(path).map_err(|e| io_err(OP, path, e))?;
@@ -205,6 +215,16 @@ pub(crate) fn load_states(
             let checked = match tv.dtype() {
                 Dtype::F32 => check_values(optimizer, slot, le_f32(tv.data()).map(f64::from)),
                 Dtype::F64 => check_values(optimizer, slot, le_f64(tv.data())),
+                Dtype::F16 | Dtype::BF16 => {
+                    let d = if tv.dtype() == Dtype::F16 {
+                        DType::F16
+                    } else {
+                        DType::BF16
+                    };
+                    let a = NDArray::from_le_bytes(tv.data(), d, &shape)
+                        .map_err(|e| bad(&format!("slot {slot}: {e}")))?;
+                    check_values(optimizer, slot, a.to_f64_vec().into_iter())
+                }
                 _ => Ok(()),
             };
             checked.map_err(|m| bad(&m))?;
@@ -212,6 +232,10 @@ pub(crate) fn load_states(
                 Dtype::F32 => NDArray::from_vec(le_f32(tv.data()).collect::<Vec<_>>(), &shape)
                     .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
                 Dtype::F64 => NDArray::from_vec(le_f64(tv.data()).collect::<Vec<_>>(), &shape)
+                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
+                Dtype::F16 => NDArray::from_le_bytes(tv.data(), DType::F16, &shape)
+                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
+                Dtype::BF16 => NDArray::from_le_bytes(tv.data(), DType::BF16, &shape)
                     .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
                 other => return Err(bad(&format!("unsupported dtype {other:?}"))),
             };
@@ -221,9 +245,14 @@ pub(crate) fn load_states(
             // Files from before COCOB packed its five states into one array.
             state = crate::optimizer::cocob::pack_states(state).map_err(|e| bad(&e.to_string()))?;
         }
-        if let Some((pshape, pdtype)) = shapes.get(&i) {
+        if let Some((sshape, wshape, pdtype)) = shapes.get(&i) {
             for (slot, arr) in &state.arrays {
                 let shape = arr.shape();
+                let pshape = if slot == crate::optimizer::MASTER_SLOT {
+                    wshape
+                } else {
+                    sshape
+                };
                 if pshape[..] != shape[..] || *pdtype != arr.dtype() {
                     return Err(bad(&format!(
                         "slot {slot} is {shape:?} {}, the parameter's states are {pshape:?} {}",

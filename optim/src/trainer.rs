@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use sparrow_core::autograd::GradReq;
-use sparrow_core::{Error, NDArray, Result};
+use sparrow_core::{DType, Error, NDArray, Result};
 use sparrow_nn::{ParamDict, Parameter};
 
 use crate::clip::clip_global_norm;
@@ -467,7 +467,13 @@ impl Trainer {
             if let Ok(d) = p.data() {
                 // What a state array of this parameter must be (GroupAdaGrad's: `(rows, 1)`).
                 let shape = self.optimizer.state_shape(&d.shape());
-                shapes.insert(i, (shape, d.dtype()));
+                // With multi_precision a half weight's states (and master) are f32.
+                let dtype = if crate::optimizer::uses_master(self.optimizer.options(), d.dtype()) {
+                    DType::F32
+                } else {
+                    d.dtype()
+                };
+                shapes.insert(i, (shape, d.shape(), dtype));
             }
         }
         let (num_update, states) =

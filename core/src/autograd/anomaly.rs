@@ -13,7 +13,7 @@
 use std::cell::{Cell, RefCell};
 
 use crate::error::{Error, Result};
-use crate::{DType, NDArray};
+use crate::NDArray;
 
 thread_local! {
     static DETECT: Cell<bool> = const { Cell::new(false) };
@@ -62,7 +62,7 @@ pub fn detect_anomaly<R>(f: impl FnOnce() -> R) -> R {
 /// Read through the sum of squares in f64, which stays finite for every finite f32 value (and
 /// every f64 value below ~1e154).
 fn non_finite(a: &NDArray) -> bool {
-    if !matches!(a.dtype(), DType::F32 | DType::F64) {
+    if !a.dtype().is_float() {
         return false;
     }
     crate::update::stored_sum_sq(a).is_ok_and(|s| !s.is_finite())

@@ -52,6 +52,10 @@ unsafe impl ZeroBits for i64 {}
 unsafe impl ZeroBits for i32 {}
 // SAFETY: as above.
 unsafe impl ZeroBits for u8 {}
+// SAFETY: all-zero bits are +0.0 in f16 and bf16.
+unsafe impl ZeroBits for half::f16 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for half::bf16 {}
 
 /// `n` zeros, or [`Error::Memory`]. Like `vec![0; n]` the memory comes from `alloc_zeroed`, so a
 /// large array is not written until used (its pages are the kernel's zero pages until then).

@@ -531,6 +531,12 @@ pub(super) fn weight_grad_im2col<T: GemmScalar>(g: &ConvGeom, x: &[T], dy: &[T])
 impl ConvOps for CpuStorage {
     fn conv(&self, w: &Self, bias: Option<&Self>, g: &ConvGeom) -> Result<Self> {
         const OP: &str = "convolution";
+        if let Some(h) = crate::cpu::half::half_of(&[self.dtype(), w.dtype()]) {
+            use crate::cpu::half::{widen, Narrow};
+            let b = bias.map(widen);
+            let y = widen(self).conv(&widen(w), b.as_deref(), g)?;
+            return Ok(y.narrow(h));
+        }
         Ok(float_dispatch!(self.dtype(), OP, T => {
             let (x, ws) = pair::<T>(OP, self, w)?;
             check_len(OP, "the input", x.len(), g.x_len())?;
@@ -548,6 +554,7 @@ impl ConvOps for CpuStorage {
     }
 
     fn conv_data_grad(&self, w: &Self, g: &ConvGeom) -> Result<Self> {
+        crate::cpu::half::via_f32!(dy = self, ww = w => dy.conv_data_grad(ww, g));
         const OP: &str = "convolution data gradient";
         Ok(float_dispatch!(self.dtype(), OP, T => {
             let (dy, ws) = pair::<T>(OP, self, w)?;
@@ -558,6 +565,7 @@ impl ConvOps for CpuStorage {
     }
 
     fn conv_weight_grad(&self, dy: &Self, g: &ConvGeom) -> Result<Self> {
+        crate::cpu::half::via_f32!(x = self, d = dy => x.conv_weight_grad(d, g));
         const OP: &str = "convolution weight gradient";
         Ok(float_dispatch!(self.dtype(), OP, T => {
             let (x, dys) = pair::<T>(OP, self, dy)?;
@@ -568,6 +576,7 @@ impl ConvOps for CpuStorage {
     }
 
     fn pool(&self, g: &PoolGeom) -> Result<Self> {
+        crate::cpu::half::via_f32!(x = self => x.pool(g));
         const OP: &str = "pooling";
         Ok(float_dispatch!(self.dtype(), OP, T => {
             let x = T::slice(self).ok_or_else(|| Error::dtype(OP, "mixed dtypes"))?;
@@ -577,6 +586,7 @@ impl ConvOps for CpuStorage {
     }
 
     fn pool_grad(&self, dy: &Self, g: &PoolGeom) -> Result<Self> {
+        crate::cpu::half::via_f32!(x = self, d = dy => x.pool_grad(d, g));
         const OP: &str = "pooling backward";
         Ok(float_dispatch!(self.dtype(), OP, T => {
             let (x, dys) = pair::<T>(OP, self, dy)?;

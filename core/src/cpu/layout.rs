@@ -252,6 +252,7 @@ impl LayoutOps for CpuStorage {
     }
 
     fn index_add(&self, (outer, n, inner): (usize, usize, usize), pos: &Self) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self => v.index_add((outer, n, inner), pos));
         let idx = positions("index_add", pos)?;
         Ok(float_dispatch!(self.dtype(), "index_add", T => {
             T::into_buffer(scatter_add_axis(T::slice(self).unwrap(), outer, n, inner, idx))
@@ -266,6 +267,7 @@ impl LayoutOps for CpuStorage {
     }
 
     fn scatter_add_along(&self, dims: (usize, usize, usize), pos: &Self, k: usize) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self => v.scatter_add_along(dims, pos, k));
         let idx = positions("scatter_add_along", pos)?;
         Ok(float_dispatch!(self.dtype(), "scatter_add_along", T => {
             T::into_buffer(scatter_along(T::slice(self).unwrap(), dims, idx, k))
@@ -325,6 +327,8 @@ impl LayoutOps for CpuStorage {
             DType::I64 => i64::into_buffer(one_hot_typed(idx, depth, on, off)?),
             DType::I32 => i32::into_buffer(one_hot_typed(idx, depth, on, off)?),
             DType::U8 => u8::into_buffer(one_hot_typed(idx, depth, on, off)?),
+            DType::F16 => half::f16::into_buffer(one_hot_typed(idx, depth, on, off)?),
+            DType::BF16 => half::bf16::into_buffer(one_hot_typed(idx, depth, on, off)?),
         })
     }
 

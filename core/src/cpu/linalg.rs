@@ -246,6 +246,7 @@ fn bce_loss<T: Float>(x: T, z: T) -> T {
 
 impl LinalgOps for CpuStorage {
     fn matmul(&self, rhs: &Self, mm: &MatMul) -> Result<Self> {
+        crate::cpu::half::via_f32!(a = self, b = rhs => a.matmul(b, mm));
         Ok(float_dispatch!(self.dtype(), "dot", T => {
             let (a, b) = pair::<T>("dot", self, rhs)?;
             T::into_buffer(matmul_typed(a, b, mm))
@@ -253,6 +254,7 @@ impl LinalgOps for CpuStorage {
     }
 
     fn batched_matmul(&self, rhs: &Self, mm: &MatMul, offsets: &[(usize, usize)]) -> Result<Self> {
+        crate::cpu::half::via_f32!(a = self, b = rhs => a.batched_matmul(b, mm, offsets));
         Ok(float_dispatch!(self.dtype(), "matmul", T => {
             let (a, b) = pair::<T>("matmul", self, rhs)?;
             T::into_buffer(batched_typed(a, b, mm, offsets))
@@ -260,6 +262,7 @@ impl LinalgOps for CpuStorage {
     }
 
     fn bias_act(&self, bias: &Self, units: usize, act: Option<FusedAct>) -> Result<Self> {
+        crate::cpu::half::via_f32!(y = self, b = bias => y.bias_act(b, units, act));
         Ok(float_dispatch!(self.dtype(), "bias_act", T => {
             let (ys, bs) = pair::<T>("bias_act", self, bias)?;
             T::into_buffer(bias_act_typed(ys, bs, units, act))
@@ -312,6 +315,7 @@ impl LinalgOps for CpuStorage {
     }
 
     fn bias_act_grad(&self, out: &Self, units: usize, act: FusedAct) -> Result<(Self, Self)> {
+        crate::cpu::half::via_f32!(g = self, y = out => g.bias_act_grad(y, units, act));
         const OP: &str = "bias_act backward";
         Ok(float_dispatch!(out.dtype(), OP, T => {
             let (gs, ys) = pair::<T>(OP, self, out)?;
@@ -322,6 +326,7 @@ impl LinalgOps for CpuStorage {
     }
 
     fn act_derivative(&self, act: FusedAct) -> Result<Self> {
+        crate::cpu::half::via_f32!(y = self => y.act_derivative(act));
         Ok(float_dispatch!(self.dtype(), "bias_act backward", T => {
             let ys = T::slice(self).unwrap();
             T::into_buffer(grad_from_output(act, &vec![1.0 as T; ys.len()], ys))
@@ -329,12 +334,14 @@ impl LinalgOps for CpuStorage {
     }
 
     fn column_sums(&self, units: usize) -> Result<Self> {
+        crate::cpu::half::via_f32!(y = self => y.column_sums(units));
         Ok(float_dispatch!(self.dtype(), "bias_act backward", T => {
             T::into_buffer(column_sums_typed(T::slice(self).unwrap(), units))
         }))
     }
 
     fn sigmoid_bce(&self, z: &Self) -> Result<Self> {
+        crate::cpu::half::via_f32!(x = self, zz = z => x.sigmoid_bce(zz));
         const OP: &str = "SigmoidBinaryCrossEntropyLoss";
         Ok(float_dispatch!(self.dtype(), OP, T => {
             let (xs, zs) = pair::<T>(OP, self, z)?;
@@ -343,6 +350,7 @@ impl LinalgOps for CpuStorage {
     }
 
     fn sigmoid_bce_grad(&self, x: &Self, z: &Self, need_dz: bool) -> Result<(Self, Option<Self>)> {
+        crate::cpu::half::via_f32!(g = self, xx = x, zz = z => g.sigmoid_bce_grad(xx, zz, need_dz));
         const OP: &str = "SigmoidBinaryCrossEntropyLoss backward";
         Ok(float_dispatch!(self.dtype(), OP, T => {
             let (gs, xs) = pair::<T>(OP, self, x)?;

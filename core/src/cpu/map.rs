@@ -267,6 +267,7 @@ fn compare_scalar_typed<T: Element>(op: CmpOp, x: &[T], s: f64) -> Vec<T> {
 
 impl ElementwiseOps for CpuStorage {
     fn map(&self, op: Map) -> Result<Self> {
+        crate::cpu::half::via_f32!(x = self => x.map(op));
         Ok(float_dispatch!(self.dtype(), op.name(), T => {
             T::into_buffer(map_typed(T::slice(self).unwrap(), op))
         }))
@@ -340,6 +341,7 @@ impl ElementwiseOps for CpuStorage {
     }
 
     fn map_grad(&self, saved: &Self, op: MapGrad) -> Result<Self> {
+        crate::cpu::half::via_f32!(g = self, s = saved => g.map_grad(s, op));
         if self.dtype() != saved.dtype() {
             return Err(Error::dtype_mismatch(
                 op.name(),
@@ -360,6 +362,7 @@ impl ElementwiseOps for CpuStorage {
         out: &[usize],
         op: BinaryOp,
     ) -> Result<Self> {
+        crate::cpu::half::via_f32!(a = self, b = y => a.zip(xs, b, ys, out, op));
         if self.dtype() != y.dtype() {
             return Err(Error::dtype_mismatch(op.name(), self.dtype(), y.dtype()));
         }

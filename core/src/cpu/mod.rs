@@ -16,6 +16,7 @@ pub(crate) mod elementwise;
 pub mod expf;
 pub(crate) mod gather;
 pub(crate) mod gemm;
+pub(crate) mod half;
 mod host_buf;
 pub(crate) mod journal;
 pub(crate) mod layout;

@@ -68,9 +68,13 @@ where
     match dtype {
         DType::F32 => Ok(f32::into_buffer(fill(op, key, n, |r| d32.sample(r))?)),
         DType::F64 => Ok(f64::into_buffer(fill(op, key, n, |r| d64.sample(r))?)),
+        // Half draws are the f32 draws rounded: the same stream as F32 for one key.
+        DType::F16 | DType::BF16 => {
+            Ok(f32::into_buffer(fill(op, key, n, |r| d32.sample(r))?).cast(dtype))
+        }
         other => Err(Error::dtype(
             op,
-            format!("needs float32 or float64, got {}", other.name()),
+            format!("needs a float dtype, got {}", other.name()),
         )),
     }
 }
@@ -115,6 +119,8 @@ impl RandomOps for CpuStorage {
                     DType::I64 => poisson::<i64>(key, n, &d)?,
                     DType::I32 => poisson::<i32>(key, n, &d)?,
                     DType::U8 => poisson::<u8>(key, n, &d)?,
+                    DType::F16 => poisson::<half::f16>(key, n, &d)?,
+                    DType::BF16 => poisson::<half::bf16>(key, n, &d)?,
                 })
             }
             RandomDist::RandInt { low, high } => {
@@ -125,6 +131,9 @@ impl RandomOps for CpuStorage {
                     DType::U8 => u8::into_buffer(fill(op, key, n, |r| d.sample(r) as u8)?),
                     DType::F32 => f32::into_buffer(fill(op, key, n, |r| d.sample(r) as f32)?),
                     DType::F64 => f64::into_buffer(fill(op, key, n, |r| d.sample(r) as f64)?),
+                    DType::F16 | DType::BF16 => {
+                        f64::into_buffer(fill(op, key, n, |r| d.sample(r) as f64)?).cast(dtype)
+                    }
                 })
             }
             RandomDist::Bernoulli { p } => {

@@ -454,9 +454,21 @@ macro_rules! as_i64 {
     ($($t:ty),*) => {$(impl AsI64 for $t { #[inline] fn as_i64(self) -> i64 { self as i64 } })*};
 }
 as_i64!(f32, f64, i64, i32, u8);
+// Half arrays take the float path; these exist because `with_buffer!` instantiates every dtype.
+impl AsI64 for half::f16 {
+    fn as_i64(self) -> i64 {
+        self.to_f64() as i64
+    }
+}
+impl AsI64 for half::bf16 {
+    fn as_i64(self) -> i64 {
+        self.to_f64() as i64
+    }
+}
 
 impl ReduceOps for CpuStorage {
     fn reduce(&self, shape: &[usize], axes: &[usize], op: ReduceOp) -> Result<Self> {
+        crate::cpu::half::via_f32!(x = self => x.reduce(shape, axes, op));
         let dtype = self.dtype();
         match op {
             // Integer sums accumulate exactly in i64 whatever the element type.
@@ -480,6 +492,7 @@ impl ReduceOps for CpuStorage {
     }
 
     fn softmax(&self, dims: (usize, usize, usize), op: SoftmaxOp) -> Result<Self> {
+        crate::cpu::half::via_f32!(x = self => x.softmax(dims, op));
         Ok(float_dispatch!(self.dtype(), op.name(), T => {
             T::into_buffer(softmax_kernel(T::slice(self).unwrap(), dims, op == SoftmaxOp::LogSoftmax))
         }))

@@ -446,6 +446,15 @@ impl RnnOps for CpuStorage {
         c0: Option<&Self>,
         dims: &RnnDims,
     ) -> Result<(Self, Self)> {
+        if let Some(h) =
+            crate::cpu::half::half_of(&[self.dtype(), w.dtype(), b.dtype(), h0.dtype()])
+        {
+            use crate::cpu::half::{widen, Narrow};
+            let c0 = c0.map(widen);
+            let r =
+                widen(self).rnn_forward(&widen(w), &widen(b), &widen(h0), c0.as_deref(), dims)?;
+            return Ok(r.narrow(h));
+        }
         Ok(float_dispatch!(self.dtype(), "rnn", T => {
             let x = typed::<T>(self, "the input projection")?;
             let c0 = match c0 {
@@ -465,6 +474,7 @@ impl RnnOps for CpuStorage {
     }
 
     fn rnn_backward(&self, ws: &Self, w: &Self, dims: &RnnDims) -> Result<RnnGrads<Self>> {
+        crate::cpu::half::via_f32!(dy = self, wss = ws, ww = w => dy.rnn_backward(wss, ww, dims));
         Ok(float_dispatch!(self.dtype(), "rnn backward", T => {
             let r = backward_typed(
                 typed::<T>(self, "the output gradient")?,

@@ -505,6 +505,7 @@ impl SparseOps for CpuStorage {
         lb: HostLayout<'_>,
         op: Merge,
     ) -> Result<HostParts> {
+        crate::cpu::half::via_f32!(a = self, bb = b => a.merge(la, bb, lb, op));
         if self.dtype() != b.dtype() {
             return Err(Error::dtype_mismatch(
                 "sparse merge",
@@ -534,6 +535,7 @@ impl SparseOps for CpuStorage {
     }
 
     fn csr_product(&self, la: HostLayout<'_>, b: &Self, lb: HostLayout<'_>) -> Result<HostParts> {
+        crate::cpu::half::via_f32!(a = self, bb = b => a.csr_product(la, bb, lb));
         if self.dtype() != b.dtype() {
             return Err(Error::dtype_mismatch("dot", self.dtype(), b.dtype()));
         }
@@ -562,6 +564,7 @@ impl SparseOps for CpuStorage {
         op: BinaryOp,
         sparse_left: bool,
     ) -> Result<Self> {
+        crate::cpu::half::via_f32!(s = self, d = dense => s.scatter_dense(l, d, op, sparse_left));
         if self.dtype() != dense.dtype() {
             return Err(Error::dtype_mismatch("binary", self.dtype(), dense.dtype()));
         }
@@ -571,6 +574,7 @@ impl SparseOps for CpuStorage {
     }
 
     fn with_dense(&self, l: HostLayout<'_>, dense: &Self, op: WithDense) -> Result<Self> {
+        crate::cpu::half::via_f32!(s = self, d = dense => s.with_dense(l, d, op));
         if self.dtype() != dense.dtype() {
             return Err(Error::dtype_mismatch("binary", self.dtype(), dense.dtype()));
         }
@@ -586,6 +590,7 @@ impl SparseOps for CpuStorage {
     }
 
     fn reduce_stored(&self, l: HostLayout<'_>, op: StoredReduce) -> Result<Self> {
+        crate::cpu::half::via_f32!(s = self => s.reduce_stored(l, op));
         match (op, csr(&l), rsp(&l)) {
             (StoredReduce::Sum(axis), Some(c), _) => {
                 Ok(float_dispatch!(self.dtype(), "sum", T => {
@@ -605,6 +610,7 @@ impl SparseOps for CpuStorage {
     }
 
     fn square_sum_grad(&self, l: HostLayout<'_>, g: &Self, axis: SquareSumAxis) -> Result<Self> {
+        crate::cpu::half::via_f32!(s = self, gg = g => s.square_sum_grad(l, gg, axis));
         let Some((ids, n)) = rsp(&l) else {
             return Err(layout_error("square_sum backward"));
         };
@@ -732,6 +738,8 @@ impl SparseOps for CpuStorage {
             DType::I64 => cat::<i64>(parts, &cs),
             DType::I32 => cat::<i32>(parts, &cs),
             DType::U8 => cat::<u8>(parts, &cs),
+            DType::F16 => cat::<half::f16>(parts, &cs),
+            DType::BF16 => cat::<half::bf16>(parts, &cs),
         };
         Ok(SparseParts {
             indptr: Some(Arc::new(indptr)),

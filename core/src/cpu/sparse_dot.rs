@@ -307,6 +307,7 @@ fn dense_csr_to_csr_typed<T: Float + std::ops::AddAssign>(
 
 impl SparseDotOps for CpuStorage {
     fn csr_dense(&self, x: Csr<'_>, w: &Self, n: usize) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self, ww = w => v.csr_dense(x, ww, n));
         let (nnz, ptr, idx) = parts(&x);
         let m = x.shape[0];
         Ok(float_dispatch!(self.dtype(), "dot", T => {
@@ -317,6 +318,7 @@ impl SparseDotOps for CpuStorage {
     }
 
     fn csr_t_dense(&self, x: Csr<'_>, g: &Self, n: usize, groups: &ColumnGroups) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self, gg = g => v.csr_t_dense(x, gg, n, groups));
         let (nnz, _, _) = parts(&x);
         Ok(float_dispatch!(self.dtype(), "dot", T => {
             let gs = typed::<T>("dot", self, g)?;
@@ -326,6 +328,7 @@ impl SparseDotOps for CpuStorage {
     }
 
     fn csr_rsp(&self, x: Csr<'_>, w_data: &Self, w_rows: &Arc<Vec<i64>>, n: usize) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self, ww = w_data => v.csr_rsp(x, ww, w_rows, n));
         let (nnz, ptr, idx) = parts(&x);
         let m = x.shape[0];
         Ok(float_dispatch!(self.dtype(), "dot", T => {
@@ -348,6 +351,7 @@ impl SparseDotOps for CpuStorage {
     }
 
     fn dense_csr(&self, x: Csr<'_>, a: &Self, m: usize, tb: bool) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self, aa = a => v.dense_csr(x, aa, m, tb));
         let (nnz, ptr, idx) = parts(&x);
         let [cr, cc] = x.shape;
         let (k, n) = if tb { (cc, cr) } else { (cr, cc) };
@@ -365,6 +369,7 @@ impl SparseDotOps for CpuStorage {
         m: usize,
         ta: bool,
     ) -> Result<(Arc<Vec<i64>>, Arc<Vec<i64>>, Self)> {
+        crate::cpu::half::via_f32!(v = self, aa = a => v.dense_csr_to_csr(x, aa, m, ta));
         const OP: &str = "dot";
         let (nnz, ptr, idx) = parts(&x);
         let k = x.shape[0];
@@ -403,6 +408,7 @@ impl SparseDotOps for CpuStorage {
     }
 
     fn csr_dense_t(&self, x: Csr<'_>, w: &Self, units: usize) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self, ww = w => v.csr_dense_t(x, ww, units));
         const OP: &str = "dot_csr_dense_t";
         let (nnz, ptr, idx) = parts(&x);
         let [rows, feats] = x.shape;
@@ -441,6 +447,7 @@ impl SparseDotOps for CpuStorage {
     }
 
     fn csr_dense_t_grad(&self, x: Csr<'_>, g: &Self, units: usize) -> Result<Self> {
+        crate::cpu::half::via_f32!(v = self, gg = g => v.csr_dense_t_grad(x, gg, units));
         const OP: &str = "dot_csr_dense_t backward";
         let (nnz, ptr, idx) = parts(&x);
         let [rows, feats] = x.shape;
@@ -479,6 +486,7 @@ impl SparseDotOps for CpuStorage {
     }
 
     fn segment_sum(&self, ids: &Arc<Vec<i64>>, dim: usize) -> Result<(Arc<Vec<i64>>, Self)> {
+        crate::cpu::half::via_f32!(v = self => v.segment_sum(ids, dim));
         let rows: Vec<usize> = (0..ids.len()).collect();
         Ok(float_dispatch!(self.dtype(), "embedding backward", T => {
             let (uniq, data) = segment_sum_rows::<T>(&ids[..], &rows, None, T::slice(self).unwrap(), dim);

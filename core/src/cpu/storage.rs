@@ -22,6 +22,10 @@ pub enum CpuStorage {
     I32(Arc<HostBuf<i32>>),
     /// u8 elements.
     U8(Arc<HostBuf<u8>>),
+    /// f16 elements (`half::f16`).
+    F16(Arc<HostBuf<half::f16>>),
+    /// bf16 elements (`half::bf16`).
+    BF16(Arc<HostBuf<half::bf16>>),
 }
 
 /// Run `$body` with `$v` bound to the typed `Arc<Vec<T>>` of a buffer (a `CpuStorage` or the
@@ -34,6 +38,8 @@ macro_rules! with_buffer {
             $crate::cpu::CpuStorage::I64($v) => $body,
             $crate::cpu::CpuStorage::I32($v) => $body,
             $crate::cpu::CpuStorage::U8($v) => $body,
+            $crate::cpu::CpuStorage::F16($v) => $body,
+            $crate::cpu::CpuStorage::BF16($v) => $body,
         }
     };
     ($buf:expr, $v:ident => $body:expr) => {
@@ -43,6 +49,8 @@ macro_rules! with_buffer {
             $crate::cpu::CpuStorage::I64($v) => $body,
             $crate::cpu::CpuStorage::I32($v) => $body,
             $crate::cpu::CpuStorage::U8($v) => $body,
+            $crate::cpu::CpuStorage::F16($v) => $body,
+            $crate::cpu::CpuStorage::BF16($v) => $body,
         }
     };
 }
@@ -58,6 +66,8 @@ impl CpuStorage {
             CpuStorage::I64(_) => DType::I64,
             CpuStorage::I32(_) => DType::I32,
             CpuStorage::U8(_) => DType::U8,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::BF16(_) => DType::BF16,
         }
     }
     /// Number of elements.
@@ -101,6 +111,8 @@ impl CpuStorage {
             DType::I64 => CpuStorage::I64(advised(op, n)?),
             DType::I32 => CpuStorage::I32(advised(op, n)?),
             DType::U8 => CpuStorage::U8(advised(op, n)?),
+            DType::F16 => CpuStorage::F16(advised(op, n)?),
+            DType::BF16 => CpuStorage::BF16(advised(op, n)?),
         })
     }
     /// Typed borrow.
@@ -126,6 +138,8 @@ impl CpuStorage {
             CpuStorage::I64(v) => unique_mut(op, v)?,
             CpuStorage::I32(v) => unique_mut(op, v)?,
             CpuStorage::U8(v) => unique_mut(op, v)?,
+            CpuStorage::F16(v) => unique_mut(op, v)?,
+            CpuStorage::BF16(v) => unique_mut(op, v)?,
         };
         Ok(any.downcast_mut::<HostBuf<T>>().map(|b| &mut b[..]))
     }
@@ -133,13 +147,24 @@ impl CpuStorage {
     pub fn get_f64(&self, i: usize) -> f64 {
         with_buffer!(self, v => v[i].to_f64())
     }
-    /// Convert every element to another dtype (`as` semantics).
+    /// Convert every element to another dtype (`as` semantics; to f16 / bf16 rounded to
+    /// nearest even, once).
     pub fn cast(&self, dtype: DType) -> CpuStorage {
         if dtype == self.dtype() {
             return self.clone();
         }
         fn conv<S: Element, T: Element>(s: &[S]) -> Vec<T> {
-            s.iter().map(|&x| T::from_f64(x.to_f64())).collect()
+            // Large buffers convert in parallel chunks: widening half weights to f32 is on the
+            // path of every half kernel.
+            use rayon::prelude::*;
+            if s.len() >= 1 << 16 {
+                s.par_iter()
+                    .with_min_len(1 << 14)
+                    .map(|&x| T::from_f64(x.to_f64()))
+                    .collect()
+            } else {
+                s.iter().map(|&x| T::from_f64(x.to_f64())).collect()
+            }
         }
         with_buffer!(self, v => match dtype {
             DType::F32 => f32::into_buffer(conv(v)),
@@ -147,6 +172,8 @@ impl CpuStorage {
             DType::I64 => i64::into_buffer(conv(v)),
             DType::I32 => i32::into_buffer(conv(v)),
             DType::U8 => u8::into_buffer(conv(v)),
+            DType::F16 => half::f16::into_buffer(conv(v)),
+            DType::BF16 => half::bf16::into_buffer(conv(v)),
         })
     }
     /// Gather elements by positions into a new buffer of the same dtype.

@@ -510,6 +510,99 @@ fn update_typed<T: Float>(
     Ok([0.0, 0.0])
 }
 
+/// One update of a half (f16 / bf16) weight without a master copy: the weight, the gradient
+/// and the states (all of the weight's dtype) widened to f32, `rule` applied in f32, and the
+/// weight and states stored back rounded to nearest even (MXNet's update of an f16 weight
+/// without `multi_precision`). Costs a widening of the whole weight and states per call, also
+/// for a lazy row_sparse gradient; `multi_precision` (an f32 master, see sparrow-optim) avoids
+/// the repeated rounding of the states.
+fn update_half<H: Element>(
+    w: &mut CpuStorage,
+    rows: usize,
+    grad: GradRef<'_, CpuStorage, Arc<Vec<i64>>>,
+    states: &mut [&mut CpuStorage],
+    sc: &UpdateScalars,
+    rule: &UpdateRule,
+    lazy: bool,
+) -> Result<[f64; 2]> {
+    let op = rule.name();
+    let dtype = w.dtype();
+    let gvals = match grad {
+        GradRef::Dense(g) => g,
+        GradRef::RowSparse { values, .. } => values,
+    };
+    if let Some(other) = std::iter::once(gvals.dtype())
+        .chain(states.iter().map(|s| s.dtype()))
+        .find(|&d| d != dtype)
+    {
+        return Err(Error::dtype_mismatch(op, dtype, other));
+    }
+    let mut w32 = w.cast(DType::F32);
+    let g32 = gvals.cast(DType::F32);
+    let g = match grad {
+        GradRef::Dense(_) => GradRef::Dense(&g32),
+        GradRef::RowSparse {
+            indices, row_len, ..
+        } => GradRef::RowSparse {
+            indices,
+            values: &g32,
+            row_len,
+        },
+    };
+    let mut s32: Vec<CpuStorage> = states.iter().map(|s| s.cast(DType::F32)).collect();
+    let mut refs: Vec<&mut CpuStorage> = s32.iter_mut().collect();
+    let norms = update_typed::<f32>(&mut w32, rows, g, &mut refs, sc, rule, lazy)?;
+    store_rounded_all::<H>(w, &w32, op)?;
+    for (s, s32) in states.iter_mut().zip(&s32) {
+        store_rounded_all::<H>(s, s32, op)?;
+    }
+    Ok(norms)
+}
+
+/// Write the f32 buffer `src` into the half buffer `dst` (same length), rounded.
+fn store_rounded_all<H: Element>(
+    dst: &mut CpuStorage,
+    src: &CpuStorage,
+    op: &'static str,
+) -> Result<()> {
+    let src = src
+        .as_slice::<f32>()
+        .ok_or_else(|| Error::dtype(op, "f32 copy expected"))?;
+    let d = dst
+        .writable::<H>(op)?
+        .ok_or_else(|| Error::dtype(op, "half buffer expected"))?;
+    use rayon::prelude::*;
+    d.par_iter_mut()
+        .with_min_len(1 << 14)
+        .zip(src.par_iter())
+        .for_each(|(o, &x)| *o = H::from_f64(x as f64));
+    Ok(())
+}
+
+/// Write `src` rounded into the half buffer `dst` at `start..start + src.len()`.
+fn store_rounded(dst: &mut CpuStorage, start: usize, src: &[f32], op: &'static str) -> Result<()> {
+    fn put<H: Element>(
+        dst: &mut CpuStorage,
+        start: usize,
+        src: &[f32],
+        op: &'static str,
+    ) -> Result<()> {
+        let d = dst
+            .writable::<H>(op)?
+            .ok_or_else(|| Error::dtype(op, "half buffer expected"))?;
+        d[start..start + src.len()]
+            .iter_mut()
+            .zip(src)
+            .for_each(|(o, &x)| *o = H::from_f64(x as f64));
+        Ok(())
+    }
+    match dst.dtype() {
+        DType::F16 => put::<half::f16>(dst, start, src, op),
+        DType::BF16 => put::<half::bf16>(dst, start, src, op),
+        other => Err(float_error(op, other)),
+    }
+}
+
 /// The error of a dtype the update family has no kernel for.
 fn float_error(op: &'static str, dtype: DType) -> Error {
     Error::dtype(
@@ -532,6 +625,8 @@ impl UpdateOps for CpuStorage {
         match self.dtype() {
             DType::F32 => update_typed::<f32>(self, rows, grad, states, scalars, rule, lazy),
             DType::F64 => update_typed::<f64>(self, rows, grad, states, scalars, rule, lazy),
+            DType::F16 => update_half::<half::f16>(self, rows, grad, states, scalars, rule, lazy),
+            DType::BF16 => update_half::<half::bf16>(self, rows, grad, states, scalars, rule, lazy),
             other => Err(float_error(rule.name(), other)),
         }
     }
@@ -548,6 +643,8 @@ impl UpdateOps for CpuStorage {
         match self {
             CpuStorage::F32(v) => Ok(sum(&v[range])),
             CpuStorage::F64(v) => Ok(sum(&v[range])),
+            CpuStorage::F16(v) => Ok(v[range].iter().map(|x| x.to_f64() * x.to_f64()).sum()),
+            CpuStorage::BF16(v) => Ok(v[range].iter().map(|x| x.to_f64() * x.to_f64()).sum()),
             other => Err(float_error("stored_sum_sq", other.dtype())),
         }
     }
@@ -562,6 +659,17 @@ impl UpdateOps for CpuStorage {
             scale(&mut s[range], factor);
         } else if let Some(s) = self.as_mut_slice::<f64>() {
             scale(&mut s[range], factor);
+        } else if dtype.is_half() {
+            // In f32 (the factor rounded to f32 first, as for an f32 array), rounded once.
+            let f = factor as f32;
+            let scaled = self.gather(range.clone()).cast(DType::F32);
+            let scaled: Vec<f32> = scaled
+                .as_slice::<f32>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&x| x * f)
+                .collect();
+            store_rounded(self, range.start, &scaled, "scale_stored")?;
         } else {
             return Err(float_error("scale_stored", dtype));
         }

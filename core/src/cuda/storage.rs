@@ -103,6 +103,19 @@ cuda_element!(i64, I64, "i64");
 cuda_element!(i32, I32, "i32");
 cuda_element!(u8, U8, "u8");
 
+/// The error of a half (f16 / bf16) array on a CUDA device: the CUDA backend has no half
+/// buffers yet (they need cudarc's `f16` feature and half kernels), so such an array stays on
+/// the host; cast it to f32 first to move it.
+fn half_not_ported(op: &'static str, ordinal: usize) -> crate::Error {
+    cuda_error(
+        op,
+        format!(
+            "no CUDA kernel for {op} of float16 / bfloat16 arrays yet (Cuda({ordinal})); \
+             astype(F32) on the host, then to_device"
+        ),
+    )
+}
+
 /// The CUDA backend's storage: a typed buffer and the device that holds it.
 #[derive(Clone)]
 pub(crate) struct CudaStorage {
@@ -188,6 +201,7 @@ impl CudaStorage {
             DType::I64 => z::<i64>(dev, n),
             DType::I32 => z::<i32>(dev, n),
             DType::U8 => z::<u8>(dev, n),
+            DType::F16 | DType::BF16 => Err(half_not_ported("zeros", dev.ordinal)),
         }
     }
 
@@ -206,7 +220,14 @@ impl CudaStorage {
                 dev,
             })
         }
-        crate::with_buffer!(host, v => up(dev, v.as_slice()))
+        match host {
+            CpuStorage::F32(v) => up(dev, v),
+            CpuStorage::F64(v) => up(dev, v),
+            CpuStorage::I64(v) => up(dev, v),
+            CpuStorage::I32(v) => up(dev, v),
+            CpuStorage::U8(v) => up(dev, v),
+            CpuStorage::F16(_) | CpuStorage::BF16(_) => Err(half_not_ported("to_device", ordinal)),
+        }
     }
 
     /// The elements copied to host memory (waits for the work queued before).
@@ -290,6 +311,7 @@ impl CudaStorage {
             DType::I64 => run::<S, i64>(self, s),
             DType::I32 => run::<S, i32>(self, s),
             DType::U8 => run::<S, u8>(self, s),
+            DType::F16 | DType::BF16 => Err(half_not_ported("astype", self.ordinal())),
         })
     }
 

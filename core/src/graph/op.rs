@@ -232,9 +232,17 @@ pub fn dtype_name(d: DType) -> &'static str {
 
 /// The dtype of an exported name.
 pub fn dtype_from_name(name: &str) -> Option<DType> {
-    [DType::F32, DType::F64, DType::I64, DType::I32, DType::U8]
-        .into_iter()
-        .find(|d| d.name() == name)
+    [
+        DType::F32,
+        DType::F64,
+        DType::I64,
+        DType::I32,
+        DType::U8,
+        DType::F16,
+        DType::BF16,
+    ]
+    .into_iter()
+    .find(|d| d.name() == name)
 }
 
 /// The exported name of a storage type.

@@ -12,7 +12,7 @@ use zip::{CompressionMethod, ZipArchive, ZipWriter};
 
 use super::{Component, Parts, OP_LOAD, OP_SAVE};
 use crate::npy;
-use crate::{DType, Error, NDArray, Result};
+use crate::{Error, NDArray, Result};
 
 /// Deflate cannot expand data by more than about 1032 to 1: a member whose declared size is
 /// larger than that times its compressed size is corrupt (and must not size an allocation).
@@ -25,18 +25,18 @@ struct Member<'a> {
     body: Cow<'a, [u8]>,
 }
 
-fn numeric<'a>(key: String, c: &'a Component) -> Member<'a> {
-    Member {
+fn numeric<'a>(key: String, c: &'a Component) -> std::result::Result<Member<'a>, String> {
+    Ok(Member {
+        header: npy::header_bytes(&c.shape, c.dtype).map_err(|e| format!("'{key}': {e}"))?,
         key,
-        header: npy::header_bytes(&c.shape, c.dtype),
         body: Cow::Borrowed(&c.bytes),
-    }
+    })
 }
 
 fn ids(key: String, v: &[i64]) -> Member<'static> {
     Member {
         key,
-        header: npy::header_bytes(&[v.len()], DType::I64),
+        header: npy::header_bytes_descr(&[v.len()], "<i8"),
         body: Cow::Owned(v.iter().flat_map(|i| i.to_le_bytes()).collect()),
     }
 }
@@ -52,10 +52,14 @@ fn text(key: String, s: &str) -> Member<'static> {
 
 /// The members of one array, sparse ones under `prefix` (`NAME/`, or empty for SciPy's
 /// single-array file), in the order `scipy.sparse.save_npz` writes them.
-fn members_of<'a>(name: &str, prefix: &str, p: &'a Parts) -> Vec<Member<'a>> {
+fn members_of<'a>(
+    name: &str,
+    prefix: &str,
+    p: &'a Parts,
+) -> std::result::Result<Vec<Member<'a>>, String> {
     let key = |c: &str| format!("{prefix}{c}");
-    match p {
-        Parts::Dense(c) => vec![numeric(name.to_string(), c)],
+    Ok(match p {
+        Parts::Dense(c) => vec![numeric(name.to_string(), c)?],
         Parts::Csr {
             shape,
             data,
@@ -66,7 +70,7 @@ fn members_of<'a>(name: &str, prefix: &str, p: &'a Parts) -> Vec<Member<'a>> {
             ids(key("indptr"), indptr),
             text(key("format"), "csr"),
             ids(key("shape"), &[shape[0] as i64, shape[1] as i64]),
-            numeric(key("data"), data),
+            numeric(key("data"), data)?,
         ],
         Parts::RowSparse {
             shape,
@@ -96,7 +100,8 @@ fn members_of<'a>(name: &str, prefix: &str, p: &'a Parts) -> Vec<Member<'a>> {
                 ids(key("shape"), &[rows as i64, width as i64]),
                 Member {
                     key: key("data"),
-                    header: npy::header_bytes(&block.shape, block.dtype),
+                    header: npy::header_bytes(&block.shape, block.dtype)
+                        .map_err(|e| format!("'{}': {e}", key("data")))?,
                     body: Cow::Borrowed(&data.bytes),
                 },
             ];
@@ -106,7 +111,7 @@ fn members_of<'a>(name: &str, prefix: &str, p: &'a Parts) -> Vec<Member<'a>> {
             }
             m
         }
-    }
+    })
 }
 
 /// Write `arrays` to `path` atomically. `list`: the arrays are a list, and a list of one
@@ -135,7 +140,7 @@ pub(super) fn write(
         } else {
             format!("{name}/")
         };
-        members.extend(members_of(name, &prefix, p));
+        members.extend(members_of(name, &prefix, p).map_err(&fail)?);
     }
     let mut seen = HashSet::new();
     for m in &members {

@@ -27,6 +27,8 @@ fn st_dtype(d: DType) -> Dtype {
         DType::I64 => Dtype::I64,
         DType::I32 => Dtype::I32,
         DType::U8 => Dtype::U8,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
     }
 }
 
@@ -38,6 +40,8 @@ pub fn our_dtype(d: Dtype) -> Option<DType> {
         Dtype::I64 => DType::I64,
         Dtype::I32 => DType::I32,
         Dtype::U8 => DType::U8,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
         _ => return None,
     })
 }

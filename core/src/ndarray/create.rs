@@ -143,6 +143,8 @@ impl NDArray {
             DType::I64 => i64::into_buffer(try_filled(op, n, value as i64)?),
             DType::I32 => i32::into_buffer(try_filled(op, n, value as i32)?),
             DType::U8 => u8::into_buffer(try_filled(op, n, value as u8)?),
+            DType::F16 => half::f16::into_buffer(try_filled(op, n, half::f16::from_f64(value))?),
+            DType::BF16 => half::bf16::into_buffer(try_filled(op, n, half::bf16::from_f64(value))?),
         };
         NDArray::from_buffer(buf, shape)
     }
@@ -207,6 +209,10 @@ impl NDArray {
                 let mut v = try_with_capacity("arange", n)?;
                 v.extend((0..n).map(|i| start + i as f64 * step));
                 NDArray::host_vec(v, &[n])
+            }
+            // Each value computed in f64 and rounded once.
+            DType::F16 | DType::BF16 => {
+                NDArray::host_arange(start, stop, step, DType::F64)?.astype(dtype)
             }
             DType::I64 | DType::I32 | DType::U8 => {
                 let a = NDArray::host_arange_i64(start as i64, stop.ceil() as i64, step as i64)?;
@@ -293,5 +299,7 @@ fn set_one(buf: &mut CpuStorage, pos: usize) {
         CpuStorage::I64(_) => buf.as_mut_slice::<i64>().unwrap()[pos] = 1,
         CpuStorage::I32(_) => buf.as_mut_slice::<i32>().unwrap()[pos] = 1,
         CpuStorage::U8(_) => buf.as_mut_slice::<u8>().unwrap()[pos] = 1,
+        CpuStorage::F16(_) => buf.as_mut_slice::<half::f16>().unwrap()[pos] = half::f16::ONE,
+        CpuStorage::BF16(_) => buf.as_mut_slice::<half::bf16>().unwrap()[pos] = half::bf16::ONE,
     }
 }

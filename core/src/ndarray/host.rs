@@ -169,6 +169,8 @@ impl NDArray {
             DType::I64 => i64::into_buffer(conv(bytes)),
             DType::I32 => i32::into_buffer(conv(bytes)),
             DType::U8 => u8::into_buffer(bytes.to_vec()),
+            DType::F16 => half::f16::into_buffer(conv(bytes)),
+            DType::BF16 => half::bf16::into_buffer(conv(bytes)),
         };
         NDArray::from_buffer(buf, shape)
     }

@@ -38,6 +38,8 @@ fn array_over(
         DType::I64 => wrap::<i64>(file, offset, count),
         DType::I32 => wrap::<i32>(file, offset, count),
         DType::U8 => wrap::<u8>(file, offset, count),
+        DType::F16 => wrap::<half::f16>(file, offset, count),
+        DType::BF16 => wrap::<half::bf16>(file, offset, count),
     };
     NDArray::from_buffer(buf, shape)
 }
@@ -130,7 +132,7 @@ impl NDArray {
         const OP: &str = "create_npy";
         let path = path.as_ref();
         let count = checked_size(OP, shape)?;
-        let header = crate::npy::header_bytes(shape, dtype);
+        let header = crate::npy::header_bytes(shape, dtype).map_err(|e| Error::arg(OP, e))?;
         let total = count
             .checked_mul(dtype.size_of())
             .and_then(|b| b.checked_add(header.len()))

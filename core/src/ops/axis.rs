@@ -73,7 +73,7 @@ pub(crate) fn index_values(op: &'static str, a: &NDArray) -> Result<Vec<i64>> {
         DType::I64 => a.to_vec::<i64>(),
         // Exact in f64 and integral by type.
         DType::I32 | DType::U8 => Ok(a.to_f64_vec().into_iter().map(|x| x as i64).collect()),
-        DType::F32 | DType::F64 => a
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => a
             .to_f64_vec()
             .into_iter()
             .enumerate()

@@ -44,10 +44,13 @@ pub(crate) fn check_arrays_shaped(
             format!("weight must be dense, got {w_stype:?}"),
         ));
     }
-    if !matches!(w_dtype, DType::F32 | DType::F64) {
+    if !w_dtype.is_float() {
         return Err(Error::dtype(
             op,
-            format!("weight must be float32 or float64, got {}", w_dtype.name()),
+            format!(
+                "weight must be float32 or float64 (or float16 / bfloat16), got {}",
+                w_dtype.name()
+            ),
         ));
     }
     if g_dtype != w_dtype {

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::storage::Storage;
-use crate::{ArrayData, DType, NDArray};
+use crate::{ArrayData, NDArray};
 
 /// The positions of an array's stored values in its value buffer. A csr array may be a row
 /// slice sharing its parent's values: only its own range counts.
@@ -29,7 +29,7 @@ fn float_error(op: &'static str, buf: &Storage) -> Error {
     Error::dtype(
         op,
         format!(
-            "needs a float32 or float64 array, got {}",
+            "needs a float32 or float64 (or float16 / bfloat16) array, got {}",
             buf.dtype().name()
         ),
     )
@@ -56,7 +56,7 @@ pub fn stored_sum_sq(array: &NDArray) -> Result<f64> {
         ArrayData::RowSparse(r) => &r.data,
         ArrayData::Csr(c) => &c.data,
     };
-    if !matches!(buf.dtype(), DType::F32 | DType::F64) {
+    if !buf.dtype().is_float() {
         return Err(float_error("stored_sum_sq", buf));
     }
     buf.sum_sq_range(range)
@@ -86,7 +86,7 @@ pub fn scale_stored(array: &NDArray, factor: f64) -> Result<()> {
     let mut d = array.write();
     let range = stored_range(&d);
     let buf = stored_buffer_mut(&mut d);
-    if !matches!(buf.dtype(), DType::F32 | DType::F64) {
+    if !buf.dtype().is_float() {
         return Err(float_error(OP, buf));
     }
     buf.scale_range(range, factor)

@@ -46,14 +46,20 @@ impl Block for Dropout {
         let seed = self.seed ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let keep = 1.0 / (1.0 - self.rate);
         let p = self.rate;
-        let mask = float_dispatch!(x.dtype(), "Dropout", T => {
+        // Half inputs: the f32 mask rounded (0 and 1 / (1 - p) in the input's dtype).
+        let mask_dtype = if x.dtype().is_half() {
+            sparrow_core::DType::F32
+        } else {
+            x.dtype()
+        };
+        let mask = float_dispatch!(mask_dtype, "Dropout", T => {
             let mut u = vec![0.0 as T; n];
             init::fill_uniform(&mut u, 0.0, 1.0, seed);
             let (pt, kt) = (p as T, keep as T);
             let m: Vec<T> = u.iter().map(|&v| if v < pt { 0.0 } else { kt }).collect();
             NDArray::from_vec(m, &x.shape())?
         });
-        x.mul(&mask)
+        x.mul(&mask.astype(x.dtype())?)
     }
     fn kind(&self) -> &'static str {
         "dropout"

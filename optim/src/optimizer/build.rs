@@ -11,7 +11,8 @@ use super::{
 use crate::schedule::LrScheduler;
 
 /// Set one of the options every optimizer shares from a keyword (`learning_rate`, `wd`,
-/// `rescale_grad`, `clip_gradient`, `lazy_update`); `false` when the key is not one of them.
+/// `rescale_grad`, `clip_gradient`, `lazy_update`, `multi_precision`); `false` when the key is
+/// not one of them.
 fn set_common(opts: &mut OptimizerOptions, key: &str, value: f64) -> Result<bool> {
     match key {
         "learning_rate" | "lr" => opts.learning_rate = value,
@@ -19,6 +20,7 @@ fn set_common(opts: &mut OptimizerOptions, key: &str, value: f64) -> Result<bool
         "rescale_grad" => opts.rescale_grad = value,
         "clip_gradient" => opts.clip_gradient = clip_threshold(value),
         "lazy_update" => opts.lazy_update = flag("lazy_update", value)?,
+        "multi_precision" => opts.multi_precision = flag("multi_precision", value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -30,12 +32,13 @@ fn clip_threshold(c: f64) -> Option<f64> {
 }
 
 /// The shared keywords [`set_common`] takes, for error messages.
-const COMMON_KEYWORDS: [&str; 5] = [
+const COMMON_KEYWORDS: [&str; 6] = [
     "learning_rate",
     "wd",
     "rescale_grad",
     "clip_gradient",
     "lazy_update",
+    "multi_precision",
 ];
 
 /// A boolean keyword given as a number: 0 or 1.
@@ -102,6 +105,12 @@ macro_rules! builders {
             /// standard ones (every row, absent rows with a zero gradient).
             pub fn lazy(mut self, lazy: bool) -> Self {
                 self.opts.lazy_update = lazy;
+                self
+            }
+            /// Keep an f32 master copy of f16 / bf16 weights and update it instead (see
+            /// [`OptimizerOptions::multi_precision`]).
+            pub fn multi_precision(mut self, on: bool) -> Self {
+                self.opts.multi_precision = on;
                 self
             }
             /// Drive the learning rate with a schedule (evaluated at the update count).

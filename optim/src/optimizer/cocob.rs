@@ -88,7 +88,8 @@ pub(crate) const LEGACY_SLOTS: [&str; COCOB_STATES] = ["l", "s", "r", "theta", "
 pub(crate) fn pack_states(state: State) -> Result<State> {
     const OP: &str = "cocob states";
     let names: Vec<&str> = state.arrays.iter().map(|(n, _)| n.as_str()).collect();
-    if names == [PACKED] {
+    // Packed already, with or without a multi_precision master (which is never legacy).
+    if names == [PACKED] || names == [PACKED, super::MASTER_SLOT] {
         return Ok(state);
     }
     if names != LEGACY_SLOTS {

@@ -17,10 +17,10 @@
 //! `lazy_update` is true, and with the standard semantics (every row, absent rows with a zero
 //! gradient) otherwise.
 //!
-//! `multi_precision`: MXNet keeps an f32 master copy of f16 weights. sparrow has no f16, and f32
-//! and f64 weights are updated in their own precision, which is what MXNet does for them too
-//! (it ignores `multi_precision` unless the weight is f16). There is therefore no such option
-//! here; f64 master copies for f32 weights are not implemented.
+//! `multi_precision` ([`OptimizerOptions::multi_precision`], every optimizer): an f32 master
+//! copy of each f16 / bf16 weight, updated instead of it, as MXNet does (see
+//! [`precision`](MASTER_SLOT)'s notes in `precision.rs`). f32 and f64 weights are updated in
+//! their own precision, as in MXNet; f64 master copies for f32 weights are not implemented.
 
 mod ada;
 mod adam;
@@ -30,6 +30,7 @@ mod ftrl;
 mod group_adagrad;
 mod lamb;
 mod options;
+mod precision;
 mod sgd;
 mod state;
 
@@ -41,6 +42,7 @@ pub use ftrl::{Ftml, Ftrl};
 pub use group_adagrad::GroupAdaGrad;
 pub use lamb::Lamb;
 pub use options::{MultMap, OptimizerOptions, ParamArgs, StepCtx};
+pub use precision::{uses_master, MASTER_SLOT};
 pub use sgd::{Nag, Sgd, Signum};
 pub use state::State;
 
@@ -236,7 +238,15 @@ macro_rules! declare_optimizers {
             }
             fn create_state(&self, _index: usize, weight: &NDArray) -> Result<State> {
                 let shape = Rule::state_shape(self, &weight.shape());
-                let mut state = State::zeros_shaped(weight, self.state_names(), &shape)?;
+                let mut state = match precision::state_template(&self.opts, weight)? {
+                    // f32 states beside an f32 master copy (multi_precision, half weight).
+                    Some(master) => {
+                        let mut s = State::zeros_shaped(&master, self.state_names(), &shape)?;
+                        s.arrays.push((MASTER_SLOT.to_string(), master));
+                        s
+                    }
+                    None => State::zeros_shaped(weight, self.state_names(), &shape)?,
+                };
                 self.init_scalars(&mut state);
                 Ok(state)
             }
@@ -250,7 +260,9 @@ macro_rules! declare_optimizers {
                 grad: &NDArray,
                 state: &mut State,
             ) -> Result<()> {
-                self.apply(ctx, weight, grad, state)
+                precision::step_with_master(weight, grad, state, |w, g, s| {
+                    self.apply(ctx, w, g, s)
+                })
             }
         }
     )*};

@@ -26,6 +26,10 @@ pub struct OptimizerOptions {
     pub clip_gradient: Option<f64>,
     /// Lazy row_sparse updates (only rows present in the gradient change). Default true.
     pub lazy_update: bool,
+    /// Keep an f32 master copy of every f16 / bf16 weight (state array `weight32`) and update
+    /// it instead, the half weight being the master rounded (MXNet's `multi_precision`).
+    /// Default false; no effect on f32 and f64 weights. Read when a state is made.
+    pub multi_precision: bool,
     /// Per-parameter learning-rate multipliers, by parameter index (used by `update`).
     pub lr_mult: MultMap,
     /// Per-parameter weight-decay multipliers, by parameter index (used by `update`).
@@ -45,6 +49,7 @@ impl OptimizerOptions {
             rescale_grad: 1.0,
             clip_gradient: None,
             lazy_update: true,
+            multi_precision: false,
             lr_mult: MultMap::default(),
             wd_mult: MultMap::default(),
             lr_scheduler: None,
