@@ -36,7 +36,11 @@ fn grad(k: u64, h: DType, kind: Grad) -> NDArray {
     if kind == Grad::Dense {
         return g;
     }
-    let rows: &[i64] = if k.is_multiple_of(2) { &[1, 3, 4] } else { &[0, 5] };
+    let rows: &[i64] = if k.is_multiple_of(2) {
+        &[1, 3, 4]
+    } else {
+        &[0, 5]
+    };
     sparrow_core::sparse::retain_rows(&g.tostype(SType::RowSparse).unwrap(), rows).unwrap()
 }
 
