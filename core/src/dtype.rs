@@ -196,7 +196,9 @@ impl Float for f64 {
     }
 }
 
-macro_rules! impl_element {
+/// The crate-private `HostElement` half of an element type: its `CpuStorage` variant and its
+/// little-endian bytes (the same for every element type, half ones included).
+macro_rules! impl_host_element {
     ($t:ty, $variant:ident) => {
         impl crate::cpu::HostElement for $t {
             fn slice(buf: &CpuStorage) -> Option<&[Self]> {
@@ -223,6 +225,12 @@ macro_rules! impl_element {
                 <$t>::from_le_bytes(a)
             }
         }
+    };
+}
+
+macro_rules! impl_element {
+    ($t:ty, $variant:ident) => {
+        impl_host_element!($t, $variant);
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
             fn to_f64(self) -> f64 {
@@ -266,29 +274,7 @@ fn f64_to_f32_odd(x: f64) -> f32 {
 /// round-to-nearest-even from f32 (F16C where the CPU has it), so every value is rounded once.
 macro_rules! impl_half_element {
     ($t:ty, $variant:ident) => {
-        impl crate::cpu::HostElement for $t {
-            fn slice(buf: &CpuStorage) -> Option<&[Self]> {
-                match buf {
-                    CpuStorage::$variant(v) => Some(&v[..]),
-                    _ => None,
-                }
-            }
-            fn into_buffer(v: Vec<Self>) -> CpuStorage {
-                CpuStorage::$variant(std::sync::Arc::new(crate::cpu::HostBuf::owned(v)))
-            }
-            fn shared_buffer(v: std::sync::Arc<Vec<Self>>) -> CpuStorage {
-                CpuStorage::$variant(std::sync::Arc::new(crate::cpu::HostBuf::shared(v)))
-            }
-            fn host_buffer(v: crate::cpu::HostBuf<Self>) -> CpuStorage {
-                CpuStorage::$variant(std::sync::Arc::new(v))
-            }
-            fn write_le(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-            fn from_le_slice(b: &[u8]) -> Self {
-                <$t>::from_le_bytes([b[0], b[1]])
-            }
-        }
+        impl_host_element!($t, $variant);
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
             fn to_f64(self) -> f64 {
