@@ -17,9 +17,12 @@
 # GPU timings from the same run), OUT_DIR/torch_cuda.json (PyTorch CUDA on the same products,
 # when python3 has torch), OUT_DIR/summary.txt (one line per test binary: passed / failed /
 # skipped counts), OUT_DIR/skipped.txt (each test's skip line: an op without a CUDA kernel
-# yet) and OUT_DIR/tests.log (the output of failing binaries), and exits non-zero when a test failed. Each test binary
-# runs from its crate's folder, as cargo runs it, under a limit of TEST_TIMEOUT seconds (300);
-# TESTS_ONLY=1 runs the tests alone.
+# yet), OUT_DIR/tutorial.txt (the main job on the GPU and the CPU, PyTorch CUDA's, and the
+# over-budget table: (c) on the GPU with its first-layer weight on the device against the same
+# weight held in host memory under a 100 MB device budget) and OUT_DIR/tests.log (the output
+# of failing binaries), and exits non-zero when a test failed. Each test binary runs from its
+# crate's folder, as cargo runs it, under a limit of TEST_TIMEOUT seconds (300). PARTS
+# (default "bench tutorial staged tests") picks what runs; TESTS_ONLY=1 is PARTS=tests.
 # Kernels load from the prebuilt PTX (SPARROW_CUDA_PTX_DIR) unless NVRTC_LIB_DIR names a folder
 # holding libnvrtc.so.12, in which case they are compiled at first use as in production.
 set -euo pipefail
@@ -105,19 +108,22 @@ run)
   (nvidia-smi || echo "nvidia-smi not found") >"$out/nvidia-smi.txt" 2>&1
   "$dir/bin/cuda_info" 2>&1 | tee "$out/cuda_info.txt"
   failed=0
-  # TESTS_ONLY=1 skips the benchmarks (a rerun of the tests after a fix).
-  if [ -z "${TESTS_ONLY:-}" ]; then
+  parts=" ${PARTS:-bench tutorial staged tests} "
+  if [ -n "${TESTS_ONLY:-}" ]; then parts=" tests "; fi
+  has_torch=0
+  python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && has_torch=1
+  tut="$out/tutorial.txt"
+  : >"$tut"
+  if [[ "$parts" == *" bench "* ]]; then
     "$dir/bin/cuda_bench" 2>&1 | tee "$out/cuda_bench.txt" || failed=1
-    has_torch=0
-    python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && has_torch=1
     if [ "$has_torch" = 1 ]; then
       python3 scripts/bench_torch_cuda_spmm.py | tee "$out/torch_cuda.json" || failed=1
     fi
+  fi
+  if [[ "$parts" == *" tutorial "* ]]; then
     # The main job on the GPU and on this machine's CPU, then PyTorch CUDA's variant (c)
     # (EmbeddingBag, sparse gradient) on the same data sizes: the tutorial's batch of 10, and
     # batches of 1024 over 100,000 rows.
-    tut="$out/tutorial.txt"
-    : >"$tut"
     for dev in cuda cpu; do
       echo "== sparse_gluon --device $dev" >>"$tut"
       timeout 150 "$dir/bin/sparse_gluon" --device "$dev" >>"$tut" 2>&1 || failed=1
@@ -133,7 +139,24 @@ run)
         timeout 150 python3 scripts/bench_torch_cuda_tutorial.py $cfg >>"$tut" 2>&1 || failed=1
       done
     fi
-    cat "$tut"
+  fi
+  if [[ "$parts" == *" staged "* ]]; then
+    # The over-budget table: (c) with the 512 MB first-layer weight on the GPU, then held in
+    # host memory (100 MB budget) with each step's rows moved, alternated, at both batch sizes.
+    for round in 1 2; do
+      for budget in "" "--device-budget-mb 100"; do
+        for cfg in "" "--samples 100000 --batch-size 1024 --epochs 5"; do
+          echo "== staged round $round: sparse_gluon --device cuda --variants c $cfg $budget" >>"$tut"
+          # shellcheck disable=SC2086
+          timeout 150 "$dir/bin/sparse_gluon" --device cuda --variants c $cfg $budget >>"$tut" 2>&1 ||
+            failed=1
+        done
+      done
+    done
+  fi
+  cat "$tut"
+  if [[ "$parts" != *" tests "* ]]; then
+    exit "$failed"
   fi
   # Tests that write scratch files use cargo's target/tmp.
   mkdir -p "$root/target/tmp"

@@ -10,6 +10,7 @@
 //! any arrays, sparse included, as safetensors or `.npz` (MXNet's `nd.save` / `nd.load`).
 
 pub mod autograd;
+mod budget;
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;

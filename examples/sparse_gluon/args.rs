@@ -8,7 +8,8 @@ pub const USAGE: &str =
     "usage: sparse_gluon [--json] [--variants a,b,c] [--epochs N] [--dense-batches N]
     [--samples N] [--features N] [--density F] [--batch-size N] [--lr F]
     [--optimizer sgd|adam|adagrad|ftrl] [--threads N] [--seed N] [--data-dir DIR]
-    [--loader-priority idle|normal] [--warmup-ms MS] [--device cpu|cuda|cuda:N]";
+    [--loader-priority idle|normal] [--warmup-ms MS] [--device cpu|cuda|cuda:N]
+    [--device-budget-mb MB]";
 
 /// `cpu`, `cuda` (device 0) or `cuda:N`.
 fn parse_device(s: &str) -> Result<Device, String> {
@@ -92,6 +93,10 @@ pub struct Args {
     /// Where the model trains (`--device`, default the CPU; `cuda` needs the `cuda` feature):
     /// parameters, gradients and optimizer states live there, and each batch is copied there.
     pub device: Device,
+    /// `--device-budget-mb`: the device's memory budget for one parameter; a weight over it
+    /// (the first layer's, with (c)'s row_sparse gradient) stays in host memory and each step
+    /// moves only the batch's rows to the device.
+    pub device_budget_mb: Option<f64>,
     /// Internal: run one variant on an existing LibSVM file and print JSON.
     pub child: Option<Variant>,
     pub data_file: Option<PathBuf>,
@@ -116,6 +121,7 @@ impl Args {
             idle_loader: true,
             warmup_ms: 100.0,
             device: Device::Cpu,
+            device_budget_mb: None,
             child: None,
             data_file: None,
         };
@@ -158,6 +164,7 @@ impl Args {
                 }
                 "--warmup-ms" => a.warmup_ms = num(&flag, val(&flag)?)?,
                 "--device" => a.device = parse_device(&val(&flag)?)?,
+                "--device-budget-mb" => a.device_budget_mb = Some(num(&flag, val(&flag)?)?),
                 "--child" => a.child = Some(Variant::parse(&val(&flag)?)?),
                 "--data-file" => a.data_file = Some(PathBuf::from(val(&flag)?)),
                 "-h" | "--help" => return Err("help".into()),
@@ -176,6 +183,14 @@ impl Args {
             return Err(format!(
                 "--warmup-ms {} must be a finite number >= 0",
                 a.warmup_ms
+            ));
+        }
+        if let Some(mb) = a
+            .device_budget_mb
+            .filter(|mb| !(*mb >= 0.0 && mb.is_finite()))
+        {
+            return Err(format!(
+                "--device-budget-mb {mb} must be a finite number >= 0"
             ));
         }
         if !(a.density > 0.0 && a.density <= 1.0) {
@@ -217,6 +232,10 @@ impl Args {
         if let Some(t) = self.threads {
             out.push("--threads".into());
             out.push(t.to_string());
+        }
+        if let Some(mb) = self.device_budget_mb {
+            out.push("--device-budget-mb".into());
+            out.push(mb.to_string());
         }
         if !self.idle_loader {
             out.push("--loader-priority".into());

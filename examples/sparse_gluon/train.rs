@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use sparrow::core::{autograd, sys, NDArray, SType};
+use sparrow::core::{autograd, sys, Device, NDArray, SType};
 use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
 use sparrow::data::synthetic;
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
@@ -200,6 +200,10 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
     params.idle_priority = v == Variant::RowSparse && args.idle_loader;
     let mut iter = LibSVMIter::new(params)?;
 
+    if let Some(mb) = args.device_budget_mb {
+        args.device
+            .set_memory_budget(Some((mb * 1e6).round() as usize));
+    }
     let t0 = Instant::now();
     let net = build_net(args, v);
     net.initialize(&Initializer::Uniform { scale: 0.07 }, args.device)?;
@@ -215,6 +219,20 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
         .next()
         .map(|(_, p)| p.clone())
         .ok_or("model has no parameters")?;
+    // A first-layer weight over the device's budget stays in host memory; its layer stages
+    // each batch's rows on the device, from the batch on the host (no round trip).
+    let batch_device = if first.host_resident() {
+        eprintln!(
+            "{}: the first layer's weight ({:.1} MB) is over {}'s budget: it stays in host \
+             memory, and each step moves the batch's rows",
+            v.describe(),
+            first.nbytes() as f64 / 1e6,
+            crate::args::device_name(args.device)
+        );
+        Device::Cpu
+    } else {
+        args.device
+    };
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
     let densify = v == Variant::Naive;
     let prep = |x: NDArray| -> Result<NDArray, BoxError> {
@@ -253,7 +271,7 @@ pub fn run_variant(args: &Args, v: Variant) -> Result<VariantResult, BoxError> {
                 let label = batch.label.clone().ok_or("LibSVM batch without labels")?;
                 // The batch to the model's device (the same arrays on the CPU).
                 let (x, label) = (
-                    batch.data.to_device(args.device)?,
+                    batch.data.to_device(batch_device)?,
                     label.to_device(args.device)?,
                 );
                 let (pred, loss, rows) = step(&net, &first, &mut trainer, &loss_fn, &x, &label)?;

@@ -14,7 +14,7 @@
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use sparrow_core::autograd::GradReq;
-use sparrow_core::{DType, Device, Error, NDArray, Result, SType};
+use sparrow_core::{sparse, DType, Device, Error, NDArray, Result, SType};
 
 use crate::init::{self, InitDesc, Initializer};
 
@@ -33,10 +33,25 @@ struct State {
     fan_in_first: bool,
     data: Option<NDArray>,
     /// Where the weight (and its gradient) is created: the device `initialize` was given.
+    /// For a host-resident weight (`host_resident`), the device its layers compute on.
     device: Device,
+    /// The weight was over `device`'s memory budget when it was created, so it lives in host
+    /// memory and layers stage a batch's rows on `device` ([`Parameter::host_resident`]).
+    host_resident: bool,
     /// `initialize` was called while the shape had unknown dims: the initializer and seed to
     /// run once the first forward fixes the shape.
     deferred: Option<(Initializer, u64)>,
+}
+
+impl State {
+    /// Where the weight's memory is: the host for a host-resident weight, else `device`.
+    fn home(&self) -> Device {
+        if self.host_resident {
+            Device::Cpu
+        } else {
+            self.device
+        }
+    }
 }
 
 /// A trainable (or auxiliary, with `grad_req = Null`) array of a block.
@@ -107,6 +122,7 @@ impl Parameter {
                     fan_in_first: false,
                     data: None,
                     device: Device::Cpu,
+                    host_resident: false,
                     deferred: None,
                 }),
             }),
@@ -233,6 +249,38 @@ impl Parameter {
     pub fn device(&self) -> Device {
         self.state().device
     }
+    /// Whether the weight lives in host memory while its layers compute on [`Self::device`]:
+    /// it was over that device's memory budget ([`Device::set_memory_budget`]) when created.
+    /// Such a weight has a row_sparse gradient on the host; each step its layer moves the rows
+    /// a batch reads to the device ([`Self::stage_for_csr`], [`Self::stage_for_ids`]) and the
+    /// optimizer updates them in host memory.
+    pub fn host_resident(&self) -> bool {
+        self.state().host_resident
+    }
+
+    /// For a host-resident weight and a csr batch `x` (on any device): the batch renumbered to
+    /// the columns it uses, on [`Self::device`], and those rows of the weight staged there,
+    /// differentiable (`x . w == xc . wk`; the weight's gradient comes back as row_sparse over
+    /// those rows). Also works for a weight on its device, staging from there.
+    pub fn stage_for_csr(&self, x: &NDArray) -> Result<(NDArray, NDArray)> {
+        let w = self.data()?;
+        let device = self.device();
+        let (cols, xc) = sparse::compact_columns(&x.to_device(Device::Cpu)?)?;
+        let wk = sparse::stage_rows(&w, &cols, device)?;
+        Ok((xc.to_device(device)?, wk))
+    }
+
+    /// For a host-resident table and integer ids (any shape, on any device): the ids
+    /// renumbered to the distinct rows they name, on [`Self::device`], and those rows staged
+    /// there, differentiable (`embedding(w, ids) == embedding(wk, local)`).
+    pub fn stage_for_ids(&self, ids: &NDArray) -> Result<(NDArray, NDArray)> {
+        let w = self.data()?;
+        let device = self.device();
+        let (uniq, local) = sparse::compact_ids(ids, device)?;
+        let wk = sparse::stage_rows(&w, &uniq, device)?;
+        Ok((local, wk))
+    }
+
     /// Whether the weight has been created.
     pub fn is_initialized(&self) -> bool {
         self.state().data.is_some()
@@ -336,10 +384,14 @@ impl Parameter {
 
     fn create(name: &str, s: &mut State, init: &Initializer, seed: u64) -> Result<()> {
         let desc = InitDesc::new(name, &s.shape, s.fan_in_first);
+        if s.data.is_none() {
+            s.host_resident = Self::over_budget(name, s)?;
+        }
+        let home = s.home();
         // Generate inside the weight's device scope, so the initializer's constructors make it
         // there directly; `to_device` then only moves what an initializer made elsewhere.
-        let arr = sparrow_core::with_device(s.device, || init.generate(&desc, s.dtype, seed))??
-            .to_device(s.device)?;
+        let arr = sparrow_core::with_device(home, || init.generate(&desc, s.dtype, seed))??
+            .to_device(home)?;
         match &s.data {
             // Keep the handle: holders of `data()` see the new values.
             Some(d) => d.assign(&arr),
@@ -350,6 +402,42 @@ impl Parameter {
         }
         s.deferred = None;
         Ok(())
+    }
+
+    /// Whether a weight of this state's shape is over its device's memory budget, so it must
+    /// stay in host memory: allowed for a row_sparse gradient (layers stage a batch's rows),
+    /// an error naming the sizes otherwise.
+    fn over_budget(name: &str, s: &State) -> Result<bool> {
+        let bytes = s
+            .shape
+            .iter()
+            .try_fold(s.dtype.size_of(), |a, &d| a.checked_mul(d))
+            .ok_or_else(|| {
+                Error::shape(
+                    "Parameter::initialize",
+                    format!(
+                        "parameter '{name}' of shape {:?} overflows usize bytes",
+                        s.shape
+                    ),
+                )
+            })?;
+        if !s.device.over_budget(bytes)? {
+            return Ok(false);
+        }
+        if s.grad_stype != SType::RowSparse || s.grad_req == GradReq::Null {
+            return Err(Error::arg(
+                "Parameter::initialize",
+                format!(
+                    "parameter '{name}' takes {bytes} bytes, over {:?}'s memory budget of {} \
+                     bytes; only a weight with a row_sparse gradient can stay in host memory \
+                     and train a batch's rows at a time (grad_stype RowSparse), or raise the \
+                     budget (Device::set_memory_budget)",
+                    s.device,
+                    s.device.memory_budget()?.unwrap_or(0)
+                ),
+            ));
+        }
+        Ok(true)
     }
 
     /// Fix unknown dims from the shape seen at a forward, and run a deferred initialization.
@@ -473,10 +561,11 @@ impl Parameter {
         }
         // `initialize` chose a device (the weight exists, or waits for its shape): keep it.
         let placed = s.data.is_some() || s.deferred.is_some();
+        let home = s.home();
         let moved;
         let value = match value.device() {
-            d if placed && d != s.device => {
-                moved = value.to_device(s.device)?;
+            d if placed && d != home => {
+                moved = value.to_device(home)?;
                 &moved
             }
             d => {

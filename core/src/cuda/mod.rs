@@ -43,3 +43,12 @@ pub fn synchronize(ordinal: usize) -> crate::Result<()> {
         .synchronize()
         .map_err(|e| driver::cuda_error("synchronize", format!("CUDA: {e}")))
 }
+
+/// The total memory of CUDA device `ordinal` in bytes (the default parameter budget,
+/// [`crate::Device::memory_budget`]). An unavailable device is an error.
+pub fn total_memory(ordinal: usize) -> crate::Result<usize> {
+    let dev = driver::CudaDev::get(ordinal)?;
+    dev.ctx
+        .total_mem()
+        .map_err(|e| driver::cuda_error("memory_budget", format!("CUDA: {e}")))
+}

@@ -66,6 +66,21 @@ impl ColumnGroups {
         }
     }
 
+    /// This grouping for `c`, the same non-zeros with each column renumbered to its position
+    /// among the distinct columns (`sparse::compact_columns`): columns `0..k`, same groups.
+    pub(crate) fn relabelled(&self, c: &CsrData) -> ColumnGroups {
+        ColumnGroups {
+            indptr: c.indptr.clone(),
+            indices: c.indices.clone(),
+            offset: c.offset,
+            uniq: Arc::new((0..self.uniq.len() as i64).collect()),
+            starts: self.starts.clone(),
+            order: self.order.clone(),
+            rows: self.rows.clone(),
+            uploads: Mutex::new(Vec::new()),
+        }
+    }
+
     /// The copy of this grouping of type `T` on `device`, made by `make` at the first call and
     /// kept with the grouping (a device backend's own layout of it).
     pub(crate) fn upload_for<T: Any + Send + Sync>(

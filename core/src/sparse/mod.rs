@@ -20,6 +20,7 @@ mod row_local;
 mod scatter_nd;
 pub(crate) use row_local::{gathered_rows_grad, row_local_grad};
 mod slice;
+mod stage;
 mod unary;
 
 pub(crate) use convert::densify;
@@ -42,3 +43,4 @@ pub use retain::retain_rows;
 pub(crate) use scatter_nd::{scatter_nd_rsp, scatter_set_nd_rsp};
 pub use slice::concat_rows;
 pub(crate) use slice::{concat_csr_recorded, slice_rows_recorded};
+pub use stage::{compact_columns, compact_ids, stage_rows};

@@ -141,9 +141,16 @@ impl Block for Dense {
         let xshape = x.dims();
         let (y, lead) = if x.stype() == SType::Csr {
             let w = self.infer(xshape[1])?;
-            // Core's csr x dense kernel: its weight gradient is row_sparse over the batch's
-            // columns (densified on delivery when the weight's gradient is dense).
-            (x.dot(&w)?, Shape::from_slice(&xshape[..1]))
+            if self.weight.host_resident() {
+                // A weight over its device's budget stays in host memory: the batch's rows
+                // are staged on the device and their gradient comes back as row_sparse.
+                let (xc, wk) = self.weight.stage_for_csr(x)?;
+                (xc.dot(&wk)?, Shape::from_slice(&xshape[..1]))
+            } else {
+                // Core's csr x dense kernel: its weight gradient is row_sparse over the batch's
+                // columns (densified on delivery when the weight's gradient is dense).
+                (x.dot(&w)?, Shape::from_slice(&xshape[..1]))
+            }
         } else {
             if xshape.is_empty() {
                 return Err(Error::shape("Dense", "input must have at least 1 dim"));
@@ -162,6 +169,17 @@ impl Block for Dense {
                 (x.reshape(&[lead.iter().product(), last])?, lead)
             };
             let w = self.infer(x2.dims()[1])?;
+            if self.weight.host_resident() {
+                return Err(Error::stype(
+                    "Dense",
+                    format!(
+                        "weight '{}' is in host memory (over {:?}'s memory budget) and is read \
+                         a batch's rows at a time, which needs a csr input; this input is dense",
+                        self.weight.name(),
+                        self.weight.device()
+                    ),
+                ));
+            }
             (x2.dot(&w)?, lead)
         };
         // Bias and activation in one recorded op where the activation allows it (sigmoid, tanh,

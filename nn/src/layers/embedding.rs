@@ -58,6 +58,12 @@ impl Embedding {
 
 impl Block for Embedding {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
+        if self.weight.host_resident() {
+            // A table over its device's budget stays in host memory: the rows the ids name
+            // are staged on the device and their gradient comes back as row_sparse.
+            let (local, wk) = self.weight.stage_for_ids(x)?;
+            return embedding(&wk, &local);
+        }
         embedding(&self.weight.data()?, x)
     }
     fn kind(&self) -> &'static str {
