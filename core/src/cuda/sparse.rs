@@ -1,9 +1,11 @@
-//! The sparse operators on CUDA: `densify` (`kernels/sparse.cu`) and the format checks (on
-//! the index arrays' host copies); the rest (merges, sparse op dense, stored reductions,
-//! sparsify, slicing, retain) has no CUDA kernel yet: each such method returns the [`Error::Device`](crate::Error::Device)
+//! The sparse operators on CUDA: `densify` and `sparsify` (`kernels/sparse.cu`), the merges
+//! and sparse-with-dense operators (`sparse_merge.rs`), and `slice_cols`, `retain` and
+//! `concat_rows`, whose index work runs on the index arrays' host copies (the CPU's code,
+//! `crate::cpu::sparse`'s plans) while the values move on the device; the format checks run
+//! on the host copies too. The csr x csr product, the stored reductions and square_sum's
+//! backward have no CUDA kernel yet: each returns the [`Error::Device`](crate::Error::Device)
 //! of [`not_ported`], naming the operation and the device, so a model that reaches one fails
-//! with a message instead of copying to the host behind the user's back. Porting a family
-//! replaces its block here with a file of kernels.
+//! with a message instead of copying to the host behind the user's back.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -79,26 +81,53 @@ impl SparseOps for CudaStorage {
     }
     fn slice_cols(
         &self,
-        _l: SparseLayout<'_, CudaIndex>,
-        _cols: Range<usize>,
+        l: SparseLayout<'_, CudaIndex>,
+        cols: Range<usize>,
     ) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported("slice_cols", self.ordinal()))
+        // The index work on the host copies (the CPU's), the values gathered on the device.
+        let (indptr, indices, keep) = crate::cpu::sparse::slice_cols_plan(&host_layout(l), &cols)?;
+        let ord = self.ordinal();
+        Ok(SparseParts {
+            indptr: Some(CudaIndex::upload(ord, Arc::new(indptr))?),
+            indices: CudaIndex::upload(ord, Arc::new(indices))?,
+            values: self.gather(&mut keep.into_iter())?,
+        })
     }
     fn retain_stored(
         &self,
-        _l: SparseLayout<'_, CudaIndex>,
-        _ids: &[i64],
-        _search: bool,
+        l: SparseLayout<'_, CudaIndex>,
+        ids: &[i64],
+        search: bool,
     ) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported("retain", self.ordinal()))
+        let (kept, at, rl) = crate::cpu::sparse::retain_plan(&host_layout(l), ids, search)?;
+        let ord = self.ordinal();
+        Ok(SparseParts {
+            indptr: None,
+            indices: CudaIndex::upload(ord, Arc::new(kept))?,
+            values: self.gather(&mut at.iter().flat_map(|&k| k * rl..(k + 1) * rl))?,
+        })
     }
     fn concat_csr(
         parts: &[(&Self, SparseLayout<'_, CudaIndex>)],
     ) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported(
-            "concat_rows",
-            parts.first().map_or(0, |p| p.0.ordinal()),
-        ))
+        const OP: &str = "concat_rows";
+        let Some(&(first, _)) = parts.first() else {
+            return Err(Error::arg(OP, "needs at least one array"));
+        };
+        let layouts: Vec<_> = parts.iter().map(|&(_, l)| host_layout(l)).collect();
+        let (indptr, indices, ranges) = crate::cpu::sparse::concat_csr_plan(&layouts)?;
+        let ord = first.ordinal();
+        for &(p, _) in parts {
+            if p.ordinal() != ord {
+                return Err(Error::device_mismatch(OP, first.device(), p.device()));
+            }
+        }
+        let values = with_cuda!(&first.buf, _s, T => concat_values::<T>(parts, &ranges)?);
+        Ok(SparseParts {
+            indptr: Some(CudaIndex::upload(ord, Arc::new(indptr))?),
+            indices: CudaIndex::upload(ord, Arc::new(indices))?,
+            values,
+        })
     }
     fn rebase_indptr(indptr: &CudaIndex, start: usize, end: usize) -> Result<(CudaIndex, i64)> {
         // Row pointers are read on the host copy; the slice's are uploaded.
@@ -111,28 +140,67 @@ impl SparseOps for CudaStorage {
     }
     fn check_csr(l: SparseLayout<'_, CudaIndex>, values_len: usize, full: bool) -> Result<()> {
         // The invariants are checked on the host copies, by the CPU's check.
-        let host = match l {
-            SparseLayout::Csr {
-                shape,
-                indptr,
-                indices,
-                offset,
-            } => SparseLayout::Csr {
-                shape,
-                indptr: &indptr.host,
-                indices: &indices.host,
-                offset,
-            },
-            SparseLayout::RowSparse { shape, indices } => SparseLayout::RowSparse {
-                shape,
-                indices: &indices.host,
-            },
-        };
+        let host = host_layout(l);
         crate::cpu::CpuStorage::check_csr(host, values_len, full)
     }
     fn check_row_ids(idx: &CudaIndex, rows: usize) -> Result<()> {
         crate::cpu::CpuStorage::check_row_ids(&idx.host, rows)
     }
+}
+
+/// A layout over the host copies of its index arrays (what the CPU's index code reads).
+fn host_layout(l: SparseLayout<'_, CudaIndex>) -> SparseLayout<'_, Arc<Vec<i64>>> {
+    match l {
+        SparseLayout::Csr {
+            shape,
+            indptr,
+            indices,
+            offset,
+        } => SparseLayout::Csr {
+            shape,
+            indptr: &indptr.host,
+            indices: &indices.host,
+            offset,
+        },
+        SparseLayout::RowSparse { shape, indices } => SparseLayout::RowSparse {
+            shape,
+            indices: &indices.host,
+        },
+    }
+}
+
+/// The value ranges `ranges` of the parts' buffers, one after the other, in a new buffer
+/// (device-to-device copies; each range checked against its buffer first).
+fn concat_values<T: CudaElement>(
+    parts: &[(&CudaStorage, SparseLayout<'_, CudaIndex>)],
+    ranges: &[Range<usize>],
+) -> Result<CudaStorage> {
+    const OP: &str = "concat_rows";
+    let Some(&(first, _)) = parts.first() else {
+        return Err(Error::arg(OP, "needs at least one array"));
+    };
+    let total: usize = ranges.iter().map(|r| r.len()).sum();
+    let mut out = CudaStorage::alloc::<T>(&first.dev, OP, total)?;
+    let mut at = 0;
+    for (&(p, _), r) in parts.iter().zip(ranges) {
+        let src = super::elementwise::typed::<T>(OP, p)?;
+        if r.end > src.len() {
+            return Err(Error::shape(
+                OP,
+                format!("values {}..{} of a buffer of {}", r.start, r.end, src.len()),
+            ));
+        }
+        if !r.is_empty() {
+            let mut dst = out.slice_mut(at..at + r.len());
+            first
+                .dev
+                .stream
+                .memcpy_dtod(&src.slice(r.clone()), &mut dst)
+                .map_err(driver_err(OP))?;
+        }
+        at += r.len();
+    }
+    Ok(first.with(out))
 }
 
 /// A csr or row_sparse array made dense on the device.
