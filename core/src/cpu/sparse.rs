@@ -498,17 +498,18 @@ pub(crate) type CsrPlan<P> = (Vec<i64>, Vec<i64>, Vec<P>);
 /// A csr column slice as index work on the host (shared with the CUDA backend, which gathers
 /// the values on its device): the new row pointers, the new column ids and the positions in
 /// the value buffer of the kept entries.
-pub(crate) fn slice_cols_plan(
-    l: &HostLayout<'_>,
-    cols: &Range<usize>,
-) -> Result<CsrPlan<usize>> {
+pub(crate) fn slice_cols_plan(l: &HostLayout<'_>, cols: &Range<usize>) -> Result<CsrPlan<usize>> {
     let Some(c) = csr(l) else {
         return Err(layout_error("slice_cols"));
     };
     let (indptr, keep) = csr_col_positions(&c, cols);
     let indices: Vec<i64> = keep.iter().map(|&p| c.idx[p] - cols.start as i64).collect();
     let offset = c.range.start;
-    Ok((indptr, indices, keep.into_iter().map(|p| p + offset).collect()))
+    Ok((
+        indptr,
+        indices,
+        keep.into_iter().map(|p| p + offset).collect(),
+    ))
 }
 
 /// The stored rows of a row_sparse array that `retain` keeps (shared with the CUDA backend):
@@ -545,9 +546,7 @@ pub(crate) fn retain_plan(
 
 /// csr arrays stacked by rows as index work on the host (shared with the CUDA backend): the
 /// joined row pointers and column ids, and each part's range in its value buffer.
-pub(crate) fn concat_csr_plan(
-    layouts: &[HostLayout<'_>],
-) -> Result<CsrPlan<Range<usize>>> {
+pub(crate) fn concat_csr_plan(layouts: &[HostLayout<'_>]) -> Result<CsrPlan<Range<usize>>> {
     let cs: Vec<Csr<'_>> = layouts
         .iter()
         .map(|l| csr(l).ok_or_else(|| layout_error("concat_rows")))

@@ -253,7 +253,9 @@ fn concat_t<T: CudaElement>(
     let total: usize = sizes.iter().sum();
     let n = outer * total * inner;
     let mut o = CudaStorage::alloc::<T>(&first.dev, OP, n)?;
-    let f = first.dev.function("layout.cu", by_size::<T>("concat_part"))?;
+    let f = first
+        .dev
+        .function("layout.cu", by_size::<T>("concat_part"))?;
     let (outer64, total64) = (outer as u64, (total * inner) as u64);
     let mut off = 0usize;
     for (p, &m) in parts.iter().zip(sizes) {
@@ -358,9 +360,9 @@ fn one_hot_t<T: CudaElement>(
 ) -> Result<CudaStorage> {
     const OP: &str = "one_hot";
     let rows = idx.len();
-    let n = rows.checked_mul(depth).ok_or_else(|| {
-        Error::shape(OP, format!("{rows} x {depth} elements overflow usize"))
-    })?;
+    let n = rows
+        .checked_mul(depth)
+        .ok_or_else(|| Error::shape(OP, format!("{rows} x {depth} elements overflow usize")))?;
     let mut o = CudaStorage::alloc::<T>(&x.dev, OP, n)?;
     if n > 0 {
         let (on, off) = (T::from_f64(on), T::from_f64(off));

@@ -5,8 +5,8 @@
 
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::elementwise::{float_error, float_only, kname, typed};
 use super::driver::cuda_error;
+use super::elementwise::{float_error, float_only, kname, typed};
 use super::launch::{driver_err, grid, too_many_dims, MAX_DIMS};
 use super::storage::{with_cuda, CudaElement, CudaStorage};
 use crate::dtype::DType;

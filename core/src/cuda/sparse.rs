@@ -14,8 +14,8 @@ use std::sync::Arc;
 use super::index::CudaIndex;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::launch::{driver_err, grid, not_ported};
 use super::elementwise::float_only;
+use super::launch::{driver_err, grid, not_ported};
 use super::storage::{with_cuda, CudaElement, CudaStorage};
 use crate::dtype::SType;
 use crate::error::{Error, Result};
@@ -169,7 +169,14 @@ fn reduce_stored_t<T: CudaElement>(
     };
     let vals = super::elementwise::typed::<T>(name, x)?;
     // (value offset, segment pointers, order, output slot per segment, output length, square)
-    type Plan = (usize, Vec<i64>, Option<Vec<i64>>, Option<Vec<i64>>, usize, bool);
+    type Plan = (
+        usize,
+        Vec<i64>,
+        Option<Vec<i64>>,
+        Option<Vec<i64>>,
+        usize,
+        bool,
+    );
     let plan: Plan = match (op, l) {
         (
             StoredReduce::Sum(axis),

@@ -152,7 +152,12 @@ fn rule_code(rule: &UpdateRule, dtype: DType) -> RuleCode {
                 one_minus_pow(dtype, beta1, t),
                 one_minus_pow(dtype, beta2, t),
             );
-            (16, hp(&[beta1, beta2, epsilon, c1, c2]), PerElement(3), None)
+            (
+                16,
+                hp(&[beta1, beta2, epsilon, c1, c2]),
+                PerElement(3),
+                None,
+            )
         }
         UpdateRule::LambPhase1 {
             beta1,
@@ -160,7 +165,12 @@ fn rule_code(rule: &UpdateRule, dtype: DType) -> RuleCode {
             epsilon,
             d1,
             d2,
-        } => (17, hp(&[beta1, beta2, epsilon, d1, d2]), PerElement(2), None),
+        } => (
+            17,
+            hp(&[beta1, beta2, epsilon, d1, d2]),
+            PerElement(2),
+            None,
+        ),
         UpdateRule::LambPhase2 {
             epsilon,
             d1,
