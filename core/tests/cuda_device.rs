@@ -149,11 +149,17 @@ fn kernels_match_the_cpu() {
 #[test]
 fn an_op_without_a_cuda_kernel_says_so() {
     let Some(dev) = gpu() else { return };
-    let x = NDArray::from_vec(vec![3.0f32, 1.0, 2.0], &[3])
+    // Pooling has no CUDA kernel yet (argsort, the example here before, has one now).
+    let x = NDArray::from_vec(vec![3.0f32, 1.0, 2.0, 4.0], &[1, 1, 4])
         .unwrap()
         .to_device(dev)
         .unwrap();
-    let err = x.argsort(0, true).unwrap_err();
+    let err = x
+        .pool(&sparrow_core::ops::PoolParams::new(
+            sparrow_core::ops::PoolType::Max,
+            &[2],
+        ))
+        .unwrap_err();
     assert!(matches!(err, Error::Device { .. }), "{err}");
     assert!(err.to_string().contains("no CUDA kernel"), "{err}");
 }

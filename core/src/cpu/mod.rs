@@ -32,7 +32,7 @@ pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod skinny;
-mod sparse;
+pub(crate) mod sparse;
 pub(crate) mod sparse_dot;
 mod spgemm;
 mod storage;

@@ -17,7 +17,7 @@ use crate::storage::{
 use crate::{float_dispatch, with_buffer};
 
 /// A layout over host index vectors.
-type HostLayout<'a> = SparseLayout<'a, Arc<Vec<i64>>>;
+pub(crate) type HostLayout<'a> = SparseLayout<'a, Arc<Vec<i64>>>;
 /// New host buffers of a sparse array.
 pub(super) type HostParts = SparseParts<CpuStorage, Arc<Vec<i64>>>;
 
@@ -492,6 +492,77 @@ fn csr_col_positions(c: &Csr<'_>, cols: &Range<usize>) -> (Vec<i64>, Vec<usize>)
     (indptr, keep)
 }
 
+/// New csr index arrays (row pointers, column ids) and where their values come from.
+pub(crate) type CsrPlan<P> = (Vec<i64>, Vec<i64>, Vec<P>);
+
+/// A csr column slice as index work on the host (shared with the CUDA backend, which gathers
+/// the values on its device): the new row pointers, the new column ids and the positions in
+/// the value buffer of the kept entries.
+pub(crate) fn slice_cols_plan(l: &HostLayout<'_>, cols: &Range<usize>) -> Result<CsrPlan<usize>> {
+    let Some(c) = csr(l) else {
+        return Err(layout_error("slice_cols"));
+    };
+    let (indptr, keep) = csr_col_positions(&c, cols);
+    let indices: Vec<i64> = keep.iter().map(|&p| c.idx[p] - cols.start as i64).collect();
+    let offset = c.range.start;
+    Ok((
+        indptr,
+        indices,
+        keep.into_iter().map(|p| p + offset).collect(),
+    ))
+}
+
+/// The stored rows of a row_sparse array that `retain` keeps (shared with the CUDA backend):
+/// their ids, their positions among the stored rows, and the row length.
+pub(crate) fn retain_plan(
+    l: &HostLayout<'_>,
+    ids: &[i64],
+    search: bool,
+) -> Result<(Vec<i64>, Vec<usize>, usize)> {
+    let Some((stored_ids, rl)) = rsp(l) else {
+        return Err(layout_error("retain"));
+    };
+    let (mut kept, mut at) = (Vec::new(), Vec::new());
+    if search {
+        for &id in ids {
+            if let Ok(k) = stored_ids.binary_search(&id) {
+                at.push(k);
+                kept.push(id);
+            }
+        }
+    } else {
+        // Both id lists are sorted: one merge pass finds the stored rows that are kept.
+        let mut k = 0;
+        for &want in ids {
+            k += stored_ids[k..].partition_point(|&x| x < want);
+            if stored_ids.get(k) == Some(&want) {
+                kept.push(want);
+                at.push(k);
+            }
+        }
+    }
+    Ok((kept, at, rl))
+}
+
+/// csr arrays stacked by rows as index work on the host (shared with the CUDA backend): the
+/// joined row pointers and column ids, and each part's range in its value buffer.
+pub(crate) fn concat_csr_plan(layouts: &[HostLayout<'_>]) -> Result<CsrPlan<Range<usize>>> {
+    let cs: Vec<Csr<'_>> = layouts
+        .iter()
+        .map(|l| csr(l).ok_or_else(|| layout_error("concat_rows")))
+        .collect::<Result<_>>()?;
+    let rows: usize = cs.iter().map(|c| c.shape[0]).sum();
+    let mut indptr = Vec::with_capacity(rows + 1);
+    indptr.push(0i64);
+    let mut indices = Vec::new();
+    for c in &cs {
+        let base = *indptr.last().unwrap_or(&0);
+        indptr.extend(c.indptr[1..].iter().map(|&p| p + base));
+        indices.extend_from_slice(c.idx);
+    }
+    Ok((indptr, indices, cs.into_iter().map(|c| c.range).collect()))
+}
+
 /// The csr format errors.
 fn csr_format(m: String) -> Result<()> {
     Err(Error::format(SType::Csr, m))
@@ -662,42 +733,16 @@ impl SparseOps for CpuStorage {
     }
 
     fn slice_cols(&self, l: HostLayout<'_>, cols: Range<usize>) -> Result<HostParts> {
-        let Some(c) = csr(&l) else {
-            return Err(layout_error("slice_cols"));
-        };
-        let (indptr, keep) = csr_col_positions(&c, &cols);
-        let indices: Vec<i64> = keep.iter().map(|&p| c.idx[p] - cols.start as i64).collect();
-        let offset = c.range.start;
+        let (indptr, indices, keep) = slice_cols_plan(&l, &cols)?;
         Ok(SparseParts {
             indptr: Some(Arc::new(indptr)),
             indices: Arc::new(indices),
-            values: self.gather(keep.iter().map(|&p| p + offset)),
+            values: self.gather(keep.into_iter()),
         })
     }
 
     fn retain_stored(&self, l: HostLayout<'_>, ids: &[i64], search: bool) -> Result<HostParts> {
-        let Some((stored_ids, rl)) = rsp(&l) else {
-            return Err(layout_error("retain"));
-        };
-        let (mut kept, mut at) = (Vec::new(), Vec::new());
-        if search {
-            for &id in ids {
-                if let Ok(k) = stored_ids.binary_search(&id) {
-                    at.push(k);
-                    kept.push(id);
-                }
-            }
-        } else {
-            // Both id lists are sorted: one merge pass finds the stored rows that are kept.
-            let mut k = 0;
-            for &want in ids {
-                k += stored_ids[k..].partition_point(|&x| x < want);
-                if stored_ids.get(k) == Some(&want) {
-                    kept.push(want);
-                    at.push(k);
-                }
-            }
-        }
+        let (kept, at, rl) = retain_plan(&l, ids, search)?;
         Ok(SparseParts {
             indptr: None,
             indices: Arc::new(kept),
@@ -709,37 +754,29 @@ impl SparseOps for CpuStorage {
         let Some(&(first, _)) = parts.first() else {
             return Err(Error::arg("concat_rows", "needs at least one array"));
         };
-        let cs: Vec<Csr<'_>> = parts
-            .iter()
-            .map(|(_, l)| csr(l).ok_or_else(|| layout_error("concat_rows")))
-            .collect::<Result<_>>()?;
-        let rows: usize = cs.iter().map(|c| c.shape[0]).sum();
-        let mut indptr = Vec::with_capacity(rows + 1);
-        indptr.push(0i64);
-        let mut indices = Vec::new();
-        for c in &cs {
-            let base = *indptr.last().unwrap_or(&0);
-            indptr.extend(c.indptr[1..].iter().map(|&p| p + base));
-            indices.extend_from_slice(c.idx);
-        }
-        fn cat<T: Element>(parts: &[(&CpuStorage, HostLayout<'_>)], cs: &[Csr<'_>]) -> CpuStorage {
+        let layouts: Vec<HostLayout<'_>> = parts.iter().map(|&(_, l)| l).collect();
+        let (indptr, indices, ranges) = concat_csr_plan(&layouts)?;
+        fn cat<T: Element>(
+            parts: &[(&CpuStorage, HostLayout<'_>)],
+            ranges: &[Range<usize>],
+        ) -> CpuStorage {
             let mut v: Vec<T> = Vec::new();
-            for ((s, _), c) in parts.iter().zip(cs) {
+            for ((s, _), r) in parts.iter().zip(ranges) {
                 // A part's values are copied out of its (possibly shared) buffer first, as
                 // each part's own range; then appended.
-                let chunk = s.gather(c.range.clone());
+                let chunk = s.gather(r.clone());
                 v.extend_from_slice(chunk.as_slice::<T>().expect("same dtype checked"));
             }
             T::into_buffer(v)
         }
         let values = match first.dtype() {
-            DType::F32 => cat::<f32>(parts, &cs),
-            DType::F64 => cat::<f64>(parts, &cs),
-            DType::I64 => cat::<i64>(parts, &cs),
-            DType::I32 => cat::<i32>(parts, &cs),
-            DType::U8 => cat::<u8>(parts, &cs),
-            DType::F16 => cat::<half::f16>(parts, &cs),
-            DType::BF16 => cat::<half::bf16>(parts, &cs),
+            DType::F32 => cat::<f32>(parts, &ranges),
+            DType::F64 => cat::<f64>(parts, &ranges),
+            DType::I64 => cat::<i64>(parts, &ranges),
+            DType::I32 => cat::<i32>(parts, &ranges),
+            DType::U8 => cat::<u8>(parts, &ranges),
+            DType::F16 => cat::<half::f16>(parts, &ranges),
+            DType::BF16 => cat::<half::bf16>(parts, &ranges),
         };
         Ok(SparseParts {
             indptr: Some(Arc::new(indptr)),

@@ -1,13 +1,14 @@
 //! The CUDA layout family ([`LayoutOps`]): `kernels/layout.cu`. Broadcast and permute are one
 //! strided copy; the gathers along an axis and their scatter-add adjoints; select by a mask
-//! and the non-zero mask; slices (`copy_range`) are a device-to-device copy. `concat`,
-//! `index_copy` and `one_hot` have no CUDA kernel yet.
+//! and the non-zero mask; slices (`copy_range`) are a device-to-device copy; `concat` is one
+//! block copy per part; `index_copy` marks each target row's last writer, then copies those
+//! rows; `one_hot` writes every element of the output from the i64 indices.
 
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 
 use super::elementwise::{float_only, kname, same_dtype, typed};
-use super::launch::{driver_err, grid, not_ported, too_many_dims, MAX_DIMS};
-use super::storage::{with_cuda, CudaElement, CudaStorage};
+use super::launch::{driver_err, grid, too_many_dims, MAX_DIMS};
+use super::storage::{half_not_ported, with_cuda, CudaElement, CudaStorage};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::storage::LayoutOps;
@@ -231,6 +232,156 @@ fn write_at_t<T: CudaElement>(
     dev.stream.memcpy_dtod(s, &mut view).map_err(driver_err(OP))
 }
 
+/// `parts` joined along the axis: one launch per part, writing its `[outer, size * inner]`
+/// block into every row of the output.
+fn concat_t<T: CudaElement>(
+    parts: &[&CudaStorage],
+    sizes: &[usize],
+    outer: usize,
+    inner: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "concat";
+    let first = parts
+        .first()
+        .ok_or_else(|| Error::arg(OP, "needs at least one array"))?;
+    if sizes.len() != parts.len() {
+        return Err(Error::shape(
+            OP,
+            format!("{} sizes for {} arrays", sizes.len(), parts.len()),
+        ));
+    }
+    let total: usize = sizes.iter().sum();
+    let n = outer * total * inner;
+    let mut o = CudaStorage::alloc::<T>(&first.dev, OP, n)?;
+    let f = first
+        .dev
+        .function("layout.cu", by_size::<T>("concat_part"))?;
+    let (outer64, total64) = (outer as u64, (total * inner) as u64);
+    let mut off = 0usize;
+    for (p, &m) in parts.iter().zip(sizes) {
+        if p.ordinal() != first.ordinal() {
+            return Err(Error::device_mismatch(OP, first.device(), p.device()));
+        }
+        let src = typed::<T>(OP, p)?;
+        let blk = m * inner;
+        if src.len() != outer * blk {
+            return Err(Error::shape(
+                OP,
+                format!("a part of {} elements, expected {}", src.len(), outer * blk),
+            ));
+        }
+        if outer * blk > 0 {
+            let (blk64, off64) = (blk as u64, off as u64);
+            let mut l = first.dev.stream.launch_builder(&f);
+            l.arg(src)
+                .arg(&mut o)
+                .arg(&outer64)
+                .arg(&blk64)
+                .arg(&total64)
+                .arg(&off64);
+            // SAFETY: `src` holds `outer * blk` elements (checked above); each lands at
+            // `o * total * inner + off + j` with `off + j < total * inner`, inside the
+            // `outer * total * inner` of the output.
+            unsafe { l.launch(grid(outer * blk)) }.map_err(driver_err(OP))?;
+        }
+        off += blk;
+    }
+    Ok(first.with(o))
+}
+
+/// A copy of `x` whose rows (of `row` elements) at `pos` are `new`'s, the last row winning
+/// where a position repeats: one pass marks each target row's last writer, a second copies
+/// only those rows (so the result does not depend on the order threads run in).
+fn index_copy_t<T: CudaElement>(
+    x: &CudaStorage,
+    row: usize,
+    pos: &CudaStorage,
+    new: &CudaStorage,
+) -> Result<CudaStorage> {
+    const OP: &str = "index_copy";
+    same_dtype(OP, x, new)?;
+    let xs = typed::<T>(OP, x)?;
+    let src = typed::<T>(OP, new)?;
+    let ps = pos.slice::<i64>().map(|s| s.as_ref()).ok_or_else(|| {
+        Error::dtype(
+            OP,
+            format!("positions must be int64, got {}", pos.dtype().name()),
+        )
+    })?;
+    let k = ps.len();
+    if src.len() != k * row {
+        return Err(Error::shape(
+            OP,
+            format!("{} new values for {k} rows of {row}", src.len()),
+        ));
+    }
+    let n = xs.len();
+    let mut o = CudaStorage::alloc::<T>(&x.dev, OP, n)?;
+    if n > 0 {
+        x.dev
+            .stream
+            .memcpy_dtod(xs, &mut o)
+            .map_err(driver_err(OP))?;
+    }
+    if row == 0 || k == 0 {
+        return Ok(x.with(o));
+    }
+    let rows = n / row;
+    let mut winner = CudaStorage::alloc::<i64>(&x.dev, OP, rows)?;
+    let (k64, row64, rows64) = (k as u64, row as u64, rows as u64);
+    let fw = x.dev.function("layout.cu", "index_copy_winner")?;
+    let mut l = x.dev.stream.launch_builder(&fw);
+    l.arg(ps).arg(&mut winner).arg(&k64).arg(&rows64);
+    // SAFETY: `pos` holds `k` ids; the kernel skips any outside `0..rows`, the length of
+    // `winner`.
+    unsafe { l.launch(grid(k)) }.map_err(driver_err(OP))?;
+    let f = x.dev.function("layout.cu", by_size::<T>("index_copy"))?;
+    let mut l = x.dev.stream.launch_builder(&f);
+    l.arg(src)
+        .arg(ps)
+        .arg(&winner)
+        .arg(&mut o)
+        .arg(&k64)
+        .arg(&row64)
+        .arg(&rows64);
+    // SAFETY: `new` holds `k * row` values (checked above); a row is written only at a
+    // position inside `0..rows`, whose `row` elements lie inside the output of `n`.
+    unsafe { l.launch(grid(k * row)) }.map_err(driver_err(OP))?;
+    Ok(x.with(o))
+}
+
+/// `idx` (i64) one-hot encoded into `T`: `on` and `off` rounded to `T` as the CPU does.
+fn one_hot_t<T: CudaElement>(
+    x: &CudaStorage,
+    idx: &CudaSlice<i64>,
+    depth: usize,
+    on: f64,
+    off: f64,
+) -> Result<CudaStorage> {
+    const OP: &str = "one_hot";
+    let rows = idx.len();
+    let n = rows
+        .checked_mul(depth)
+        .ok_or_else(|| Error::shape(OP, format!("{rows} x {depth} elements overflow usize")))?;
+    let mut o = CudaStorage::alloc::<T>(&x.dev, OP, n)?;
+    if n > 0 {
+        let (on, off) = (T::from_f64(on), T::from_f64(off));
+        let f = x.dev.function("layout.cu", by_size::<T>("one_hot"))?;
+        let (rows64, depth64) = (rows as u64, depth as u64);
+        let mut l = x.dev.stream.launch_builder(&f);
+        l.arg(idx)
+            .arg(&mut o)
+            .arg(&rows64)
+            .arg(&depth64)
+            .arg(&on)
+            .arg(&off);
+        // SAFETY: `idx` holds `rows` values and the output `rows * depth`; `on` and `off` are
+        // passed by value with the size of the kernel's element type.
+        unsafe { l.launch(grid(n)) }.map_err(driver_err(OP))?;
+    }
+    Ok(x.with(o))
+}
+
 impl LayoutOps for CudaStorage {
     fn broadcast(&self, shape: &[usize], out: &[usize]) -> Result<Self> {
         if shape.len() > out.len() {
@@ -275,17 +426,34 @@ impl LayoutOps for CudaStorage {
     fn scatter_add_along(&self, dims: (usize, usize, usize), pos: &Self, k: usize) -> Result<Self> {
         float_only!(self, "scatter_add_along", T => axis_t::<T>(self, pos, dims, k, Axis::ScatterAlong))
     }
-    fn concat(parts: &[&Self], _sizes: &[usize], _outer: usize, _inner: usize) -> Result<Self> {
-        Err(not_ported(
-            "concat",
-            parts.first().map_or(0, |p| p.ordinal()),
-        ))
+    fn concat(parts: &[&Self], sizes: &[usize], outer: usize, inner: usize) -> Result<Self> {
+        let first = parts
+            .first()
+            .ok_or_else(|| Error::arg("concat", "needs at least one array"))?;
+        with_cuda!(&first.buf, _s, T => concat_t::<T>(parts, sizes, outer, inner))
     }
-    fn index_copy(&self, _row: usize, _pos: &Self, _new: &Self) -> Result<Self> {
-        Err(not_ported("index_copy", self.ordinal()))
+    fn index_copy(&self, row: usize, pos: &Self, new: &Self) -> Result<Self> {
+        with_cuda!(&self.buf, _s, T => index_copy_t::<T>(self, row, pos, new))
     }
-    fn one_hot(&self, _depth: usize, _on: f64, _off: f64, _dtype: DType) -> Result<Self> {
-        Err(not_ported("one_hot", self.ordinal()))
+    fn one_hot(&self, depth: usize, on: f64, off: f64, dtype: DType) -> Result<Self> {
+        // Index values as i64: exact for i64, truncated through f64 otherwise (MXNet's rule,
+        // the cast's `as` semantics).
+        let converted;
+        let idx = match self.slice::<i64>() {
+            Some(s) => s.as_ref(),
+            None => {
+                converted = self.cast(DType::I64)?;
+                typed::<i64>("one_hot", &converted)?
+            }
+        };
+        match dtype {
+            DType::F32 => one_hot_t::<f32>(self, idx, depth, on, off),
+            DType::F64 => one_hot_t::<f64>(self, idx, depth, on, off),
+            DType::I64 => one_hot_t::<i64>(self, idx, depth, on, off),
+            DType::I32 => one_hot_t::<i32>(self, idx, depth, on, off),
+            DType::U8 => one_hot_t::<u8>(self, idx, depth, on, off),
+            DType::F16 | DType::BF16 => Err(half_not_ported("one_hot", self.ordinal())),
+        }
     }
     fn nonzero_mask(&self) -> Result<Self> {
         with_cuda!(&self.buf, s, _T => nonzero_t(self, s))

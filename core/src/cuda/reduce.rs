@@ -1,12 +1,13 @@
 //! The CUDA reduction family ([`ReduceOps`]): `kernels/reduce.cu`. A reduction over axes runs
 //! one block per output element (a shared-memory tree over the reduced elements); arg-
-//! reductions and softmax run one thread per line along the axis. `argsort` has no CUDA
-//! kernel yet.
+//! reductions and softmax run one thread per line along the axis. `argsort` runs one thread
+//! per element, which finds its rank in its line (lines up to `ARGSORT_MAX_LINE` long).
 
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 
+use super::driver::cuda_error;
 use super::elementwise::{float_error, float_only, kname, typed};
-use super::launch::{driver_err, grid, not_ported, too_many_dims, MAX_DIMS};
+use super::launch::{driver_err, grid, too_many_dims, MAX_DIMS};
 use super::storage::{with_cuda, CudaElement, CudaStorage};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -146,6 +147,57 @@ fn arg_reduce_t<T: CudaElement>(
     Ok(x.with(out))
 }
 
+/// The longest line the rank kernel of argsort takes: each element compares itself with its
+/// whole line, so the work grows with the square of the length.
+const ARGSORT_MAX_LINE: usize = 1 << 16;
+
+/// For every line along the middle axis, the positions of its `k` first elements in the
+/// CPU's stable order, by rank (`argsort_*` in reduce.cu).
+fn argsort_t<T: CudaElement>(
+    x: &CudaStorage,
+    dims: (usize, usize, usize),
+    k: usize,
+    ascending: bool,
+) -> Result<CudaStorage> {
+    const OP: &str = "argsort";
+    let s = typed::<T>(OP, x)?;
+    let (outer, n, inner) = dims;
+    if k > n || s.len() != outer * n * inner {
+        return Err(Error::shape(
+            OP,
+            format!("{k} of {n} positions per line of [{outer}, {n}, {inner}]"),
+        ));
+    }
+    if n > ARGSORT_MAX_LINE {
+        return Err(cuda_error(
+            OP,
+            format!(
+                "no CUDA kernel for argsort of lines longer than {ARGSORT_MAX_LINE} yet (a \
+                 line of {n}); move the array to the CPU with to_device(Device::Cpu)"
+            ),
+        ));
+    }
+    let mut out = CudaStorage::alloc::<i64>(&x.dev, OP, outer * k * inner)?;
+    let items = outer * n * inner;
+    if items > 0 && k > 0 {
+        let f = x.dev.function("reduce.cu", kname("argsort", T::SUFFIX))?;
+        let (a, b, c, d) = (outer as u64, n as u64, inner as u64, k as u64);
+        let asc = i32::from(ascending);
+        let mut l = x.dev.stream.launch_builder(&f);
+        l.arg(s)
+            .arg(&mut out)
+            .arg(&a)
+            .arg(&b)
+            .arg(&c)
+            .arg(&d)
+            .arg(&asc);
+        // SAFETY: `x` holds `outer * n * inner` elements (checked above); a rank is below `n`
+        // and is written only when below `k`, inside the `outer * k * inner` outputs.
+        unsafe { l.launch(grid(items)) }.map_err(driver_err(OP))?;
+    }
+    Ok(x.with(out))
+}
+
 fn softmax_t<T: CudaElement>(
     x: &CudaStorage,
     dims: (usize, usize, usize),
@@ -216,7 +268,7 @@ impl ReduceOps for CudaStorage {
         Err(super::launch::not_ported(op.name(), self.ordinal()))
     }
 
-    fn argsort(&self, _dims: (usize, usize, usize), _k: usize, _ascending: bool) -> Result<Self> {
-        Err(not_ported("argsort", self.ordinal()))
+    fn argsort(&self, dims: (usize, usize, usize), k: usize, ascending: bool) -> Result<Self> {
+        with_cuda!(&self.buf, _s, T => argsort_t::<T>(self, dims, k, ascending))
     }
 }

@@ -1,9 +1,12 @@
-//! The sparse operators on CUDA: `densify` (`kernels/sparse.cu`) and the format checks (on
-//! the index arrays' host copies); the rest (merges, sparse op dense, stored reductions,
-//! sparsify, slicing, retain) has no CUDA kernel yet: each such method returns the [`Error::Device`](crate::Error::Device)
+//! The sparse operators on CUDA: `densify` and `sparsify` (`kernels/sparse.cu`), the merges
+//! and sparse-with-dense operators (`sparse_merge.rs`), and `slice_cols`, `retain` and
+//! `concat_rows`, whose index work runs on the index arrays' host copies (the CPU's code,
+//! `crate::cpu::sparse`'s plans) while the values move on the device; the format checks run
+//! on the host copies too. The stored reductions (csr sums, row_sparse square sums) add
+//! segments of the values in the CPU's order, one thread per output, the segments planned on
+//! the host copies. The csr x csr product and square_sum's backward have no CUDA kernel yet: each returns the [`Error::Device`](crate::Error::Device)
 //! of [`not_ported`], naming the operation and the device, so a model that reaches one fails
-//! with a message instead of copying to the host behind the user's back. Porting a family
-//! replaces its block here with a file of kernels.
+//! with a message instead of copying to the host behind the user's back.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use std::sync::Arc;
 use super::index::CudaIndex;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
+use super::elementwise::float_only;
 use super::launch::{driver_err, grid, not_ported};
 use super::storage::{with_cuda, CudaElement, CudaStorage};
 use crate::dtype::SType;
@@ -60,8 +64,12 @@ impl SparseOps for CudaStorage {
     ) -> Result<Self> {
         super::sparse_merge::with_dense(self, l, dense, op)
     }
-    fn reduce_stored(&self, _l: SparseLayout<'_, CudaIndex>, _op: StoredReduce) -> Result<Self> {
-        Err(not_ported("sparse reduce", self.ordinal()))
+    fn reduce_stored(&self, l: SparseLayout<'_, CudaIndex>, op: StoredReduce) -> Result<Self> {
+        let name = match op {
+            StoredReduce::Sum(_) => "sum",
+            StoredReduce::SquareSum(_) => "square_sum",
+        };
+        float_only!(self, name, T => reduce_stored_t::<T>(self, l, op))
     }
     fn square_sum_grad(
         &self,
@@ -79,26 +87,53 @@ impl SparseOps for CudaStorage {
     }
     fn slice_cols(
         &self,
-        _l: SparseLayout<'_, CudaIndex>,
-        _cols: Range<usize>,
+        l: SparseLayout<'_, CudaIndex>,
+        cols: Range<usize>,
     ) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported("slice_cols", self.ordinal()))
+        // The index work on the host copies (the CPU's), the values gathered on the device.
+        let (indptr, indices, keep) = crate::cpu::sparse::slice_cols_plan(&host_layout(l), &cols)?;
+        let ord = self.ordinal();
+        Ok(SparseParts {
+            indptr: Some(CudaIndex::upload(ord, Arc::new(indptr))?),
+            indices: CudaIndex::upload(ord, Arc::new(indices))?,
+            values: self.gather(&mut keep.into_iter())?,
+        })
     }
     fn retain_stored(
         &self,
-        _l: SparseLayout<'_, CudaIndex>,
-        _ids: &[i64],
-        _search: bool,
+        l: SparseLayout<'_, CudaIndex>,
+        ids: &[i64],
+        search: bool,
     ) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported("retain", self.ordinal()))
+        let (kept, at, rl) = crate::cpu::sparse::retain_plan(&host_layout(l), ids, search)?;
+        let ord = self.ordinal();
+        Ok(SparseParts {
+            indptr: None,
+            indices: CudaIndex::upload(ord, Arc::new(kept))?,
+            values: self.gather(&mut at.iter().flat_map(|&k| k * rl..(k + 1) * rl))?,
+        })
     }
     fn concat_csr(
         parts: &[(&Self, SparseLayout<'_, CudaIndex>)],
     ) -> Result<SparseParts<Self, CudaIndex>> {
-        Err(not_ported(
-            "concat_rows",
-            parts.first().map_or(0, |p| p.0.ordinal()),
-        ))
+        const OP: &str = "concat_rows";
+        let Some(&(first, _)) = parts.first() else {
+            return Err(Error::arg(OP, "needs at least one array"));
+        };
+        let layouts: Vec<_> = parts.iter().map(|&(_, l)| host_layout(l)).collect();
+        let (indptr, indices, ranges) = crate::cpu::sparse::concat_csr_plan(&layouts)?;
+        let ord = first.ordinal();
+        for &(p, _) in parts {
+            if p.ordinal() != ord {
+                return Err(Error::device_mismatch(OP, first.device(), p.device()));
+            }
+        }
+        let values = with_cuda!(&first.buf, _s, T => concat_values::<T>(parts, &ranges)?);
+        Ok(SparseParts {
+            indptr: Some(CudaIndex::upload(ord, Arc::new(indptr))?),
+            indices: CudaIndex::upload(ord, Arc::new(indices))?,
+            values,
+        })
     }
     fn rebase_indptr(indptr: &CudaIndex, start: usize, end: usize) -> Result<(CudaIndex, i64)> {
         // Row pointers are read on the host copy; the slice's are uploaded.
@@ -111,28 +146,207 @@ impl SparseOps for CudaStorage {
     }
     fn check_csr(l: SparseLayout<'_, CudaIndex>, values_len: usize, full: bool) -> Result<()> {
         // The invariants are checked on the host copies, by the CPU's check.
-        let host = match l {
-            SparseLayout::Csr {
-                shape,
-                indptr,
-                indices,
-                offset,
-            } => SparseLayout::Csr {
-                shape,
-                indptr: &indptr.host,
-                indices: &indices.host,
-                offset,
-            },
-            SparseLayout::RowSparse { shape, indices } => SparseLayout::RowSparse {
-                shape,
-                indices: &indices.host,
-            },
-        };
+        let host = host_layout(l);
         crate::cpu::CpuStorage::check_csr(host, values_len, full)
     }
     fn check_row_ids(idx: &CudaIndex, rows: usize) -> Result<()> {
         crate::cpu::CpuStorage::check_row_ids(&idx.host, rows)
     }
+}
+
+/// A stored reduction as segments of the value buffer summed in the CPU's order: the host
+/// copies of the index arrays give each output its segment (`gptr`), and, where the CPU's
+/// order is not the buffer's (a csr column sum, a row_sparse column square sum), the positions
+/// in that order (`perm`); `seg_sum_*` in sparse.cu adds each segment in one thread.
+fn reduce_stored_t<T: CudaElement>(
+    x: &CudaStorage,
+    l: SparseLayout<'_, CudaIndex>,
+    op: StoredReduce,
+) -> Result<CudaStorage> {
+    let name = match op {
+        StoredReduce::Sum(_) => "sum",
+        StoredReduce::SquareSum(_) => "square_sum",
+    };
+    let vals = super::elementwise::typed::<T>(name, x)?;
+    // (value offset, segment pointers, order, output slot per segment, output length, square)
+    type Plan = (
+        usize,
+        Vec<i64>,
+        Option<Vec<i64>>,
+        Option<Vec<i64>>,
+        usize,
+        bool,
+    );
+    let plan: Plan = match (op, l) {
+        (
+            StoredReduce::Sum(axis),
+            SparseLayout::Csr {
+                shape: [m, n],
+                indptr,
+                indices,
+                offset,
+            },
+        ) => {
+            let ip = &indptr.host;
+            let nnz = ip.last().copied().unwrap_or(0).max(0) as usize;
+            let idx = indices.host.get(offset..offset + nnz).ok_or_else(|| {
+                Error::shape("sum", format!("{nnz} stored entries from {offset}"))
+            })?;
+            match axis {
+                Some(0) => {
+                    // Column groups, each column's entries in buffer order (a counting sort).
+                    let mut start = vec![0i64; n + 1];
+                    for &j in idx {
+                        let j = usize::try_from(j)
+                            .ok()
+                            .filter(|&j| j < n)
+                            .ok_or_else(|| Error::index("sum", format!("column {j} of {n}")))?;
+                        start[j + 1] += 1;
+                    }
+                    for j in 0..n {
+                        start[j + 1] += start[j];
+                    }
+                    let mut next = start.clone();
+                    let mut perm = vec![0i64; nnz];
+                    for (p, &j) in idx.iter().enumerate() {
+                        perm[next[j as usize] as usize] = p as i64;
+                        next[j as usize] += 1;
+                    }
+                    (offset, start, Some(perm), None, n, false)
+                }
+                Some(_) => (offset, ip.to_vec(), None, None, m, false),
+                None => (offset, vec![0, nnz as i64], None, None, 1, false),
+            }
+        }
+        (StoredReduce::SquareSum(axis), SparseLayout::RowSparse { shape, indices }) => {
+            let ids = &indices.host;
+            let (m, n): (usize, usize) = (shape[0], shape[1..].iter().product());
+            let k = ids.len();
+            let rows = || (0..=k).map(|r| (r * n) as i64).collect::<Vec<i64>>();
+            match axis {
+                SquareSumAxis::StoredRows => (0, rows(), None, None, k, true),
+                SquareSumAxis::Rows => (0, rows(), None, Some(ids.to_vec()), m, true),
+                SquareSumAxis::Cols => {
+                    let start = (0..=n).map(|j| (j * k) as i64).collect();
+                    let perm = (0..n)
+                        .flat_map(|j| (0..k).map(move |r| (r * n + j) as i64))
+                        .collect();
+                    (0, start, Some(perm), None, n, true)
+                }
+                SquareSumAxis::All => (0, vec![0, (k * n) as i64], None, None, 1, true),
+            }
+        }
+        _ => return Err(Error::stype(name, "no kernel for these storage types")),
+    };
+    let (off, gptr, perm, out_at, out_len, square) = plan;
+    let used = gptr.last().copied().unwrap_or(0) as usize;
+    if off + used > vals.len() {
+        return Err(Error::shape(
+            name,
+            format!("{used} stored values from {off} of {}", vals.len()),
+        ));
+    }
+    let mut out = CudaStorage::alloc::<T>(&x.dev, name, out_len)?;
+    let groups = gptr.len().saturating_sub(1);
+    if groups == 0 || out_len == 0 {
+        return Ok(x.with(out));
+    }
+    let ord = x.ordinal();
+    let up = |v: Vec<i64>| CudaIndex::upload(ord, Arc::new(v));
+    let gptr = up(gptr)?;
+    let perm = perm.map(up).transpose()?;
+    let out_at = out_at.map(up).transpose()?;
+    // The CPU's loops over outputs (csr sums, the column square sums) start each at +0; the
+    // square sums by `Iterator::sum` (stored rows, rows, all) at Rust's float sum's -0.
+    let neg = matches!(
+        op,
+        StoredReduce::SquareSum(
+            SquareSumAxis::StoredRows | SquareSumAxis::Rows | SquareSumAxis::All
+        )
+    );
+    let init = T::from_f64(if neg { -0.0 } else { 0.0 });
+    let null = 0u64;
+    let (groups64, out_len64, sq) = (groups as u64, out_len as u64, i32::from(square));
+    let view = vals.slice(off..);
+    let f = x
+        .dev
+        .function("sparse.cu", super::elementwise::kname("seg_sum", T::SUFFIX))?;
+    let mut lb = x.dev.stream.launch_builder(&f);
+    lb.arg(&view).arg(gptr.dev.as_ref());
+    match &perm {
+        Some(p) => lb.arg(p.dev.as_ref()),
+        None => lb.arg(&null),
+    };
+    match &out_at {
+        Some(p) => lb.arg(p.dev.as_ref()),
+        None => lb.arg(&null),
+    };
+    lb.arg(&mut out)
+        .arg(&groups64)
+        .arg(&out_len64)
+        .arg(&sq)
+        .arg(&init);
+    // SAFETY: the segments are non-decreasing (`check_csr` / the row_sparse shape) and end at
+    // `used`, inside the values from `off` (checked above); `perm` holds positions below
+    // `used` (built here from the same index arrays); an output slot outside `0..out_len` is
+    // skipped by the kernel.
+    unsafe { lb.launch(grid(groups)) }.map_err(driver_err(name))?;
+    Ok(x.with(out))
+}
+
+/// A layout over the host copies of its index arrays (what the CPU's index code reads).
+fn host_layout(l: SparseLayout<'_, CudaIndex>) -> SparseLayout<'_, Arc<Vec<i64>>> {
+    match l {
+        SparseLayout::Csr {
+            shape,
+            indptr,
+            indices,
+            offset,
+        } => SparseLayout::Csr {
+            shape,
+            indptr: &indptr.host,
+            indices: &indices.host,
+            offset,
+        },
+        SparseLayout::RowSparse { shape, indices } => SparseLayout::RowSparse {
+            shape,
+            indices: &indices.host,
+        },
+    }
+}
+
+/// The value ranges `ranges` of the parts' buffers, one after the other, in a new buffer
+/// (device-to-device copies; each range checked against its buffer first).
+fn concat_values<T: CudaElement>(
+    parts: &[(&CudaStorage, SparseLayout<'_, CudaIndex>)],
+    ranges: &[Range<usize>],
+) -> Result<CudaStorage> {
+    const OP: &str = "concat_rows";
+    let Some(&(first, _)) = parts.first() else {
+        return Err(Error::arg(OP, "needs at least one array"));
+    };
+    let total: usize = ranges.iter().map(|r| r.len()).sum();
+    let mut out = CudaStorage::alloc::<T>(&first.dev, OP, total)?;
+    let mut at = 0;
+    for (&(p, _), r) in parts.iter().zip(ranges) {
+        let src = super::elementwise::typed::<T>(OP, p)?;
+        if r.end > src.len() {
+            return Err(Error::shape(
+                OP,
+                format!("values {}..{} of a buffer of {}", r.start, r.end, src.len()),
+            ));
+        }
+        if !r.is_empty() {
+            let mut dst = out.slice_mut(at..at + r.len());
+            first
+                .dev
+                .stream
+                .memcpy_dtod(&src.slice(r.clone()), &mut dst)
+                .map_err(driver_err(OP))?;
+        }
+        at += r.len();
+    }
+    Ok(first.with(out))
 }
 
 /// A csr or row_sparse array made dense on the device.

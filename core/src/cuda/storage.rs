@@ -106,7 +106,7 @@ cuda_element!(u8, U8, "u8");
 /// The error of a half (f16 / bf16) array on a CUDA device: the CUDA backend has no half
 /// buffers yet (they need cudarc's `f16` feature and half kernels), so such an array stays on
 /// the host; cast it to f32 first to move it.
-fn half_not_ported(op: &'static str, ordinal: usize) -> crate::Error {
+pub(crate) fn half_not_ported(op: &'static str, ordinal: usize) -> crate::Error {
     cuda_error(
         op,
         format!(

@@ -1,6 +1,7 @@
 // Layout kernels of the CUDA backend: strided copies (broadcast, permute), gathers along an
-// axis and their scatter-add adjoints, select by a mask. Copies move elements by size (the
-// bits unchanged), so one kernel serves every dtype of that size; adds are float only.
+// axis and their scatter-add adjoints, select by a mask, concat, index_copy, one_hot. Copies
+// move elements by size (the bits unchanged), so one kernel serves every dtype of that size;
+// adds are float only.
 // Axis kernels see an array as [outer, n, inner] around the axis.
 
 #define GRID_LOOP(i, n) \
@@ -45,6 +46,35 @@ struct Strided {
       out[t] = x[(o * n + pos[t]) * inner + i]; \
     } \
   } \
+  /* One part of a concat: src [outer, blk] into out at column `off` of rows of `total` \
+     elements (blk = the part's size on the axis times inner). */ \
+  extern "C" __global__ void concat_part_##sz(const T* src, T* out, unsigned long long outer, \
+                                              unsigned long long blk, unsigned long long total, \
+                                              unsigned long long off) { \
+    GRID_LOOP(t, outer * blk) { out[(t / blk) * total + off + t % blk] = src[t]; } \
+  } \
+  /* index_copy's second pass: row j of `src` (row elements) to row pos[j] of `out` when j is \
+     that row's last writer (`winner` = j + 1, from index_copy_winner); positions outside 0..rows \
+     are skipped (the operator refuses them before). */ \
+  extern "C" __global__ void index_copy_##sz(const T* src, const long long* pos, \
+                                             const long long* winner, T* out, \
+                                             unsigned long long k, unsigned long long row, \
+                                             unsigned long long rows) { \
+    GRID_LOOP(t, k * row) { \
+      unsigned long long j = t / row; \
+      long long r = pos[j]; \
+      if (r >= 0 && (unsigned long long)r < rows && winner[r] == (long long)j + 1) \
+        out[(unsigned long long)r * row + t % row] = src[t]; \
+    } \
+  } \
+  /* out[r, c] = c == idx[r] ? on : off, for idx already in i64 (outside 0..depth: all off). */ \
+  extern "C" __global__ void one_hot_##sz(const long long* idx, T* out, unsigned long long n, \
+                                          unsigned long long depth, T on, T off) { \
+    GRID_LOOP(t, n * depth) { \
+      long long i = idx[t / depth]; \
+      out[t] = (i >= 0 && (unsigned long long)i == t % depth) ? on : off; \
+    } \
+  } \
   /* mask ? x : y. */ \
   extern "C" __global__ void select_##sz(const unsigned char* mask, const T* x, const T* y, T* out, \
                                          unsigned long long n) { \
@@ -53,6 +83,17 @@ struct Strided {
 COPY_KERNELS(b1, unsigned char)
 COPY_KERNELS(b4, unsigned int)
 COPY_KERNELS(b8, unsigned long long)
+
+// index_copy's first pass: winner[pos[j]] = 1 + the largest j writing that row (the CPU
+// copies rows in order, so the last one wins); `winner` starts at zeros. Positions outside 0..rows are
+// skipped.
+extern "C" __global__ void index_copy_winner(const long long* pos, long long* winner,
+                                             unsigned long long k, unsigned long long rows) {
+  GRID_LOOP(j, k) {
+    long long r = pos[j];
+    if (r >= 0 && (unsigned long long)r < rows) atomicMax(&winner[r], (long long)j + 1);
+  }
+}
 
 #define ADD_KERNELS(tn, T) \
   /* out[o, pos[j], i] += g[o, j, i] into zeros of [outer, n, inner]. */ \

@@ -117,6 +117,37 @@ ARG_REDUCE(i64, long long)
 ARG_REDUCE(i32, int)
 ARG_REDUCE(u8, unsigned char)
 
+// argsort by rank: element p of a line along the middle axis of [outer, n, inner] goes to
+// output slot rank(p) = the number of elements before it in the CPU's order (by value,
+// descending when not `ascending`, values neither less nor greater equal, ties to the lower
+// position), written when rank(p) < k. A total order (no NaN) gives every element its own
+// slot; the output is [outer, k, inner] i64. O(n) per element: reduce.rs caps n.
+#define ARGSORT(tn, T) \
+  extern "C" __global__ void argsort_##tn(const T* x, long long* out, unsigned long long outer, \
+                                          unsigned long long n, unsigned long long inner, \
+                                          unsigned long long k, int ascending) { \
+    unsigned long long items = outer * n * inner; \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < items; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long i = t % inner, p = (t / inner) % n, o = t / (inner * n); \
+      const T* line = x + o * n * inner + i; \
+      T v = line[p * inner]; \
+      unsigned long long rank = 0; \
+      for (unsigned long long q = 0; q < n; ++q) { \
+        T w = line[q * inner]; \
+        bool less = w < v, greater = w > v; \
+        bool before = ascending ? less : greater; \
+        if (before || (!less && !greater && q < p)) ++rank; \
+      } \
+      if (rank < k) out[(o * k + rank) * inner + i] = (long long)p; \
+    } \
+  }
+ARGSORT(f32, float)
+ARGSORT(f64, double)
+ARGSORT(i64, long long)
+ARGSORT(i32, int)
+ARGSORT(u8, unsigned char)
+
 // Softmax (op 0) or log-softmax (op 1) of every line along the middle axis; both subtract
 // the line's maximum first.
 #define SOFTMAX(tn, T) \

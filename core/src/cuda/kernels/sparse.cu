@@ -136,3 +136,27 @@ MERGE(f64, double)
 MERGE(i32, int)
 MERGE(i64, long long)
 MERGE(u8, unsigned char)
+
+// Stored reductions (sum of a csr array, square_sum of a row_sparse one): group g sums
+// v[perm[p]] (or v[p] without perm), or their squares, for p in gptr[g]..gptr[g+1] in that
+// order, from `init` (the CPU's: `+0` where it loops over outputs, Rust's float `sum()`'s `-0`
+// where it sums an iterator), into out[out_at[g]] (or out[g]); an output position outside 0..out_len is skipped.
+// One thread per group: the CPU's order of additions, so the same bits.
+#define SEG_SUM(tn, T) \
+  extern "C" __global__ void seg_sum_##tn(const T* v, const long long* gptr, \
+                                          const long long* perm, const long long* out_at, \
+                                          T* out, unsigned long long groups, \
+                                          unsigned long long out_len, int square, T init) { \
+    for (unsigned long long g = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         g < groups; g += (unsigned long long)gridDim.x * blockDim.x) { \
+      T s = init; \
+      for (long long p = gptr[g]; p < gptr[g + 1]; ++p) { \
+        T x = v[perm ? perm[p] : p]; \
+        s = s + (square ? x * x : x); \
+      } \
+      long long o = out_at ? out_at[g] : (long long)g; \
+      if (o >= 0 && (unsigned long long)o < out_len) out[o] = s; \
+    } \
+  }
+SEG_SUM(f32, float)
+SEG_SUM(f64, double)
