@@ -66,7 +66,9 @@ fn eager_step(net: &dyn Block, loss: &dyn Loss, x: &NDArray, y: &NDArray) -> NDA
 fn check(make: &dyn Fn() -> Sequential, loss: &dyn Loss, x: &NDArray, y: &NDArray) -> bool {
     let eager = make();
     let hyb = make();
-    eager.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    eager
+        .initialize(&Initializer::xavier(), Device::Cpu)
+        .unwrap();
     hyb.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
     // Shapes of deferred parameters first, then the same weights.
     autograd::pause(|| eager.forward(x)).unwrap();
@@ -205,14 +207,21 @@ fn training_over_steps_matches_eager() {
         first.get_or_insert(m);
         last = m;
     }
-    assert!(last < first.unwrap(), "the loss went down: {first:?} -> {last}");
+    assert!(
+        last < first.unwrap(),
+        "the loss went down: {first:?} -> {last}"
+    );
     for ((n, a), (_, b)) in eager
         .collect_params()
         .unwrap()
         .iter()
         .zip(hyb.collect_params().unwrap().iter())
     {
-        ulp_close(&a.data().unwrap(), &b.data().unwrap(), &format!("weight {n}"));
+        ulp_close(
+            &a.data().unwrap(),
+            &b.data().unwrap(),
+            &format!("weight {n}"),
+        );
     }
 }
 
@@ -248,7 +257,9 @@ fn operator_without_graph_backward_trains_eagerly_with_its_name() {
     let loss = sparrow_nn::loss::PoissonNLLLoss::new();
     let mut step = HybridTrainStep::new(&net, &loss);
     let eager = mlp(&[""], &[1]);
-    eager.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    eager
+        .initialize(&Initializer::xavier(), Device::Cpu)
+        .unwrap();
     autograd::pause(|| eager.forward(&x)).unwrap();
     step.step(&x, &y).unwrap();
     copy_params(&net, &eager);

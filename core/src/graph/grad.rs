@@ -102,7 +102,12 @@ impl GradFn {
                     if g.shape != s.shape {
                         return Err(Error::shape(
                             OP,
-                            format!("{} of {:?} with a gradient {:?}", op.name(), s.shape, g.shape),
+                            format!(
+                                "{} of {:?} with a gradient {:?}",
+                                op.name(),
+                                s.shape,
+                                g.shape
+                            ),
                         ));
                     }
                     NDArray::from_buffer(g.buf.map_grad(&s.buf, op)?, &g.shape)
@@ -153,7 +158,10 @@ impl GradFn {
             GradFn::SigmoidBce => {
                 let g = x[2].read();
                 let ArrayData::Dense(gd) = &*g else {
-                    return Err(Error::arg(OP, "sigmoid_bce backward needs a dense gradient"));
+                    return Err(Error::arg(
+                        OP,
+                        "sigmoid_bce backward needs a dense gradient",
+                    ));
                 };
                 x[0].with_dense2(&x[1], |xd, zd| {
                     if gd.buf.len() != xd.buf.len() || zd.buf.len() != xd.buf.len() {
@@ -349,8 +357,14 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                         return refuse("a csr operand that needs a gradient");
                     }
                     if needs(1) {
+                        // Stored rows: at most one per non-zero of x (the traced csr's
+                        // bytes are about 8 + the element size per non-zero).
+                        let esize = c.dtype.size_of();
+                        let nnz = a.bytes / (8 + esize);
+                        let rows = nnz.min(c.shape[0]);
                         let gi = ValueInfo {
                             stype: SType::RowSparse,
+                            bytes: rows * (c.shape[1] * esize + 8),
                             ..c.clone()
                         };
                         let gw = b.push(Op::Grad(GradFn::CsrTDense), vec![ins[0], g], gi);
@@ -405,11 +419,7 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                 let gy = match act {
                     Some(a) => {
                         let gi = b.dense_like(ins[0]);
-                        b.push(
-                            Op::Grad(GradFn::BiasActInput(*a)),
-                            vec![node.output, g],
-                            gi,
-                        )
+                        b.push(Op::Grad(GradFn::BiasActInput(*a)), vec![node.output, g], gi)
                     }
                     None => g,
                 };
@@ -419,11 +429,9 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                 if needs(1) {
                     let gi = b.dense_like(ins[1]);
                     let gb = match act {
-                        Some(a) => b.push(
-                            Op::Grad(GradFn::BiasActBias(*a)),
-                            vec![node.output, g],
-                            gi,
-                        ),
+                        Some(a) => {
+                            b.push(Op::Grad(GradFn::BiasActBias(*a)), vec![node.output, g], gi)
+                        }
                         None => b.push(Op::Grad(GradFn::ColumnSums), vec![g], gi),
                     };
                     b.add_grad(ins[1], gb)?;
@@ -442,8 +450,8 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
             Op::LogSoftmax(axis) => {
                 // As the eager backward: g - exp(y) * sum(g, axis, keepdims).
                 let x = info(0);
-                let keep = reduced_keep_shape(&x.shape, &Some(vec![*axis]))
-                    .map_err(|e| e.to_string())?;
+                let keep =
+                    reduced_keep_shape(&x.shape, &Some(vec![*axis])).map_err(|e| e.to_string())?;
                 let e = b.push(
                     Op::Unary(UnaryFn::Exp),
                     vec![node.output],
@@ -552,11 +560,7 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                 // after the sum, whose backward runs first).
                 let g = if matches!(node.op, Op::Mean { .. }) && count > 1 {
                     let gi = b.values[g].clone();
-                    b.push(
-                        Op::Scalar(ScalarFn::Mul, 1.0 / count as f64),
-                        vec![g],
-                        gi,
-                    )
+                    b.push(Op::Scalar(ScalarFn::Mul, 1.0 / count as f64), vec![g], gi)
                 } else {
                     g
                 };

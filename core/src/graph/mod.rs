@@ -36,12 +36,12 @@ pub use op::{
     UnaryFn,
 };
 pub use plan::MemoryPlan;
-pub use train::TrainStep;
 pub(crate) use trace::note_op;
 pub use trace::{
     host_read, is_tracing, not_traceable, record_call, record_call_opt, record_call_plain, trace,
     tracing_outer, TraceLog,
 };
+pub use train::TrainStep;
 
 /// The hook of a traced operator, its first line: while tracing at the forward's own level,
 /// run `$call` (the operator itself, one level deeper) and log `$op` with `$inputs`.

@@ -32,8 +32,8 @@ pub(crate) use dispatch::{
 pub use dot::{
     dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr, dot_dense_csr_to_csr,
 };
-pub use dot_t::dot_csr_dense_t;
 pub(crate) use dot_t::csr_dense_t_grad;
+pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;
 pub use random::{rand_sparse, rand_sparse_seeded, SparseDist};

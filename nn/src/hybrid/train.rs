@@ -69,9 +69,10 @@ impl<'a> HybridTrainStep<'a> {
     /// One step on a batch `x` with labels `label`: the per-sample loss is returned and every
     /// parameter's gradient is stored as `loss.backward()` stores it (head gradient of ones).
     pub fn step(&mut self, x: &NDArray, label: &NDArray) -> Result<NDArray> {
-        let k = self.entries.iter().position(|(sig, _)| {
-            sig.len() == 2 && sig[0].matches(x) && sig[1].matches(label)
-        });
+        let k = self
+            .entries
+            .iter()
+            .position(|(sig, _)| sig.len() == 2 && sig[0].matches(x) && sig[1].matches(label));
         let Some(k) = k else {
             return self.trace_step(x, label);
         };
@@ -80,7 +81,13 @@ impl<'a> HybridTrainStep<'a> {
             Entry::Graph { step, params, data } => {
                 data.clear();
                 for p in params.iter() {
-                    data.push(p.data()?);
+                    let w = p.data()?;
+                    // The last step's gradient is let go first (as a backward replaces it), so
+                    // the graph writes this step's into the same buffer, not a new one.
+                    if p.grad_req() == GradReq::Write {
+                        w.set_grad(None);
+                    }
+                    data.push(w);
                 }
                 let (l, grads) = step.run(&[x.clone(), label.clone()], data)?;
                 data.clear();
@@ -121,9 +128,8 @@ impl<'a> HybridTrainStep<'a> {
 
     /// The first step of a signature: eager under `record`, traced; then its graph is built.
     fn trace_step(&mut self, x: &NDArray, label: &NDArray) -> Result<NDArray> {
-        let (l, log) = trace(|| {
-            autograd::record(|| self.loss.forward(&self.net.forward(x)?, label))
-        })?;
+        let (l, log) =
+            trace(|| autograd::record(|| self.loss.forward(&self.net.forward(x)?, label)))?;
         let l = l?;
         l.backward()?;
         let all: Vec<(String, Parameter)> = self
