@@ -268,7 +268,7 @@ fn operator_without_graph_backward_trains_eagerly_with_its_name() {
         let le = eager_step(&eager, &loss, &x, &y);
         ulp_close(&le, &lh, "loss");
         for ((n, ge), (_, gh)) in grads(&eager).iter().zip(grads(&net)) {
-            ulp_close(ge.as_ref().unwrap(), gh.as_ref().unwrap(), &n);
+            ulp_close(ge.as_ref().unwrap(), gh.as_ref().unwrap(), n);
         }
     }
     let why = step.fallback_reasons();
