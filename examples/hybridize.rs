@@ -28,7 +28,7 @@ use std::time::Instant;
 use sparrow::core::graph::{Executor, Graph, MemoryPlan};
 use sparrow::core::{autograd, DType, Device, NDArray, Result, SType};
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
-use sparrow::nn::{Block, Dense, Hybridize, Initializer, Sequential};
+use sparrow::nn::{Block, Dense, HybridTrainStep, Hybridize, Initializer, Sequential};
 use sparrow::optim::{Sgd, Trainer};
 
 /// The system allocator, counting allocations and live bytes (and their peak).
@@ -176,6 +176,95 @@ fn compare(
     Ok(())
 }
 
+/// Time, allocations and peak bytes per training step, eager (`record` + `backward`) against
+/// the joint forward + backward graph (`HybridTrainStep`), each followed by `Trainer::step`;
+/// `eager` and `graph` are two copies of one model with the same weights. Eager and graph
+/// rounds alternate.
+fn compare_graph_train(
+    name: &str,
+    eager: &dyn Block,
+    graph: &dyn Block,
+    loss: &dyn Loss,
+    x: &NDArray,
+    y: &NDArray,
+    a: &Args,
+) -> Result<()> {
+    let batch = x.shape()[0];
+    let sgd = || Sgd::new(0.01);
+    let mut te = Trainer::from_params(&eager.collect_params()?, sgd())?;
+    let mut tg = Trainer::from_params(&graph.collect_params()?, sgd())?;
+    let mut step = HybridTrainStep::new(graph, loss);
+    let eager_step = |tr: &mut Trainer| -> Result<()> {
+        let l = autograd::record(|| loss.forward(&eager.forward(x)?, y))?;
+        l.backward()?;
+        tr.step(batch)
+    };
+    for _ in 0..3 {
+        eager_step(&mut te)?;
+        step.step(x, y)?;
+        tg.step(batch)?;
+    }
+    let (mut t_e, mut t_g) = (Vec::new(), Vec::new());
+    let (mut al_e, mut al_g, mut pk_e, mut pk_g) = (0, 0, 0, 0);
+    for _ in 0..a.rounds {
+        let t0 = Instant::now();
+        for _ in 0..a.steps {
+            eager_step(&mut te)?;
+        }
+        t_e.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+        let (r, n, p) = measure(|| eager_step(&mut te));
+        r?;
+        (al_e, pk_e) = (n, p);
+        let t0 = Instant::now();
+        for _ in 0..a.steps {
+            step.step(x, y)?;
+            tg.step(batch)?;
+        }
+        t_g.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+        let (r, n, p) = measure(|| -> Result<()> {
+            step.step(x, y)?;
+            tg.step(batch)
+        });
+        r?;
+        (al_g, pk_g) = (n, p);
+    }
+    if let Some(ts) = step.train_step() {
+        let plan = ts.plan();
+        println!(
+            "{name:9} joint graph: {} forward + {} backward nodes; planned {:.2} MB in {} \
+             buffers ({} in place), every value kept {:.2} MB; nodes that allocate: {:?}",
+            ts.forward_nodes(),
+            ts.graph().nodes().len() - ts.forward_nodes(),
+            plan.planned_bytes() as f64 / 1e6,
+            plan.slot_bytes.len(),
+            plan.in_place,
+            plan.total_bytes as f64 / 1e6,
+            ts.fallback_ops()
+        );
+    }
+    for r in step.fallback_reasons() {
+        println!("{name:9} {r}");
+    }
+    let (me, mg) = (median(t_e.clone()), median(t_g.clone()));
+    let range = |v: &[f64]| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+        format!("{lo:.1}-{hi:.1}")
+    };
+    println!(
+        "{name:9} graph training step us: eager {me:9.1} ({})  graph {mg:9.1} ({})  \
+         (eager/graph {:.3});  allocations/step: eager {al_e}, graph {al_g};  peak heap/step: \
+         eager {:.2} MB, graph {:.2} MB",
+        range(&t_e),
+        range(&t_g),
+        me / mg,
+        pk_e as f64 / 1e6,
+        pk_g as f64 / 1e6
+    );
+    Ok(())
+}
+
 /// Time, allocations and peak bytes per inference forward (nothing recorded) of `eager` and
 /// `hybrid`; the outputs are dropped before the next call, so a hybridized forward can reuse
 /// its output buffer (see `sparrow_core::graph::Executor`).
@@ -284,6 +373,16 @@ fn main() -> Result<()> {
         &y,
         &a,
     )?;
+    copy_params(&eager, &hybrid)?;
+    compare_graph_train(
+        "mlp",
+        &eager,
+        hybrid.inner(),
+        &SoftmaxCrossEntropyLoss::new(),
+        &x,
+        &y,
+        &a,
+    )?;
 
     // The tutorial's (c) model on a synthetic csr batch.
     let xc = sparrow::core::testing::test_csr(10, 1_000_000, 1e-5, 3, DType::F32);
@@ -316,6 +415,16 @@ fn main() -> Result<()> {
         &yc,
         &a,
     )?;
+    copy_params(&te, &th)?;
+    compare_graph_train(
+        "tutorial",
+        &te,
+        th.inner(),
+        &SigmoidBinaryCrossEntropyLoss::new(),
+        &xc,
+        &yc,
+        &a,
+    )?;
 
     // Memory of a 20-layer MLP.
     let widths = [512; 20];
@@ -332,6 +441,31 @@ fn main() -> Result<()> {
             let l = autograd::record(|| loss.forward(&n.forward(&x)?, &y)?.sum_all())?;
             l.backward()?;
         }
+    }
+    let mut graph_step = HybridTrainStep::new(hybrid.inner(), &loss);
+    for _ in 0..2 {
+        graph_step.step(&x, &y)?;
+    }
+    let (r, n_g, p_g) = measure(|| graph_step.step(&x, &y));
+    r?;
+    println!(
+        "mlp20 graph step (joint forward + backward plan): peak {:.2} MB ({n_g} allocations)",
+        p_g as f64 / 1e6
+    );
+    if let Some(ts) = graph_step.train_step() {
+        let plan = ts.plan();
+        println!(
+            "mlp20 joint plan: every value kept {:.2} MB; released after last reader {:.2} MB; \
+             planned {:.2} MB in {} buffers ({} in place); {} nodes without a planned form \
+             ({:.2} MB)",
+            plan.total_bytes as f64 / 1e6,
+            plan.live_peak_bytes as f64 / 1e6,
+            plan.planned_bytes() as f64 / 1e6,
+            plan.slot_bytes.len(),
+            plan.in_place,
+            plan.fallback.len(),
+            plan.fallback_bytes(ts.graph()) as f64 / 1e6
+        );
     }
     for (name, net) in [("eager", &eager as &dyn Block), ("hybridized", &hybrid)] {
         let (r, n_inf, p_inf) = measure(|| autograd::pause(|| net.forward(&x)));

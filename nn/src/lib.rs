@@ -31,7 +31,7 @@ mod parameter;
 pub mod rnn;
 
 pub use block::{Block, Sequential, SummaryRow};
-pub use hybrid::{HybridBlock, HybridLoss, Hybridize, SymbolBlock};
+pub use hybrid::{HybridBlock, HybridLoss, HybridTrainStep, Hybridize, SymbolBlock};
 pub use init::{FactorType, Initializer, RndType};
 pub use io::{load_params, save_params, BlockIo, LoadOptions, SaveOptions};
 pub use layers::*;

@@ -131,6 +131,13 @@ impl Executor {
     /// Output `k` of the last run, handed to the caller.
     fn output(&mut self, k: usize, inputs: &[NDArray], params: &[NDArray]) -> Result<NDArray> {
         let o = self.graph.outputs()[k];
+        if self.plan.slot_of[o].is_some() {
+            // Each run's output is a new array to its holder, though it reuses the buffer of
+            // the last run's when the caller let that go.
+            if let Some(h) = self.handles[o].as_mut() {
+                h.renew_id();
+            }
+        }
         let a = self.value(o, inputs, params, usize::MAX)?.clone();
         if self.plan.slot_of[o].is_none() && self.source[o] == Source::Node {
             // A fallback output is the caller's now.

@@ -138,12 +138,14 @@ fn buffers_are_reused_and_kept_outputs_left_alone() {
     assert!(!o1.same_array(&o2));
     assert_eq!(bits(&o1), want1);
     assert_eq!(bits(&o2), want2);
-    // Outputs let go of before the next run: the same handle (and buffer) comes back.
-    let id = o2.id();
+    // Outputs let go of before the next run: the same handle (and buffer) comes back, under a
+    // new id each run (a new array to its holder: a trainer tells fresh gradients by id).
+    let mut id = o2.id();
     drop((o1, o2));
     for (x, want) in [(&x1, &want1), (&x2, &want2), (&x1, &want1)] {
         let o = e.run(std::slice::from_ref(x), &p).unwrap().remove(0);
-        assert_eq!(o.id(), id);
+        assert_ne!(o.id(), id);
+        id = o.id();
         assert_eq!(&bits(&o), want);
     }
     // A view sharing the output's buffer (a detached handle) is left alone too.

@@ -11,20 +11,25 @@
 //! * [`MemoryPlan`] (`plan.rs`): liveness-based buffer sharing and in-place candidates.
 //! * [`Executor`] (`exec.rs`): runs a graph out of its plan (buffers allocated once, nodes
 //!   writing into them through their "write into" forms, `into.rs`), for inference.
+//! * [`TrainStep`] (`train.rs`, `grad.rs`): the forward and its backward (each operator's
+//!   vector-Jacobian product as graph nodes) as one joint graph, planned and run together.
 //! * [`CachedGraph`] (`cached.rs`): one graph per input signature, traced at the first call,
 //!   an eager fallback with a message where a forward cannot be traced.
 
 mod cached;
 mod exec;
 mod fuse;
+mod grad;
 mod into;
 mod ir;
 mod op;
 mod plan;
 mod trace;
+mod train;
 
 pub use cached::{select_params, CachedGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature};
 pub use exec::Executor;
+pub use grad::{backward_graph, Backward, GradFn};
 pub use ir::{Graph, Node, ParamInfo, ValueInfo};
 pub use op::{
     dtype_from_name, dtype_name, stype_from_name, stype_name, AttrValue, CmpFn, Op, ScalarFn,
@@ -36,6 +41,7 @@ pub use trace::{
     host_read, is_tracing, not_traceable, record_call, record_call_opt, record_call_plain, trace,
     tracing_outer, TraceLog,
 };
+pub use train::TrainStep;
 
 /// The hook of a traced operator, its first line: while tracing at the forward's own level,
 /// run `$call` (the operator itself, one level deeper) and log `$op` with `$inputs`.

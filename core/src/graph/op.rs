@@ -167,6 +167,9 @@ pub enum Op {
     Detach,
     /// `sparse::embedding(table, ids)`.
     Embedding,
+    /// A backward step of a training graph (`grad.rs`): built by
+    /// [`crate::graph::TrainStep`], never traced or read from a file.
+    Grad(super::grad::GradFn),
     /// `check_class_ids(labels, classes, count)`: validates labels, returns them unchanged.
     CheckClassIds {
         /// Number of classes.
@@ -261,7 +264,7 @@ pub fn stype_from_name(name: &str) -> Option<SType> {
         .find(|&s| stype_name(s) == name)
 }
 
-fn act_name(a: Option<FusedAct>) -> &'static str {
+pub(crate) fn act_name(a: Option<FusedAct>) -> &'static str {
     match a {
         None => "identity",
         Some(FusedAct::Sigmoid) => "sigmoid",
@@ -287,6 +290,7 @@ impl Op {
             | Op::SigmoidBceTo(_)
             | Op::Embedding => 2,
             Op::Where => 3,
+            Op::Grad(g) => g.arity(),
             _ => 1,
         }
     }
@@ -326,6 +330,7 @@ impl Op {
             Op::Detach => "detach",
             Op::Embedding => "embedding",
             Op::CheckClassIds { .. } => "check_class_ids",
+            Op::Grad(g) => g.name(),
         }
     }
 
@@ -373,6 +378,7 @@ impl Op {
                 ("count", AttrValue::Int(*count as i64)),
             ],
             Op::DotCsrDenseT | Op::SigmoidBce | Op::Where | Op::Detach | Op::Embedding => vec![],
+            Op::Grad(g) => g.attrs(),
         }
     }
 
@@ -624,6 +630,7 @@ impl Op {
             Op::Detach => Ok(x[0].detach()),
             Op::Embedding => crate::sparse::embedding(&x[0], &x[1]),
             Op::CheckClassIds { classes, count } => x[0].check_class_ids(*classes, *count),
+            Op::Grad(g) => g.apply(x),
         }
     }
 }

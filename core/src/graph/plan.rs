@@ -52,6 +52,11 @@ impl MemoryPlan {
         let mut runs_in_place = vec![false; g.nodes().len()];
         let mut fallback = Vec::new();
         let (mut live, mut live_peak, mut total) = (0usize, 0usize, 0usize);
+        // Only node outputs are counted live (inputs and parameters are the caller's).
+        let mut produced = vec![false; values.len()];
+        for n in g.nodes() {
+            produced[n.output] = true;
+        }
         for (i, node) in g.nodes().iter().enumerate() {
             let info = &values[node.output];
             let bytes = info.bytes;
@@ -90,7 +95,9 @@ impl MemoryPlan {
             for &x in &node.inputs {
                 if dies(x) && !seen.contains(&x) {
                     seen.push(x);
-                    live -= values[x].bytes.min(live);
+                    if produced[x] {
+                        live -= values[x].bytes.min(live);
+                    }
                     // A donor's buffer now holds this node's output: not free.
                     if let Some(s) =
                         slot_of[x].filter(|_| !(runs_in_place[i] && x == node.inputs[0]))

@@ -82,6 +82,19 @@ impl NDArray {
         self.inner.id
     }
 
+    /// Give this handle a new id when it is the only handle of its array (`false` otherwise):
+    /// a planned graph's output reused by the next run is a new array to its readers (a
+    /// trainer tells a fresh gradient from a stale one by its id).
+    pub(crate) fn renew_id(&mut self) -> bool {
+        match Arc::get_mut(&mut self.inner) {
+            Some(i) => {
+                i.id = next_id();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// True when both handles refer to the same array.
     pub fn same_array(&self, other: &NDArray) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

@@ -44,7 +44,7 @@ fn dense2(a: &NDArray, op: &'static str) -> Result<DenseData> {
 /// its lock, borrowed, not cloned: the forward of `dot(x^T, g)` and the row_sparse weight
 /// gradient of a csr product (once per layer per training step). Not recorded. `g` may be `x`
 /// itself (`x^T . x`), read through the one guard.
-fn csr_t_dense_of(x: &NDArray, g: &NDArray) -> Result<NDArray> {
+pub(crate) fn csr_t_dense_of(x: &NDArray, g: &NDArray) -> Result<NDArray> {
     let xg = x.read();
     let gg = if x.same_array(g) {
         None

@@ -9,7 +9,7 @@ pub(crate) use construct::{check_rsp, checked_csr};
 mod convert;
 mod dispatch;
 mod dot;
-pub(crate) use dot::csr_index;
+pub(crate) use dot::{csr_index, csr_t_dense_of};
 mod dot_t;
 mod embedding;
 mod groups;
@@ -33,6 +33,7 @@ pub(crate) use dispatch::{
 pub use dot::{
     dot_csr_csr, dot_csr_dense, dot_csr_rsp, dot_csr_t_dense, dot_dense_csr, dot_dense_csr_to_csr,
 };
+pub(crate) use dot_t::csr_dense_t_grad;
 pub use dot_t::dot_csr_dense_t;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;

@@ -23,9 +23,11 @@
 
 mod export;
 mod loss;
+mod train;
 
 pub use export::{SymbolBlock, GRAPH_FORMAT, GRAPH_VERSION};
 pub use loss::HybridLoss;
+pub use train::HybridTrainStep;
 
 use std::sync::Arc;
 

@@ -1,0 +1,606 @@
+//! The backward of a traced graph as graph nodes: each forward operator's vector-Jacobian
+//! product written with graph operators ([`Op::Dot`], [`Op::Reshape`], [`Op::Binary`], ...)
+//! and, where the eager backward runs a fused kernel of its own, a [`GradFn`] node calling
+//! that same kernel. Written as nodes (not recorded from the tape's closures) because the tape's
+//! closures capture this step's arrays and call crate-private kernels with no graph hook: a
+//! node list is planned with the forward ([`crate::graph::MemoryPlan`] over the joint graph,
+//! so an activation the backward reads stays live and the rest share buffers) and its products
+//! run through the executor's write-into forms like forward products.
+//!
+//! Each rule mirrors the eager backward of its operator (same kernels, same operand order), so
+//! gradients are the eager ones; an operator without a rule here is an error naming it (the
+//! caller trains that signature eagerly).
+
+use super::ir::{Graph, Node, ParamInfo, ValueInfo};
+use super::op::{act_name, AttrValue, Op, ScalarFn, UnaryFn};
+use crate::ops::fused::FusedAct;
+use crate::ops::BinaryOp;
+use crate::storage::MapGrad;
+use crate::{ArrayData, Error, NDArray, Result, SType};
+
+const OP: &str = "graph backward";
+
+/// A backward step that runs a kernel of the eager backward directly (no public operator
+/// computes it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GradFn {
+    /// `g * act'(y)` from the output `y` of `bias_act` and its head gradient `g`
+    /// (inputs `y, g`): the fused kernel's input gradient.
+    BiasActInput(FusedAct),
+    /// The bias gradient of `bias_act`: column sums of `g * act'(y)` (inputs `y, g`).
+    BiasActBias(FusedAct),
+    /// Column sums of a dense `(rows, units)` `g`: the bias gradient of `bias_add`.
+    ColumnSums,
+    /// `x^T . g` as row_sparse for a csr `x` (inputs `x, g`): the weight gradient of
+    /// `dot(csr, dense)`.
+    CsrTDense,
+    /// `g^T . x`, dense `(units, features)`, for a csr `x` (inputs `x, g`): the weight
+    /// gradient of `dot_csr_dense_t`.
+    CsrDenseTWeight,
+    /// `g (sigmoid(x) - z)` in `x`'s shape (inputs `x, z, g`): the logits' gradient of the
+    /// fused sigmoid binary cross-entropy.
+    SigmoidBce,
+    /// The fused backward of an activation map (inputs: the saved array, then `g`): from the
+    /// output for `sigmoid` and `tanh`, from the input for `relu` and `softrelu`.
+    Activation(UnaryFn),
+}
+
+/// The fused backward kernel of an activation, and whether it reads the output (else the
+/// input).
+fn activation_grad(u: UnaryFn) -> Option<(MapGrad, bool)> {
+    match u {
+        UnaryFn::Sigmoid => Some((MapGrad::SigmoidFromOutput, true)),
+        UnaryFn::Tanh => Some((MapGrad::TanhFromOutput, true)),
+        UnaryFn::Relu => Some((MapGrad::ReluFromInput, false)),
+        UnaryFn::Softrelu => Some((MapGrad::SoftreluFromInput, false)),
+        _ => None,
+    }
+}
+
+impl GradFn {
+    /// Number of inputs.
+    pub fn arity(&self) -> usize {
+        match self {
+            GradFn::ColumnSums => 1,
+            GradFn::SigmoidBce => 3,
+            _ => 2,
+        }
+    }
+
+    /// The node's name (training graphs are not exported; the name is for messages).
+    pub fn name(&self) -> &'static str {
+        match self {
+            GradFn::BiasActInput(_) => "bias_act_grad_input",
+            GradFn::BiasActBias(_) => "bias_act_grad_bias",
+            GradFn::ColumnSums => "column_sums",
+            GradFn::CsrTDense => "dot_csr_t_dense_rsp",
+            GradFn::CsrDenseTWeight => "dot_csr_dense_t_grad_weight",
+            GradFn::SigmoidBce => "sigmoid_bce_logits_grad",
+            GradFn::Activation(_) => "activation_grad",
+        }
+    }
+
+    /// Attributes (the activation where there is one).
+    pub fn attrs(&self) -> Vec<(&'static str, AttrValue)> {
+        match self {
+            GradFn::BiasActInput(a) | GradFn::BiasActBias(a) => {
+                vec![("act", AttrValue::Str(act_name(Some(*a)).into()))]
+            }
+            GradFn::Activation(u) => vec![("act", AttrValue::Str(u.name().into()))],
+            _ => vec![],
+        }
+    }
+
+    /// Compute the step on `x` (as many arrays as [`GradFn::arity`]).
+    pub fn apply(&self, x: &[NDArray]) -> Result<NDArray> {
+        match *self {
+            GradFn::Activation(u) => {
+                let (op, _) = activation_grad(u).ok_or_else(|| {
+                    Error::arg(OP, format!("'{}' has no fused backward", u.name()))
+                })?;
+                x[1].with_dense2(&x[0], |g, s| {
+                    if g.shape != s.shape {
+                        return Err(Error::shape(
+                            OP,
+                            format!(
+                                "{} of {:?} with a gradient {:?}",
+                                op.name(),
+                                s.shape,
+                                g.shape
+                            ),
+                        ));
+                    }
+                    NDArray::from_buffer(g.buf.map_grad(&s.buf, op)?, &g.shape)
+                })
+            }
+            GradFn::BiasActInput(act) | GradFn::BiasActBias(act) => {
+                let want_input = matches!(self, GradFn::BiasActInput(_));
+                x[0].with_dense2(&x[1], |y, g| {
+                    if y.shape.len() != 2 || g.shape != y.shape {
+                        return Err(Error::shape(
+                            OP,
+                            format!(
+                                "bias_act backward of an output {:?} with a gradient {:?}",
+                                y.shape, g.shape
+                            ),
+                        ));
+                    }
+                    let units = y.shape[1];
+                    let (gp, db) = g.buf.bias_act_grad(&y.buf, units, act)?;
+                    if want_input {
+                        NDArray::from_buffer(gp, &y.shape)
+                    } else {
+                        NDArray::from_buffer(db, &[units])
+                    }
+                })
+            }
+            GradFn::ColumnSums => x[0].with_dense(|g| {
+                if g.shape.len() != 2 {
+                    return Err(Error::shape(
+                        OP,
+                        format!("column sums of a {:?} gradient", g.shape),
+                    ));
+                }
+                let units = g.shape[1];
+                NDArray::from_buffer(g.buf.column_sums(units)?, &[units])
+            }),
+            GradFn::CsrTDense => crate::sparse::csr_t_dense_of(&x[0], &x[1]),
+            GradFn::CsrDenseTWeight => {
+                let (xs, gs) = (x[0].shape(), x[1].shape());
+                if xs.len() != 2 || gs.len() != 2 || gs[0] != xs[0] {
+                    return Err(Error::shape(
+                        OP,
+                        format!("dot_csr_dense_t weight gradient of {xs:?} and {gs:?}"),
+                    ));
+                }
+                crate::sparse::csr_dense_t_grad(&x[0], &x[1], [gs[1], xs[1]])
+            }
+            GradFn::SigmoidBce => {
+                let g = x[2].read();
+                let ArrayData::Dense(gd) = &*g else {
+                    return Err(Error::arg(
+                        OP,
+                        "sigmoid_bce backward needs a dense gradient",
+                    ));
+                };
+                x[0].with_dense2(&x[1], |xd, zd| {
+                    if gd.buf.len() != xd.buf.len() || zd.buf.len() != xd.buf.len() {
+                        return Err(Error::shape(
+                            OP,
+                            format!(
+                                "sigmoid_bce backward of {:?}, {:?} with a gradient {:?}",
+                                xd.shape, zd.shape, gd.shape
+                            ),
+                        ));
+                    }
+                    let (dx, _) = gd.buf.sigmoid_bce_grad(&xd.buf, &zd.buf, false)?;
+                    NDArray::from_buffer(dx, &xd.shape)
+                })
+            }
+        }
+    }
+}
+
+/// A forward graph extended with its backward: the joint graph, and where each parameter's
+/// gradient is among its outputs.
+#[derive(Debug, Clone)]
+pub struct Backward {
+    /// Inputs: the forward's, then `head_grad` (the loss output's gradient); outputs: the
+    /// forward's output, then the parameters' gradients.
+    pub graph: Graph,
+    /// Per forward parameter (in [`Graph::params`] order): the index among the joint graph's
+    /// outputs of its gradient (`None`: the output does not depend on it).
+    pub param_grad: Vec<Option<usize>>,
+    /// Number of forward nodes (the joint graph's first nodes).
+    pub forward_nodes: usize,
+}
+
+/// Builder state: the joint graph's values and nodes, and each value's gradient so far.
+struct Builder {
+    values: Vec<ValueInfo>,
+    nodes: Vec<Node>,
+    grad: Vec<Option<usize>>,
+}
+
+impl Builder {
+    fn push(&mut self, op: Op, inputs: Vec<usize>, info: ValueInfo) -> usize {
+        let v = self.values.len();
+        self.values.push(info);
+        self.grad.push(None);
+        self.nodes.push(Node {
+            op,
+            inputs,
+            output: v,
+        });
+        v
+    }
+
+    /// A dense value of `v`'s shape and dtype.
+    fn dense_like(&self, v: usize) -> ValueInfo {
+        dense_info(&self.values[v].shape, &self.values[v])
+    }
+
+    /// Add `g` to value `v`'s gradient (a value read by several nodes sums their gradients,
+    /// as the tape's accumulation does, in the same order: later readers first).
+    fn add_grad(&mut self, v: usize, g: usize) -> std::result::Result<(), String> {
+        match self.grad[v] {
+            None => self.grad[v] = Some(g),
+            Some(prev) => {
+                let (a, b) = (&self.values[prev], &self.values[g]);
+                if a.stype != SType::Dense || b.stype != SType::Dense || a.shape != b.shape {
+                    return Err(format!(
+                        "a value read by several nodes gets {} and {} gradients of shapes \
+                         {:?} and {:?}; only dense gradients of one shape are summed in a graph",
+                        super::op::stype_name(a.stype),
+                        super::op::stype_name(b.stype),
+                        a.shape,
+                        b.shape
+                    ));
+                }
+                let info = self.dense_like(v);
+                let s = self.push(Op::Binary(BinaryOp::Add), vec![prev, g], info);
+                self.grad[v] = Some(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// `g` reshaped to `shape` (no node when it already has it).
+    fn reshape(&mut self, g: usize, shape: &[usize]) -> usize {
+        if self.values[g].shape == shape {
+            return g;
+        }
+        let info = dense_info(shape, &self.values[g]);
+        self.push(Op::Reshape(shape.to_vec()), vec![g], info)
+    }
+}
+
+fn dense_info(shape: &[usize], like: &ValueInfo) -> ValueInfo {
+    ValueInfo {
+        shape: shape.to_vec(),
+        dtype: like.dtype,
+        stype: SType::Dense,
+        bytes: shape.iter().product::<usize>() * like.dtype.size_of(),
+    }
+}
+
+/// Operators whose output carries no gradient (labels, masks, validation).
+fn stops_gradient(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Detach
+            | Op::OneHot { .. }
+            | Op::CheckClassIds { .. }
+            | Op::Compare(_)
+            | Op::CompareScalar(..)
+    )
+}
+
+/// The axes of `op`'s reduction over a `rank`-D input, normalized (`None`: all).
+fn reduced_keep_shape(shape: &[usize], axes: &Option<Vec<i64>>) -> Result<Vec<usize>> {
+    let rank = shape.len() as i64;
+    let mut keep = shape.to_vec();
+    match axes {
+        None => keep.iter_mut().for_each(|d| *d = 1),
+        Some(ax) => {
+            for &a in ax {
+                let n = if a < 0 { a + rank } else { a };
+                if n < 0 || n >= rank {
+                    return Err(Error::index(
+                        OP,
+                        format!("axis {a} out of range for {rank}-D"),
+                    ));
+                }
+                keep[n as usize] = 1;
+            }
+        }
+    }
+    Ok(keep)
+}
+
+/// The forward graph `fwd` (one output, the loss) extended with the backward of that output
+/// for a head gradient given as an extra input. An operator on the gradient path without a
+/// rule is an `Err` naming it.
+pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
+    if fwd.outputs().len() != 1 {
+        return Err(format!(
+            "a training graph has one output (the loss), this one has {}",
+            fwd.outputs().len()
+        ));
+    }
+    let loss = fwd.outputs()[0];
+    let nv = fwd.values().len();
+    // Which values depend on a parameter (and so need a gradient).
+    let mut need = vec![false; nv];
+    for p in fwd.params() {
+        need[p.value] = true;
+    }
+    for n in fwd.nodes() {
+        need[n.output] = !stops_gradient(&n.op) && n.inputs.iter().any(|&x| need[x]);
+    }
+    let mut b = Builder {
+        values: fwd.values().to_vec(),
+        nodes: fwd.nodes().to_vec(),
+        grad: vec![None; nv],
+    };
+    let head = b.values.len();
+    let linfo = &fwd.values()[loss];
+    if linfo.stype != SType::Dense || !linfo.dtype.is_float() {
+        return Err("the loss output must be a dense float array".into());
+    }
+    b.values.push(dense_info(&linfo.shape.clone(), linfo));
+    b.grad.push(None);
+    if need[loss] {
+        b.grad[loss] = Some(head);
+    }
+    for node in fwd.nodes().iter().rev() {
+        let Some(g) = b.grad[node.output] else {
+            continue;
+        };
+        if !need[node.output] {
+            continue;
+        }
+        let ins = node.inputs.clone();
+        let info = |k: usize| fwd.values()[ins[k]].clone();
+        let needs = |k: usize| need[ins[k]];
+        let refuse = |why: &str| {
+            Err(format!(
+                "operator '{}' has no backward in a graph ({why})",
+                node.op.name()
+            ))
+        };
+        match &node.op {
+            Op::Dot { ta, tb } => {
+                let (a, c) = (info(0), info(1));
+                if a.stype == SType::Csr && c.stype == SType::Dense && !ta && !tb {
+                    if needs(0) {
+                        return refuse("a csr operand that needs a gradient");
+                    }
+                    if needs(1) {
+                        // Stored rows: at most one per non-zero of x (the traced csr's
+                        // bytes are about 8 + the element size per non-zero).
+                        let esize = c.dtype.size_of();
+                        let nnz = a.bytes / (8 + esize);
+                        let rows = nnz.min(c.shape[0]);
+                        let gi = ValueInfo {
+                            stype: SType::RowSparse,
+                            bytes: rows * (c.shape[1] * esize + 8),
+                            ..c.clone()
+                        };
+                        let gw = b.push(Op::Grad(GradFn::CsrTDense), vec![ins[0], g], gi);
+                        b.add_grad(ins[1], gw)?;
+                    }
+                    continue;
+                }
+                if a.stype != SType::Dense
+                    || c.stype != SType::Dense
+                    || a.shape.len() != 2
+                    || c.shape.len() != 2
+                {
+                    return refuse("only dense 2-D products and csr . dense");
+                }
+                let (ta, tb) = (*ta, *tb);
+                // As the eager backward: dA = g op(B)^T (transposed back if A was), dB likewise.
+                if needs(0) {
+                    let (op, inputs) = if ta {
+                        (Op::Dot { ta: tb, tb: true }, vec![ins[1], g])
+                    } else {
+                        (Op::Dot { ta: false, tb: !tb }, vec![g, ins[1]])
+                    };
+                    let gi = b.dense_like(ins[0]);
+                    let ga = b.push(op, inputs, gi);
+                    b.add_grad(ins[0], ga)?;
+                }
+                if needs(1) {
+                    let (op, inputs) = if tb {
+                        (Op::Dot { ta: true, tb: ta }, vec![g, ins[0]])
+                    } else {
+                        (Op::Dot { ta: !ta, tb: false }, vec![ins[0], g])
+                    };
+                    let gi = b.dense_like(ins[1]);
+                    let gb = b.push(op, inputs, gi);
+                    b.add_grad(ins[1], gb)?;
+                }
+            }
+            Op::DotCsrDenseT => {
+                if needs(0) {
+                    return refuse("a csr operand that needs a gradient");
+                }
+                if needs(1) {
+                    let gi = b.dense_like(ins[1]);
+                    let gw = b.push(Op::Grad(GradFn::CsrDenseTWeight), vec![ins[0], g], gi);
+                    b.add_grad(ins[1], gw)?;
+                }
+            }
+            Op::BiasAct { act, .. } => {
+                if b.values[g].stype != SType::Dense || b.values[g].shape != info(0).shape {
+                    return refuse("a gradient that is not dense of the output's shape");
+                }
+                let gy = match act {
+                    Some(a) => {
+                        let gi = b.dense_like(ins[0]);
+                        b.push(Op::Grad(GradFn::BiasActInput(*a)), vec![node.output, g], gi)
+                    }
+                    None => g,
+                };
+                if needs(0) {
+                    b.add_grad(ins[0], gy)?;
+                }
+                if needs(1) {
+                    let gi = b.dense_like(ins[1]);
+                    let gb = match act {
+                        Some(a) => {
+                            b.push(Op::Grad(GradFn::BiasActBias(*a)), vec![node.output, g], gi)
+                        }
+                        None => b.push(Op::Grad(GradFn::ColumnSums), vec![g], gi),
+                    };
+                    b.add_grad(ins[1], gb)?;
+                }
+            }
+            Op::SigmoidBce | Op::SigmoidBceTo(_) => {
+                if needs(1) {
+                    return refuse("labels that need a gradient");
+                }
+                if needs(0) {
+                    let gi = b.dense_like(ins[0]);
+                    let gx = b.push(Op::Grad(GradFn::SigmoidBce), vec![ins[0], ins[1], g], gi);
+                    b.add_grad(ins[0], gx)?;
+                }
+            }
+            Op::LogSoftmax(axis) => {
+                // As the eager backward: g - exp(y) * sum(g, axis, keepdims).
+                let x = info(0);
+                let keep =
+                    reduced_keep_shape(&x.shape, &Some(vec![*axis])).map_err(|e| e.to_string())?;
+                let e = b.push(
+                    Op::Unary(UnaryFn::Exp),
+                    vec![node.output],
+                    dense_info(&x.shape, &x),
+                );
+                let s = b.push(
+                    Op::Sum {
+                        axes: Some(vec![*axis]),
+                        keepdims: true,
+                    },
+                    vec![g],
+                    dense_info(&keep, &x),
+                );
+                let m = b.push(
+                    Op::Binary(BinaryOp::Mul),
+                    vec![e, s],
+                    dense_info(&x.shape, &x),
+                );
+                let gx = b.push(
+                    Op::Binary(BinaryOp::Sub),
+                    vec![g, m],
+                    dense_info(&x.shape, &x),
+                );
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)) => {
+                let (a, c) = (info(0), info(1));
+                if a.shape != c.shape || a.stype != SType::Dense || c.stype != SType::Dense {
+                    return refuse("broadcasting or sparse operands");
+                }
+                for k in 0..2 {
+                    if !needs(k) {
+                        continue;
+                    }
+                    let gk = match op {
+                        BinaryOp::Mul => {
+                            let gi = b.dense_like(ins[k]);
+                            b.push(Op::Binary(BinaryOp::Mul), vec![g, ins[1 - k]], gi)
+                        }
+                        BinaryOp::Sub if k == 1 => {
+                            let gi = b.dense_like(ins[k]);
+                            b.push(Op::Unary(UnaryFn::Neg), vec![g], gi)
+                        }
+                        _ => g,
+                    };
+                    b.add_grad(ins[k], gk)?;
+                }
+            }
+            Op::Unary(UnaryFn::Neg) => {
+                let gi = b.dense_like(ins[0]);
+                let gx = b.push(Op::Unary(UnaryFn::Neg), vec![g], gi);
+                b.add_grad(ins[0], gx)?;
+            }
+            // As the eager backwards: g * (2 x), g * sign(x).
+            Op::Unary(u @ (UnaryFn::Square | UnaryFn::Abs)) => {
+                let gi = b.dense_like(ins[0]);
+                let d = match u {
+                    UnaryFn::Square => b.push(Op::Scalar(ScalarFn::Mul, 2.0), vec![ins[0]], gi),
+                    _ => b.push(Op::Unary(UnaryFn::Sign), vec![ins[0]], gi),
+                };
+                let gi = b.dense_like(ins[0]);
+                let gx = b.push(Op::Binary(BinaryOp::Mul), vec![g, d], gi);
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Unary(u) if activation_grad(*u).is_some() => {
+                let x = info(0);
+                if x.stype != SType::Dense || b.values[g].shape != x.shape {
+                    return refuse("a sparse operand or gradient");
+                }
+                let (_, from_output) = activation_grad(*u).expect("checked by the guard");
+                let saved = if from_output { node.output } else { ins[0] };
+                let gi = b.dense_like(ins[0]);
+                let gx = b.push(Op::Grad(GradFn::Activation(*u)), vec![saved, g], gi);
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Scalar(f, s) => {
+                let gi = b.dense_like(ins[0]);
+                let gx = match f {
+                    ScalarFn::Add | ScalarFn::Sub => g,
+                    ScalarFn::RSub => b.push(Op::Unary(UnaryFn::Neg), vec![g], gi),
+                    ScalarFn::Mul => b.push(Op::Scalar(ScalarFn::Mul, *s), vec![g], gi),
+                    ScalarFn::Div => b.push(Op::Scalar(ScalarFn::Div, *s), vec![g], gi),
+                    _ => return refuse("a scalar operator other than + - * /"),
+                };
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Reshape(_) => {
+                let shape = info(0).shape;
+                let gx = b.reshape(g, &shape);
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Sum { axes, .. } | Op::Mean { axes, .. } => {
+                let x = info(0);
+                if x.stype != SType::Dense {
+                    return refuse("a sparse operand");
+                }
+                let keep = reduced_keep_shape(&x.shape, axes).map_err(|e| e.to_string())?;
+                let count: usize = x
+                    .shape
+                    .iter()
+                    .zip(&keep)
+                    .filter(|(d, k)| d != k)
+                    .map(|(d, _)| *d)
+                    .product();
+                // The mean scales its sum's gradient by 1/count (eager: a mul_scalar node
+                // after the sum, whose backward runs first).
+                let g = if matches!(node.op, Op::Mean { .. }) && count > 1 {
+                    let gi = b.values[g].clone();
+                    b.push(Op::Scalar(ScalarFn::Mul, 1.0 / count as f64), vec![g], gi)
+                } else {
+                    g
+                };
+                let r = b.reshape(g, &keep);
+                let gx = if keep == x.shape {
+                    r
+                } else {
+                    b.push(
+                        Op::BroadcastTo(x.shape.clone()),
+                        vec![r],
+                        dense_info(&x.shape, &x),
+                    )
+                };
+                b.add_grad(ins[0], gx)?;
+            }
+            _ => return refuse("no rule for it yet"),
+        }
+    }
+    let forward_nodes = fwd.nodes().len();
+    let mut outputs = vec![loss];
+    let mut param_grad = Vec::with_capacity(fwd.params().len());
+    for p in fwd.params() {
+        match b.grad[p.value] {
+            Some(g) => {
+                param_grad.push(Some(outputs.len()));
+                outputs.push(g);
+            }
+            None => param_grad.push(None),
+        }
+    }
+    let mut input_names = fwd.input_names().to_vec();
+    input_names.push("head_grad".into());
+    let mut inputs = fwd.inputs().to_vec();
+    inputs.push(head);
+    let params: Vec<ParamInfo> = fwd.params().to_vec();
+    let graph = Graph::new(b.values, input_names, inputs, params, b.nodes, outputs)
+        .map_err(|e| e.to_string())?;
+    Ok(Backward {
+        graph,
+        param_grad,
+        forward_nodes,
+    })
+}

@@ -1,0 +1,96 @@
+//! A training step through a graph: the forward graph and its backward (`grad.rs`) as one joint
+//! graph, planned together ([`MemoryPlan`] over the joint node list: an activation the backward
+//! reads stays live until that read, everything else shares buffers) and run by one
+//! [`Executor`], whose buffers are allocated at the first step and reused by every later one.
+
+use std::sync::Arc;
+
+use super::exec::Executor;
+use super::grad::backward_graph;
+use super::ir::Graph;
+use super::plan::MemoryPlan;
+use crate::{NDArray, Result};
+
+/// A forward graph with one output (the loss) and its backward, run as one planned graph.
+/// [`TrainStep::run`] gives the loss and each parameter's gradient (storage types as the eager
+/// backward makes them: a csr product's weight gradient is row_sparse).
+pub struct TrainStep {
+    exec: Executor,
+    forward: Arc<Graph>,
+    param_grad: Vec<Option<usize>>,
+    forward_nodes: usize,
+    /// The loss output's head gradient (ones), made once.
+    head: NDArray,
+    /// Call inputs followed by the head gradient (capacity kept across steps).
+    args: Vec<NDArray>,
+}
+
+impl TrainStep {
+    /// The training step of `forward`, or the reason it has none (an operator on the
+    /// gradient path without a graph backward, named in the message).
+    pub fn new(forward: Arc<Graph>) -> std::result::Result<TrainStep, String> {
+        let b = backward_graph(&forward)?;
+        let loss = &forward.values()[forward.outputs()[0]];
+        let head = NDArray::ones(&loss.shape, loss.dtype).map_err(|e| e.to_string())?;
+        Ok(TrainStep {
+            exec: Executor::new(Arc::new(b.graph)),
+            forward,
+            param_grad: b.param_grad,
+            forward_nodes: b.forward_nodes,
+            head,
+            args: Vec::new(),
+        })
+    }
+
+    /// The forward graph.
+    pub fn forward(&self) -> &Arc<Graph> {
+        &self.forward
+    }
+
+    /// The joint (forward + backward) graph.
+    pub fn graph(&self) -> &Arc<Graph> {
+        self.exec.graph()
+    }
+
+    /// Number of forward nodes (the joint graph's first ones).
+    pub fn forward_nodes(&self) -> usize {
+        self.forward_nodes
+    }
+
+    /// The memory plan of the joint graph.
+    pub fn plan(&self) -> &MemoryPlan {
+        self.exec.plan()
+    }
+
+    /// The operator names of the joint graph's nodes that run their eager operator (and
+    /// allocate their output each step).
+    pub fn fallback_ops(&self) -> Vec<&'static str> {
+        self.exec.fallback_ops()
+    }
+
+    /// One step on `inputs` and `params` (in the forward graph's [`Graph::params`] order):
+    /// the loss, and per parameter its gradient (`None` where the loss does not depend on it).
+    /// Nothing is recorded; gradients are returned, not stored (the caller delivers them).
+    pub fn run(
+        &mut self,
+        inputs: &[NDArray],
+        params: &[NDArray],
+    ) -> Result<(NDArray, Vec<Option<NDArray>>)> {
+        self.args.clear();
+        self.args.extend(inputs.iter().cloned());
+        self.args.push(self.head.clone());
+        let r = crate::autograd::pause(|| self.exec.run(&self.args, params));
+        self.args.clear();
+        let mut outs = r?.into_iter();
+        let loss = outs
+            .next()
+            .ok_or_else(|| crate::Error::arg("graph train step", "the graph has no outputs"))?;
+        let outs: Vec<NDArray> = outs.collect();
+        let grads = self
+            .param_grad
+            .iter()
+            .map(|k| k.map(|k| outs[k - 1].clone()))
+            .collect();
+        Ok((loss, grads))
+    }
+}

@@ -1,0 +1,277 @@
+//! Hybridized training (`HybridTrainStep`: forward, loss and backward as one planned graph)
+//! against eager training: losses and every gradient (with storage types) for Dense MLPs with
+//! each activation and each loss the graph backward covers, the sparse tutorial's csr model
+//! with a row_sparse weight gradient, training over several SGD steps, and the eager
+//! fallback naming an operator without a graph backward.
+//!
+//! Tolerance: gradients are compared to 1 ulp of f32 scaled by the largest magnitude of each
+//! array (`ulp_close`); the graph runs the eager backwards' kernels in the same order, so in
+//! practice they agree bit for bit, which the tests also report.
+
+use sparrow_core::testing::test_csr;
+use sparrow_core::{autograd, DType, Device, NDArray, SType};
+use sparrow_nn::loss::{
+    L1Loss, L2Loss, Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss,
+};
+use sparrow_nn::{Block, Dense, HybridTrainStep, Initializer, Sequential};
+
+fn arr(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
+    sparrow_core::testing::test_array(shape, lo, hi, seed)
+        .astype(DType::F32)
+        .unwrap()
+}
+
+/// Same storage type and shape; values within one f32 ulp of the array's largest magnitude.
+fn ulp_close(a: &NDArray, b: &NDArray, what: &str) {
+    assert_eq!(a.stype(), b.stype(), "{what}: stype");
+    assert_eq!(a.shape(), b.shape(), "{what}: shape");
+    let (x, y) = (
+        a.tostype(SType::Dense).unwrap().to_f64_vec(),
+        b.tostype(SType::Dense).unwrap().to_f64_vec(),
+    );
+    let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
+    let tol = scale * f32::EPSILON as f64;
+    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+        assert!(
+            (p - q).abs() <= tol,
+            "{what}[{i}]: eager {p}, hybridized {q} (tolerance {tol})"
+        );
+    }
+}
+
+fn grads(b: &dyn Block) -> Vec<(String, Option<NDArray>)> {
+    b.collect_params()
+        .unwrap()
+        .iter()
+        .map(|(n, p)| (n.to_string(), p.grad().map(|g| g.copy())))
+        .collect()
+}
+
+fn copy_params(from: &dyn Block, to: &dyn Block) {
+    let (f, t) = (from.collect_params().unwrap(), to.collect_params().unwrap());
+    for (n, p) in f.iter() {
+        t.get(n).unwrap().set_data(&p.data().unwrap()).unwrap();
+    }
+}
+
+/// Eager step of `net` (losses per sample, head gradient of ones).
+fn eager_step(net: &dyn Block, loss: &dyn Loss, x: &NDArray, y: &NDArray) -> NDArray {
+    let l = autograd::record(|| loss.forward(&net.forward(x)?, y)).unwrap();
+    l.backward().unwrap();
+    l
+}
+
+/// Loss and gradients of `HybridTrainStep` against eager at the same weights, for the tracing
+/// step and two graph steps. Returns whether every gradient was bit for bit the eager one.
+fn check(make: &dyn Fn() -> Sequential, loss: &dyn Loss, x: &NDArray, y: &NDArray) -> bool {
+    let eager = make();
+    let hyb = make();
+    eager
+        .initialize(&Initializer::xavier(), Device::Cpu)
+        .unwrap();
+    hyb.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    // Shapes of deferred parameters first, then the same weights.
+    autograd::pause(|| eager.forward(x)).unwrap();
+    autograd::pause(|| hyb.forward(x)).unwrap();
+    copy_params(&eager, &hyb);
+    let mut step = HybridTrainStep::new(&hyb, loss);
+    let mut exact = true;
+    for call in 0..3 {
+        let le = eager_step(&eager, loss, x, y);
+        let lh = step.step(x, y).unwrap();
+        ulp_close(&le, &lh, &format!("loss, call {call}"));
+        for ((n, ge), (_, gh)) in grads(&eager).iter().zip(grads(&hyb)) {
+            let (ge, gh) = (ge.as_ref().unwrap(), gh.as_ref().unwrap());
+            ulp_close(ge, gh, &format!("gradient of {n}, call {call}"));
+            exact &= ge.to_f64_vec() == gh.to_f64_vec();
+        }
+    }
+    assert!(
+        step.fallback_reasons().is_empty(),
+        "{:?}",
+        step.fallback_reasons()
+    );
+    assert!(step.train_step().is_some());
+    exact
+}
+
+fn labels(n: usize, classes: usize) -> NDArray {
+    NDArray::from_vec((0..n).map(|i| ((i * 7) % classes) as f32).collect(), &[n]).unwrap()
+}
+
+fn mlp(acts: &[&str], widths: &[usize]) -> Sequential {
+    let mut s = Sequential::new();
+    for (i, &w) in widths.iter().enumerate() {
+        let mut d = Dense::new(w);
+        if let Some(a) = acts.get(i).filter(|a| !a.is_empty()) {
+            d = d.activation(a);
+        }
+        s.add(d);
+    }
+    s
+}
+
+#[test]
+fn mlp_with_each_activation_and_softmax_ce() {
+    let x = arr(&[16, 12], -1.0, 1.0, 1);
+    let y = labels(16, 5);
+    let exact = check(
+        &|| mlp(&["relu", "tanh", "sigmoid", ""], &[20, 10, 8, 5]),
+        &SoftmaxCrossEntropyLoss::new(),
+        &x,
+        &y,
+    );
+    eprintln!("softmax ce mlp gradients bit for bit: {exact}");
+}
+
+#[test]
+fn mlp_with_l2_l1_and_sigmoid_bce() {
+    let x = arr(&[10, 6], -1.0, 1.0, 2);
+    let y = arr(&[10, 1], 0.0, 1.0, 3);
+    let make = || mlp(&["relu", "softrelu", ""], &[9, 7, 1]);
+    for (name, loss) in [
+        ("l2", &L2Loss::new() as &dyn Loss),
+        ("l1", &L1Loss::new()),
+        ("sigmoid bce", &SigmoidBinaryCrossEntropyLoss::new()),
+    ] {
+        let exact = check(&make, loss, &x, &y);
+        eprintln!("{name} mlp gradients bit for bit: {exact}");
+    }
+    // A (batch, 3) output: the BCE's general path and the loss's mean over the class axis.
+    let y3 = arr(&[10, 3], 0.0, 1.0, 4);
+    let make3 = || mlp(&["sigmoid", ""], &[9, 3]);
+    check(&make3, &SigmoidBinaryCrossEntropyLoss::new(), &x, &y3);
+    check(&make3, &L2Loss::new(), &x, &y3);
+}
+
+#[test]
+fn csr_tutorial_model_keeps_a_row_sparse_weight_gradient() {
+    let x = test_csr(10, 500, 0.02, 5, DType::F32);
+    let y = NDArray::from_vec((0..10).map(|i| (i % 2) as f32).collect(), &[10]).unwrap();
+    let make = || {
+        let mut s = Sequential::new();
+        s.add(
+            Dense::new(16)
+                .activation("sigmoid")
+                .grad_stype(SType::RowSparse),
+        );
+        s.add(Dense::new(8).in_units(16).activation("sigmoid"));
+        s.add(Dense::new(1).in_units(8).activation("sigmoid"));
+        s
+    };
+    check(&make, &SigmoidBinaryCrossEntropyLoss::new(), &x, &y);
+    // The graph's first-layer gradient really is row_sparse.
+    let net = make();
+    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    let loss = SigmoidBinaryCrossEntropyLoss::new();
+    let mut step = HybridTrainStep::new(&net, &loss);
+    step.step(&x, &y).unwrap();
+    step.step(&x, &y).unwrap();
+    let p = net.collect_params().unwrap();
+    let (_, w) = p
+        .iter()
+        .find(|(n, _)| n.ends_with("weight"))
+        .expect("a weight");
+    assert_eq!(w.grad().unwrap().stype(), SType::RowSparse);
+}
+
+#[test]
+fn training_over_steps_matches_eager() {
+    let x = arr(&[32, 10], -1.0, 1.0, 6);
+    let y = labels(32, 4);
+    let make = || mlp(&["relu", "relu", ""], &[16, 16, 4]);
+    let (eager, hyb) = (make(), make());
+    for n in [&eager, &hyb] {
+        n.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+        autograd::pause(|| n.forward(&x)).unwrap();
+    }
+    copy_params(&eager, &hyb);
+    let loss = SoftmaxCrossEntropyLoss::new();
+    // Plain SGD, w -= 0.1 g / batch (the Trainer's own run is the hybridize example's).
+    let sgd = |net: &Sequential| {
+        for (_, p) in net.collect_params().unwrap().iter() {
+            let g = p.grad().unwrap().mul_scalar(0.1 / 32.0).unwrap();
+            p.set_data(&p.data().unwrap().sub(&g).unwrap()).unwrap();
+        }
+    };
+    let mut step = HybridTrainStep::new(&hyb, &loss);
+    let mut first = None;
+    let mut last = 0.0;
+    for _ in 0..8 {
+        let le = eager_step(&eager, &loss, &x, &y);
+        sgd(&eager);
+        let lh = step.step(&x, &y).unwrap();
+        sgd(&hyb);
+        ulp_close(&le, &lh, "loss");
+        let m = lh.mean(None, false).unwrap().item().unwrap();
+        first.get_or_insert(m);
+        last = m;
+    }
+    assert!(
+        last < first.unwrap(),
+        "the loss went down: {first:?} -> {last}"
+    );
+    for ((n, a), (_, b)) in eager
+        .collect_params()
+        .unwrap()
+        .iter()
+        .zip(hyb.collect_params().unwrap().iter())
+    {
+        ulp_close(
+            &a.data().unwrap(),
+            &b.data().unwrap(),
+            &format!("weight {n}"),
+        );
+    }
+}
+
+#[test]
+fn joint_plan_keeps_fewer_bytes_than_all_activations() {
+    let x = arr(&[64, 32], -1.0, 1.0, 7);
+    let y = labels(64, 32);
+    let net = mlp(&["relu"; 8], &[32; 9]);
+    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    let loss = SoftmaxCrossEntropyLoss::new();
+    let mut step = HybridTrainStep::new(&net, &loss);
+    step.step(&x, &y).unwrap();
+    let ts = step.train_step().expect("traced");
+    let plan = ts.plan();
+    // Backward nodes follow the forward's and every parameter has a gradient output.
+    assert!(ts.graph().nodes().len() > ts.forward_nodes());
+    assert_eq!(ts.graph().outputs().len(), 1 + ts.forward().params().len());
+    // Buffers are shared: the plan holds less than every value of the joint graph at once.
+    assert!(plan.planned_bytes() < plan.total_bytes, "{plan:?}");
+    // The products and bias + activations of both halves run out of the plan.
+    let fallback = ts.fallback_ops();
+    assert!(!fallback.contains(&"dot"), "{fallback:?}");
+    assert!(!fallback.contains(&"bias_act"), "{fallback:?}");
+}
+
+#[test]
+fn operator_without_graph_backward_trains_eagerly_with_its_name() {
+    // The Poisson NLL loss computes `exp(pred)`: `exp` has no graph backward.
+    let x = arr(&[6, 4], -1.0, 1.0, 8);
+    let y = arr(&[6, 1], 0.0, 2.0, 9);
+    let net = mlp(&[""], &[1]);
+    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    let loss = sparrow_nn::loss::PoissonNLLLoss::new();
+    let mut step = HybridTrainStep::new(&net, &loss);
+    let eager = mlp(&[""], &[1]);
+    eager
+        .initialize(&Initializer::xavier(), Device::Cpu)
+        .unwrap();
+    autograd::pause(|| eager.forward(&x)).unwrap();
+    step.step(&x, &y).unwrap();
+    copy_params(&net, &eager);
+    for _ in 0..2 {
+        let lh = step.step(&x, &y).unwrap();
+        let le = eager_step(&eager, &loss, &x, &y);
+        ulp_close(&le, &lh, "loss");
+        for ((n, ge), (_, gh)) in grads(&eager).iter().zip(grads(&net)) {
+            ulp_close(ge.as_ref().unwrap(), gh.as_ref().unwrap(), n);
+        }
+    }
+    let why = step.fallback_reasons();
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(why[0].contains("'exp'"), "{why:?}");
+}
