@@ -22,7 +22,8 @@
 # weight held in host memory under a 100 MB device budget) and OUT_DIR/tests.log (the output
 # of failing binaries), and exits non-zero when a test failed. Each test binary runs from its
 # crate's folder, as cargo runs it, under a limit of TEST_TIMEOUT seconds (300). PARTS
-# (default "bench tutorial staged tests") picks what runs; TESTS_ONLY=1 is PARTS=tests.
+# (default "bench tutorial staged tests") picks what runs, STAGED_ROUNDS (2) how many
+# alternations of the staged pair; TESTS_ONLY=1 is PARTS=tests.
 # Kernels load from the prebuilt PTX (SPARROW_CUDA_PTX_DIR) unless NVRTC_LIB_DIR names a folder
 # holding libnvrtc.so.12, in which case they are compiled at first use as in production.
 set -euo pipefail
@@ -143,7 +144,7 @@ run)
   if [[ "$parts" == *" staged "* ]]; then
     # The over-budget table: (c) with the 512 MB first-layer weight on the GPU, then held in
     # host memory (100 MB budget) with each step's rows moved, alternated, at both batch sizes.
-    for round in 1 2; do
+    for round in $(seq "${STAGED_ROUNDS:-2}"); do
       for budget in "" "--device-budget-mb 100"; do
         for cfg in "" "--samples 100000 --batch-size 1024 --epochs 5"; do
           echo "== staged round $round: sparse_gluon --device cuda --variants c $cfg $budget" >>"$tut"
