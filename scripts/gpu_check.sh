@@ -170,8 +170,10 @@ run)
     rc=0
     log="$(mktemp)"
     (cd "$root/$crate" && timeout "${TEST_TIMEOUT:-300}" "$t" --test-threads=8) >"$log" 2>&1 || rc=$?
-    passed="$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')"
-    nfail="$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')"
+    # A binary killed by the limit printed no result line: grep finds nothing, which must
+    # not end the loop (pipefail).
+    passed="$({ grep -Eo '[0-9]+ passed' "$log" || true; } | awk '{s += $1} END {print s + 0}')"
+    nfail="$({ grep -Eo '[0-9]+ failed' "$log" || true; } | awk '{s += $1} END {print s + 0}')"
     skipped="$(grep -c '^SKIPPED' "$log" || true)"
     echo "$name rc=$rc passed=$passed failed=$nfail skipped_on_gpu=$skipped" | tee -a "$out/summary.txt"
     grep '^SKIPPED' "$log" | sed "s|^|$name: |" >>"$out/skipped.txt" || true
