@@ -116,8 +116,8 @@ fn csr_t_dense_t<T: CudaElement>(
             let packed = groups
                 .starts
                 .iter()
-                .chain(&groups.order)
-                .chain(&groups.rows)
+                .chain(groups.order.iter())
+                .chain(groups.rows.iter())
                 .copied();
             upload(v, OP, packed).map(DeviceGroups)
         })?;

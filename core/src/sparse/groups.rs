@@ -36,11 +36,11 @@ pub struct ColumnGroups {
     /// Sorted unique column ids; shared with the row_sparse results built from it.
     pub(crate) uniq: Arc<Vec<i64>>,
     /// Group `g` holds the entries `order[starts[g]..starts[g + 1]]` (`uniq.len() + 1` items).
-    pub(crate) starts: Vec<usize>,
+    pub(crate) starts: Arc<Vec<usize>>,
     /// Entry positions (into this array's non-zeros), grouped by column, ascending within one.
-    pub(crate) order: Vec<usize>,
+    pub(crate) order: Arc<Vec<usize>>,
     /// The row of every non-zero.
-    pub(crate) rows: Vec<usize>,
+    pub(crate) rows: Arc<Vec<usize>>,
     /// Copies of this grouping that device backends made ([`Self::upload_for`]): a grouping
     /// prepared ahead with its batch is copied to a device once, not at every product.
     uploads: Mutex<Vec<Upload>>,
@@ -59,15 +59,16 @@ impl ColumnGroups {
             indices: c.indices.clone(),
             offset: c.offset,
             uniq: Arc::new(uniq),
-            starts,
-            order,
-            rows: entry_rows(&c.indptr),
+            starts: Arc::new(starts),
+            order: Arc::new(order),
+            rows: Arc::new(entry_rows(&c.indptr)),
             uploads: Mutex::new(Vec::new()),
         }
     }
 
     /// This grouping for `c`, the same non-zeros with each column renumbered to its position
-    /// among the distinct columns (`sparse::compact_columns`): columns `0..k`, same groups.
+    /// among the distinct columns (`sparse::compact_columns`): columns `0..k`, the same groups
+    /// (shared, not copied: it is made for every staged batch).
     pub(crate) fn relabelled(&self, c: &CsrData) -> ColumnGroups {
         ColumnGroups {
             indptr: c.indptr.clone(),

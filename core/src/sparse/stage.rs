@@ -53,6 +53,7 @@ pub fn stage_rows(w: &NDArray, ids: &[i64], device: Device) -> Result<NDArray> {
         ));
     }
     let row_len: usize = wshape[1..].iter().product();
+    let ids = Arc::new(ids.to_vec());
     let staged = {
         let d = w.read();
         let ArrayData::Dense(dd) = &*d else {
@@ -61,13 +62,12 @@ pub fn stage_rows(w: &NDArray, ids: &[i64], device: Device) -> Result<NDArray> {
                 format!("needs a dense table, got {:?}", d.stype()),
             ));
         };
-        let ids_on = IndexStorage::from_arc_on(Arc::new(ids.to_vec()), dd.buf.device())?;
+        let ids_on = IndexStorage::from_arc_on(ids.clone(), dd.buf.device())?;
         dd.buf.gather_rows(&ids_on, row_len)?
     };
     let mut shape = wshape.clone();
     shape[0] = ids.len();
     let out = NDArray::from_buffer(staged, &shape)?.to_device(device)?;
-    let ids = Arc::new(ids.to_vec());
     let home = w.device();
     Ok(crate::autograd::record_op(OP, out, &[w], move |g| {
         Ok(vec![Some(unstage_grad(g, &ids, &wshape, home)?)])
