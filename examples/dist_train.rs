@@ -32,6 +32,17 @@ use sparrow::optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, Trainer};
 
 type BoxError = Box<dyn std::error::Error>;
 
+// The tutorial example's allocator (mimalloc): training steps allocate and free gradients and
+// messages of a few hundred KB each; the system allocator returns such blocks to the kernel and
+// takes them back as fresh pages to be zeroed, step after step, which cost both the single rank
+// and the two ranks a large share of a step.
+#[global_allocator]
+static GLOBAL: alloc::MiMalloc = alloc::MiMalloc;
+
+#[path = "sparse_gluon/alloc.rs"]
+#[allow(dead_code)]
+mod alloc;
+
 struct Args {
     samples: usize,
     features: usize,

@@ -1,6 +1,7 @@
 //! `dist_sync` over MPI (cargo feature `mpi`): [`MpiTransport`], the ranks of an MPI job as
 //! the workers of a [`SyncStore`], through rsmpi.
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -212,6 +213,12 @@ impl Transport for MpiTransport {
     }
 
     fn all_gather(&mut self, send: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut recv = Vec::new();
+        let ranges = self.all_gather_into(send, &mut recv)?;
+        Ok(ranges.into_iter().map(|r| recv[r].to_vec()).collect())
+    }
+
+    fn all_gather_into(&mut self, send: &[u8], recv: &mut Vec<u8>) -> Result<Vec<Range<usize>>> {
         let mine = self.counts("all_gather", send.len())?;
         self.traffic.add(send.len() + std::mem::size_of::<Count>());
         let _g = self.watchdog.guard("all_gather");
@@ -219,12 +226,17 @@ impl Transport for MpiTransport {
         self.world.all_gather_into(&mine, &mut counts[..]);
         let displs = displs(&counts)?;
         let total: usize = counts.iter().map(|&c| c as usize).sum();
-        let mut recv = vec![0u8; total];
+        // Shrinking keeps the capacity; growing zeroes only the new part.
+        recv.resize(total, 0);
         {
             let mut part = PartitionMut::new(&mut recv[..], &counts[..], &displs[..]);
             self.world.all_gather_varcount_into(send, &mut part);
         }
-        Ok(split(recv, &counts))
+        Ok(displs
+            .iter()
+            .zip(&counts)
+            .map(|(&d, &c)| d as usize..(d + c) as usize)
+            .collect())
     }
 
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {

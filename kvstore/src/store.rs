@@ -2,6 +2,7 @@
 //! `dist_sync` are this store over threads and over MPI.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use sparrow_core::sparse::add_grads;
 use sparrow_core::{DType, Error, NDArray, Result, SType};
@@ -10,9 +11,16 @@ use sparrow_optim::{check_many, KVStore, Optimizer, State};
 use crate::transport::{Traffic, Transport};
 use crate::wire::{self, check_headers, Header, Reader, Writer};
 
-/// Per worker, per key: the row_sparse rows the worker sent with its headers (empty for keys
-/// it did not send rows for).
-type PerWorkerRows = Vec<Vec<Vec<u8>>>;
+/// Per worker, per key: where in the gathered message the values the worker sent with its
+/// headers lie (row_sparse rows, or a small dense value; empty for keys it sent nothing for).
+type PerWorkerRows = Vec<Vec<Range<usize>>>;
+
+/// A dense value of at most this many bytes rides in the gather that carries the headers and
+/// the row_sparse rows, and is summed by every worker from the gathered copies (in worker
+/// order, so the same bits everywhere), instead of by an all-reduce of its own: the small
+/// layers of a sparse model then cost no extra collective call a step. Larger dense values
+/// are all-reduced (a gather sends each worker's copy to every worker).
+const DENSE_IN_GATHER_MAX: usize = 64 << 10;
 
 /// One key's value and, with an optimizer on the store, its optimizer state.
 pub(crate) struct Replica {
@@ -44,6 +52,11 @@ pub struct SyncStore<T: Transport> {
     pub(crate) transport: T,
     pub(crate) slots: BTreeMap<usize, Slot>,
     pub(crate) optimizer: Option<Box<dyn Optimizer>>,
+    /// The message of the last fused step and every worker's copy of it, kept so that each
+    /// step reuses their memory (fresh buffers of a few hundred KB a step were a large share
+    /// of a step in page faults).
+    send: Vec<u8>,
+    recv: Vec<u8>,
 }
 
 impl<T: Transport> SyncStore<T> {
@@ -54,6 +67,8 @@ impl<T: Transport> SyncStore<T> {
             transport,
             slots: BTreeMap::new(),
             optimizer: None,
+            send: Vec::new(),
+            recv: Vec::new(),
         }
     }
 
@@ -138,9 +153,16 @@ impl<T: Transport> SyncStore<T> {
         let shape = local.shape();
         match local.stype() {
             SType::RowSparse => {
-                let msg = wire::encode_rsp(&local)?;
-                let parts = self.transport.all_gather(&msg)?;
-                merge_rows(&parts, local.dtype(), &shape)
+                let mut w = Writer(std::mem::take(&mut self.send));
+                w.0.clear();
+                w.rsp(&local)?;
+                let mut recv = std::mem::take(&mut self.recv);
+                let ranges = self.transport.all_gather_into(&w.0, &mut recv)?;
+                self.send = w.0;
+                let parts: Vec<&[u8]> = ranges.into_iter().map(|r| &recv[r]).collect();
+                let sum = merge_rows(&parts, local.dtype(), &shape);
+                self.recv = recv;
+                sum
             }
             _ => match local.dtype() {
                 DType::F32 => {
@@ -186,37 +208,58 @@ impl<T: Transport> SyncStore<T> {
 
     /// Every key's header in one gather, checked key by key (see [`check_headers`]); a
     /// worker whose list differs in length fails the call everywhere. `payload` (this
-    /// worker's row_sparse rows, one entry per key) rides in the same message, so a step costs
-    /// one gather for the headers and every row_sparse key. Returns, per key, whether the
-    /// workers' storage types differ (the key is then summed dense), and every worker's
-    /// payload entries.
+    /// worker's row_sparse rows or small dense value, one entry per key) rides in the same
+    /// message, so a step costs one gather for the headers, every row_sparse key and the small
+    /// dense ones. Returns, per key, whether the workers' storage types differ (the key is then
+    /// summed dense), every worker's message (`recv`, which the caller hands back to the store
+    /// when done) and where each worker's payload entries lie in it.
     fn agree_many(
         &mut self,
         op: &'static str,
         mine: &[Header],
-        payload: &[Vec<u8>],
-    ) -> Result<(Vec<bool>, PerWorkerRows)> {
-        let mut w = Writer::default();
+        payload: &[Option<&NDArray>],
+    ) -> Result<(Vec<bool>, Vec<u8>, PerWorkerRows)> {
+        let mut w = Writer(std::mem::take(&mut self.send));
+        w.0.clear();
         w.u64(mine.len() as u64);
         for h in mine {
             w.bytes(&h.encode());
         }
         w.u64(payload.len() as u64);
         for p in payload {
-            w.bytes(p);
+            // A length-prefixed entry: the length is filled in once the entry is written.
+            let at = w.0.len();
+            w.u64(0);
+            match p {
+                Some(a) if a.stype() == SType::RowSparse => {
+                    w.rsp(a)?;
+                }
+                Some(a) => {
+                    w.values(a)?;
+                }
+                None => {}
+            }
+            let len = (w.0.len() - at - 8) as u64;
+            w.0[at..at + 8].copy_from_slice(&len.to_le_bytes());
         }
-        let all = self.transport.all_gather(&w.0)?;
-        let mut per_worker = Vec::with_capacity(all.len());
-        let mut payloads = Vec::with_capacity(all.len());
-        for b in &all {
-            let mut r = Reader::new(b);
+        let mut recv = std::mem::take(&mut self.recv);
+        let gathered = self.transport.all_gather_into(&w.0, &mut recv);
+        self.send = w.0;
+        let ranges = gathered?;
+        let mut per_worker = Vec::with_capacity(ranges.len());
+        let mut payloads = Vec::with_capacity(ranges.len());
+        for range in &ranges {
+            let mut r = Reader::new(&recv[range.clone()]);
             let n = r.u64()? as usize;
             let hs = (0..n)
                 .map(|_| Header::decode(r.bytes()?))
                 .collect::<Result<Vec<_>>>()?;
             let m = r.u64()? as usize;
             let ps = (0..m)
-                .map(|_| r.bytes().map(<[u8]>::to_vec))
+                .map(|_| {
+                    r.bytes_range()
+                        .map(|p| range.start + p.start..range.start + p.end)
+                })
                 .collect::<Result<Vec<_>>>()?;
             per_worker.push(hs);
             payloads.push(ps);
@@ -259,17 +302,20 @@ impl<T: Transport> SyncStore<T> {
             check_headers(op, &key_headers, false)?;
             mixed.push(key_headers.iter().any(|h| h.stype != key_headers[0].stype));
         }
-        Ok((mixed, payloads))
+        Ok((mixed, recv, payloads))
     }
 
-    /// The sums of the fused keys `idx` of `pushpull_many`: one all-reduce per dtype for the
-    /// dense values (concatenated), and for row_sparse values the merge, in worker order, of
-    /// the rows every worker sent with its headers (`rows_from[worker][key]`).
+    /// The sums of the fused keys `idx` of `pushpull_many`: for the keys in `rode` (small
+    /// dense values that every worker sent with its headers) and the row_sparse keys, the sum,
+    /// in worker order, of what every worker sent (`recv[sent[worker][key]]`); for the other
+    /// dense keys one all-reduce per dtype (the values concatenated).
     fn sum_many(
         &mut self,
         locals: &[NDArray],
         idx: &[usize],
-        rows_from: &PerWorkerRows,
+        rode: &[bool],
+        recv: &[u8],
+        sent: &PerWorkerRows,
     ) -> Result<Vec<(usize, NDArray)>> {
         if self.transport.size() == 1 {
             return Ok(idx.iter().map(|&i| (i, locals[i].clone())).collect());
@@ -279,7 +325,9 @@ impl<T: Transport> SyncStore<T> {
             let group: Vec<usize> = idx
                 .iter()
                 .copied()
-                .filter(|&i| locals[i].stype() == SType::Dense && locals[i].dtype() == dtype)
+                .filter(|&i| {
+                    !rode[i] && locals[i].stype() == SType::Dense && locals[i].dtype() == dtype
+                })
                 .collect();
             if group.is_empty() {
                 continue;
@@ -314,24 +362,39 @@ impl<T: Transport> SyncStore<T> {
             }
         }
         for &i in idx {
-            if locals[i].stype() != SType::RowSparse {
+            let row_sparse = locals[i].stype() == SType::RowSparse;
+            if !row_sparse && !rode[i] {
                 continue;
             }
-            let parts = rows_from
+            let parts = sent
                 .iter()
                 .map(|w| {
-                    w.get(i).cloned().ok_or_else(|| {
-                        Error::arg("KVStore::pushpull_many", "a worker sent no rows for a key")
+                    w.get(i).map(|r| &recv[r.clone()]).ok_or_else(|| {
+                        Error::arg(
+                            "KVStore::pushpull_many",
+                            "a worker sent no values for a key",
+                        )
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            sums.push((
-                i,
-                merge_rows(&parts, locals[i].dtype(), &locals[i].shape())?,
-            ));
+            let (dtype, shape) = (locals[i].dtype(), locals[i].shape());
+            let sum = if row_sparse {
+                merge_rows(&parts, dtype, &shape)?
+            } else {
+                sum_dense(&parts, dtype, &shape)?
+            };
+            sums.push((i, sum));
         }
         Ok(sums)
     }
+}
+
+/// Whether a dense value travels with the headers (see [`DENSE_IN_GATHER_MAX`]); every worker
+/// decides the same for a key, since they agree on its shape and dtype before summing.
+fn rides_in_gather(v: &NDArray) -> bool {
+    v.stype() == SType::Dense
+        && matches!(v.dtype(), DType::F32 | DType::F64)
+        && v.shape().iter().product::<usize>() * v.dtype().size_of() <= DENSE_IN_GATHER_MAX
 }
 
 impl<T: Transport> KVStore for SyncStore<T> {
@@ -408,6 +471,7 @@ impl<T: Transport> KVStore for SyncStore<T> {
         // Local checks first; their errors travel in the headers, so every worker fails.
         let mut locals = Vec::new();
         let mut rows: PerWorkerRows = Vec::new();
+        let mut recv = Vec::new();
         let listed = check_many(OP, keys, values, out);
         let headers: Vec<Header> = match &listed {
             Err(e) => vec![Header::new(
@@ -442,24 +506,36 @@ impl<T: Transport> KVStore for SyncStore<T> {
             }
             vec![false; keys.len()]
         } else {
-            // This worker's rows of every replicated row_sparse key, one entry per key.
-            let payload: Vec<Vec<u8>> = if locals.iter().all(|l| l.is_ok()) {
+            // This worker's rows of every replicated row_sparse key and its small dense
+            // values, one entry per key.
+            let payload: Vec<Option<&NDArray>> = if locals.iter().all(|l| l.is_ok()) {
                 locals
                     .iter()
                     .zip(&sharded)
                     .map(|(l, &sh)| match l {
-                        Ok(l) if !sh && l.stype() == SType::RowSparse => wire::encode_rsp(l),
-                        _ => Ok(Vec::new()),
+                        Ok(l) if !sh && (l.stype() == SType::RowSparse || rides_in_gather(l)) => {
+                            Some(l)
+                        }
+                        _ => None,
                     })
-                    .collect::<Result<_>>()?
+                    .collect()
             } else {
                 Vec::new()
             };
-            let (mixed, rows_from) = self.agree_many(OP, &headers, &payload)?;
-            rows = rows_from;
+            let (mixed, got, sent) = self.agree_many(OP, &headers, &payload)?;
+            recv = got;
+            rows = sent;
             mixed
         };
         let mut locals = locals.into_iter().collect::<Result<Vec<_>>>()?;
+        // Dense values that every worker sent with its headers (not when some worker's value
+        // is sparse: the key is then densified and all-reduced).
+        let rode: Vec<bool> = locals
+            .iter()
+            .zip(&mixed)
+            .zip(&sharded)
+            .map(|((l, &m), &sh)| size > 1 && !m && !sh && rides_in_gather(l))
+            .collect();
         for (l, &m) in locals.iter_mut().zip(&mixed) {
             if m && l.stype() != SType::Dense {
                 *l = l.tostype(SType::Dense)?;
@@ -472,7 +548,9 @@ impl<T: Transport> KVStore for SyncStore<T> {
             }
         }
         let fused: Vec<usize> = (0..keys.len()).filter(|&i| !sharded[i]).collect();
-        for (i, sum) in self.sum_many(&locals, &fused, &rows)? {
+        let sums = self.sum_many(&locals, &fused, &rode, &recv, &rows);
+        self.recv = recv;
+        for (i, sum) in sums? {
             self.apply(keys[i], sum)?;
         }
         for (&k, o) in keys.iter().zip(out) {
@@ -556,21 +634,147 @@ fn rows_of(value: &NDArray, ids: Vec<i64>, shape: &[usize]) -> Result<NDArray> {
     }
 }
 
-/// Every worker's (row ids, rows) merged in worker order into one row_sparse array.
-pub(crate) fn merge_rows(parts: &[Vec<u8>], dtype: DType, shape: &[usize]) -> Result<NDArray> {
-    let mut sum: Option<NDArray> = None;
-    for p in parts {
-        let (ids, rows_le) = wire::decode_rows(p)?;
-        let mut rows_shape = shape.to_vec();
-        rows_shape[0] = ids.len();
-        let rows = NDArray::from_le_bytes(rows_le, dtype, &rows_shape)?;
-        let part = NDArray::row_sparse_from_arrays(&rows, ids, shape)?;
-        sum = Some(match sum {
-            None => part,
-            Some(s) => add_grads(&s, &part)?,
-        });
+/// Every worker's (row ids, rows) merged in worker order into one row_sparse array: a row
+/// that one worker sent is copied, a row that several sent is their sum in worker order (the
+/// bits of adding the workers' arrays one after another, on every worker).
+pub(crate) fn merge_rows(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Result<NDArray> {
+    match dtype {
+        DType::F32 => merge_typed(parts, shape, f32::from_le_bytes),
+        DType::F64 => merge_typed(parts, shape, f64::from_le_bytes),
+        _ => {
+            let mut sum: Option<NDArray> = None;
+            for p in parts {
+                let (ids, rows_le) = wire::decode_rows(p)?;
+                let mut rows_shape = shape.to_vec();
+                rows_shape[0] = ids.len();
+                let rows = NDArray::from_le_bytes(rows_le, dtype, &rows_shape)?;
+                let part = NDArray::row_sparse_from_arrays(&rows, ids, shape)?;
+                sum = Some(match sum {
+                    None => part,
+                    Some(s) => add_grads(&s, &part)?,
+                });
+            }
+            sum.ok_or_else(|| Error::arg("KVStore::push", "no workers"))
+        }
     }
-    sum.ok_or_else(|| Error::arg("KVStore::push", "no workers"))
+}
+
+/// A malformed message from a worker (it would be a bug in the store, not the user's input;
+/// still an error, never a read out of bounds).
+fn malformed(what: String) -> Error {
+    Error::arg(
+        "KVStore::push",
+        format!("malformed rows from a worker: {what}"),
+    )
+}
+
+/// [`merge_rows`] for a float type read from `N` little-endian bytes: the union of the
+/// workers' (sorted) ids, then each worker's rows copied or added into their union slots,
+/// straight from the messages.
+fn merge_typed<E, const N: usize>(
+    parts: &[&[u8]],
+    shape: &[usize],
+    from_le: fn([u8; N]) -> E,
+) -> Result<NDArray>
+where
+    E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,
+{
+    let row: usize = shape[1..].iter().product();
+    let mut decoded = Vec::with_capacity(parts.len());
+    for p in parts {
+        let (ids, rows) = wire::decode_rows(p)?;
+        if rows.len() != ids.len() * row * N {
+            return Err(malformed(format!(
+                "{} bytes for {} rows of {row} values",
+                rows.len(),
+                ids.len()
+            )));
+        }
+        if ids.windows(2).any(|w| w[0] >= w[1])
+            || ids.first().is_some_and(|&i| i < 0)
+            || ids.last().is_some_and(|&i| i as usize >= shape[0])
+        {
+            return Err(malformed(format!(
+                "row ids not sorted, repeated or outside 0..{}",
+                shape[0]
+            )));
+        }
+        decoded.push((ids, rows));
+    }
+    let mut union: Vec<i64> = decoded
+        .iter()
+        .flat_map(|(i, _)| i.iter().copied())
+        .collect();
+    union.sort_unstable();
+    union.dedup();
+    let mut out = vec![E::default(); union.len() * row];
+    let mut filled = vec![false; union.len()];
+    for (ids, rows) in &decoded {
+        let mut at = 0;
+        for (k, &id) in ids.iter().enumerate() {
+            // Both lists are sorted and every id is in the union.
+            while union[at] < id {
+                at += 1;
+            }
+            let dst = &mut out[at * row..(at + 1) * row];
+            let src = rows[k * row * N..(k + 1) * row * N].chunks_exact(N);
+            if filled[at] {
+                for (d, c) in dst.iter_mut().zip(src) {
+                    *d += from_le(c.try_into().expect("N bytes"));
+                }
+            } else {
+                for (d, c) in dst.iter_mut().zip(src) {
+                    *d = from_le(c.try_into().expect("N bytes"));
+                }
+                filled[at] = true;
+            }
+        }
+    }
+    let mut rows_shape = shape.to_vec();
+    rows_shape[0] = union.len();
+    NDArray::row_sparse_from_arrays(&NDArray::from_vec(out, &rows_shape)?, union, shape)
+}
+
+/// Every worker's dense value (as [`Writer::values`] wrote it) summed in worker order.
+fn sum_dense(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Result<NDArray> {
+    match dtype {
+        DType::F32 => sum_dense_typed(parts, shape, f32::from_le_bytes),
+        DType::F64 => sum_dense_typed(parts, shape, f64::from_le_bytes),
+        other => Err(Error::dtype(
+            "KVStore::push",
+            format!(
+                "dense pushes are summed as float32 or float64, got {}",
+                other.name()
+            ),
+        )),
+    }
+}
+
+fn sum_dense_typed<E, const N: usize>(
+    parts: &[&[u8]],
+    shape: &[usize],
+    from_le: fn([u8; N]) -> E,
+) -> Result<NDArray>
+where
+    E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,
+{
+    let n: usize = shape.iter().product();
+    let mut out = vec![E::default(); n];
+    for (w, p) in parts.iter().enumerate() {
+        let b = Reader::new(p).bytes()?;
+        if b.len() != n * N {
+            return Err(malformed(format!("{} bytes for {n} dense values", b.len())));
+        }
+        let src = b
+            .chunks_exact(N)
+            .map(|c| from_le(c.try_into().expect("N bytes")));
+        if w == 0 {
+            out.iter_mut().zip(src).for_each(|(d, v)| *d = v);
+        } else {
+            out.iter_mut().zip(src).for_each(|(d, v)| *d += v);
+        }
+    }
+    NDArray::from_vec(out, shape)
 }
 
 pub(crate) fn unknown_key(op: &'static str, key: usize) -> Error {
@@ -645,4 +849,126 @@ fn check_out(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift64*), so the cases are the same every run.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A worker's row_sparse gradient: a random subset of `rows` rows, values with signed
+    /// zeros among them (a copy and an add differ there).
+    fn worker_rsp(rng: &mut Rng, rows: usize, width: usize, dtype: DType) -> NDArray {
+        let ids: Vec<i64> = (0..rows as i64).filter(|_| rng.below(3) == 0).collect();
+        let vals: Vec<f64> = (0..ids.len() * width)
+            .map(|_| match rng.below(8) {
+                0 => -0.0,
+                1 => 0.0,
+                _ => (rng.below(2001) as f64 - 1000.0) / 7.0,
+            })
+            .collect();
+        let data = NDArray::from_vec(vals, &[ids.len(), width])
+            .unwrap()
+            .astype(dtype)
+            .unwrap();
+        NDArray::row_sparse_from_arrays(&data, ids, &[rows, width]).unwrap()
+    }
+
+    fn encoded(a: &NDArray) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.rsp(a).unwrap();
+        w.0
+    }
+
+    #[test]
+    fn merged_rows_are_the_bits_of_adding_the_workers_in_order() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for case in 0..40 {
+            let dtype = if case % 2 == 0 {
+                DType::F32
+            } else {
+                DType::F64
+            };
+            let (workers, rows, width) = (1 + case % 4, 1 + rng.below(40) as usize, 1 + case % 5);
+            let parts: Vec<NDArray> = (0..workers)
+                .map(|_| worker_rsp(&mut rng, rows, width, dtype))
+                .collect();
+            let msgs: Vec<Vec<u8>> = parts.iter().map(encoded).collect();
+            let slices: Vec<&[u8]> = msgs.iter().map(|m| &m[..]).collect();
+            let got = merge_rows(&slices, dtype, &[rows, width]).unwrap();
+            let mut want = parts[0].clone();
+            for p in &parts[1..] {
+                want = add_grads(&want, p).unwrap();
+            }
+            let (gi, gv) = got.row_sparse_parts().unwrap();
+            let (wi, wv) = want.row_sparse_parts().unwrap();
+            assert_eq!(gi, wi, "case {case}: row ids");
+            assert_eq!(
+                gv.to_le_bytes().unwrap(),
+                wv.to_le_bytes().unwrap(),
+                "case {case}: values"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_rows_are_errors_not_reads_out_of_bounds() {
+        let shape = [10usize, 2];
+        let rows = 3.5f32.to_le_bytes().repeat(4);
+        let cases: [(&[i64], &[u8], &str); 4] = [
+            (&[3, 1], &rows, "not sorted"),
+            (&[1, 1], &rows, "repeated"),
+            (&[1, 10], &rows, "outside"),
+            (&[1, 2], &rows[..12], "bytes for 2 rows"),
+        ];
+        for (ids, bytes, what) in cases {
+            let msg = wire::encode_rows(ids, bytes);
+            let err = merge_rows(&[&msg[..]], DType::F32, &shape).unwrap_err();
+            assert!(err.to_string().contains(what), "{what}: {err}");
+        }
+        let short = [1u8, 2, 3];
+        assert!(merge_rows(&[&short[..]], DType::F32, &shape).is_err());
+    }
+
+    #[test]
+    fn small_dense_values_sum_in_worker_order() {
+        let mut rng = Rng(7);
+        for dtype in [DType::F32, DType::F64] {
+            let vals: Vec<NDArray> = (0..3)
+                .map(|_| {
+                    let v: Vec<f64> = (0..6).map(|_| rng.below(1000) as f64 / 3.0).collect();
+                    NDArray::from_vec(v, &[2, 3])
+                        .unwrap()
+                        .astype(dtype)
+                        .unwrap()
+                })
+                .collect();
+            let msgs: Vec<Vec<u8>> = vals
+                .iter()
+                .map(|v| {
+                    let mut w = Writer::default();
+                    w.values(v).unwrap();
+                    w.0
+                })
+                .collect();
+            let slices: Vec<&[u8]> = msgs.iter().map(|m| &m[..]).collect();
+            let got = sum_dense(&slices, dtype, &[2, 3]).unwrap();
+            let want = vals[0].add(&vals[1]).unwrap().add(&vals[2]).unwrap();
+            assert_eq!(got.to_le_bytes().unwrap(), want.to_le_bytes().unwrap());
+            assert!(sum_dense(&slices, dtype, &[2, 4]).is_err());
+        }
+    }
 }

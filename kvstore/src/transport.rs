@@ -1,6 +1,8 @@
 //! [`Transport`]: the collective operations a synchronous store is built on, and the byte
 //! counts every transport keeps.
 
+use std::ops::Range;
+
 use sparrow_core::Result;
 
 /// Collective operations among the workers of one store. Every worker calls the same
@@ -19,6 +21,23 @@ pub trait Transport: Send {
     fn barrier(&mut self) -> Result<()>;
     /// Every worker's `send` (any lengths), in rank order (MPI's allgatherv).
     fn all_gather(&mut self, send: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// [`Transport::all_gather`] into one buffer the caller keeps: every worker's `send`,
+    /// concatenated in rank order, replaces `recv`'s contents (its capacity is reused), and the
+    /// ranges of `recv` that each worker's part occupies are returned. A store that gathers a
+    /// step's rows every step keeps one buffer instead of allocating (and faulting in) fresh
+    /// memory for every worker's part every step.
+    fn all_gather_into(&mut self, send: &[u8], recv: &mut Vec<u8>) -> Result<Vec<Range<usize>>> {
+        let parts = self.all_gather(send)?;
+        recv.clear();
+        Ok(parts
+            .iter()
+            .map(|p| {
+                let start = recv.len();
+                recv.extend_from_slice(p);
+                start..recv.len()
+            })
+            .collect())
+    }
     /// `send[r]` goes to worker `r`; returns what each worker sent to this one, in rank order
     /// (MPI's alltoallv). `send.len()` must be `size()`.
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>>;

@@ -25,22 +25,14 @@ impl Writer {
     pub(crate) fn values(&mut self, a: &NDArray) -> Result<&mut Self> {
         let n = a.shape().iter().product::<usize>() * a.dtype().size_of();
         self.u64(n as u64);
-        self.0.reserve(n);
-        let out = &mut self.0;
+        let start = self.0.len();
         let direct = match a.dtype() {
-            DType::F32 => a.with_slice::<f32, _>(|s| {
-                s.iter()
-                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
-            }),
-            DType::F64 => a.with_slice::<f64, _>(|s| {
-                s.iter()
-                    .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
-            }),
+            DType::F32 => a.with_slice::<f32, _>(|s| put_le(&mut self.0, s, f32::to_le_bytes)),
+            DType::F64 => a.with_slice::<f64, _>(|s| put_le(&mut self.0, s, f64::to_le_bytes)),
             _ => Err(Error::dtype("kvstore", "not a float array")),
         };
         if direct.is_err() {
             // Other dtypes, or values not readable in place.
-            let start = self.0.len();
             let b = a.to_le_bytes()?;
             self.0.truncate(start);
             self.0.extend_from_slice(&b);
@@ -49,9 +41,24 @@ impl Writer {
     }
     pub(crate) fn ids(&mut self, ids: &[i64]) -> &mut Self {
         self.u64(ids.len() as u64);
-        ids.iter()
-            .for_each(|i| self.0.extend_from_slice(&i.to_le_bytes()));
+        put_le(&mut self.0, ids, i64::to_le_bytes);
         self
+    }
+    /// A row_sparse array's (row ids, rows), in the layout of [`encode_rows`], written straight
+    /// from the array.
+    pub(crate) fn rsp(&mut self, a: &NDArray) -> Result<&mut Self> {
+        let (ids, rows) = a.row_sparse_parts()?;
+        self.ids(&ids).values(&rows)
+    }
+}
+
+/// Append `vals` as little-endian bytes: the buffer grows once and each value is stored into
+/// its slot (a loop the compiler turns into wide copies), instead of one checked push per value.
+fn put_le<T: Copy, const N: usize>(out: &mut Vec<u8>, vals: &[T], le: fn(T) -> [u8; N]) {
+    let start = out.len();
+    out.resize(start + vals.len() * N, 0);
+    for (dst, &v) in out[start..].chunks_exact_mut(N).zip(vals) {
+        dst.copy_from_slice(&le(v));
     }
 }
 
@@ -89,6 +96,14 @@ impl<'a> Reader<'a> {
     pub(crate) fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.u64()? as usize;
         self.take(n)
+    }
+    /// Where the next length-prefixed field (as [`Reader::bytes`] reads it) lies in the
+    /// message, without copying it.
+    pub(crate) fn bytes_range(&mut self) -> Result<std::ops::Range<usize>> {
+        let n = self.u64()? as usize;
+        let start = self.pos;
+        self.take(n)?;
+        Ok(start..self.pos)
     }
     pub(crate) fn str(&mut self) -> Result<String> {
         Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
@@ -278,14 +293,6 @@ pub(crate) fn encode_rows(ids: &[i64], rows_le: &[u8]) -> Vec<u8> {
     let mut w = Writer::default();
     w.ids(ids).bytes(rows_le);
     w.0
-}
-
-/// A row_sparse array's (row ids, rows) as bytes, in the layout of [`encode_rows`].
-pub(crate) fn encode_rsp(a: &NDArray) -> Result<Vec<u8>> {
-    let (ids, rows) = a.row_sparse_parts()?;
-    let mut w = Writer::default();
-    w.ids(&ids).values(&rows)?;
-    Ok(w.0)
 }
 
 /// What [`encode_rows`] wrote: the ids and the rows' bytes.
