@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Throughput of examples/dist_train (the sparse tutorial's model, row_sparse first-layer
 # gradient, one thread per rank): 1 rank against 2 ranks, interleaved rounds, one JSON line per
-# run; then the bytes per step of the first layer over TCP loopback, row_sparse exchange
+# run. 1 rank runs twice: free (its LibSVM reader thread then parses on the core the second
+# rank would use) and bound to one core (`--bind-to core`: one core's worth, as each of the two
+# ranks has); then the bytes per step of the first layer over TCP loopback, row_sparse exchange
 # against the dense all-reduce of its 512 MB gradient (variant (b)).
 # Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
 # Needs: cargo build --release --features mpi --example dist_train
@@ -13,11 +15,14 @@ batch="${3:-10}"
 bin=target/release/examples/dist_train
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 shm=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
+one_core=(mpirun --bind-to core --mca btl_vader_single_copy_mechanism none)
 tcp=(mpirun --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
+run=("$bin" --data-dir "$data" --batch-size "$batch" --epochs 10 --samples 20000)
 for r in $(seq "$rounds"); do
-  for np in 1 2; do
-    "${shm[@]}" -np "$np" "$bin" --data-dir "$data" --batch-size "$batch" --epochs 5 | grep '^{'
-  done
+  echo "round $r: 1 rank free, 1 rank on one core, 2 ranks"
+  "${shm[@]}" -np 1 "${run[@]}" | grep '^{'
+  "${one_core[@]}" -np 1 "${run[@]}" | grep '^{'
+  "${shm[@]}" -np 2 "${run[@]}" | grep '^{'
 done
 # Bytes per step, counted by the loopback interface (TCP between the ranks).
 "${tcp[@]}" -np 2 "$bin" --data-dir "$data" --batch-size "$batch" --epochs 1 | grep '^{'

@@ -669,8 +669,8 @@ fn malformed(what: String) -> Error {
 }
 
 /// [`merge_rows`] for a float type read from `N` little-endian bytes: the union of the
-/// workers' (sorted) ids, then each worker's rows copied or added into their union slots,
-/// straight from the messages.
+/// workers' (sorted) ids, then each union row from the workers that sent it, straight from the
+/// messages.
 fn merge_typed<E, const N: usize>(
     parts: &[&[u8]],
     shape: &[usize],
@@ -701,38 +701,50 @@ where
         }
         decoded.push((ids, rows));
     }
-    let mut union: Vec<i64> = decoded
-        .iter()
-        .flat_map(|(i, _)| i.iter().copied())
-        .collect();
-    union.sort_unstable();
-    union.dedup();
-    let mut out = vec![E::default(); union.len() * row];
-    let mut filled = vec![false; union.len()];
-    for (ids, rows) in &decoded {
-        let mut at = 0;
-        for (k, &id) in ids.iter().enumerate() {
-            // Both lists are sorted and every id is in the union.
-            while union[at] < id {
-                at += 1;
+    // The union of sorted lists, merged one list at a time (a handful of workers).
+    let mut union: Vec<i64> = Vec::new();
+    for (ids, _) in &decoded {
+        union = union_sorted(&union, ids);
+    }
+    // Row by row in id order, so the output is written once, front to back: the first worker
+    // that has a row gives its values, the later ones add theirs.
+    let mut at = vec![0usize; decoded.len()];
+    let mut out: Vec<E> = Vec::with_capacity(union.len() * row);
+    for &id in &union {
+        let start = out.len();
+        for ((ids, rows), k) in decoded.iter().zip(at.iter_mut()) {
+            if ids.get(*k) != Some(&id) {
+                continue;
             }
-            let dst = &mut out[at * row..(at + 1) * row];
-            let src = rows[k * row * N..(k + 1) * row * N].chunks_exact(N);
-            if filled[at] {
-                for (d, c) in dst.iter_mut().zip(src) {
-                    *d += from_le(c.try_into().expect("N bytes"));
-                }
+            let src = rows[*k * row * N..(*k + 1) * row * N]
+                .chunks_exact(N)
+                .map(|c| from_le(c.try_into().expect("N bytes")));
+            if out.len() == start {
+                out.extend(src);
             } else {
-                for (d, c) in dst.iter_mut().zip(src) {
-                    *d = from_le(c.try_into().expect("N bytes"));
-                }
-                filled[at] = true;
+                out[start..].iter_mut().zip(src).for_each(|(d, v)| *d += v);
             }
+            *k += 1;
         }
     }
     let mut rows_shape = shape.to_vec();
     rows_shape[0] = union.len();
     NDArray::row_sparse_from_arrays(&NDArray::from_vec(out, &rows_shape)?, union, shape)
+}
+
+/// The sorted union of two sorted lists of distinct ids.
+fn union_sorted(a: &[i64], b: &[i64]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a[i], b[j]);
+        out.push(x.min(y));
+        i += usize::from(x <= y);
+        j += usize::from(y <= x);
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
 }
 
 /// Every worker's dense value (as [`Writer::values`] wrote it) summed in worker order.
