@@ -8,7 +8,7 @@
 //! cargo build --release --features mpi --example dist_train
 //! mpirun -np 2 target/release/examples/dist_train -- [--samples 1000] [--features 1000000]
 //!     [--density 1e-5] [--batch-size 10] [--epochs 5] [--optimizer sgd|adam|ftrl]
-//!     [--first-grad row_sparse|dense] [--max-steps N] [--data-dir DIR]
+//!     [--first-grad row_sparse|dense|sharded] [--max-steps N] [--data-dir DIR]
 //! ```
 //!
 //! Prints, from rank 0: samples per second over the timed epochs (all ranks' samples; each
@@ -16,18 +16,24 @@
 //! MPI per step (the store's count), and the bytes the loopback interface carried per step
 //! (`/proc/net/dev`, all ranks; meaningful with `--mca btl tcp,self`, where the ranks talk
 //! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
-//! gradient dense, summed by an all-reduce each step.
+//! gradient dense, summed by an all-reduce each step. `--first-grad sharded` keeps the first
+//! layer's table (features x 128) as a sharded table of a second store: each rank holds and
+//! updates only its block of rows (SGD on the store, lazily); a step renumbers the batch to the
+//! columns it uses, pulls those rows from their owners, runs the forward on them, and pushes
+//! their gradient back to the owners. No rank holds the whole table.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sparrow::core::{autograd, Device, NDArray, SType};
+use sparrow::core::random::Rng;
+use sparrow::core::sparse::compact_columns;
+use sparrow::core::{autograd, DType, Device, NDArray, SType};
 use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
 use sparrow::data::synthetic;
-use sparrow::kvstore::mpi::{dist_sync, MpiSession};
-use sparrow::kvstore::partition_libsvm;
+use sparrow::kvstore::mpi::{dist_sync, MpiSession, MpiTransport};
+use sparrow::kvstore::{partition_libsvm, shard_range, SyncStore};
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
-use sparrow::nn::{Block, Dense, Initializer, Sequential};
+use sparrow::nn::{Block, Dense, Initializer, Parameter, Sequential};
 use sparrow::optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, Trainer};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -51,6 +57,7 @@ struct Args {
     epochs: usize,
     optimizer: String,
     dense_grad: bool,
+    sharded: bool,
     max_steps: Option<usize>,
     data_dir: Option<PathBuf>,
 }
@@ -64,6 +71,7 @@ fn parse() -> Result<Args, BoxError> {
         epochs: 5,
         optimizer: "sgd".into(),
         dense_grad: false,
+        sharded: false,
         max_steps: None,
         data_dir: None,
     };
@@ -77,11 +85,21 @@ fn parse() -> Result<Args, BoxError> {
             "--batch-size" => a.batch_size = val()?.parse()?,
             "--epochs" => a.epochs = val()?.parse()?,
             "--optimizer" => a.optimizer = val()?,
-            "--first-grad" => a.dense_grad = val()? == "dense",
+            "--first-grad" => match val()?.as_str() {
+                "row_sparse" => {}
+                "dense" => a.dense_grad = true,
+                "sharded" => a.sharded = true,
+                other => {
+                    return Err(format!("--first-grad {other}: row_sparse|dense|sharded").into())
+                }
+            },
             "--max-steps" => a.max_steps = Some(val()?.parse()?),
             "--data-dir" => a.data_dir = Some(val()?.into()),
             other => return Err(format!("unknown argument {other}").into()),
         }
+    }
+    if a.sharded && a.optimizer != "sgd" {
+        return Err("--first-grad sharded trains with SGD (the table's store runs it)".into());
     }
     if a.batch_size == 0 || a.epochs == 0 {
         return Err("--batch-size and --epochs must be >= 1".into());
@@ -100,6 +118,68 @@ fn loopback_tx_bytes() -> Option<u64> {
         .nth(8)?
         .parse()
         .ok()
+}
+
+/// The first layer as a sharded table (`--first-grad sharded`): its own `dist_sync` store holds
+/// this rank's rows of the `features x 128` table and updates them (SGD, lazily) from the
+/// gradients pushed to it; the bias is an ordinary parameter the Trainer updates.
+struct ShardedFirst {
+    kv: SyncStore<MpiTransport>,
+    features: usize,
+    bias: Parameter,
+}
+
+impl ShardedFirst {
+    const KEY: usize = 0;
+    const UNITS: usize = 128;
+
+    /// This rank's block of rows, drawn as the Dense layer would draw them (uniform 0.07,
+    /// seeded by the rank), and the store's SGD with the step's `1 / global_batch` rescale.
+    fn new(features: usize, global_batch: usize) -> Result<ShardedFirst, BoxError> {
+        let mut kv = dist_sync(Duration::from_secs(300))?;
+        let (lo, hi) = shard_range(features, kv.rank(), kv.num_workers());
+        let shard = Rng::new(7 + kv.rank() as u64).uniform(
+            -0.07,
+            0.07,
+            &[hi - lo, Self::UNITS],
+            DType::F32,
+        )?;
+        kv.init_sharded(Self::KEY, &[features, Self::UNITS], &shard)?;
+        let mut sgd = Sgd::new(0.1);
+        sgd.options_mut().rescale_grad = 1.0 / global_batch as f64;
+        kv.set_optimizer(Box::new(sgd))?;
+        let bias = Parameter::new("first.bias", &[Self::UNITS]);
+        bias.initialize(&Initializer::Zero, Device::Cpu)?;
+        Ok(ShardedFirst { kv, features, bias })
+    }
+
+    /// One step's first layer: pull the rows the batch uses, `sigmoid(x . rows + bias)`, run
+    /// `rest` (the other layers and the loss) under `record`, backward, and push the rows'
+    /// gradient to their owners (who update them). Returns the loss.
+    fn step(
+        &mut self,
+        x: &NDArray,
+        rest: impl FnOnce(&NDArray) -> sparrow::core::Result<NDArray>,
+    ) -> Result<NDArray, BoxError> {
+        let shape = [self.features, Self::UNITS];
+        let (cols, xc) = compact_columns(x)?;
+        let pulled = NDArray::zeros_stype(&shape, DType::F32, SType::RowSparse)?;
+        self.kv
+            .row_sparse_pull(Self::KEY, std::slice::from_ref(&pulled), &cols)?;
+        let (ids, rows) = pulled.row_sparse_parts()?;
+        if ids != cols {
+            return Err("row_sparse_pull returned other rows than asked".into());
+        }
+        let rows = rows.copy();
+        rows.attach_grad();
+        let bias = self.bias.data()?;
+        let loss = autograd::record(|| rest(&xc.dot(&rows)?.add(&bias)?.sigmoid()?))?;
+        loss.backward()?;
+        let grad = rows.grad().ok_or("no gradient for the pulled rows")?;
+        let grad = NDArray::row_sparse_from_arrays(&grad.tostype(SType::Dense)?, cols, &shape)?;
+        self.kv.push(Self::KEY, std::slice::from_ref(&grad))?;
+        Ok(loss)
+    }
 }
 
 fn main() {
@@ -137,7 +217,7 @@ fn run() -> Result<(), BoxError> {
     }
     kv.barrier()?;
     let mut params = LibSVMIterParams::new(&path, args.features, args.batch_size);
-    params.prepare_transpose = !args.dense_grad;
+    params.prepare_transpose = !args.dense_grad && !args.sharded;
     params.idle_priority = true;
     partition_libsvm(&mut params, &kv);
     let mut iter = LibSVMIter::new(params)?;
@@ -168,11 +248,16 @@ fn run() -> Result<(), BoxError> {
     let first = Dense::new(128)
         .in_units(args.features)
         .activation("sigmoid");
-    net.add(if args.dense_grad {
-        first
+    let sharded = if args.sharded {
+        Some(ShardedFirst::new(args.features, args.batch_size * workers)?)
     } else {
-        first.grad_stype(SType::RowSparse)
-    });
+        net.add(if args.dense_grad {
+            first
+        } else {
+            first.grad_stype(SType::RowSparse)
+        });
+        None
+    };
     net.add(Dense::new(8).in_units(128).activation("sigmoid"));
     net.add(Dense::new(1).in_units(8).activation("sigmoid"));
     net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
@@ -181,9 +266,16 @@ fn run() -> Result<(), BoxError> {
         "ftrl" => Box::new(Ftrl::new(0.1)),
         _ => Box::new(Sgd::new(0.1)),
     };
-    let mut trainer =
-        Trainer::with_boxed(net.collect_params()?.iter().map(|(_, p)| p.clone()), opt)?
-            .with_kvstore(Box::new(kv))?;
+    let mut params: Vec<Parameter> = net
+        .collect_params()?
+        .iter()
+        .map(|(_, p)| p.clone())
+        .collect();
+    if let Some(s) = &sharded {
+        params.push(s.bias.clone());
+    }
+    let mut trainer = Trainer::with_boxed(params, opt)?.with_kvstore(Box::new(kv))?;
+    let mut sharded = sharded;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
 
     let mut timed = Duration::ZERO;
@@ -192,14 +284,28 @@ fn run() -> Result<(), BoxError> {
     let mut lo_bytes = 0u64;
     for epoch in 0..args.epochs + 1 {
         iter.reset();
-        let sent0 = trainer.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0);
+        // Both stores' bytes (the sharded first layer's store, if any, and the trainer's).
+        let bytes = |t: &Trainer, f: &Option<ShardedFirst>| {
+            t.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0)
+                + f.as_ref().and_then(|f| f.kv.bytes_sent()).unwrap_or(0)
+        };
+        let sent0 = bytes(&trainer, &sharded);
         let lo0 = loopback_tx_bytes().unwrap_or(0);
         let t0 = Instant::now();
         for batch in iter.by_ref().take(steps) {
             let batch = batch?;
             let y = batch.label.clone().ok_or("batch without labels")?;
-            let loss = autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?;
-            loss.backward()?;
+            let loss = match sharded.as_mut() {
+                None => {
+                    let loss =
+                        autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?;
+                    loss.backward()?;
+                    loss
+                }
+                Some(first) => {
+                    first.step(&batch.data, |h| loss_fn.forward(&net.forward(h)?, &y))?
+                }
+            };
             trainer.step(args.batch_size)?;
             if epoch == args.epochs {
                 loss_sum += loss.to_f64_vec().iter().sum::<f64>();
@@ -210,7 +316,7 @@ fn run() -> Result<(), BoxError> {
         if epoch > 0 {
             timed += t0.elapsed();
             timed_steps += steps;
-            sent += trainer.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0) - sent0;
+            sent += bytes(&trainer, &sharded) - sent0;
             lo_bytes += loopback_tx_bytes().unwrap_or(0) - lo0;
         }
     }
@@ -224,6 +330,8 @@ fn run() -> Result<(), BoxError> {
             args.batch_size,
             if args.dense_grad {
                 "dense"
+            } else if args.sharded {
+                "sharded"
             } else {
                 "row_sparse"
             },

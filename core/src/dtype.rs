@@ -219,6 +219,9 @@ macro_rules! impl_host_element {
             fn write_le(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
             }
+            fn put_le(self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_le_bytes());
+            }
             fn from_le_slice(b: &[u8]) -> Self {
                 let mut a = [0u8; std::mem::size_of::<$t>()];
                 a.copy_from_slice(b);

@@ -183,19 +183,6 @@ fn displs(counts: &[Count]) -> Result<Vec<Count>> {
         .collect()
 }
 
-/// Cut `buf` into parts of `counts` lengths.
-fn split(buf: Vec<u8>, counts: &[Count]) -> Vec<Vec<u8>> {
-    let mut at = 0usize;
-    counts
-        .iter()
-        .map(|&c| {
-            let part = buf[at..at + c as usize].to_vec();
-            at += c as usize;
-            part
-        })
-        .collect()
-}
-
 impl Transport for MpiTransport {
     fn rank(&self) -> usize {
         self.rank
@@ -240,35 +227,66 @@ impl Transport for MpiTransport {
     }
 
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
-        if send.len() != self.size {
+        let mut parts = Vec::with_capacity(send.len());
+        let mut at = 0;
+        for p in &send {
+            parts.push(at..at + p.len());
+            at += p.len();
+        }
+        let mut recv = Vec::new();
+        let ranges = self.all_to_all_into(&send.concat(), &parts, &mut recv)?;
+        Ok(ranges.into_iter().map(|r| recv[r].to_vec()).collect())
+    }
+
+    fn all_to_all_into(
+        &mut self,
+        send: &[u8],
+        parts: &[Range<usize>],
+        recv: &mut Vec<u8>,
+    ) -> Result<Vec<Range<usize>>> {
+        if parts.len() != self.size {
             return Err(Error::arg(
                 "all_to_all",
-                format!("{} parts for {} workers", send.len(), self.size),
+                format!("{} parts for {} workers", parts.len(), self.size),
             ));
         }
-        let scounts = send
+        if let Some(r) = parts.iter().find(|r| r.start > r.end || r.end > send.len()) {
+            return Err(Error::index(
+                "all_to_all",
+                format!("part {r:?} of a {}-byte message", send.len()),
+            ));
+        }
+        let scounts = parts
             .iter()
             .map(|p| self.counts("all_to_all", p.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let sdispls = parts
+            .iter()
+            .map(|p| self.counts("all_to_all", p.start))
             .collect::<Result<Vec<_>>>()?;
         let rank = self.rank;
         let others: usize = (0..self.size)
             .filter(|&r| r != rank)
-            .map(|r| send[r].len() + std::mem::size_of::<Count>())
+            .map(|r| parts[r].len() + std::mem::size_of::<Count>())
             .sum();
         self.traffic.add(others);
         let _g = self.watchdog.guard("all_to_all");
         let mut rcounts = vec![0 as Count; self.size];
         self.world.all_to_all_into(&scounts[..], &mut rcounts[..]);
-        let (sdispls, rdispls) = (displs(&scounts)?, displs(&rcounts)?);
-        let flat: Vec<u8> = send.concat();
+        let rdispls = displs(&rcounts)?;
         let total: usize = rcounts.iter().map(|&c| c as usize).sum();
-        let mut recv = vec![0u8; total];
+        // Shrinking keeps the capacity; growing zeroes only the new part.
+        recv.resize(total, 0);
         {
-            let sp = Partition::new(&flat[..], &scounts[..], &sdispls[..]);
+            let sp = Partition::new(send, &scounts[..], &sdispls[..]);
             let mut rp = PartitionMut::new(&mut recv[..], &rcounts[..], &rdispls[..]);
             self.world.all_to_all_varcount_into(&sp, &mut rp);
         }
-        Ok(split(recv, &rcounts))
+        Ok(rdispls
+            .iter()
+            .zip(&rcounts)
+            .map(|(&d, &c)| d as usize..(d + c) as usize)
+            .collect())
     }
 
     fn broadcast(&mut self, root: usize, buf: &mut Vec<u8>) -> Result<()> {

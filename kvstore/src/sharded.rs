@@ -4,11 +4,10 @@
 //! `row_sparse_pull` asks the owners for the rows a worker needs. No worker holds more than its
 //! shard and the rows of its own batches, so a table larger than one machine's memory trains.
 
-use sparrow_core::sparse::add_grads;
 use sparrow_core::{DType, Error, NDArray, Result, SType};
 use sparrow_optim::State;
 
-use crate::store::{unknown_key, Slot, SyncStore};
+use crate::store::{merge_rows, unknown_key, Slot, SyncStore};
 use crate::transport::Transport;
 use crate::wire::{self, Header};
 
@@ -131,43 +130,40 @@ pub(crate) fn push<T: Transport>(
     let Some(Slot::Sharded(s)) = store.slots.get(&key) else {
         return Err(unknown_key("KVStore::push", key));
     };
-    let (shape, dtype, lo, hi) = (s.shape.clone(), s.dtype, s.lo, s.hi);
-    let row: usize = shape[1..].iter().product::<usize>() * dtype.size_of();
+    let (shape, lo, hi) = (s.shape.clone(), s.lo, s.hi);
+    let row: usize = shape[1..].iter().product();
     let (ids, rows) = local.row_sparse_parts()?;
-    let rows_le = rows.to_le_bytes()?;
-    let send: Vec<Vec<u8>> = split_ids(&ids, &owners(shape[0], n))
-        .into_iter()
-        .map(|(a, b)| wire::encode_rows(&ids[a..b], &rows_le[a * row..b * row]))
-        .collect();
-    let got = store.transport.all_to_all(send)?;
-    // The owner's merge, in worker order, with ids local to the shard.
+    // Every owner's rows, one after another in one reused message.
+    let mut w = wire::Writer(std::mem::take(&mut store.send));
+    w.0.clear();
+    let mut parts = Vec::with_capacity(n);
+    for (a, b) in split_ids(&ids, &owners(shape[0], n)) {
+        let start = w.0.len();
+        w.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
+        parts.push(start..w.0.len());
+    }
+    let mut recv = std::mem::take(&mut store.recv);
+    let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
+    store.send = w.0;
+    let got = got?;
+    // The owner's merge, in worker order, then its ids made local to the shard.
+    let slices: Vec<&[u8]> = got.iter().map(|r| &recv[r.clone()]).collect();
+    let merged = merge_rows(&slices, local.dtype(), &shape);
+    store.recv = recv;
+    let (ids, vals) = merged?.row_sparse_parts()?;
+    if let Some(&bad) = ids
+        .iter()
+        .find(|&&i| (i as usize) < lo || (i as usize) >= hi)
+    {
+        return Err(Error::index(
+            "KVStore::push",
+            format!("key {key}: a worker sent row {bad}, outside this worker's rows {lo}..{hi}"),
+        ));
+    }
     let mut shard_shape = shape.clone();
     shard_shape[0] = hi - lo;
-    let mut grad: Option<NDArray> = None;
-    for p in &got {
-        let (ids, rows_le) = wire::decode_rows(p)?;
-        if let Some(&bad) = ids
-            .iter()
-            .find(|&&i| (i as usize) < lo || (i as usize) >= hi)
-        {
-            return Err(Error::index(
-                "KVStore::push",
-                format!(
-                    "key {key}: a worker sent row {bad}, outside this worker's rows {lo}..{hi}"
-                ),
-            ));
-        }
-        let local_ids: Vec<i64> = ids.iter().map(|&i| i - lo as i64).collect();
-        let mut rshape = shard_shape.clone();
-        rshape[0] = local_ids.len();
-        let vals = NDArray::from_le_bytes(rows_le, dtype, &rshape)?;
-        let part = NDArray::row_sparse_from_arrays(&vals, local_ids, &shard_shape)?;
-        grad = Some(match grad {
-            None => part,
-            Some(g) => add_grads(&g, &part)?,
-        });
-    }
-    let grad = grad.ok_or_else(|| Error::arg("KVStore::push", "no workers"))?;
+    let local_ids: Vec<i64> = ids.iter().map(|&i| i - lo as i64).collect();
+    let grad = NDArray::row_sparse_from_arrays(&vals, local_ids, &shard_shape)?;
     let opt = store.optimizer.as_mut().ok_or_else(|| {
         Error::arg(
             "KVStore::push",
@@ -218,19 +214,29 @@ pub(crate) fn gather_rows<T: Transport>(
         })
         .collect();
     let asked = store.transport.all_to_all(asks)?;
-    // 2. Answer every worker with the rows it asked this one for.
-    let mut answers = Vec::with_capacity(n);
+    // 2. Answer every worker with the rows it asked this one for, in one reused message.
+    let row: usize = shape[1..].iter().product();
+    let mut w = wire::Writer(std::mem::take(&mut store.send));
+    w.0.clear();
+    let mut parts = Vec::with_capacity(n);
     for a in &asked {
         let want = wire::Reader::new(a).ids()?;
         let local: Vec<i64> = want.iter().map(|&i| i - lo as i64).collect();
         let rows = value.take_rows(&local)?;
-        answers.push(rows.to_le_bytes()?);
+        let start = w.0.len();
+        // The rows' bytes alone: the asker knows how many it asked for.
+        w.raw_values(&rows, 0..local.len() * row)?;
+        parts.push(start..w.0.len());
     }
-    let got = store.transport.all_to_all(answers)?;
+    let mut recv = std::mem::take(&mut store.recv);
+    let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
+    store.send = w.0;
+    let got = got?;
     // 3. Owners' ranges ascend, so their answers concatenate in row-id order.
-    let bytes: Vec<u8> = got.concat();
+    let end = got.last().map_or(0, |r| r.end);
     let mut rshape = shape.clone();
     rshape[0] = ids.len();
-    let rows = NDArray::from_le_bytes(&bytes, dtype, &rshape)?;
-    NDArray::row_sparse_from_arrays(&rows, ids.to_vec(), &shape)
+    let rows = NDArray::from_le_bytes(&recv[..end], dtype, &rshape);
+    store.recv = recv;
+    NDArray::row_sparse_from_arrays(&rows?, ids.to_vec(), &shape)
 }

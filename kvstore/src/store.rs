@@ -55,8 +55,8 @@ pub struct SyncStore<T: Transport> {
     /// The message of the last fused step and every worker's copy of it, kept so that each
     /// step reuses their memory (fresh buffers of a few hundred KB a step were a large share
     /// of a step in page faults).
-    send: Vec<u8>,
-    recv: Vec<u8>,
+    pub(crate) send: Vec<u8>,
+    pub(crate) recv: Vec<u8>,
 }
 
 impl<T: Transport> SyncStore<T> {
@@ -674,7 +674,7 @@ fn malformed(what: String) -> Error {
 fn merge_typed<E, const N: usize>(
     parts: &[&[u8]],
     shape: &[usize],
-    from_le: fn([u8; N]) -> E,
+    from_le: impl Fn([u8; N]) -> E + Copy,
 ) -> Result<NDArray>
 where
     E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,
@@ -765,7 +765,7 @@ fn sum_dense(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Result<NDArray> 
 fn sum_dense_typed<E, const N: usize>(
     parts: &[&[u8]],
     shape: &[usize],
-    from_le: fn([u8; N]) -> E,
+    from_le: impl Fn([u8; N]) -> E + Copy,
 ) -> Result<NDArray>
 where
     E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,

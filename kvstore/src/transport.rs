@@ -41,6 +41,38 @@ pub trait Transport: Send {
     /// `send[r]` goes to worker `r`; returns what each worker sent to this one, in rank order
     /// (MPI's alltoallv). `send.len()` must be `size()`.
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>>;
+    /// [`Transport::all_to_all`] from one buffer and into one the caller keeps: `send[parts[r]]`
+    /// goes to worker `r` (`parts.len()` must be `size()`); what each worker sent to this one,
+    /// concatenated in rank order, replaces `recv`'s contents, and the ranges each worker's
+    /// part occupies are returned.
+    fn all_to_all_into(
+        &mut self,
+        send: &[u8],
+        parts: &[Range<usize>],
+        recv: &mut Vec<u8>,
+    ) -> Result<Vec<Range<usize>>> {
+        let send = parts
+            .iter()
+            .map(|r| {
+                send.get(r.clone()).map(<[u8]>::to_vec).ok_or_else(|| {
+                    sparrow_core::Error::index(
+                        "all_to_all",
+                        format!("part {r:?} of a {}-byte message", send.len()),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let got = self.all_to_all(send)?;
+        recv.clear();
+        Ok(got
+            .iter()
+            .map(|p| {
+                let start = recv.len();
+                recv.extend_from_slice(p);
+                start..recv.len()
+            })
+            .collect())
+    }
     /// Root's `buf` on every worker (MPI's bcast; lengths may differ before the call).
     fn broadcast(&mut self, root: usize, buf: &mut Vec<u8>) -> Result<()>;
     /// Elementwise sum over the workers, in place (MPI's allreduce with `MPI_SUM`). Every

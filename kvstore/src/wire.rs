@@ -1,6 +1,8 @@
 //! The bytes workers exchange: a small header describing each collective call (so a worker
 //! whose call disagrees is found before any data moves), and arrays as (row ids, rows).
 
+use std::ops::Range;
+
 use sparrow_core::{DType, Error, NDArray, Result, SType};
 
 /// Appends little-endian fields to a message.
@@ -23,19 +25,41 @@ impl Writer {
     /// A dense array's values, length-prefixed, in the layout of [`NDArray::to_le_bytes`]
     /// (written straight from the array for f32 and f64: no intermediate vector).
     pub(crate) fn values(&mut self, a: &NDArray) -> Result<&mut Self> {
-        let n = a.shape().iter().product::<usize>() * a.dtype().size_of();
-        self.u64(n as u64);
+        let n = a.shape().iter().product::<usize>();
+        self.values_range(a, 0..n)
+    }
+    /// The elements `elems` (in row-major order) of a dense array, as [`Writer::values`]
+    /// writes a whole one.
+    pub(crate) fn values_range(&mut self, a: &NDArray, elems: Range<usize>) -> Result<&mut Self> {
+        self.u64((elems.len() * a.dtype().size_of()) as u64);
+        self.raw_values(a, elems)
+    }
+    /// The elements `elems` of a dense array, without a length in front.
+    pub(crate) fn raw_values(&mut self, a: &NDArray, elems: Range<usize>) -> Result<&mut Self> {
+        let size = a.dtype().size_of();
         let start = self.0.len();
         let direct = match a.dtype() {
-            DType::F32 => a.with_slice::<f32, _>(|s| put_le(&mut self.0, s, f32::to_le_bytes)),
-            DType::F64 => a.with_slice::<f64, _>(|s| put_le(&mut self.0, s, f64::to_le_bytes)),
+            DType::F32 => a.with_slice::<f32, _>(|s| {
+                s.get(elems.clone())
+                    .map(|s| put_le(&mut self.0, s, f32::to_le_bytes))
+            }),
+            DType::F64 => a.with_slice::<f64, _>(|s| {
+                s.get(elems.clone())
+                    .map(|s| put_le(&mut self.0, s, f64::to_le_bytes))
+            }),
             _ => Err(Error::dtype("kvstore", "not a float array")),
         };
-        if direct.is_err() {
+        if !matches!(direct, Ok(Some(()))) {
             // Other dtypes, or values not readable in place.
             let b = a.to_le_bytes()?;
+            let bytes = b.get(elems.start * size..elems.end * size).ok_or_else(|| {
+                Error::index(
+                    "kvstore",
+                    format!("elements {elems:?} of an array of {} bytes", b.len()),
+                )
+            })?;
             self.0.truncate(start);
-            self.0.extend_from_slice(&b);
+            self.0.extend_from_slice(bytes);
         }
         Ok(self)
     }
@@ -44,7 +68,7 @@ impl Writer {
         put_le(&mut self.0, ids, i64::to_le_bytes);
         self
     }
-    /// A row_sparse array's (row ids, rows), in the layout of [`encode_rows`], written straight
+    /// A row_sparse array's (row ids, rows), in the layout [`decode_rows`] reads, written straight
     /// from the array.
     pub(crate) fn rsp(&mut self, a: &NDArray) -> Result<&mut Self> {
         let (ids, rows) = a.row_sparse_parts()?;
@@ -54,7 +78,7 @@ impl Writer {
 
 /// Append `vals` as little-endian bytes: the buffer grows once and each value is stored into
 /// its slot (a loop the compiler turns into wide copies), instead of one checked push per value.
-fn put_le<T: Copy, const N: usize>(out: &mut Vec<u8>, vals: &[T], le: fn(T) -> [u8; N]) {
+fn put_le<T: Copy, const N: usize>(out: &mut Vec<u8>, vals: &[T], le: impl Fn(T) -> [u8; N]) {
     let start = out.len();
     out.resize(start + vals.len() * N, 0);
     for (dst, &v) in out[start..].chunks_exact_mut(N).zip(vals) {
@@ -289,13 +313,14 @@ pub(crate) fn decode_value(
 }
 
 /// Row ids and their rows (a dense `[ids.len(), ...]` array) as bytes.
+#[cfg(test)]
 pub(crate) fn encode_rows(ids: &[i64], rows_le: &[u8]) -> Vec<u8> {
     let mut w = Writer::default();
     w.ids(ids).bytes(rows_le);
     w.0
 }
 
-/// What [`encode_rows`] wrote: the ids and the rows' bytes.
+/// A message of row ids and their rows (ids, then the rows' bytes, each length-prefixed).
 pub(crate) fn decode_rows(b: &[u8]) -> Result<(Vec<i64>, &[u8])> {
     let mut r = Reader::new(b);
     let ids = r.ids()?;

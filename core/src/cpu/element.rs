@@ -18,6 +18,8 @@ pub trait HostElement: Sized + Copy + Send + Sync + 'static {
     fn host_buffer(v: super::HostBuf<Self>) -> CpuStorage;
     /// Append the little-endian bytes of `self`.
     fn write_le(self, out: &mut Vec<u8>);
+    /// Write its little-endian bytes into `out` (exactly `size_of::<Self>()` bytes).
+    fn put_le(self, out: &mut [u8]);
     /// The value of `size_of::<Self>()` little-endian bytes.
     fn from_le_slice(b: &[u8]) -> Self;
 }

@@ -134,10 +134,19 @@ impl NDArray {
     /// layout of safetensors and NumPy's `<` dtypes.
     pub fn to_le_bytes(&self) -> Result<Vec<u8>> {
         let d = self.dense_data()?;
-        let mut out = Vec::with_capacity(d.buf.nbytes());
         let host = d.buf.to_host()?;
-        crate::with_buffer!(host.as_ref(), v => v.iter().for_each(|x| x.write_le(&mut out)));
-        Ok(out)
+        // One zeroed buffer, then every element into its slot: a loop the compiler turns into
+        // wide copies (a push per element checked capacity each time).
+        Ok(crate::with_buffer!(host.as_ref(), v => {
+            let mut out = vec![0u8; std::mem::size_of_val(&v[..])];
+            let size = out.len() / v.len().max(1);
+            if size > 0 {
+                out.chunks_exact_mut(size)
+                    .zip(v.iter())
+                    .for_each(|(dst, x)| x.put_le(dst));
+            }
+            out
+        }))
     }
 
     /// A dense array of `dtype` and `shape` from little-endian bytes (see
