@@ -170,7 +170,7 @@ impl ShardedFirst {
         if ids != cols {
             return Err("row_sparse_pull returned other rows than asked".into());
         }
-        let rows = rows.copy();
+        // The pulled rows' values (a handle of their own) are the leaf the gradient comes to.
         rows.attach_grad();
         let bias = self.bias.data()?;
         let loss = autograd::record(|| rest(&xc.dot(&rows)?.add(&bias)?.sigmoid()?))?;
