@@ -180,10 +180,7 @@ impl NDArray {
         let d = self.data();
         let deep = match d {
             ArrayData::Dense(mut dd) => {
-                dd.buf = dd
-                    .buf
-                    .gather(0..dd.buf.len())
-                    .unwrap_or_else(|e| panic!("copy: {e}"));
+                dd.buf = dd.buf.duplicate().unwrap_or_else(|e| panic!("copy: {e}"));
                 ArrayData::Dense(dd)
             }
             other => other,

@@ -82,6 +82,12 @@ pub(crate) trait BackendStorage:
     fn cast(&self, dtype: DType) -> Result<Self>;
     /// The elements at `positions`, in that order.
     fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Result<Self>;
+    /// Every element, in a new buffer on the same device (a deep copy). By default through
+    /// [`BackendStorage::gather`]; backends with a bulk copy override it (one indirect call per
+    /// element made `NDArray::copy` of a large array slow).
+    fn duplicate(&self) -> Result<Self> {
+        self.gather(&mut (0..self.len()))
+    }
     /// Element `i` as f64 (inspection and tests).
     fn get_f64(&self, i: usize) -> Result<f64>;
 }
@@ -107,6 +113,11 @@ impl BackendStorage for CpuStorage {
     }
     fn gather(&self, positions: &mut dyn Iterator<Item = usize>) -> Result<Self> {
         Ok(CpuStorage::gather(self, positions))
+    }
+    fn duplicate(&self) -> Result<Self> {
+        Ok(crate::with_buffer!(self, v => {
+            crate::cpu::HostElement::into_buffer(v.to_vec())
+        }))
     }
     fn get_f64(&self, i: usize) -> Result<f64> {
         Ok(CpuStorage::get_f64(self, i))
@@ -283,6 +294,10 @@ impl Storage {
     /// The elements at `positions`, in that order, on the same device.
     pub(crate) fn gather(&self, mut positions: impl Iterator<Item = usize>) -> Result<Storage> {
         on_backend!(self, b => Ok(Storage::from(BackendStorage::gather(b, &mut positions)?)))
+    }
+    /// Every element in a new buffer on the same device (a deep copy).
+    pub(crate) fn duplicate(&self) -> Result<Storage> {
+        on_backend!(self, b => Ok(Storage::from(BackendStorage::duplicate(b)?)))
     }
     /// Element `i` as f64.
     pub(crate) fn get_f64(&self, i: usize) -> Result<f64> {
