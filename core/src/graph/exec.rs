@@ -115,10 +115,26 @@ impl Executor {
     /// does (same checks, same values), writing into the planned buffers. Host arrays only:
     /// arrays on another device are an error naming it (run those through [`Graph::run`]).
     pub fn run(&mut self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
+        let mut outs = Vec::with_capacity(self.graph.outputs().len());
+        self.run_to(inputs, params, &mut outs)?;
+        Ok(outs)
+    }
+
+    /// [`Executor::run`] with the outputs written to `outs` (cleared first): a caller that
+    /// keeps `outs` across runs reuses its capacity (a training step's gradients).
+    pub fn run_to(
+        &mut self,
+        inputs: &[NDArray],
+        params: &[NDArray],
+        outs: &mut Vec<NDArray>,
+    ) -> Result<()> {
+        outs.clear();
         self.execute(inputs, params)?;
-        (0..self.graph.outputs().len())
-            .map(|k| self.output(k, inputs, params))
-            .collect()
+        for k in 0..self.graph.outputs().len() {
+            let o = self.output(k, inputs, params)?;
+            outs.push(o);
+        }
+        Ok(())
     }
 
     /// [`Executor::run`] returning the first output only (a block's forward): no list is
