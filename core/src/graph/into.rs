@@ -265,6 +265,13 @@ impl Form {
                 Some(Form::BiasActGradBias(*a))
             }
             Op::Grad(GradFn::ColumnSums) if ins[0].shape.len() == 2 => Some(Form::ColumnSums),
+            // The masks of the leaky_relu and clip backwards: the eager maps.
+            Op::Grad(GradFn::LeakyReluSlope(s)) if same_shape() => {
+                Some(Form::Map(Map::LeakyReluSlope(*s)))
+            }
+            Op::Grad(GradFn::InsideMask(lo, hi)) if same_shape() => {
+                Some(Form::Map(Map::InsideMask(*lo, *hi)))
+            }
             Op::Grad(GradFn::SigmoidBce)
                 if elems(ins[1]) == elems(ins[0]) && elems(ins[2]) == elems(ins[0]) =>
             {
