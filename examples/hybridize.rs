@@ -100,7 +100,7 @@ fn with_sites<R>(name: &str, f: impl FnOnce() -> R) -> R {
             None => counts.push((s, 1)),
         }
     }
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     println!("{name:9} allocation sites of one graph training step:");
     for (s, n) in counts {
         println!("  {n:4} x {s}");

@@ -167,7 +167,7 @@ impl PlannedOps for CpuStorage {
             o.fill(T::zero());
             for (gr, yr) in g.chunks_exact(units).zip(ys.chunks_exact(units)) {
                 for ((a, &gv), &yv) in o.iter_mut().zip(gr).zip(yr) {
-                    *a = *a + act_grad(act, gv, yv);
+                    *a += act_grad(act, gv, yv);
                 }
             }
         });
@@ -183,7 +183,7 @@ impl PlannedOps for CpuStorage {
             if units > 0 {
                 for row in g.chunks_exact(units) {
                     for (a, &v) in o.iter_mut().zip(row) {
-                        *a = *a + v;
+                        *a += v;
                     }
                 }
             }
