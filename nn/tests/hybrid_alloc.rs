@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use sparrow_core::{autograd, DType, Device, NDArray};
-use sparrow_nn::loss::SoftmaxCrossEntropyLoss;
+use sparrow_nn::loss::{L2Loss, Loss, SoftmaxCrossEntropyLoss};
 use sparrow_nn::{Block, Dense, HybridTrainStep, Initializer, Sequential};
 
 struct Counting;
@@ -61,27 +61,37 @@ fn allocations<R>(f: impl FnOnce() -> R) -> (R, usize) {
     (r, COUNT.with(Cell::get))
 }
 
-#[test]
-fn warm_graph_training_step_allocates_nothing() {
+/// Three graph steps of a small MLP against `loss`, then the allocations of a fourth.
+fn warm_step_allocations(loss: &dyn Loss, y: &NDArray) -> usize {
     let x = sparrow_core::testing::test_array(&[8, 12], -1.0, 1.0, 1)
         .astype(DType::F32)
         .unwrap();
-    let y = NDArray::from_vec((0..8).map(|i| (i % 5) as f32).collect(), &[8]).unwrap();
     let mut net = Sequential::new();
     net.add(Dense::new(16).activation("relu"))
         .add(Dense::new(16).activation("tanh"))
         .add(Dense::new(5));
     net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
     autograd::pause(|| net.forward(&x)).unwrap();
-    let loss = SoftmaxCrossEntropyLoss::new();
-    let mut step = HybridTrainStep::new(&net, &loss);
+    let mut step = HybridTrainStep::new(&net, loss);
     // The first step traces (eager); the next ones run the graph and fill its buffers.
     for _ in 0..3 {
-        step.step(&x, &y).unwrap();
+        step.step(&x, y).unwrap();
     }
     let ts = step.train_step().expect("a joint graph");
     assert!(ts.fallback_ops().is_empty(), "{:?}", ts.fallback_ops());
-    let (l, n) = allocations(|| step.step(&x, &y));
+    let (l, n) = allocations(|| step.step(&x, y));
     assert_eq!(l.unwrap().shape(), [8]);
-    assert_eq!(n, 0, "allocations in a warm graph training step");
+    n
+}
+
+#[test]
+fn warm_graph_training_step_allocates_nothing() {
+    let classes = NDArray::from_vec((0..8).map(|i| (i % 5) as f32).collect(), &[8]).unwrap();
+    let n = warm_step_allocations(&SoftmaxCrossEntropyLoss::new(), &classes);
+    assert_eq!(n, 0, "allocations in a warm softmax cross-entropy step");
+    let targets = sparrow_core::testing::test_array(&[8, 5], -1.0, 1.0, 2)
+        .astype(DType::F32)
+        .unwrap();
+    let n = warm_step_allocations(&L2Loss::new(), &targets);
+    assert_eq!(n, 0, "allocations in a warm L2 step");
 }

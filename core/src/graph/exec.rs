@@ -182,13 +182,17 @@ impl Executor {
         let values = graph.values();
         for (i, node) in graph.nodes().iter().enumerate() {
             let v = node.output;
-            let chain = self.chain_of[i].map(|k| &self.chains[k]);
-            if let Some(c) = chain {
-                if i != c.tail {
+            if let Some(k) = self.chain_of[i] {
+                let (head, tail) = (self.chains[k].head, self.chains[k].tail);
+                if i != tail {
                     continue; // computed with the chain's last node
                 }
-                let (head, maps) = (c.head, c.maps.clone());
-                self.run_chain(head, &maps, v, inputs, params)?;
+                // The maps are lent out for the call (not cloned: a warm run allocates
+                // nothing).
+                let maps = std::mem::take(&mut self.chains[k].maps);
+                let r = self.run_chain(head, &maps, v, inputs, params);
+                self.chains[k].maps = maps;
+                r?;
                 self.release(&graph, head..=i);
                 continue;
             }

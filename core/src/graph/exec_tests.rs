@@ -246,8 +246,8 @@ fn csr_products_write_into_their_buffers() {
     }
 }
 
-/// Broadcasting arithmetic, sums over trailing, leading and all axes, `broadcast_to`,
-/// `reshape`, and the label nodes of a loss, on arrays large enough for the parallel loops.
+/// Broadcasting arithmetic, sums and means over trailing, leading and all axes,
+/// `broadcast_to`, `reshape`, and the label nodes of a loss, on arrays large enough for the parallel loops.
 fn loss_and_backward_forms(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
     let col = x.sum(Some(&[1]), true)?; // (300, 128) -> (300, 1): trailing
     let row = x.sum(Some(&[0]), true)?; // -> (1, 128): leading
@@ -262,7 +262,11 @@ fn loss_and_backward_forms(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDAr
     let ones = p[1].sum(Some(&[1]), true)?; // (7, 1) over an axis of size 1: a reshape
     let labels = p[1].reshape(&[7])?.check_class_ids(5, 7)?;
     let hot = labels.one_hot(5, 1.0, 0.0, crate::DType::F32)?;
-    Ok(vec![a, b, c, all, ones, hot])
+    // Means: trailing (a per-sample loss), leading, and over an axis of size 1.
+    let m1 = a.mean(Some(&[1]), false)?;
+    let m2 = b.mean(Some(&[0]), true)?;
+    let m3 = p[1].mean(Some(&[1]), false)?;
+    Ok(vec![a, b, c, all, ones, hot, m1, m2, m3])
 }
 
 #[test]

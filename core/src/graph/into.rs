@@ -53,6 +53,14 @@ pub(crate) enum Form {
         /// Reduced axes, one bit each.
         mask: u32,
     },
+    /// The mean of input 0 over the axes set in the mask: the sum of [`Form::Sum`], then
+    /// scaled by `1 / count` in place (eager: `sum` then `mul_scalar`).
+    Mean {
+        /// Reduced axes, one bit each.
+        mask: u32,
+        /// `1 / count` of the reduced elements.
+        scale: f64,
+    },
     /// A copy of input 0 (a reshape, or a sum over axes of size 1, which eager runs as one).
     Copy,
     /// A fused activation backward of (saved, `g`) (`GradFn::Activation`).
@@ -251,6 +259,20 @@ impl Form {
                 })
             }
             Op::Sum { axes, .. } => sum_mask(axes, ins[0], elems(out)),
+            Op::Mean { axes, .. } => match sum_mask(axes, ins[0], elems(out))? {
+                Form::Sum { mask } => {
+                    let count: usize = (0..ins[0].shape.len())
+                        .filter(|k| mask & (1 << k) != 0)
+                        .map(|k| ins[0].shape[k])
+                        .product();
+                    Some(Form::Mean {
+                        mask,
+                        scale: 1.0 / count.max(1) as f64,
+                    })
+                }
+                // Reduced axes of size 1: eager's sum is a reshape and nothing is scaled.
+                f => Some(f),
+            },
             Op::Grad(GradFn::Activation(u)) if ins[0].shape == ins[1].shape => {
                 super::grad::activation_grad(*u).map(|(m, _)| Form::MapGrad(m))
             }
@@ -400,6 +422,13 @@ impl Form {
                     .filter(|k| mask & (1 << k) != 0)
                     .collect();
                 x.buf.sum_into(&x.shape, &axes, &mut out.buf)
+            }),
+            Form::Mean { mask, scale } => with_dense(args[0], |x| {
+                let axes: smallvec::SmallVec<[usize; 8]> = (0..x.shape.len())
+                    .filter(|k| mask & (1 << k) != 0)
+                    .collect();
+                x.buf.sum_into(&x.shape, &axes, &mut out.buf)?;
+                out.buf.map_in_place(Map::MulScalar(scale))
             }),
             Form::MapGrad(m) => with_dense(args[0], |s| {
                 with_dense(args[1], |g| g.buf.map_grad_into(&s.buf, m, &mut out.buf))
