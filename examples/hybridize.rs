@@ -19,10 +19,16 @@
 //! Eager and hybridized steps alternate in rounds (so drift hits both); each figure is the
 //! median over rounds of the per-step mean. Allocations and peaks come from a counting global
 //! allocator around the system one.
+//!
+//! With `SPARROW_ALLOC_SITES=1` in the environment, the measured graph training step of each
+//! model also names its allocation sites: each allocation's call stack (the frames of sparrow's
+//! own functions) is captured and the distinct stacks are printed with their counts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use sparrow::core::graph::{Executor, Graph, MemoryPlan};
@@ -41,6 +47,65 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 fn grow(n: usize) {
     let now = LIVE.fetch_add(n, Ordering::Relaxed) + n;
     PEAK.fetch_max(now, Ordering::Relaxed);
+    site();
+}
+
+/// Capture allocation sites (`SPARROW_ALLOC_SITES`) while set.
+static SITES_ON: AtomicBool = AtomicBool::new(false);
+/// The captured call stacks (sparrow frames only, innermost first).
+static SITES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// Set while this thread captures a stack (whose own allocations are not sites).
+    static CAPTURING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Record the call stack of the allocation being made, when capture is on.
+fn site() {
+    if !SITES_ON.load(Ordering::Relaxed) || CAPTURING.with(|c| c.replace(true)) {
+        return;
+    }
+    let bt = std::backtrace::Backtrace::force_capture().to_string();
+    // Frames of sparrow's functions (the allocator's own and the standard library's dropped),
+    // as `name` lines: the innermost few name the site.
+    let frames: Vec<&str> = bt
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.split_once(": ").map(|(_, f)| f))
+        .filter(|f| f.contains("sparrow") && !f.contains("hybridize::"))
+        .take(4)
+        .collect();
+    let key = if frames.is_empty() {
+        "(outside sparrow)".to_string()
+    } else {
+        frames.join("\n      <- ")
+    };
+    SITES.lock().map(|mut v| v.push(key)).ok();
+    CAPTURING.with(|c| c.set(false));
+}
+
+/// Run `f` with allocation sites captured (when `SPARROW_ALLOC_SITES` is set) and print them.
+fn with_sites<R>(name: &str, f: impl FnOnce() -> R) -> R {
+    if std::env::var_os("SPARROW_ALLOC_SITES").is_none() {
+        return f();
+    }
+    SITES_ON.store(true, Ordering::SeqCst);
+    let r = f();
+    SITES_ON.store(false, Ordering::SeqCst);
+    let sites = std::mem::take(&mut *SITES.lock().expect("not poisoned"));
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for s in sites {
+        match counts.iter_mut().find(|(k, _)| *k == s) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((s, 1)),
+        }
+    }
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+    println!("{name:9} allocation sites of one graph training step:");
+    for (s, n) in counts {
+        println!("  {n:4} x {s}");
+    }
+    r
 }
 
 // SAFETY: every call forwards to the system allocator with the same layout; the counters are
@@ -225,6 +290,12 @@ fn compare_graph_train(
             step.step(x, y)?;
             tg.step(batch)
         });
+        if t_g.len() == a.rounds {
+            with_sites(name, || -> Result<()> {
+                step.step(x, y)?;
+                tg.step(batch)
+            })?;
+        }
         r?;
         (al_g, pk_g) = (n, p);
     }

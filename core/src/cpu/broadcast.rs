@@ -42,42 +42,117 @@ where
     if n == 0 {
         return Vec::new();
     }
-    let sa = broadcast_strides(ash, out_shape);
-    let sb = broadcast_strides(bsh, out_shape);
+    if n >= super::elementwise::PAR_THRESHOLD {
+        return crate::cpu::elementwise::fill_parallel(n, |start, dst| {
+            fill_broadcast(a, ash, b, bsh, out_shape, start, dst, &f)
+        });
+    }
+    let mut out = Vec::with_capacity(n);
+    fill_broadcast(
+        a,
+        ash,
+        b,
+        bsh,
+        out_shape,
+        0,
+        &mut out.spare_capacity_mut()[..n],
+        &f,
+    );
+    // SAFETY: `fill_broadcast` wrote all n slots; capacity is n.
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// [`broadcast_apply`] written into `dst` (the output's length): the same values, no new
+/// buffer (the strides live on the stack up to 8 dimensions).
+pub(crate) fn broadcast_apply_to<A, B, D>(
+    a: &[A],
+    ash: &[usize],
+    b: &[B],
+    bsh: &[usize],
+    out_shape: &[usize],
+    dst: &mut [D],
+    f: impl Fn(A, B) -> D + Sync + Send,
+) where
+    A: Copy + Send + Sync,
+    B: Copy + Send + Sync,
+    D: Send + Copy,
+{
+    use super::elementwise::{fill_to, simd};
+    let n = dst.len();
+    if ash == bsh && a.len() == n {
+        return super::elementwise::zip_slices_to(a, b, dst, f);
+    }
+    if b.len() == 1 && a.len() == n {
+        let y = b[0];
+        return fill_to(dst, |s, o| {
+            simd::map_into(&a[s..s + o.len()], o, &|x| f(x, y))
+        });
+    }
+    if a.len() == 1 && b.len() == n {
+        let x = a[0];
+        return fill_to(dst, |s, o| {
+            simd::map_into(&b[s..s + o.len()], o, &|y| f(x, y))
+        });
+    }
+    if n == 0 {
+        return;
+    }
+    fill_to(dst, |start, o| {
+        fill_broadcast(a, ash, b, bsh, out_shape, start, o, &f)
+    })
+}
+
+/// Output elements `[start, start + dst.len())` of the broadcast `f(a, b)`, row piece by row
+/// piece; the offsets of a row start in `a` and `b` come from its outer multi-index, computed
+/// once per row piece.
+#[allow(clippy::too_many_arguments)]
+fn fill_broadcast<A: Copy, B: Copy, D>(
+    a: &[A],
+    ash: &[usize],
+    b: &[B],
+    bsh: &[usize],
+    out_shape: &[usize],
+    start: usize,
+    dst: &mut [std::mem::MaybeUninit<D>],
+    f: &impl Fn(A, B) -> D,
+) {
+    let sa = strides_on_stack(ash, out_shape);
+    let sb = strides_on_stack(bsh, out_shape);
     let nd = out_shape.len();
     let inner = out_shape[nd - 1];
     let (ia, ib) = (sa[nd - 1], sb[nd - 1]);
-    // Writes output elements [start, start + dst.len()) row piece by row piece; the offsets of a
-    // row start in a and b come from its outer multi-index, computed once per row piece.
-    let fill = |start: usize, dst: &mut [std::mem::MaybeUninit<D>]| {
-        let mut pos = start;
-        let mut k = 0;
-        while k < dst.len() {
-            let (row, j0) = (pos / inner, pos % inner);
-            let (mut oa, mut ob, mut rem) = (0, 0, row);
-            for d in (0..nd - 1).rev() {
-                let idx = rem % out_shape[d];
-                rem /= out_shape[d];
-                oa += idx * sa[d];
-                ob += idx * sb[d];
-            }
-            let len = (inner - j0).min(dst.len() - k);
-            for (j, o) in (j0..j0 + len).zip(&mut dst[k..k + len]) {
-                o.write(f(a[oa + j * ia], b[ob + j * ib]));
-            }
-            k += len;
-            pos += len;
+    let mut pos = start;
+    let mut k = 0;
+    while k < dst.len() {
+        let (row, j0) = (pos / inner, pos % inner);
+        let (mut oa, mut ob, mut rem) = (0, 0, row);
+        for d in (0..nd - 1).rev() {
+            let idx = rem % out_shape[d];
+            rem /= out_shape[d];
+            oa += idx * sa[d];
+            ob += idx * sb[d];
         }
-    };
-    if n >= super::elementwise::PAR_THRESHOLD {
-        crate::cpu::elementwise::fill_parallel(n, fill)
-    } else {
-        let mut out = Vec::with_capacity(n);
-        fill(0, &mut out.spare_capacity_mut()[..n]);
-        // SAFETY: `fill` wrote all n slots (the loop runs until k == n); capacity is n.
-        unsafe { out.set_len(n) };
-        out
+        let len = (inner - j0).min(dst.len() - k);
+        for (j, o) in (j0..j0 + len).zip(&mut dst[k..k + len]) {
+            o.write(f(a[oa + j * ia], b[ob + j * ib]));
+        }
+        k += len;
+        pos += len;
     }
+}
+
+/// [`broadcast_strides`] in a stack vector (no allocation up to 8 dimensions).
+fn strides_on_stack(shape: &[usize], out: &[usize]) -> smallvec::SmallVec<[usize; 8]> {
+    let n = out.len();
+    let mut strides = smallvec::SmallVec::from_elem(0, n);
+    let mut s = 1;
+    for i in (0..shape.len()).rev() {
+        let oi = i + n - shape.len();
+        strides[oi] = if shape[i] == 1 && out[oi] != 1 { 0 } else { s };
+        s *= shape[i];
+    }
+    strides
 }
 
 #[cfg(test)]

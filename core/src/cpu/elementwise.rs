@@ -47,6 +47,56 @@ pub(crate) fn map_slice_to<S: Copy + Send + Sync, D: Copy + Send>(
     }
 }
 
+/// `dst` viewed as slots to write (what the `fill` closures of [`fill_parallel`] take).
+pub(crate) fn as_slots<D: Copy>(dst: &mut [D]) -> &mut [std::mem::MaybeUninit<D>] {
+    // SAFETY: `MaybeUninit<D>` has `D`'s layout; writers only store initialized `D`s, and
+    // `D: Copy` has no drop to skip.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            dst.as_mut_ptr().cast::<std::mem::MaybeUninit<D>>(),
+            dst.len(),
+        )
+    }
+}
+
+/// Run `fill(start, part)` over all of `dst`: in parallel pieces above [`PAR_THRESHOLD`], as
+/// [`fill_parallel`] does for a new vector. For kernels whose every element is computed on its
+/// own (maps, zips, broadcasts), so the pieces do not change the values.
+pub(crate) fn fill_to<D: Copy + Send>(
+    dst: &mut [D],
+    fill: impl Fn(usize, &mut [std::mem::MaybeUninit<D>]) + Sync + Send,
+) {
+    use rayon::prelude::*;
+    let n = dst.len();
+    let out = as_slots(dst);
+    if n >= PAR_THRESHOLD {
+        let tasks = rayon::current_num_threads().max(1) * TASKS_PER_THREAD;
+        let chunk = n
+            .div_ceil(tasks)
+            .max(MIN_CHUNK_BYTES / std::mem::size_of::<D>().max(1))
+            .max(1);
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(c, part)| fill(c * chunk, part));
+    } else {
+        fill(0, out);
+    }
+}
+
+/// [`zip_slices`] written into `dst` (of the operands' length): the same per-element loop.
+pub(crate) fn zip_slices_to<A: Copy + Send + Sync, B: Copy + Send + Sync, D: Copy + Send>(
+    a: &[A],
+    b: &[B],
+    dst: &mut [D],
+    f: impl Fn(A, B) -> D + Sync + Send,
+) {
+    debug_assert!(a.len() == dst.len() && b.len() == dst.len());
+    fill_to(dst, |start, out| {
+        let end = start + out.len();
+        simd::zip_into(&a[start..end], &b[start..end], out, &f)
+    })
+}
+
 /// `dst[i] = f(dst[i])` in place, in parallel above [`PAR_THRESHOLD`] (as [`map_slice`]).
 pub(crate) fn map_in_place<T: Copy + Send>(dst: &mut [T], f: impl Fn(T) -> T + Sync + Send) {
     use rayon::prelude::*;
@@ -163,7 +213,7 @@ pub(crate) fn has_avx2_fma() -> bool {
 /// chosen at run time. The closures are inlined into each copy, so maps over branch-free
 /// kernels such as [`expf::exp_f32`] (sigmoid, tanh, their fused gradients) run 8 lanes wide
 /// on the machines that have it, without building the whole crate for a newer CPU.
-mod simd {
+pub(crate) mod simd {
     #[cfg(target_arch = "x86_64")]
     use super::has_avx2_fma;
     use crate::cpu::rows::prefetch_bytes;
@@ -206,7 +256,7 @@ mod simd {
     }
 
     /// `out[i] = f(src[i])` for every `i < out.len()` (`src` at least as long).
-    pub(super) fn map_into<S: Copy, D>(src: &[S], out: &mut [MaybeUninit<D>], f: &impl Fn(S) -> D) {
+    pub(crate) fn map_into<S: Copy, D>(src: &[S], out: &mut [MaybeUninit<D>], f: &impl Fn(S) -> D) {
         debug_assert!(src.len() >= out.len());
         #[cfg(target_arch = "x86_64")]
         if has_avx2_fma() {
@@ -217,7 +267,7 @@ mod simd {
     }
 
     /// `out[i] = f(a[i], b[i])` for every `i < out.len()` (`a`, `b` at least as long).
-    pub(super) fn zip_into<A: Copy, B: Copy, D>(
+    pub(crate) fn zip_into<A: Copy, B: Copy, D>(
         a: &[A],
         b: &[B],
         out: &mut [MaybeUninit<D>],

@@ -51,15 +51,13 @@ fn matmul_typed<T: GemmScalar>(a: &[T], b: &[T], mm: &MatMul) -> Vec<T> {
 }
 
 /// [`matmul_typed`] written into `out` (`m * n` elements): the same kernel choice, so the
-/// same bits. A tiny product is computed into its own vector and copied (its kernels build
-/// their output row by row; the copy is `m * n <= 32K` elements).
+/// same bits; a tiny product's kernels write straight into `out`.
 fn matmul_into_typed<T: GemmScalar>(a: &[T], b: &[T], mm: &MatMul, out: &mut [T]) {
     let (m, n, k) = (mm.m, mm.n, mm.k);
     let (a_rs, a_cs) = strides(mm.a_cols(), mm.ta);
     let (b_rs, b_cs) = strides(mm.b_cols(), mm.tb);
-    match super::tiny::product(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs) {
-        Some(t) => out.copy_from_slice(&t),
-        None => gemm_into(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, out),
+    if !super::tiny::product_to(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, out) {
+        gemm_into(m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, out)
     }
 }
 
@@ -237,7 +235,7 @@ fn column_sums_typed<T: Float>(g: &[T], units: usize) -> Vec<T> {
 
 /// The sigmoid binary cross-entropy of one logit `x` and label `z`.
 #[inline]
-fn bce_loss<T: Float>(x: T, z: T) -> T {
+pub(crate) fn bce_loss<T: Float>(x: T, z: T) -> T {
     // max(x, 0) - x z + log(1 + exp(-|x|)): finite for any |x|.
     let zero = T::zero();
     let relu = if x > zero { x } else { zero };

@@ -23,6 +23,7 @@ pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod map;
 pub(crate) mod mapped;
+mod planned;
 pub(crate) mod pool;
 pub(crate) mod radix;
 pub(crate) mod random;

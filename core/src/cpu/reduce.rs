@@ -20,6 +20,63 @@ use crate::float_dispatch;
 use crate::ops::axis::{reduced_shape, split3};
 use crate::storage::{ArgReduceOp, ReduceOp, ReduceOps, SoftmaxOp};
 
+/// [`fold_axes`] written into `out` (the kept elements), for the axis patterns whose order
+/// does not depend on the thread pool: everything on one thread (below [`PAR_THRESHOLD`]),
+/// trailing axes (one sequential fold per output) and leading axes (rows folded in order).
+/// Other patterns are an error (the planner gives them no planned form).
+pub(crate) fn fold_axes_to<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    axes: &[usize],
+    init: T,
+    f: impl Fn(T, T) -> T + Sync + Send,
+    out: &mut [T],
+) -> Result<()> {
+    let nd = shape.len();
+    let n = src.len();
+    let out_n = out.len();
+    if out_n == 1 && n < PAR_THRESHOLD {
+        out[0] = src.iter().fold(init, |a, &b| f(a, b));
+        return Ok(());
+    }
+    let trailing = axes
+        .iter()
+        .enumerate()
+        .all(|(i, &a)| a == nd - axes.len() + i);
+    if trailing && !axes.is_empty() && out_n > 1 {
+        let seg: usize = axes.iter().map(|&a| shape[a]).product();
+        if seg == 0 {
+            out.fill(init);
+            return Ok(());
+        }
+        let red = |c: &[T]| c.iter().fold(init, |a, &b| f(a, b));
+        if n >= PAR_THRESHOLD {
+            out.par_iter_mut()
+                .zip(src.par_chunks(seg))
+                .for_each(|(o, c)| *o = red(c));
+        } else {
+            for (o, c) in out.iter_mut().zip(src.chunks(seg)) {
+                *o = red(c);
+            }
+        }
+        return Ok(());
+    }
+    let leading = axes.iter().enumerate().all(|(i, &a)| a == i);
+    if leading && !axes.is_empty() && out_n > 1 {
+        out.fill(init);
+        for row in src.chunks_exact(out_n) {
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o = f(*o, x);
+            }
+        }
+        return Ok(());
+    }
+    Err(Error::arg(
+        "sum",
+        format!("no planned form sums axes {axes:?} of {shape:?}"),
+    ))
+}
+
 /// Generic fold over `axes`: returns the values in keepdims layout (row-major over the kept
 /// dims). `init` is the identity of `f`.
 pub(crate) fn fold_axes<T: Copy + Send + Sync>(

@@ -136,6 +136,76 @@ fn csr_dense_typed<T: Float>(
     })
 }
 
+/// [`csr_dense_typed`] written into `out` (`m * n` slots): the same kernels (the small f32
+/// loop nest, else the rows' gather-sums), so the same bits.
+fn csr_dense_typed_to<T: Float>(
+    m: usize,
+    n: usize,
+    ws: &[T],
+    ptr: &[i64],
+    idx: &[i64],
+    vals: &[T],
+    out: &mut [MaybeUninit<T>],
+) {
+    let work = idx.len() * n;
+    if work < PAR_WORK {
+        if let (Some(w32), Some(v32)) = (as_f32(ws), as_f32(vals)) {
+            // SAFETY: T is f32 (`as_f32` succeeded), so the cast only renames the element
+            // type of the same `m * n` slots.
+            let o = unsafe {
+                std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut MaybeUninit<f32>, out.len())
+            };
+            if csr_rows_f32(o, w32, n, ptr, idx, v32) {
+                return;
+            }
+        }
+    }
+    debug_assert_eq!(out.len(), m * n);
+    for_each_row(out, n, 8, work, |r, orow| {
+        let s = ptr[r] as usize;
+        gather_sum_row(
+            orow,
+            ws,
+            ptr[r + 1] as usize - s,
+            |q| (idx[s + q] as usize, vals[s + q]),
+            |q| idx.get(s + q + PREFETCH_AHEAD).map(|&j| j as usize),
+        );
+    });
+}
+
+impl CpuStorage {
+    /// `csr . dense` ([`SparseDotOps::csr_dense`], `self` the csr's values) written into
+    /// `out`, a buffer of `rows * n` elements: what a planned graph's forward `dot` of a csr
+    /// batch runs.
+    pub(crate) fn csr_dense_into(
+        &self,
+        x: Csr<'_>,
+        w: &Self,
+        n: usize,
+        out: &mut Self,
+    ) -> Result<()> {
+        const OP: &str = "dot";
+        let (nnz, ptr, idx) = parts(&x);
+        let m = x.shape[0];
+        let have = out.dtype();
+        float_dispatch!(self.dtype(), OP, T => {
+            let vals = values::<T>(OP, self, &x, nnz)?;
+            let ws = typed::<T>(OP, self, w)?;
+            let o = out
+                .writable::<T>(OP)?
+                .ok_or_else(|| Error::dtype_mismatch(OP, self.dtype(), have))?;
+            if o.len() != m * n || ws.len() != x.shape[1] * n {
+                return Err(Error::shape(
+                    OP,
+                    format!("csr {:?} . dense of {} into {} elements", x.shape, ws.len(), o.len()),
+                ));
+            }
+            csr_dense_typed_to(m, n, ws, ptr, idx, vals, crate::cpu::elementwise::as_slots(o))
+        });
+        Ok(())
+    }
+}
+
 /// Columns of `x` per panel of [`Panels`]: 8192 f32 (32 KB) of an output or input row stay
 /// in L1 while a panel's entries scatter into or gather from them.
 const PANEL_BYTES: usize = 32 << 10;

@@ -3,6 +3,8 @@
 //! a small-batch training step.
 
 #[cfg(target_arch = "x86_64")]
+use std::mem::MaybeUninit;
+
 use super::cast::{as_f32, as_f32_mut};
 use super::gather::gather_sum_row;
 use crate::dtype::Float;
@@ -37,17 +39,79 @@ pub(crate) fn product<T: Float>(
     }
     let (ars, acs) = (a_rs as usize, a_cs as usize);
     if b_cs == 1 && b_rs == n as isize {
-        Some(gather_rows(m, n, k, a, ars, acs, &b[..k * n]))
+        let mut out: Vec<T> = Vec::with_capacity(m * n);
+        gather_rows_to(
+            m,
+            n,
+            k,
+            a,
+            ars,
+            acs,
+            &b[..k * n],
+            &mut out.spare_capacity_mut()[..m * n],
+        );
+        // SAFETY: `gather_rows_to` wrote all m * n values; the capacity is m * n.
+        unsafe { out.set_len(m * n) };
+        Some(out)
     } else if a_cs == 1 && b_rs == 1 && b_cs >= 0 {
-        Some(row_dots(m, n, k, a, ars, b, b_cs as usize))
+        let mut out = vec![T::zero(); m * n];
+        row_dots_to(m, n, k, a, ars, b, b_cs as usize, &mut out);
+        Some(out)
     } else {
         None
     }
 }
 
+/// [`product`] written into `out` (`m * n` elements, every one overwritten): the same kernel
+/// choice and kernels, so the same bits, without a vector of its own (a planned graph's
+/// buffer). False, writing nothing, where `product` gives `None`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn product_to<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    a_rs: isize,
+    a_cs: isize,
+    b: &[T],
+    b_rs: isize,
+    b_cs: isize,
+    out: &mut [T],
+) -> bool {
+    if m.saturating_mul(n).saturating_mul(k) > TINY_MNK
+        || k == 0
+        || a_rs < 0
+        || a_cs < 0
+        || out.len() != m * n
+    {
+        return false;
+    }
+    let (ars, acs) = (a_rs as usize, a_cs as usize);
+    if b_cs == 1 && b_rs == n as isize {
+        gather_rows_to(
+            m,
+            n,
+            k,
+            a,
+            ars,
+            acs,
+            &b[..k * n],
+            super::elementwise::as_slots(out),
+        );
+        true
+    } else if a_cs == 1 && b_rs == 1 && b_cs >= 0 {
+        out.fill(T::zero());
+        row_dots_to(m, n, k, a, ars, b, b_cs as usize, out);
+        true
+    } else {
+        false
+    }
+}
+
 /// Row `i` of the output is the gather-sum `sum_p a[i, p] * b[p, :]` over the `k` rows of `b`
 /// (`k x n`, row-major), written once without a zero fill.
-fn gather_rows<T: Float>(
+#[allow(clippy::too_many_arguments)]
+fn gather_rows_to<T: Float>(
     m: usize,
     n: usize,
     k: usize,
@@ -55,33 +119,27 @@ fn gather_rows<T: Float>(
     ars: usize,
     acs: usize,
     b: &[T],
-) -> Vec<T> {
-    let mut out: Vec<T> = Vec::with_capacity(m * n);
+    out: &mut [MaybeUninit<T>],
+) {
+    debug_assert_eq!(out.len(), m * n);
     #[cfg(target_arch = "x86_64")]
     if let (Some(a32), Some(b32)) = (as_f32(a), as_f32(b)) {
         if n.is_multiple_of(8)
             && super::elementwise::has_avx2_fma()
             && fits(m, k, a.len(), ars, acs)
         {
-            let o = out.spare_capacity_mut().as_mut_ptr().cast::<f32>();
+            let o = out.as_mut_ptr().cast::<f32>();
             // SAFETY: AVX2 and FMA were detected; every index of `a` is below its length
-            // (`fits`), `b` holds k * n values (the caller's slice), and `o` has room for m * n.
+            // (`fits`), `b` holds k * n values (the caller's slice), `o` has room for m * n,
+            // and T is f32 (`as_f32` succeeded), so the cast only renames the element type.
             unsafe { gather_rows_f32_avx2(m, n, k, a32, ars, acs, b32, o) };
-            // SAFETY: the kernel wrote all m * n values; the capacity is m * n.
-            unsafe { out.set_len(m * n) };
-            return out;
+            return;
         }
     }
-    for (i, orow) in out.spare_capacity_mut()[..m * n]
-        .chunks_mut(n.max(1))
-        .enumerate()
-    {
+    for (i, orow) in out[..m * n].chunks_mut(n.max(1)).enumerate() {
         let arow = i * ars;
         gather_sum_row(orow, b, k, |p| (p, a[arow + p * acs]), |_| None);
     }
-    // SAFETY: `gather_sum_row` wrote each of the m rows of n whole; the capacity is m * n.
-    unsafe { out.set_len(m * n) };
-    out
 }
 
 /// Whether `a[i * ars + p * acs]` is inside `a` for every `i < m`, `p < k`.
@@ -138,7 +196,9 @@ unsafe fn gather_rows_f32_avx2(
 
 /// `out[i, j] = dot(a[i, :], b[j, :])` for row-major `a` (row stride `ars`) and `b` stored as
 /// `n` rows of `k` (row stride `bcs`).
-fn row_dots<T: Float>(
+/// Row dots into `out` (`m * n` zeros on entry: the AVX2 kernel adds into them).
+#[allow(clippy::too_many_arguments)]
+fn row_dots_to<T: Float>(
     m: usize,
     n: usize,
     k: usize,
@@ -146,13 +206,13 @@ fn row_dots<T: Float>(
     ars: usize,
     b: &[T],
     bcs: usize,
-) -> Vec<T> {
-    let mut out = vec![T::zero(); m * n];
+    out: &mut [T],
+) {
     #[cfg(target_arch = "x86_64")]
-    if let (Some(a), Some(b), Some(o)) = (as_f32(a), as_f32(b), as_f32_mut(&mut out)) {
+    if let (Some(a), Some(b), Some(o)) = (as_f32(a), as_f32(b), as_f32_mut(out)) {
         // f32 with AVX2: skinny.rs's register-tiled row dots, adding into the zeros.
         if super::skinny::rowdot_serial(m, n, k, a, ars, b, bcs, o) {
-            return out;
+            return;
         }
     }
     for (i, orow) in out.chunks_mut(n.max(1)).enumerate() {
@@ -161,7 +221,6 @@ fn row_dots<T: Float>(
             *o = dot(arow, &b[j * bcs..j * bcs + k]);
         }
     }
-    out
 }
 
 /// `sum_p x[p] * y[p]` over two slices of equal length (the portable path: f64, or no AVX2).

@@ -115,10 +115,26 @@ impl Executor {
     /// does (same checks, same values), writing into the planned buffers. Host arrays only:
     /// arrays on another device are an error naming it (run those through [`Graph::run`]).
     pub fn run(&mut self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
+        let mut outs = Vec::with_capacity(self.graph.outputs().len());
+        self.run_to(inputs, params, &mut outs)?;
+        Ok(outs)
+    }
+
+    /// [`Executor::run`] with the outputs written to `outs` (cleared first): a caller that
+    /// keeps `outs` across runs reuses its capacity (a training step's gradients).
+    pub fn run_to(
+        &mut self,
+        inputs: &[NDArray],
+        params: &[NDArray],
+        outs: &mut Vec<NDArray>,
+    ) -> Result<()> {
+        outs.clear();
         self.execute(inputs, params)?;
-        (0..self.graph.outputs().len())
-            .map(|k| self.output(k, inputs, params))
-            .collect()
+        for k in 0..self.graph.outputs().len() {
+            let o = self.output(k, inputs, params)?;
+            outs.push(o);
+        }
+        Ok(())
     }
 
     /// [`Executor::run`] returning the first output only (a block's forward): no list is
@@ -166,13 +182,17 @@ impl Executor {
         let values = graph.values();
         for (i, node) in graph.nodes().iter().enumerate() {
             let v = node.output;
-            let chain = self.chain_of[i].map(|k| &self.chains[k]);
-            if let Some(c) = chain {
-                if i != c.tail {
+            if let Some(k) = self.chain_of[i] {
+                let (head, tail) = (self.chains[k].head, self.chains[k].tail);
+                if i != tail {
                     continue; // computed with the chain's last node
                 }
-                let (head, maps) = (c.head, c.maps.clone());
-                self.run_chain(head, &maps, v, inputs, params)?;
+                // The maps are lent out for the call (not cloned: a warm run allocates
+                // nothing).
+                let maps = std::mem::take(&mut self.chains[k].maps);
+                let r = self.run_chain(head, &maps, v, inputs, params);
+                self.chains[k].maps = maps;
+                r?;
                 self.release(&graph, head..=i);
                 continue;
             }

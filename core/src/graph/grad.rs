@@ -15,7 +15,7 @@ use super::ir::{Graph, Node, ParamInfo, ValueInfo};
 use super::op::{act_name, AttrValue, Op, ScalarFn, UnaryFn};
 use crate::ops::fused::FusedAct;
 use crate::ops::BinaryOp;
-use crate::storage::MapGrad;
+use crate::storage::{Map, MapGrad};
 use crate::{ArrayData, Error, NDArray, Result, SType};
 
 const OP: &str = "graph backward";
@@ -43,11 +43,24 @@ pub enum GradFn {
     /// The fused backward of an activation map (inputs: the saved array, then `g`): from the
     /// output for `sigmoid` and `tanh`, from the input for `relu` and `softrelu`.
     Activation(UnaryFn),
+    /// The slope of `leaky_relu(x, s)` at each `x` (1 where positive, else `s`; input `x`):
+    /// the eager backward's `LeakyReluSlope` map, multiplied into `g` by a `mul` node.
+    LeakyReluSlope(f64),
+    /// 1 where `lo <= x <= hi`, else 0 (input `x`): the eager backward's mask of `clip`.
+    InsideMask(f64, f64),
+    /// The row_sparse gradient of an embedding table of `(vocab, dim)` (inputs: the ids, `g`):
+    /// the rows of `g` summed per id, as the eager backward does.
+    Embedding {
+        /// Rows of the table.
+        vocab: usize,
+        /// Columns of the table.
+        dim: usize,
+    },
 }
 
 /// The fused backward kernel of an activation, and whether it reads the output (else the
 /// input).
-fn activation_grad(u: UnaryFn) -> Option<(MapGrad, bool)> {
+pub(crate) fn activation_grad(u: UnaryFn) -> Option<(MapGrad, bool)> {
     match u {
         UnaryFn::Sigmoid => Some((MapGrad::SigmoidFromOutput, true)),
         UnaryFn::Tanh => Some((MapGrad::TanhFromOutput, true)),
@@ -61,7 +74,7 @@ impl GradFn {
     /// Number of inputs.
     pub fn arity(&self) -> usize {
         match self {
-            GradFn::ColumnSums => 1,
+            GradFn::ColumnSums | GradFn::LeakyReluSlope(_) | GradFn::InsideMask(..) => 1,
             GradFn::SigmoidBce => 3,
             _ => 2,
         }
@@ -77,6 +90,9 @@ impl GradFn {
             GradFn::CsrDenseTWeight => "dot_csr_dense_t_grad_weight",
             GradFn::SigmoidBce => "sigmoid_bce_logits_grad",
             GradFn::Activation(_) => "activation_grad",
+            GradFn::LeakyReluSlope(_) => "leaky_relu_slope",
+            GradFn::InsideMask(..) => "inside_mask",
+            GradFn::Embedding { .. } => "embedding_grad",
         }
     }
 
@@ -87,6 +103,15 @@ impl GradFn {
                 vec![("act", AttrValue::Str(act_name(Some(*a)).into()))]
             }
             GradFn::Activation(u) => vec![("act", AttrValue::Str(u.name().into()))],
+            GradFn::LeakyReluSlope(s) => vec![("slope", AttrValue::Float(*s))],
+            GradFn::InsideMask(lo, hi) => vec![
+                ("a_min", AttrValue::Float(*lo)),
+                ("a_max", AttrValue::Float(*hi)),
+            ],
+            GradFn::Embedding { vocab, dim } => vec![
+                ("vocab", AttrValue::Int(*vocab as i64)),
+                ("dim", AttrValue::Int(*dim as i64)),
+            ],
             _ => vec![],
         }
     }
@@ -94,6 +119,11 @@ impl GradFn {
     /// Compute the step on `x` (as many arrays as [`GradFn::arity`]).
     pub fn apply(&self, x: &[NDArray]) -> Result<NDArray> {
         match *self {
+            GradFn::LeakyReluSlope(s) => x[0].map_raw(Map::LeakyReluSlope(s)),
+            GradFn::InsideMask(lo, hi) => x[0].map_raw(Map::InsideMask(lo, hi)),
+            GradFn::Embedding { vocab, dim } => {
+                crate::sparse::embedding_grad(&x[0], &x[1], [vocab, dim])
+            }
             GradFn::Activation(u) => {
                 let (op, _) = activation_grad(u).ok_or_else(|| {
                     Error::arg(OP, format!("'{}' has no fused backward", u.name()))
@@ -245,6 +275,34 @@ impl Builder {
         Ok(())
     }
 
+    /// `g` summed to `shape` as `ops::sum_to_shape` does: over the broadcast axes with
+    /// `keepdims`, then reshaped (no nodes when `g` has the shape already).
+    fn sum_to_shape(&mut self, g: usize, shape: &[usize]) -> usize {
+        let gs = self.values[g].shape.clone();
+        if gs == shape {
+            return g;
+        }
+        let axes: Vec<i64> = crate::ops::broadcast::reduced_axes(shape, &gs)
+            .into_iter()
+            .map(|a| a as i64)
+            .collect();
+        let keep: Vec<usize> = gs
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if axes.contains(&(i as i64)) { 1 } else { d })
+            .collect();
+        let info = dense_info(&keep, &self.values[g]);
+        let s = self.push(
+            Op::Sum {
+                axes: Some(axes),
+                keepdims: true,
+            },
+            vec![g],
+            info,
+        );
+        self.reshape(s, shape)
+    }
+
     /// `g` reshaped to `shape` (no node when it already has it).
     fn reshape(&mut self, g: usize, shape: &[usize]) -> usize {
         if self.values[g].shape == shape {
@@ -268,7 +326,9 @@ fn dense_info(shape: &[usize], like: &ValueInfo) -> ValueInfo {
 fn stops_gradient(op: &Op) -> bool {
     matches!(
         op,
-        Op::Detach
+        // `astype` records no backward eagerly (a cast cuts the tape), so none here either.
+        Op::Astype(_)
+            | Op::Detach
             | Op::OneHot { .. }
             | Op::CheckClassIds { .. }
             | Op::Compare(_)
@@ -477,10 +537,12 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                 );
                 b.add_grad(ins[0], gx)?;
             }
-            Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)) => {
+            Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul))
+                if info(0).shape == info(1).shape =>
+            {
                 let (a, c) = (info(0), info(1));
-                if a.shape != c.shape || a.stype != SType::Dense || c.stype != SType::Dense {
-                    return refuse("broadcasting or sparse operands");
+                if a.stype != SType::Dense || c.stype != SType::Dense {
+                    return refuse("sparse operands");
                 }
                 for k in 0..2 {
                     if !needs(k) {
@@ -527,7 +589,7 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                 let gx = b.push(Op::Grad(GradFn::Activation(*u)), vec![saved, g], gi);
                 b.add_grad(ins[0], gx)?;
             }
-            Op::Scalar(f, s) => {
+            Op::Scalar(f, s) if *f != ScalarFn::LeakyRelu => {
                 let gi = b.dense_like(ins[0]);
                 let gx = match f {
                     ScalarFn::Add | ScalarFn::Sub => g,
@@ -575,6 +637,189 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                     )
                 };
                 b.add_grad(ins[0], gx)?;
+            }
+            Op::Binary(op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)) => {
+                // As the eager backward (`ops::arith::binary`): each operand's gradient, then
+                // summed to its shape where it was broadcast (`sum_to_shape`).
+                let (a, c) = (info(0), info(1));
+                if a.stype != SType::Dense || c.stype != SType::Dense {
+                    return refuse("sparse operands");
+                }
+                let out = fwd.values()[node.output].clone();
+                let full = || dense_info(&out.shape, &out);
+                for k in 0..2 {
+                    if !needs(k) {
+                        continue;
+                    }
+                    let gk = match (op, k) {
+                        (BinaryOp::Add, _) | (BinaryOp::Sub, 0) => g,
+                        (BinaryOp::Sub, _) => {
+                            let i = full();
+                            b.push(Op::Unary(UnaryFn::Neg), vec![g], i)
+                        }
+                        (BinaryOp::Mul, _) => {
+                            let i = full();
+                            b.push(Op::Binary(BinaryOp::Mul), vec![g, ins[1 - k]], i)
+                        }
+                        (BinaryOp::Div, 0) => {
+                            let i = full();
+                            b.push(Op::Binary(BinaryOp::Div), vec![g, ins[1]], i)
+                        }
+                        _ => {
+                            // d(a/b)/db = -(g a) / (b b)
+                            let i = full();
+                            let ga = b.push(Op::Binary(BinaryOp::Mul), vec![g, ins[0]], i);
+                            let bb = b.push(
+                                Op::Binary(BinaryOp::Mul),
+                                vec![ins[1], ins[1]],
+                                dense_info(&c.shape, &c),
+                            );
+                            let i = full();
+                            let q = b.push(Op::Binary(BinaryOp::Div), vec![ga, bb], i);
+                            let i = full();
+                            b.push(Op::Unary(UnaryFn::Neg), vec![q], i)
+                        }
+                    };
+                    let gk = b.sum_to_shape(gk, &info(k).shape);
+                    b.add_grad(ins[k], gk)?;
+                }
+            }
+            Op::Where => {
+                // As the eager backward: m = (cond != 0) broadcast to the output, as g's dtype;
+                // x gets g m and y gets g (1 - m), each summed to its shape.
+                let (cv, out) = (info(0), fwd.values()[node.output].clone());
+                if [0, 1, 2].iter().any(|&k| info(k).stype != SType::Dense) {
+                    return refuse("sparse operands");
+                }
+                let ne = b.push(
+                    Op::CompareScalar(super::op::CmpFn::Ne, 0.0),
+                    vec![ins[0]],
+                    dense_info(&cv.shape, &cv),
+                );
+                let nb = if cv.shape == out.shape {
+                    ne
+                } else {
+                    b.push(
+                        Op::BroadcastTo(out.shape.clone()),
+                        vec![ne],
+                        dense_info(&out.shape, &cv),
+                    )
+                };
+                let m = if cv.dtype == out.dtype {
+                    nb
+                } else {
+                    b.push(
+                        Op::Astype(out.dtype),
+                        vec![nb],
+                        dense_info(&out.shape, &out),
+                    )
+                };
+                for k in [1, 2] {
+                    if !needs(k) {
+                        continue;
+                    }
+                    let mk = if k == 1 {
+                        m
+                    } else {
+                        let i = dense_info(&out.shape, &out);
+                        b.push(Op::Scalar(ScalarFn::RSub, 1.0), vec![m], i)
+                    };
+                    let i = dense_info(&out.shape, &out);
+                    let gk = b.push(Op::Binary(BinaryOp::Mul), vec![g, mk], i);
+                    let gk = b.sum_to_shape(gk, &info(k).shape);
+                    b.add_grad(ins[k], gk)?;
+                }
+            }
+            Op::Unary(u @ (UnaryFn::Exp | UnaryFn::Log | UnaryFn::Sqrt)) => {
+                // As the eager backwards: g y, g / x, g / (2 y).
+                if info(0).stype != SType::Dense {
+                    return refuse("a sparse operand");
+                }
+                let gi = b.dense_like(ins[0]);
+                let gx = match u {
+                    UnaryFn::Exp => b.push(Op::Binary(BinaryOp::Mul), vec![g, node.output], gi),
+                    UnaryFn::Log => b.push(Op::Binary(BinaryOp::Div), vec![g, ins[0]], gi),
+                    _ => {
+                        let y2 = b.push(Op::Scalar(ScalarFn::Mul, 2.0), vec![node.output], gi);
+                        let gi = b.dense_like(ins[0]);
+                        b.push(Op::Binary(BinaryOp::Div), vec![g, y2], gi)
+                    }
+                };
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Scalar(ScalarFn::LeakyRelu, s) | Op::Clip(s, _) => {
+                // As the eager backwards: g times the slope (leaky_relu) or the inside mask
+                // (clip) of x.
+                if info(0).stype != SType::Dense {
+                    return refuse("a sparse operand");
+                }
+                let f = match node.op {
+                    Op::Clip(lo, hi) => GradFn::InsideMask(lo, hi),
+                    _ => GradFn::LeakyReluSlope(*s),
+                };
+                let gi = b.dense_like(ins[0]);
+                let d = b.push(Op::Grad(f), vec![ins[0]], gi);
+                let gi = b.dense_like(ins[0]);
+                let gx = b.push(Op::Binary(BinaryOp::Mul), vec![g, d], gi);
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Softmax(axis) => {
+                // As the eager backward: y (g - sum(g y, axis, keepdims)).
+                let x = info(0);
+                if x.stype != SType::Dense {
+                    return refuse("a sparse operand");
+                }
+                let keep =
+                    reduced_keep_shape(&x.shape, &Some(vec![*axis])).map_err(|e| e.to_string())?;
+                let y = node.output;
+                let gy = b.push(
+                    Op::Binary(BinaryOp::Mul),
+                    vec![g, y],
+                    dense_info(&x.shape, &x),
+                );
+                let s = b.push(
+                    Op::Sum {
+                        axes: Some(vec![*axis]),
+                        keepdims: true,
+                    },
+                    vec![gy],
+                    dense_info(&keep, &x),
+                );
+                let d = b.push(
+                    Op::Binary(BinaryOp::Sub),
+                    vec![g, s],
+                    dense_info(&x.shape, &x),
+                );
+                let gx = b.push(
+                    Op::Binary(BinaryOp::Mul),
+                    vec![y, d],
+                    dense_info(&x.shape, &x),
+                );
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Embedding => {
+                let t = info(0);
+                if needs(1) {
+                    return refuse("ids that need a gradient");
+                }
+                if t.stype != SType::Dense || t.shape.len() != 2 {
+                    return refuse("a table that is not a dense matrix");
+                }
+                let (vocab, dim) = (t.shape[0], t.shape[1]);
+                // Stored rows: at most one per id.
+                let ids: usize = info(1).shape.iter().product();
+                let esize = t.dtype.size_of();
+                let gi = ValueInfo {
+                    stype: SType::RowSparse,
+                    bytes: ids.min(vocab) * (dim * esize + 8),
+                    ..t.clone()
+                };
+                let gw = b.push(
+                    Op::Grad(GradFn::Embedding { vocab, dim }),
+                    vec![ins[1], g],
+                    gi,
+                );
+                b.add_grad(ins[0], gw)?;
             }
             _ => return refuse("no rule for it yet"),
         }

@@ -7,11 +7,13 @@
 //! a form run the eager operator (which allocates its output); [`Form::of`] returning `None`
 //! is that fallback. The kernels are the storage families' `_into` / `_in_place` methods.
 
+use super::grad::GradFn;
 use super::ir::ValueInfo;
 use super::op::{Op, ScalarFn, UnaryFn};
 use crate::ops::axis::{norm_axis, split3};
 use crate::ops::fused::FusedAct;
-use crate::storage::{Map, SoftmaxOp};
+use crate::ops::BinaryOp;
+use crate::storage::{Map, MapGrad, SoftmaxOp};
 use crate::{ArrayData, DenseData, Error, NDArray, Result, SType};
 
 const OP: &str = "graph executor";
@@ -32,6 +34,8 @@ pub(crate) enum Form {
     },
     /// `x . w^T` of a csr `x` and a dense `(units, feats)` weight (a Dense layer on csr).
     DotCsrDenseT,
+    /// `x . w` of a csr `x` and a dense `(feats, units)` weight.
+    DotCsrDense,
     /// The dense 2-D product `op(a) . op(b)`.
     Dot {
         /// Transpose the left operand.
@@ -39,6 +43,91 @@ pub(crate) enum Form {
         /// Transpose the right operand.
         tb: bool,
     },
+    /// Broadcasting arithmetic of inputs 0 and 1.
+    Zip(BinaryOp),
+    /// `broadcast_to` of input 0 to the output's shape.
+    Broadcast,
+    /// The sum of input 0 over the axes set in the mask (bit `k`: axis `k`), in one of the
+    /// axis patterns whose eager order is fixed (see `PlannedOps::sum_into`).
+    Sum {
+        /// Reduced axes, one bit each.
+        mask: u32,
+    },
+    /// The mean of input 0 over the axes set in the mask: the sum of [`Form::Sum`], then
+    /// scaled by `1 / count` in place (eager: `sum` then `mul_scalar`).
+    Mean {
+        /// Reduced axes, one bit each.
+        mask: u32,
+        /// `1 / count` of the reduced elements.
+        scale: f64,
+    },
+    /// A copy of input 0 (a reshape, or a sum over axes of size 1, which eager runs as one).
+    Copy,
+    /// A fused activation backward of (saved, `g`) (`GradFn::Activation`).
+    MapGrad(MapGrad),
+    /// The input gradient of `bias_act` from (`y`, `g`).
+    BiasActGradInput(FusedAct),
+    /// The bias gradient of `bias_act` from (`y`, `g`).
+    BiasActGradBias(FusedAct),
+    /// Column sums of `g` (the bias gradient of `bias_act` without activation).
+    ColumnSums,
+    /// The fused sigmoid BCE of logits and labels (inputs 0, 1; the output may have another
+    /// shape of the same size).
+    SigmoidBce,
+    /// The logits' gradient of the sigmoid BCE from (`x`, `z`, `g`).
+    SigmoidBceGrad,
+    /// `check_class_ids` of float labels: validated, then copied.
+    CheckClassIds {
+        /// Number of classes.
+        classes: usize,
+    },
+    /// `one_hot` of float ids into their own dtype.
+    OneHot {
+        /// Number of classes.
+        depth: usize,
+        /// Value at the id.
+        on: f64,
+        /// Value elsewhere.
+        off: f64,
+    },
+}
+
+/// The mask of a sum's reduced axes over a `rank`-D input when the planned kernel sums them
+/// in eager's order, else `None`: everything below the CPU's parallel threshold (eager folds
+/// that on one thread), trailing axes, or leading axes. Axes of size 1 only: eager reshapes.
+fn sum_mask(axes: &Option<Vec<i64>>, x: &ValueInfo, out_elems: usize) -> Option<Form> {
+    let rank = x.shape.len();
+    if rank == 0 || rank > 32 {
+        return None;
+    }
+    let mut mask = 0u32;
+    match axes {
+        None => {
+            mask = if rank == 32 {
+                u32::MAX
+            } else {
+                (1u32 << rank) - 1
+            }
+        }
+        Some(ax) => {
+            for &a in ax {
+                mask |= 1 << norm_axis("sum", a, rank).ok()?;
+            }
+        }
+    }
+    let reduced: Vec<usize> = (0..rank).filter(|k| mask & (1 << k) != 0).collect();
+    if reduced.iter().all(|&k| x.shape[k] == 1) {
+        return Some(Form::Copy);
+    }
+    let n: usize = x.shape.iter().product();
+    let trailing = reduced
+        .iter()
+        .enumerate()
+        .all(|(i, &a)| a == rank - reduced.len() + i);
+    let leading = reduced.iter().enumerate().all(|(i, &a)| a == i);
+    let ok = (out_elems == 1 && n < crate::cpu::elementwise::PAR_THRESHOLD)
+        || (out_elems > 1 && (trailing || leading));
+    ok.then_some(Form::Sum { mask })
 }
 
 /// The kernel enum of a unary node, as the eager operator names it.
@@ -92,6 +181,24 @@ impl Form {
                 && out.shape[..] == [x.shape[0], w.shape[0]];
             return fits.then_some(Form::DotCsrDenseT);
         }
+        if let Op::Dot {
+            ta: false,
+            tb: false,
+        } = op
+        {
+            let (x, w) = (ins[0], ins[1]);
+            if x.stype == SType::Csr {
+                let fits = dense_float(w)
+                    && dense_float(out)
+                    && x.dtype == w.dtype
+                    && w.dtype == out.dtype
+                    && x.shape.len() == 2
+                    && w.shape.len() == 2
+                    && w.shape[0] == x.shape[1]
+                    && out.shape[..] == [x.shape[0], w.shape[1]];
+                return fits.then_some(Form::DotCsrDense);
+            }
+        }
         if !dense_float(out) || !ins.iter().all(|v| dense_float(v) && v.dtype == out.dtype) {
             return None;
         }
@@ -119,6 +226,78 @@ impl Form {
             }),
             Op::Dot { ta, tb } if ins[0].shape.len() == 2 && ins[1].shape.len() == 2 => {
                 Some(Form::Dot { ta: *ta, tb: *tb })
+            }
+            Op::Binary(b)
+                if crate::ops::broadcast_shapes("graph", &ins[0].shape, &ins[1].shape)
+                    .is_ok_and(|s| s == out.shape) =>
+            {
+                Some(Form::Zip(*b))
+            }
+            Op::BroadcastTo(to) if *to == out.shape && ins[0].shape.len() <= to.len() => {
+                Some(Form::Broadcast)
+            }
+            Op::Reshape(_) => Some(Form::Copy),
+            // The operands the fused kernel takes (eager falls back to a formula otherwise).
+            Op::SigmoidBce if ins[1].shape == ins[0].shape && same_shape() => {
+                Some(Form::SigmoidBce)
+            }
+            Op::SigmoidBceTo(to)
+                if elems(ins[1]) == elems(ins[0])
+                    && to.iter().product::<usize>() == elems(ins[0])
+                    && *to == out.shape =>
+            {
+                Some(Form::SigmoidBce)
+            }
+            Op::CheckClassIds { classes, count } if elems(ins[0]) == *count && same_shape() => {
+                Some(Form::CheckClassIds { classes: *classes })
+            }
+            Op::OneHot { depth, on, off, .. } if elems(out) == elems(ins[0]) * depth => {
+                Some(Form::OneHot {
+                    depth: *depth,
+                    on: *on,
+                    off: *off,
+                })
+            }
+            Op::Sum { axes, .. } => sum_mask(axes, ins[0], elems(out)),
+            Op::Mean { axes, .. } => match sum_mask(axes, ins[0], elems(out))? {
+                Form::Sum { mask } => {
+                    let count: usize = (0..ins[0].shape.len())
+                        .filter(|k| mask & (1 << k) != 0)
+                        .map(|k| ins[0].shape[k])
+                        .product();
+                    Some(Form::Mean {
+                        mask,
+                        scale: 1.0 / count.max(1) as f64,
+                    })
+                }
+                // Reduced axes of size 1: eager's sum is a reshape and nothing is scaled.
+                f => Some(f),
+            },
+            Op::Grad(GradFn::Activation(u)) if ins[0].shape == ins[1].shape => {
+                super::grad::activation_grad(*u).map(|(m, _)| Form::MapGrad(m))
+            }
+            Op::Grad(GradFn::BiasActInput(a))
+                if ins[0].shape.len() == 2 && ins[1].shape == ins[0].shape =>
+            {
+                Some(Form::BiasActGradInput(*a))
+            }
+            Op::Grad(GradFn::BiasActBias(a))
+                if ins[0].shape.len() == 2 && ins[1].shape == ins[0].shape =>
+            {
+                Some(Form::BiasActGradBias(*a))
+            }
+            Op::Grad(GradFn::ColumnSums) if ins[0].shape.len() == 2 => Some(Form::ColumnSums),
+            // The masks of the leaky_relu and clip backwards: the eager maps.
+            Op::Grad(GradFn::LeakyReluSlope(s)) if same_shape() => {
+                Some(Form::Map(Map::LeakyReluSlope(*s)))
+            }
+            Op::Grad(GradFn::InsideMask(lo, hi)) if same_shape() => {
+                Some(Form::Map(Map::InsideMask(*lo, *hi)))
+            }
+            Op::Grad(GradFn::SigmoidBce)
+                if elems(ins[1]) == elems(ins[0]) && elems(ins[2]) == elems(ins[0]) =>
+            {
+                Some(Form::SigmoidBceGrad)
             }
             _ => None,
         }
@@ -165,6 +344,29 @@ impl Form {
                     )
                 })
             }
+            Form::DotCsrDense => {
+                let xg = args[0].read();
+                let ArrayData::Csr(c) = &*xg else {
+                    return Err(Error::arg(OP, "a csr product reads a csr value"));
+                };
+                with_dense(args[1], |w| {
+                    let n = w.shape[1];
+                    if w.shape.len() != 2
+                        || w.shape[0] != c.shape[1]
+                        || out.shape[..] != [c.shape[0], n]
+                    {
+                        return Err(Error::shape(
+                            OP,
+                            format!(
+                                "dot of {:?} and {:?} into {:?}",
+                                c.shape, w.shape, out.shape
+                            ),
+                        ));
+                    }
+                    c.data
+                        .csr_dense_into(&crate::sparse::csr_index(c), &w.buf, n, &mut out.buf)
+                })
+            }
             Form::Softmax { op, axis } => with_dense(args[0], |x| {
                 same_len(x, out)?;
                 let ax = norm_axis(op.name(), axis, x.shape.len())?;
@@ -197,6 +399,71 @@ impl Form {
                     with_dense(args[0], |a| with_dense(args[1], |b| dot(a, b, out)))
                 }
             }
+            Form::Zip(op) => {
+                let zip = |a: &DenseData, b: &DenseData, out: &mut DenseData| {
+                    a.buf
+                        .zip_into(&a.shape, &b.buf, &b.shape, &out.shape, op, &mut out.buf)
+                };
+                if args[0].same_array(args[1]) {
+                    with_dense(args[0], |a| zip(a, a, out))
+                } else {
+                    with_dense(args[0], |a| with_dense(args[1], |b| zip(a, b, out)))
+                }
+            }
+            Form::Broadcast => with_dense(args[0], |x| {
+                x.buf.broadcast_into(&x.shape, &out.shape, &mut out.buf)
+            }),
+            Form::Copy => with_dense(args[0], |x| {
+                same_len(x, out)?;
+                x.buf.copy_into(&mut out.buf)
+            }),
+            Form::Sum { mask } => with_dense(args[0], |x| {
+                let axes: smallvec::SmallVec<[usize; 8]> = (0..x.shape.len())
+                    .filter(|k| mask & (1 << k) != 0)
+                    .collect();
+                x.buf.sum_into(&x.shape, &axes, &mut out.buf)
+            }),
+            Form::Mean { mask, scale } => with_dense(args[0], |x| {
+                let axes: smallvec::SmallVec<[usize; 8]> = (0..x.shape.len())
+                    .filter(|k| mask & (1 << k) != 0)
+                    .collect();
+                x.buf.sum_into(&x.shape, &axes, &mut out.buf)?;
+                out.buf.map_in_place(Map::MulScalar(scale))
+            }),
+            Form::MapGrad(m) => with_dense(args[0], |s| {
+                with_dense(args[1], |g| g.buf.map_grad_into(&s.buf, m, &mut out.buf))
+            }),
+            Form::BiasActGradInput(act) => with_dense(args[0], |y| {
+                with_dense(args[1], |g| {
+                    g.buf.bias_act_grad_input_into(&y.buf, act, &mut out.buf)
+                })
+            }),
+            Form::BiasActGradBias(act) => with_dense(args[0], |y| {
+                with_dense(args[1], |g| {
+                    let units = y.shape[1];
+                    g.buf
+                        .bias_act_grad_bias_into(&y.buf, units, act, &mut out.buf)
+                })
+            }),
+            Form::ColumnSums => with_dense(args[0], |g| {
+                g.buf.column_sums_into(g.shape[1], &mut out.buf)
+            }),
+            Form::CheckClassIds { classes } => with_dense(args[0], |x| {
+                x.buf.check_class_ids_into(classes, &mut out.buf)
+            }),
+            Form::OneHot { depth, on, off } => with_dense(args[0], |x| {
+                x.buf.one_hot_into(depth, on, off, &mut out.buf)
+            }),
+            Form::SigmoidBce => with_dense(args[0], |x| {
+                with_dense(args[1], |z| x.buf.sigmoid_bce_into(&z.buf, &mut out.buf))
+            }),
+            Form::SigmoidBceGrad => with_dense(args[0], |x| {
+                with_dense(args[1], |z| {
+                    with_dense(args[2], |g| {
+                        g.buf.sigmoid_bce_grad_into(&x.buf, &z.buf, &mut out.buf)
+                    })
+                })
+            }),
         }
     }
 
@@ -212,9 +479,7 @@ impl Form {
                 let units = out.shape[1];
                 with_dense(args[1], |b| out.buf.bias_act_in_place(&b.buf, units, act))
             }
-            Form::Dot { .. } | Form::Softmax { .. } | Form::DotCsrDenseT => {
-                Err(Error::arg(OP, "this node cannot run in place"))
-            }
+            _ => Err(Error::arg(OP, "this node cannot run in place")),
         }
     }
 }
@@ -226,6 +491,11 @@ fn with_dense<R>(a: &NDArray, f: impl FnOnce(&DenseData) -> Result<R>) -> Result
         ArrayData::Dense(d) => f(d),
         _ => Err(Error::arg(OP, "a planned node read a sparse value")),
     }
+}
+
+/// Number of elements of a value.
+fn elems(v: &ValueInfo) -> usize {
+    v.shape.iter().product()
 }
 
 /// `x` has as many elements as `out`.

@@ -23,6 +23,8 @@ pub struct TrainStep {
     head: NDArray,
     /// Call inputs followed by the head gradient (capacity kept across steps).
     args: Vec<NDArray>,
+    /// The joint graph's outputs of the last step (capacity kept across steps).
+    outs: Vec<NDArray>,
 }
 
 impl TrainStep {
@@ -39,6 +41,7 @@ impl TrainStep {
             forward_nodes: b.forward_nodes,
             head,
             args: Vec::new(),
+            outs: Vec::new(),
         })
     }
 
@@ -76,21 +79,37 @@ impl TrainStep {
         inputs: &[NDArray],
         params: &[NDArray],
     ) -> Result<(NDArray, Vec<Option<NDArray>>)> {
+        let mut grads = Vec::with_capacity(self.param_grad.len());
+        let loss = self.run_to(inputs, params, &mut grads)?;
+        Ok((loss, grads))
+    }
+
+    /// [`TrainStep::run`] with the gradients written to `grads` (cleared first, one entry per
+    /// parameter): a caller that keeps `grads` across steps makes no list per step.
+    pub fn run_to(
+        &mut self,
+        inputs: &[NDArray],
+        params: &[NDArray],
+        grads: &mut Vec<Option<NDArray>>,
+    ) -> Result<NDArray> {
+        grads.clear();
         self.args.clear();
         self.args.extend(inputs.iter().cloned());
         self.args.push(self.head.clone());
-        let r = crate::autograd::pause(|| self.exec.run(&self.args, params));
+        let (exec, args, outs) = (&mut self.exec, &self.args, &mut self.outs);
+        let r = crate::autograd::pause(|| exec.run_to(args, params, outs));
         self.args.clear();
-        let mut outs = r?.into_iter();
-        let loss = outs
-            .next()
+        r?;
+        let loss = self
+            .outs
+            .first()
+            .cloned()
             .ok_or_else(|| crate::Error::arg("graph train step", "the graph has no outputs"))?;
-        let outs: Vec<NDArray> = outs.collect();
-        let grads = self
-            .param_grad
-            .iter()
-            .map(|k| k.map(|k| outs[k - 1].clone()))
-            .collect();
-        Ok((loss, grads))
+        let outs = &self.outs;
+        grads.extend(self.param_grad.iter().map(|k| k.map(|k| outs[k].clone())));
+        // Let go of the outputs here: the caller holds what it keeps, and the executor's
+        // buffers are free for the next step.
+        self.outs.clear();
+        Ok(loss)
     }
 }

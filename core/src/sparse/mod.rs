@@ -35,6 +35,7 @@ pub use dot::{
 };
 pub(crate) use dot_t::csr_dense_t_grad;
 pub use dot_t::dot_csr_dense_t;
+pub(crate) use embedding::embedding_grad;
 pub use embedding::{embedding, take_rows};
 pub use groups::ColumnGroups;
 pub use random::{rand_sparse, rand_sparse_seeded, SparseDist};

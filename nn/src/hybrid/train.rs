@@ -25,6 +25,8 @@ enum Entry {
         params: Vec<Parameter>,
         /// The weights of `params` (refreshed each step; capacity kept).
         data: Vec<NDArray>,
+        /// The gradients of the last step (capacity kept).
+        grads: Vec<Option<NDArray>>,
     },
     Eager(String),
 }
@@ -78,7 +80,12 @@ impl<'a> HybridTrainStep<'a> {
         };
         match &mut self.entries[k].1 {
             Entry::Eager(_) => self.eager_step(x, label),
-            Entry::Graph { step, params, data } => {
+            Entry::Graph {
+                step,
+                params,
+                data,
+                grads,
+            } => {
                 data.clear();
                 for p in params.iter() {
                     let w = p.data()?;
@@ -89,9 +96,9 @@ impl<'a> HybridTrainStep<'a> {
                     }
                     data.push(w);
                 }
-                let (l, grads) = step.run(&[x.clone(), label.clone()], data)?;
+                let l = step.run_to(&[x.clone(), label.clone()], data, grads)?;
                 data.clear();
-                for (p, g) in params.iter().zip(grads) {
+                for (p, g) in params.iter().zip(grads.drain(..)) {
                     if let Some(g) = g {
                         deliver(p, g)?;
                     }
@@ -171,6 +178,7 @@ impl<'a> HybridTrainStep<'a> {
             Ok((step, params)) => Entry::Graph {
                 step: Box::new(step),
                 data: Vec::with_capacity(params.len()),
+                grads: Vec::with_capacity(params.len()),
                 params,
             },
             Err(why) => {

@@ -1,0 +1,97 @@
+//! A warm hybridized training step of a small MLP with softmax cross-entropy allocates nothing:
+//! every node of the joint graph writes into its planned buffer, the step's lists keep their
+//! capacity, and the gradients go to the parameters without a copy. The products are small
+//! enough for the single-threaded tiny kernels (the `gemm` crate used for larger ones
+//! allocates its packing buffers inside each call).
+//!
+//! Allocations are counted per thread (only while this test's thread has counting switched
+//! on), so the harness's other threads do not disturb the count.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use sparrow_core::{autograd, DType, Device, NDArray};
+use sparrow_nn::loss::{L2Loss, Loss, SoftmaxCrossEntropyLoss};
+use sparrow_nn::{Block, Dense, HybridTrainStep, Initializer, Sequential};
+
+struct Counting;
+
+thread_local! {
+    /// Counting on this thread.
+    static ON: Cell<bool> = const { Cell::new(false) };
+    /// Allocations counted on this thread.
+    static COUNT: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count() {
+    if ON.with(Cell::get) {
+        COUNT.with(|c| c.set(c.get() + 1));
+    }
+}
+
+// SAFETY: every call forwards to the system allocator with the same layout; the counters are
+// thread-local cells of constant initializers (no allocation of their own).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        count();
+        System.alloc(l)
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        count();
+        System.alloc_zeroed(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        count();
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations made on this thread while `f` runs.
+fn allocations<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    COUNT.with(|c| c.set(0));
+    ON.with(|o| o.set(true));
+    let r = f();
+    ON.with(|o| o.set(false));
+    (r, COUNT.with(Cell::get))
+}
+
+/// Three graph steps of a small MLP against `loss`, then the allocations of a fourth.
+fn warm_step_allocations(loss: &dyn Loss, y: &NDArray) -> usize {
+    let x = sparrow_core::testing::test_array(&[8, 12], -1.0, 1.0, 1)
+        .astype(DType::F32)
+        .unwrap();
+    let mut net = Sequential::new();
+    net.add(Dense::new(16).activation("relu"))
+        .add(Dense::new(16).activation("tanh"))
+        .add(Dense::new(5));
+    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    autograd::pause(|| net.forward(&x)).unwrap();
+    let mut step = HybridTrainStep::new(&net, loss);
+    // The first step traces (eager); the next ones run the graph and fill its buffers.
+    for _ in 0..3 {
+        step.step(&x, y).unwrap();
+    }
+    let ts = step.train_step().expect("a joint graph");
+    assert!(ts.fallback_ops().is_empty(), "{:?}", ts.fallback_ops());
+    let (l, n) = allocations(|| step.step(&x, y));
+    assert_eq!(l.unwrap().shape(), [8]);
+    n
+}
+
+#[test]
+fn warm_graph_training_step_allocates_nothing() {
+    let classes = NDArray::from_vec((0..8).map(|i| (i % 5) as f32).collect(), &[8]).unwrap();
+    let n = warm_step_allocations(&SoftmaxCrossEntropyLoss::new(), &classes);
+    assert_eq!(n, 0, "allocations in a warm softmax cross-entropy step");
+    let targets = sparrow_core::testing::test_array(&[8, 5], -1.0, 1.0, 2)
+        .astype(DType::F32)
+        .unwrap();
+    let n = warm_step_allocations(&L2Loss::new(), &targets);
+    assert_eq!(n, 0, "allocations in a warm L2 step");
+}
