@@ -149,17 +149,20 @@ fn kernels_match_the_cpu() {
 #[test]
 fn an_op_without_a_cuda_kernel_says_so() {
     let Some(dev) = gpu() else { return };
-    // Pooling has no CUDA kernel yet (argsort, the example here before, has one now).
-    let x = NDArray::from_vec(vec![3.0f32, 1.0, 2.0, 4.0], &[1, 1, 4])
+    // csr x csr has no CUDA kernel yet (pooling, the example here before, has one now).
+    let csr = |shape: &[usize], seed| {
+        sparrow_core::sparse::rand_sparse_seeded(
+            shape,
+            0.5,
+            sparrow_core::SType::Csr,
+            sparrow_core::sparse::SparseDist::Uniform,
+            seed,
+        )
         .unwrap()
         .to_device(dev)
-        .unwrap();
-    let err = x
-        .pool(&sparrow_core::ops::PoolParams::new(
-            sparrow_core::ops::PoolType::Max,
-            &[2],
-        ))
-        .unwrap_err();
+        .unwrap()
+    };
+    let err = sparrow_core::sparse::dot_csr_csr(&csr(&[4, 6], 1), &csr(&[6, 3], 2)).unwrap_err();
     assert!(matches!(err, Error::Device { .. }), "{err}");
     assert!(err.to_string().contains("no CUDA kernel"), "{err}");
 }

@@ -50,6 +50,14 @@ pub fn kernel_sources() -> Vec<KernelSource> {
             file: "update.cu",
             text: include_str!("kernels/update.cu"),
         },
+        KernelSource {
+            file: "conv.cu",
+            text: include_str!("kernels/conv.cu"),
+        },
+        KernelSource {
+            file: "rnn.cu",
+            text: include_str!("kernels/rnn.cu"),
+        },
     ]
 }
 

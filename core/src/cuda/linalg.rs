@@ -19,7 +19,7 @@ use crate::ops::fused::FusedAct;
 use crate::storage::{LinalgOps, MatMul};
 
 /// An element type cuBLAS multiplies.
-trait BlasElement: CudaElement
+pub(super) trait BlasElement: CudaElement
 where
     cudarc::cublas::CudaBlas: Gemm<Self>,
 {
@@ -64,9 +64,31 @@ fn gemm_into<T: BlasElement>(
 where
     cudarc::cublas::CudaBlas: Gemm<T>,
 {
+    gemm_acc(x, a, a_off, b, b_off, out, c_off, mm, false)
+}
+
+/// `out[c_off..] (+)= a[a_off..] . b[b_off..]` as `mm` describes, through cuBLAS: added to the
+/// output's values when `accumulate` (cuBLAS's beta = 1), written over them otherwise.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gemm_acc<T: BlasElement>(
+    x: &CudaStorage,
+    a: &CudaSlice<T>,
+    a_off: usize,
+    b: &CudaSlice<T>,
+    b_off: usize,
+    out: &mut CudaSlice<T>,
+    c_off: usize,
+    mm: &MatMul,
+    accumulate: bool,
+) -> Result<()>
+where
+    cudarc::cublas::CudaBlas: Gemm<T>,
+{
     const OP: &str = "dot";
     if mm.m == 0 || mm.n == 0 || mm.k == 0 {
-        return Ok(()); // the output is already zeros
+        // Nothing to add; a written product over an empty inner dimension is the zeros every
+        // caller's freshly allocated output already holds.
+        return Ok(());
     }
     let (a_len, b_len, c_len) = (mm.m * mm.k, mm.k * mm.n, mm.m * mm.n);
     if a_off + a_len > a.len() || b_off + b_len > b.len() || c_off + c_len > out.len() {
@@ -84,7 +106,7 @@ where
         alpha: T::ONE,
         lda: dim(OP, mm.b_cols())?,
         ldb: dim(OP, mm.a_cols())?,
-        beta: T::ZERO,
+        beta: if accumulate { T::ONE } else { T::ZERO },
         ldc: dim(OP, mm.n)?,
     };
     let blas = x.dev.blas()?;

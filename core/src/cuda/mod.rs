@@ -15,7 +15,7 @@
 //!   silent copy to the host, never a panic). ARCHITECTURE.md lists which families are ported.
 
 mod compile;
-mod conv_rnn;
+mod conv;
 mod driver;
 mod elementwise;
 mod index;
@@ -24,6 +24,7 @@ mod layout;
 mod linalg;
 mod random;
 mod reduce;
+mod rnn;
 mod sparse;
 mod sparse_dot;
 mod sparse_merge;

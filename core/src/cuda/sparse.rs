@@ -4,7 +4,8 @@
 //! `crate::cpu::sparse`'s plans) while the values move on the device; the format checks run
 //! on the host copies too. The stored reductions (csr sums, row_sparse square sums) add
 //! segments of the values in the CPU's order, one thread per output, the segments planned on
-//! the host copies. The csr x csr product and square_sum's backward have no CUDA kernel yet: each returns the [`Error::Device`](crate::Error::Device)
+//! the host copies; square_sum's backward is one thread per stored value. The csr x csr
+//! product has no CUDA kernel yet: it returns the [`Error::Device`](crate::Error::Device)
 //! of [`not_ported`], naming the operation and the device, so a model that reaches one fails
 //! with a message instead of copying to the host behind the user's back.
 
@@ -73,11 +74,13 @@ impl SparseOps for CudaStorage {
     }
     fn square_sum_grad(
         &self,
-        _l: SparseLayout<'_, CudaIndex>,
-        _g: &Self,
-        _axis: SquareSumAxis,
+        l: SparseLayout<'_, CudaIndex>,
+        g: &Self,
+        axis: SquareSumAxis,
     ) -> Result<Self> {
-        Err(not_ported("square_sum backward", self.ordinal()))
+        const OP: &str = "square_sum backward";
+        super::elementwise::same_dtype(OP, self, g)?;
+        float_only!(self, OP, T => square_sum_grad_t::<T>(self, l, g, axis))
     }
     fn densify(&self, l: SparseLayout<'_, CudaIndex>) -> Result<Self> {
         with_cuda!(&self.buf, s, T => densify_t::<T>(self, s, l))
@@ -152,6 +155,70 @@ impl SparseOps for CudaStorage {
     fn check_row_ids(idx: &CudaIndex, rows: usize) -> Result<()> {
         crate::cpu::CpuStorage::check_row_ids(&idx.host, rows)
     }
+}
+
+/// The gradient of a row_sparse square_sum for its stored values, `2 * v * g[sel]` (the CPU's
+/// `rsp_square_sum_grad`); the head gradient's positions are checked on the ids' host copy.
+fn square_sum_grad_t<T: CudaElement>(
+    x: &CudaStorage,
+    l: SparseLayout<'_, CudaIndex>,
+    g: &CudaStorage,
+    axis: SquareSumAxis,
+) -> Result<CudaStorage> {
+    const OP: &str = "square_sum backward";
+    let SparseLayout::RowSparse { shape, indices } = l else {
+        return Err(Error::arg(OP, "needs a row_sparse array"));
+    };
+    let (vs, gs) = (
+        super::elementwise::typed::<T>(OP, x)?,
+        super::elementwise::typed::<T>(OP, g)?,
+    );
+    let ids = &indices.host;
+    let (k, n): (usize, usize) = (ids.len(), shape[1..].iter().product());
+    if vs.len() != k * n {
+        return Err(Error::shape(
+            OP,
+            format!("{} stored values for {k} rows of {n}", vs.len()),
+        ));
+    }
+    // The largest head-gradient position the kernel reads, and the axis code it switches on.
+    let (need, code) = match axis {
+        SquareSumAxis::StoredRows | SquareSumAxis::Rows => (
+            ids.iter()
+                .map(|&r| r.max(0) as usize + 1)
+                .max()
+                .unwrap_or(0),
+            0,
+        ),
+        SquareSumAxis::Cols => (n, 2i32),
+        SquareSumAxis::All => (1, 3),
+    };
+    if ids.iter().any(|&r| r < 0) || (k * n > 0 && gs.len() < need) {
+        return Err(Error::shape(
+            OP,
+            format!("head gradient of {} values, needs {need}", gs.len()),
+        ));
+    }
+    let mut out = CudaStorage::alloc::<T>(&x.dev, OP, k * n)?;
+    if k * n > 0 {
+        let f = x.dev.function(
+            "sparse.cu",
+            super::elementwise::kname("square_sum_grad", T::SUFFIX),
+        )?;
+        let (k64, n64) = (k as u64, n as u64);
+        let mut l = x.dev.stream.launch_builder(&f);
+        l.arg(indices.dev.as_ref())
+            .arg(vs)
+            .arg(gs)
+            .arg(&mut out)
+            .arg(&k64)
+            .arg(&n64)
+            .arg(&code);
+        // SAFETY: values and output hold k x n, the ids k entries; every position of g read
+        // (a row id, a column below n, or 0) is below its length (checked above).
+        unsafe { l.launch(grid(k * n)) }.map_err(driver_err(OP))?;
+    }
+    Ok(x.with(out))
 }
 
 /// A stored reduction as segments of the value buffer summed in the CPU's order: the host

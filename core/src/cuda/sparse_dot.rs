@@ -1,7 +1,8 @@
 //! The CUDA sparse-product family ([`SparseDotOps`]): `kernels/sparse_dot.cu`. csr . dense,
 //! csr^T . dense as row_sparse (over the column grouping, uploaded per call), csr . W^T and its
-//! weight gradient, and the embedding's gather and segment sum. csr . row_sparse and
-//! dense . csr have no CUDA kernel yet.
+//! weight gradient, csr . row_sparse (each non-zero's stored row found once by a binary search
+//! on the device), dense . csr (atomics; with the csr transposed, a gather), and the
+//! embedding's gather and segment sum. dense . csr = csr has no CUDA kernel (nor in MXNet).
 
 use std::sync::Arc;
 
@@ -198,6 +199,106 @@ fn csr_w_t<T: CudaElement>(
     Ok(v.with(out))
 }
 
+fn csr_rsp_t<T: CudaElement>(
+    v: &CudaStorage,
+    x: Csr<'_>,
+    w: &CudaStorage,
+    w_rows: &CudaIndex,
+    n: usize,
+) -> Result<CudaStorage> {
+    const OP: &str = "dot";
+    let (vs, ws) = (typed::<T>(OP, v)?, typed::<T>(OP, w)?);
+    let nnz = nnz_of(OP, &x, vs.len())?;
+    let m = x.shape[0];
+    let nrows = w_rows.host.len();
+    if ws.len() != nrows * n {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "row_sparse weight of {} values, not {nrows} x {n}",
+                ws.len()
+            ),
+        ));
+    }
+    let mut out = CudaStorage::alloc::<T>(&v.dev, OP, m * n)?;
+    if m * n == 0 || nnz == 0 {
+        return Ok(v.with(out));
+    }
+    // Each non-zero's stored row of w (or -1), found once on the device, not once per column.
+    let mut pos = CudaStorage::alloc::<i64>(&v.dev, OP, nnz)?;
+    let (off, nr64, nnz64) = (x.offset as u64, nrows as u64, nnz as u64);
+    let f = v
+        .dev
+        .function("sparse_dot.cu", kname("rsp_pos", T::SUFFIX))?;
+    let mut l = v.dev.stream.launch_builder(&f);
+    l.arg(x.indices.dev.as_ref())
+        .arg(&off)
+        .arg(w_rows.dev.as_ref())
+        .arg(&nr64)
+        .arg(&mut pos)
+        .arg(&nnz64);
+    // SAFETY: nnz column ids from the offset exist (checked by nnz_of); the search reads the
+    // nrows stored row ids only; pos holds nnz entries.
+    unsafe { l.launch(grid(nnz)) }.map_err(driver_err(OP))?;
+    let f = v
+        .dev
+        .function("sparse_dot.cu", kname("csr_rsp", T::SUFFIX))?;
+    let (m64, n64) = (m as u64, n as u64);
+    let mut l = v.dev.stream.launch_builder(&f);
+    l.arg(x.indptr.dev.as_ref())
+        .arg(&pos)
+        .arg(vs)
+        .arg(&off)
+        .arg(ws);
+    l.arg(&mut out).arg(&m64).arg(&n64);
+    // SAFETY: the row pointers of a validated csr run from 0 to nnz (pos's length); each pos
+    // is -1 or a stored row below nrows, and w holds nrows x n values (checked above).
+    unsafe { l.launch(grid(m * n)) }.map_err(driver_err(OP))?;
+    Ok(v.with(out))
+}
+
+fn dense_csr_t<T: CudaElement>(
+    v: &CudaStorage,
+    x: Csr<'_>,
+    a: &CudaStorage,
+    m: usize,
+    tb: bool,
+) -> Result<CudaStorage> {
+    const OP: &str = "dot";
+    let (vs, as_) = (typed::<T>(OP, v)?, typed::<T>(OP, a)?);
+    nnz_of(OP, &x, vs.len())?;
+    let [cr, cc] = x.shape;
+    let (k, n) = if tb { (cc, cr) } else { (cr, cc) };
+    if as_.len() != m * k {
+        return Err(Error::shape(
+            OP,
+            format!("dense operand of {} values, not {m} x {k}", as_.len()),
+        ));
+    }
+    // Zeros: the plain form adds into it.
+    let mut out = CudaStorage::alloc::<T>(&v.dev, OP, m * n)?;
+    let work = if tb { m * n } else { m * k };
+    if m * n == 0 || work == 0 {
+        return Ok(v.with(out));
+    }
+    let name = if tb { "dense_csr_t" } else { "dense_csr" };
+    let f = v.dev.function("sparse_dot.cu", kname(name, T::SUFFIX))?;
+    let (off, m64, k64, n64) = (x.offset as u64, m as u64, k as u64, n as u64);
+    let mut l = v.dev.stream.launch_builder(&f);
+    l.arg(x.indptr.dev.as_ref())
+        .arg(x.indices.dev.as_ref())
+        .arg(vs)
+        .arg(&off)
+        .arg(as_);
+    l.arg(&mut out).arg(&m64).arg(&k64).arg(&n64);
+    // SAFETY: a validated csr (`check_csr`: column ids below its column count, nnz values from
+    // the offset, checked again above): without tb its rows are a's k columns and its column
+    // ids the output's n columns; with tb its rows are the output's n columns and its column
+    // ids a's k columns. a holds m x k values, the output m x n.
+    unsafe { l.launch(grid(work)) }.map_err(driver_err(OP))?;
+    Ok(v.with(out))
+}
+
 fn segment_sum_t<T: CudaElement>(
     g: &CudaStorage,
     ids: &CudaIndex,
@@ -279,11 +380,13 @@ impl SparseDotOps for CudaStorage {
         same_dtype("dot", self, g)?;
         float_only!(self, "dot", T => csr_t_dense_t::<T>(self, x, g, n, groups))
     }
-    fn csr_rsp(&self, _x: Csr<'_>, _w_data: &Self, _w_rows: &CudaIndex, _n: usize) -> Result<Self> {
-        Err(not_ported("dot(csr, row_sparse)", self.ordinal()))
+    fn csr_rsp(&self, x: Csr<'_>, w_data: &Self, w_rows: &CudaIndex, n: usize) -> Result<Self> {
+        same_dtype("dot", self, w_data)?;
+        float_only!(self, "dot", T => csr_rsp_t::<T>(self, x, w_data, w_rows, n))
     }
-    fn dense_csr(&self, _x: Csr<'_>, _a: &Self, _m: usize, _tb: bool) -> Result<Self> {
-        Err(not_ported("dot(dense, csr)", self.ordinal()))
+    fn dense_csr(&self, x: Csr<'_>, a: &Self, m: usize, tb: bool) -> Result<Self> {
+        same_dtype("dot", self, a)?;
+        float_only!(self, "dot", T => dense_csr_t::<T>(self, x, a, m, tb))
     }
     fn dense_csr_to_csr(
         &self,

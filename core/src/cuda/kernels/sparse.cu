@@ -160,3 +160,21 @@ MERGE(u8, unsigned char)
   }
 SEG_SUM(f32, float)
 SEG_SUM(f64, double)
+
+// The gradient of a row_sparse square_sum with respect to its stored values (the CPU's
+// `rsp_square_sum_grad`): out[k, e] = 2 * v[k, e] * g[sel], sel the stored row's id (axis 0:
+// rows, stored rows), the column e (axis 2: columns) or 0 (axis 3: everything). The caller
+// checked that every sel is inside g.
+#define SQUARE_SUM_GRAD(tn, T) \
+  extern "C" __global__ void square_sum_grad_##tn(const long long* ids, const T* v, const T* g, \
+                                                  T* out, unsigned long long k, \
+                                                  unsigned long long n, int axis) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < k * n; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long r = t / n, e = t % n; \
+      long long sel = axis == 0 ? ids[r] : (axis == 2 ? (long long)e : 0); \
+      out[t] = T(2) * v[t] * g[sel]; \
+    } \
+  }
+SQUARE_SUM_GRAD(f32, float)
+SQUARE_SUM_GRAD(f64, double)

@@ -61,6 +61,67 @@
         atomicAdd(&out[u * feats + idx[off + p]], vals[off + p] * gv); \
     } \
   } \
+  /* pos[p] = the place of column idx[off + p] among the sorted stored row ids of a row_sparse \
+     operand (binary search), -1 when that row is not stored. One thread per non-zero. */ \
+  extern "C" __global__ void rsp_pos_##tn(const long long* idx, unsigned long long off, \
+                                          const long long* rows, unsigned long long nrows, \
+                                          long long* pos, unsigned long long nnz) { \
+    for (unsigned long long p = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         p < nnz; p += (unsigned long long)gridDim.x * blockDim.x) { \
+      long long c = idx[off + p], lo = 0, hi = (long long)nrows; \
+      while (lo < hi) { \
+        long long mid = lo + (hi - lo) / 2; \
+        if (rows[mid] < c) lo = mid + 1; else hi = mid; \
+      } \
+      pos[p] = (lo < (long long)nrows && rows[lo] == c) ? lo : -1; \
+    } \
+  } \
+  /* out[r, j] = sum over the row's non-zeros whose column is a stored row q of w of \
+     v * w[q, j] (csr . row_sparse); one thread per (r, j), non-zeros in order. */ \
+  extern "C" __global__ void csr_rsp_##tn(const long long* indptr, const long long* pos, \
+                                          const T* vals, unsigned long long off, const T* w, \
+                                          T* out, unsigned long long m, unsigned long long n) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < m * n; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long r = t / n, j = t % n; \
+      T s = T(0); \
+      for (long long p = indptr[r]; p < indptr[r + 1]; ++p) { \
+        long long q = pos[p]; \
+        if (q >= 0) s += vals[off + p] * w[q * n + j]; \
+      } \
+      out[t] = s; \
+    } \
+  } \
+  /* out (m x n) = a (m x k) . x for a csr x of k rows: every non-zero (r, c) of x adds \
+     a[i, r] * v into out[i, c]; one thread per (i, r), atomics since rows share columns. \
+     A zero a[i, r] adds nothing (the CPU skips it too, so an inf in x stays out). */ \
+  extern "C" __global__ void dense_csr_##tn(const long long* indptr, const long long* idx, \
+                                            const T* vals, unsigned long long off, const T* a, \
+                                            T* out, unsigned long long m, unsigned long long k, \
+                                            unsigned long long n) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < m * k; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long i = t / k, r = t % k; \
+      T av = a[t]; \
+      if (av == T(0)) continue; \
+      for (long long p = indptr[r]; p < indptr[r + 1]; ++p) \
+        atomicAdd(&out[i * n + idx[off + p]], av * vals[off + p]); \
+    } \
+  } \
+  /* out (m x n) = a (m x k) . x^T for a csr x of n rows and k columns: out[i, r] = sum over \
+     row r's non-zeros of a[i, c] * v; one thread per (i, r), no atomics. */ \
+  extern "C" __global__ void dense_csr_t_##tn(const long long* indptr, const long long* idx, \
+                                              const T* vals, unsigned long long off, const T* a, \
+                                              T* out, unsigned long long m, unsigned long long k, \
+                                              unsigned long long n) { \
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         t < m * n; t += (unsigned long long)gridDim.x * blockDim.x) { \
+      unsigned long long i = t / n, r = t % n; \
+      T s = T(0); \
+      for (long long p = indptr[r]; p < indptr[r + 1]; ++p) s += a[i * k + idx[off + p]] * vals[off + p]; \
+      out[t] = s; \
+    } \
+  } \
   /* out[slot[e], j] += g[e, j]: the embedding gradient's rows summed by id. */ \
   extern "C" __global__ void segment_sum_##tn(const long long* slot, const T* g, T* out, \
                                               unsigned long long count, unsigned long long dim) { \
