@@ -28,15 +28,7 @@ pub trait Transport: Send {
     /// memory for every worker's part every step.
     fn all_gather_into(&mut self, send: &[u8], recv: &mut Vec<u8>) -> Result<Vec<Range<usize>>> {
         let parts = self.all_gather(send)?;
-        recv.clear();
-        Ok(parts
-            .iter()
-            .map(|p| {
-                let start = recv.len();
-                recv.extend_from_slice(p);
-                start..recv.len()
-            })
-            .collect())
+        Ok(concat_into(&parts, recv))
     }
     /// `send[r]` goes to worker `r`; returns what each worker sent to this one, in rank order
     /// (MPI's alltoallv). `send.len()` must be `size()`.
@@ -63,15 +55,7 @@ pub trait Transport: Send {
             })
             .collect::<Result<Vec<_>>>()?;
         let got = self.all_to_all(send)?;
-        recv.clear();
-        Ok(got
-            .iter()
-            .map(|p| {
-                let start = recv.len();
-                recv.extend_from_slice(p);
-                start..recv.len()
-            })
-            .collect())
+        Ok(concat_into(&got, recv))
     }
     /// Root's `buf` on every worker (MPI's bcast; lengths may differ before the call).
     fn broadcast(&mut self, root: usize, buf: &mut Vec<u8>) -> Result<()>;
@@ -82,6 +66,19 @@ pub trait Transport: Send {
     fn all_reduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<()>;
     /// Bytes this worker has handed to the transport to send so far (see [`Traffic`]).
     fn traffic(&self) -> Traffic;
+}
+
+/// `parts` one after another as `recv`'s contents, and where each one lies in it.
+fn concat_into(parts: &[Vec<u8>], recv: &mut Vec<u8>) -> Vec<Range<usize>> {
+    recv.clear();
+    parts
+        .iter()
+        .map(|p| {
+            let start = recv.len();
+            recv.extend_from_slice(p);
+            start..recv.len()
+        })
+        .collect()
 }
 
 /// What a worker has sent through its transport, counted where the bytes are handed over: an
