@@ -40,6 +40,37 @@ fn unary_grads() {
 }
 
 #[test]
+fn astype_passes_the_gradient_back_cast_to_the_input_dtype() {
+    use sparrow_core::{autograd, DType};
+    let x = test_array(&[3, 4], -1.0, 1.0, 21)
+        .astype(DType::F32)
+        .unwrap();
+    let c = test_array(&[3, 4], -2.0, 2.0, 22);
+    x.attach_grad();
+    let y = autograd::record(|| x.astype(DType::F64)?.mul(&c)?.sum_all()).unwrap();
+    y.backward().unwrap();
+    let g = x.grad().expect("a gradient through the cast");
+    assert_eq!(g.dtype(), DType::F32);
+    assert_eq!(
+        g.to_vec::<f32>().unwrap(),
+        c.astype(DType::F32).unwrap().to_vec::<f32>().unwrap()
+    );
+    // f64 -> f64 is the identity, and its gradient too.
+    gc(
+        "astype",
+        |x| x[0].astype(sparrow_core::DType::F64)?.mul(&x[0]),
+        &[x34()],
+    );
+    // A cast to an integer type carries no gradient.
+    let z = test_array(&[3, 4], -1.0, 1.0, 23);
+    z.attach_grad();
+    let w =
+        autograd::record(|| z.astype(DType::I64)?.astype(DType::F64)?.add(&z)?.sum_all()).unwrap();
+    w.backward().unwrap();
+    assert_eq!(z.grad().unwrap().to_vec::<f64>().unwrap(), vec![1.0; 12]);
+}
+
+#[test]
 fn scalar_op_grads() {
     let cases: &[(&str, F)] = &[
         ("add_scalar", |x| x[0].add_scalar(2.5)),

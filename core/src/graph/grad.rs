@@ -326,9 +326,7 @@ fn dense_info(shape: &[usize], like: &ValueInfo) -> ValueInfo {
 fn stops_gradient(op: &Op) -> bool {
     matches!(
         op,
-        // `astype` records no backward eagerly (a cast cuts the tape), so none here either.
-        Op::Astype(_)
-            | Op::Detach
+        Op::Detach
             | Op::OneHot { .. }
             | Op::CheckClassIds { .. }
             | Op::Compare(_)
@@ -604,6 +602,15 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                 let shape = info(0).shape;
                 let gx = b.reshape(g, &shape);
                 b.add_grad(ins[0], gx)?;
+            }
+            // As eagerly: a float-to-float cast of a dense value passes the gradient back,
+            // cast to the input's dtype; casts from or to integers carry none.
+            Op::Astype(to) => {
+                let x = info(0);
+                if x.stype == SType::Dense && x.dtype.is_float() && to.is_float() {
+                    let gx = b.push(Op::Astype(x.dtype), vec![g], dense_info(&x.shape, &x));
+                    b.add_grad(ins[0], gx)?;
+                }
             }
             Op::Sum { axes, .. } | Op::Mean { axes, .. } => {
                 let x = info(0);

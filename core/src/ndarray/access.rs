@@ -146,6 +146,8 @@ impl NDArray {
     pub fn astype(&self, dtype: DType) -> Result<NDArray> {
         crate::graph::traced!(Op::Astype(dtype), [self], self.astype(dtype));
         let d = self.read();
+        let src = d.dtype();
+        let dense = matches!(&*d, ArrayData::Dense(_));
         let out = match &*d {
             ArrayData::Dense(dd) => ArrayData::Dense(DenseData {
                 shape: dd.shape.clone(),
@@ -162,7 +164,19 @@ impl NDArray {
                 ArrayData::RowSparse(r)
             }
         };
-        Ok(NDArray::from_data(out))
+        drop(d);
+        let out = NDArray::from_data(out);
+        // A cast between float types passes the gradient back, cast to the input's dtype (as
+        // MXNet's `astype` and PyTorch's `.to(dtype)` do); casts from or to integers carry none.
+        if dense && src.is_float() && dtype.is_float() {
+            return Ok(crate::autograd::record_op(
+                "astype",
+                out,
+                &[self],
+                move |g| Ok(vec![Some(g.astype(src)?)]),
+            ));
+        }
+        Ok(out)
     }
 
     /// A new handle sharing this array's buffers but with no autograd history
