@@ -10,50 +10,8 @@ use sparrow_core::{autograd, DType, Device, NDArray, SType};
 use sparrow_nn::loss::{L2Loss, Loss};
 use sparrow_nn::{Block, Dense, Embedding, HybridTrainStep, Initializer, Lambda, Sequential};
 
-fn arr(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
-    sparrow_core::testing::test_array(shape, lo, hi, seed)
-        .astype(DType::F32)
-        .unwrap()
-}
-
-/// Same storage type and shape; values within one f32 ulp of the array's largest magnitude.
-fn ulp_close(a: &NDArray, b: &NDArray, what: &str) {
-    assert_eq!(a.stype(), b.stype(), "{what}: stype");
-    assert_eq!(a.shape(), b.shape(), "{what}: shape");
-    let (x, y) = (
-        a.tostype(SType::Dense).unwrap().to_f64_vec(),
-        b.tostype(SType::Dense).unwrap().to_f64_vec(),
-    );
-    let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
-    let tol = scale * f32::EPSILON as f64;
-    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
-        assert!(
-            (p - q).abs() <= tol,
-            "{what}[{i}]: eager {p}, hybridized {q} (tolerance {tol})"
-        );
-    }
-}
-
-fn grads(b: &dyn Block) -> Vec<(String, Option<NDArray>)> {
-    b.collect_params()
-        .unwrap()
-        .iter()
-        .map(|(n, p)| (n.to_string(), p.grad().map(|g| g.copy())))
-        .collect()
-}
-
-fn copy_params(from: &dyn Block, to: &dyn Block) {
-    let (f, t) = (from.collect_params().unwrap(), to.collect_params().unwrap());
-    for (n, p) in f.iter() {
-        t.get(n).unwrap().set_data(&p.data().unwrap()).unwrap();
-    }
-}
-
-fn eager_step(net: &dyn Block, loss: &dyn Loss, x: &NDArray, y: &NDArray) -> NDArray {
-    let l = autograd::record(|| loss.forward(&net.forward(x)?, y)).unwrap();
-    l.backward().unwrap();
-    l
-}
+mod hybrid_util;
+use hybrid_util::{arr, copy_params, eager_step, grads, ulp_close};
 
 /// The summed loss of `net` at its current weights (no recording), in f64.
 fn total_loss(net: &dyn Block, loss: &dyn Loss, x: &NDArray, y: &NDArray) -> f64 {
