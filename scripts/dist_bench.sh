@@ -3,8 +3,8 @@
 # gradient, one thread per rank): 1 rank against 2 ranks, interleaved rounds, one JSON line per
 # run. 1 rank runs twice: free (its LibSVM reader thread then parses on the core the second
 # rank would use) and bound to one core (`--bind-to core`: one core's worth, as each of the two
-# ranks has); then the bytes per step of the first layer over TCP loopback, row_sparse exchange
-# against the dense all-reduce of its 512 MB gradient (variant (b)).
+# ranks has); the same with the first layer a sharded table (`--first-grad sharded`); then the
+# bytes per step of the first layer over TCP loopback, row_sparse exchange against the dense all-reduce of its 512 MB gradient (variant (b)).
 # Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
 # Needs: cargo build --release --features mpi --example dist_train
 set -euo pipefail
@@ -23,6 +23,9 @@ for r in $(seq "$rounds"); do
   "${shm[@]}" -np 1 "${run[@]}" | grep '^{'
   "${one_core[@]}" -np 1 "${run[@]}" | grep '^{'
   "${shm[@]}" -np 2 "${run[@]}" | grep '^{'
+  echo "round $r: first layer a sharded table, 1 rank, 2 ranks"
+  "${shm[@]}" -np 1 "${run[@]}" --first-grad sharded | grep '^{'
+  "${shm[@]}" -np 2 "${run[@]}" --first-grad sharded | grep '^{'
 done
 # Bytes per step, counted by the loopback interface (TCP between the ranks).
 "${tcp[@]}" -np 2 "$bin" --data-dir "$data" --batch-size "$batch" --epochs 1 | grep '^{'
