@@ -102,6 +102,12 @@ impl LibSVMIter {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// What the threads share, kept by a test past the iterator's drop.
+    #[cfg(test)]
+    pub(super) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     /// Producer threads that ran at idle priority.
     #[cfg(test)]
     pub(super) fn idle_producers(&self) -> usize {

@@ -672,3 +672,40 @@ fn a_file_truncated_during_a_pass_is_not_a_crash() {
     }
     assert!(errors > 0 || rows < 400_000, "rows {rows}, errors {errors}");
 }
+
+#[test]
+fn a_parse_error_leaves_no_reader_thread_behind() {
+    // The producer returned early on an error without joining its block reader, which then
+    // outlived the iterator (the fuzzer's leak check found the detached thread). Every reader
+    // must have finished once the iterator is dropped, on both parse paths.
+    let d = tmpdir("reader_joined");
+    let f = d.join("a.svm");
+    let mut s = String::from("1 0:1\n2 1:x\n");
+    for i in 0..400 {
+        s.push_str(&format!("{i} {}:1\n", i % 8));
+    }
+    std::fs::write(&f, s).unwrap();
+    for shuffle in [false, true] {
+        let mut p = params(&f, 4, LastBatch::Keep);
+        p.shuffle = shuffle;
+        let mut it = LibSVMIter::new(p).unwrap();
+        let shared = it.shared();
+        shared
+            .reader_exit_delay_ms
+            .store(100, std::sync::atomic::Ordering::Relaxed);
+        assert!(it.by_ref().any(|b| b.is_err()), "shuffle {shuffle}");
+        drop(it);
+        let started = shared.readers.load(std::sync::atomic::Ordering::Relaxed);
+        let done = shared
+            .readers_done
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            started > 0,
+            "shuffle {shuffle}: the test needs a reader thread"
+        );
+        assert_eq!(
+            done, started,
+            "shuffle {shuffle}: a reader outlived its iterator"
+        );
+    }
+}

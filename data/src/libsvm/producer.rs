@@ -137,8 +137,17 @@ fn produce_inner(
         #[cfg(test)]
         sh.readers
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        #[cfg(test)]
+        let counted = sh.clone();
         Some(std::thread::spawn(move || {
-            read_blocks(&files, spans, direct, map, &btx, &ret_rx)
+            read_blocks(&files, spans, direct, map, &btx, &ret_rx);
+            #[cfg(test)]
+            {
+                use std::sync::atomic::Ordering::Relaxed;
+                let ms = counted.reader_exit_delay_ms.load(Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                counted.readers_done.fetch_add(1, Relaxed);
+            }
         }))
     };
     let mut left = carry.unwrap_or_default();
@@ -150,15 +159,17 @@ fn produce_inner(
         on_producer,
     };
     let sent = if direct {
-        produce_direct(sh, &order, blocks, &ret_tx, &mut st, bar_ref)?
+        produce_direct(sh, &order, blocks, &ret_tx, &mut st, bar_ref)
     } else {
-        produce_pieces(sh, epoch, &order, blocks, &ret_tx, &mut st, bar_ref)?
+        produce_pieces(sh, epoch, &order, blocks, &ret_tx, &mut st, bar_ref)
     };
-    let stopped = !sent;
+    // The reader is joined on every path, an error included: a detached reader could outlive
+    // the iterator (the drop joins only the producer) and still hold the files.
     drop(brx);
     if let Some(reader) = reader {
         let _ = reader.join();
     }
+    let stopped = !sent?;
     if stopped {
         return Ok(None);
     }

@@ -28,6 +28,13 @@ pub(super) struct Shared {
     /// Block reader threads started so far (tests check that a one-block part starts none).
     #[cfg(test)]
     pub(super) readers: std::sync::atomic::AtomicUsize,
+    /// Block reader threads that have finished (tests check none outlives its iterator).
+    #[cfg(test)]
+    pub(super) readers_done: std::sync::atomic::AtomicUsize,
+    /// Milliseconds a reader thread waits before it finishes (a test widens the window in which
+    /// an unjoined reader would still run).
+    #[cfg(test)]
+    pub(super) reader_exit_delay_ms: std::sync::atomic::AtomicU64,
     /// Producer threads that found themselves at idle priority when they started.
     #[cfg(test)]
     pub(super) idle_producers: std::sync::atomic::AtomicUsize,
@@ -111,6 +118,10 @@ impl Shared {
             producers: Default::default(),
             #[cfg(test)]
             readers: Default::default(),
+            #[cfg(test)]
+            readers_done: Default::default(),
+            #[cfg(test)]
+            reader_exit_delay_ms: Default::default(),
             #[cfg(test)]
             idle_producers: Default::default(),
             #[cfg(test)]
