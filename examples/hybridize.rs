@@ -14,7 +14,9 @@
 //! * `mlp20`: a 20-layer MLP (512 wide, relu), batch 256: peak heap bytes above the
 //!   parameters of one inference forward and of one training step, eager and hybridized, and
 //!   the graph's memory plan (intermediates kept by a run that holds them all, the peak with
-//!   release after the last reader, and the planned peak with buffer sharing and in-place).
+//!   release after the last reader, and the planned peak with buffer sharing and in-place),
+//!   and the joint graph step's time and planned activation memory with every activation kept
+//!   and with recomputation from checkpoints (`Recompute::Sqrt`).
 //!
 //! Eager and hybridized steps alternate in rounds (so drift hits both); each figure is the
 //! median over rounds of the per-step mean. Allocations and peaks come from a counting global
@@ -31,7 +33,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use sparrow::core::graph::{Executor, Graph, MemoryPlan};
+use sparrow::core::graph::{Executor, Graph, MemoryPlan, Recompute};
 use sparrow::core::{autograd, DType, Device, NDArray, Result, SType};
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow::nn::{Block, Dense, HybridTrainStep, Hybridize, Initializer, Sequential};
@@ -513,29 +515,61 @@ fn main() -> Result<()> {
             l.backward()?;
         }
     }
-    let mut graph_step = HybridTrainStep::new(hybrid.inner(), &loss);
-    for _ in 0..2 {
-        graph_step.step(&x, &y)?;
-    }
-    let (r, n_g, p_g) = measure(|| graph_step.step(&x, &y));
-    r?;
+    // The joint graph step, keeping every activation the backward reads and recomputing them
+    // from checkpoints (`Recompute::Sqrt`): step time, planned activation memory.
+    let (r, _, act_eager) = measure(|| autograd::record(|| loss.forward(&eager.forward(&x)?, &y)));
+    drop(r?);
+    let time_eager = {
+        let mut t = Vec::new();
+        for _ in 0..a.rounds {
+            let t0 = Instant::now();
+            for _ in 0..a.steps {
+                let l = autograd::record(|| loss.forward(&eager.forward(&x)?, &y)?.sum_all())?;
+                l.backward()?;
+            }
+            t.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+        }
+        median(t)
+    };
     println!(
-        "mlp20 graph step (joint forward + backward plan): peak {:.2} MB ({n_g} allocations)",
-        p_g as f64 / 1e6
+        "mlp20 eager: activations held for the backward (heap peak of the recorded forward) \
+         {:.2} MB; forward + backward {time_eager:.0} us",
+        act_eager as f64 / 1e6
     );
-    if let Some(ts) = graph_step.train_step() {
+    for mode in [Recompute::Off, Recompute::Sqrt] {
+        let mut graph_step = HybridTrainStep::new(hybrid.inner(), &loss).with_recompute(mode);
+        for _ in 0..3 {
+            graph_step.step(&x, &y)?;
+        }
+        let (r, n_g, p_g) = measure(|| graph_step.step(&x, &y));
+        r?;
+        let mut t = Vec::new();
+        for _ in 0..a.rounds {
+            let t0 = Instant::now();
+            for _ in 0..a.steps {
+                graph_step.step(&x, &y)?;
+            }
+            t.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+        }
+        let Some(ts) = graph_step.train_step() else {
+            continue;
+        };
         let plan = ts.plan();
         println!(
-            "mlp20 joint plan: every value kept {:.2} MB; released after last reader {:.2} MB; \
-             planned {:.2} MB in {} buffers ({} in place); {} nodes without a planned form \
-             ({:.2} MB)",
-            plan.total_bytes as f64 / 1e6,
-            plan.live_peak_bytes as f64 / 1e6,
+            "mlp20 graph step, recompute {mode:?}: {:.0} us (eager/graph {:.3}); planned \
+             activations {:.2} MB (peak of live activations {:.2} MB), all planned buffers \
+             {:.2} MB in {} ({} in place); every value kept {:.2} MB; heap above the plan {:.2} \
+             MB ({n_g} allocations); {:?}",
+            median(t.clone()),
+            time_eager / median(t),
+            plan.planned_activation_bytes(ts.graph()) as f64 / 1e6,
+            plan.activation_peak_bytes as f64 / 1e6,
             plan.planned_bytes() as f64 / 1e6,
             plan.slot_bytes.len(),
             plan.in_place,
-            plan.fallback.len(),
-            plan.fallback_bytes(ts.graph()) as f64 / 1e6
+            plan.total_bytes as f64 / 1e6,
+            p_g as f64 / 1e6,
+            ts.recompute()
         );
     }
     for (name, net) in [("eager", &eager as &dyn Block), ("hybridized", &hybrid)] {

@@ -12,7 +12,9 @@
 //! * [`Executor`] (`exec.rs`): runs a graph out of its plan (buffers allocated once, nodes
 //!   writing into them through their "write into" forms, `into.rs`), for inference.
 //! * [`TrainStep`] (`train.rs`, `grad.rs`): the forward and its backward (each operator's
-//!   vector-Jacobian product as graph nodes) as one joint graph, planned and run together.
+//!   vector-Jacobian product as graph nodes) as one joint graph, planned and run together;
+//!   optionally with forward values recomputed in the backward instead of kept
+//!   ([`Recompute`], `recompute.rs`).
 //! * [`CachedGraph`] (`cached.rs`): one graph per input signature, traced at the first call,
 //!   an eager fallback with a message where a forward cannot be traced.
 
@@ -24,6 +26,7 @@ mod into;
 mod ir;
 mod op;
 mod plan;
+mod recompute;
 mod trace;
 mod train;
 
@@ -36,6 +39,7 @@ pub use op::{
     UnaryFn,
 };
 pub use plan::MemoryPlan;
+pub use recompute::{with_recompute, Recompute, RecomputePlan};
 pub(crate) use trace::note_op;
 pub use trace::{
     host_read, is_tracing, not_traceable, record_call, record_call_opt, record_call_plain, trace,

@@ -36,6 +36,9 @@ pub struct MemoryPlan {
     /// Peak bytes of live intermediates when each is freed after its last reader but nothing
     /// is shared (what [`Graph::run`]'s release gives without a plan).
     pub live_peak_bytes: usize,
+    /// [`MemoryPlan::live_peak_bytes`] without the graph's outputs (a training step's loss and
+    /// gradients): the peak of the activations and temporaries alone.
+    pub activation_peak_bytes: usize,
 }
 
 impl MemoryPlan {
@@ -52,6 +55,7 @@ impl MemoryPlan {
         let mut runs_in_place = vec![false; g.nodes().len()];
         let mut fallback = Vec::new();
         let (mut live, mut live_peak, mut total) = (0usize, 0usize, 0usize);
+        let (mut act, mut act_peak) = (0usize, 0usize);
         // Only node outputs are counted live (inputs and parameters are the caller's).
         let mut produced = vec![false; values.len()];
         for n in g.nodes() {
@@ -63,6 +67,10 @@ impl MemoryPlan {
             total += bytes;
             live += bytes;
             live_peak = live_peak.max(live);
+            if !outs[node.output] {
+                act += bytes;
+                act_peak = act_peak.max(act);
+            }
             let dies = |x: usize| last[x] == Some(i) && !outs[x];
             let fits = |s: usize| slot_dtype[s] == info.dtype && slot_bytes[s] == bytes;
             match forms[i] {
@@ -97,6 +105,7 @@ impl MemoryPlan {
                     seen.push(x);
                     if produced[x] {
                         live -= values[x].bytes.min(live);
+                        act -= values[x].bytes.min(act);
                     }
                     // A donor's buffer now holds this node's output: not free.
                     if let Some(s) =
@@ -116,6 +125,7 @@ impl MemoryPlan {
             fallback,
             total_bytes: total,
             live_peak_bytes: live_peak,
+            activation_peak_bytes: act_peak,
         }
     }
 
@@ -123,6 +133,23 @@ impl MemoryPlan {
     /// outputs not included; see [`MemoryPlan::fallback_bytes`]).
     pub fn planned_bytes(&self) -> usize {
         self.slot_bytes.iter().sum()
+    }
+
+    /// Bytes of the planned buffers that never hold one of `g`'s outputs: the planned memory
+    /// of activations and temporaries (a training step's gradient buffers left out).
+    pub fn planned_activation_bytes(&self, g: &Graph) -> usize {
+        let mut holds_output = vec![false; self.slot_bytes.len()];
+        for &o in g.outputs() {
+            if let Some(s) = self.slot_of.get(o).copied().flatten() {
+                holds_output[s] = true;
+            }
+        }
+        self.slot_bytes
+            .iter()
+            .zip(&holds_output)
+            .filter(|(_, &o)| !o)
+            .map(|(b, _)| b)
+            .sum()
     }
 
     /// Bytes of the outputs of fallback nodes (allocated by their operators at each run).

@@ -287,3 +287,54 @@ fn memory_plan_shares_buffers_of_a_chain() {
     assert_eq!(plan.planned_bytes(), 2 * 256);
     assert!(plan.live_peak_bytes <= 3 * 256);
 }
+
+#[test]
+fn recompute_clones_producers_into_the_backward_and_keeps_the_results() {
+    // loss = sum(tanh(tanh(tanh(x . w)))): the backward reads every tanh output.
+    let x = arr(&[0.25; 16], &[4, 4]);
+    let w = arr(&[0.5; 16], &[4, 4]);
+    let (out, log) =
+        trace(|| x.dot_t(&w, false, false)?.tanh()?.tanh()?.tanh()?.sum_all()).unwrap();
+    let g = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[("w".to_string(), w.clone())],
+    )
+    .unwrap();
+    let b = super::backward_graph(&g).unwrap();
+    let n = b.graph.nodes().len();
+    let err = super::with_recompute(&b.graph, n + 1, super::Recompute::Sqrt).unwrap_err();
+    assert!(err.contains("forward nodes"), "{err}");
+    let (same, p) =
+        super::with_recompute(&b.graph, b.forward_nodes, super::Recompute::Off).unwrap();
+    assert_eq!(same, b.graph);
+    assert_eq!(p.dropped, 0);
+    let all = super::Recompute::Budget(usize::MAX);
+    let (r, p) = super::with_recompute(&b.graph, b.forward_nodes, all).unwrap();
+    // Nothing the backward reads is kept: every tanh (and the product) is cloned, and the
+    // backward reads only clones or the caller's arrays.
+    assert_eq!(p.kept, 0);
+    assert!(p.dropped >= 3 && p.cloned_nodes >= 4, "{p:?}");
+    assert_eq!(r.nodes().len(), n + p.cloned_nodes);
+    let fwd_out: Vec<usize> = r.nodes()[..b.forward_nodes]
+        .iter()
+        .map(|n| n.output)
+        .collect();
+    for node in &r.nodes()[b.forward_nodes..] {
+        for x in &node.inputs {
+            assert!(
+                !fwd_out.contains(x),
+                "a backward node reads forward value {x}"
+            );
+        }
+    }
+    let head = crate::NDArray::ones(&[], crate::DType::F32).unwrap();
+    let ins = [x.clone(), head];
+    let want = b.graph.run(&ins, std::slice::from_ref(&w)).unwrap();
+    let got = r.run(&ins, std::slice::from_ref(&w)).unwrap();
+    for (a, c) in want.iter().zip(&got) {
+        assert_eq!(a.to_f64_vec(), c.to_f64_vec());
+    }
+}

@@ -9,6 +9,7 @@ use super::exec::Executor;
 use super::grad::backward_graph;
 use super::ir::Graph;
 use super::plan::MemoryPlan;
+use super::recompute::{with_recompute, Recompute, RecomputePlan};
 use crate::{NDArray, Result};
 
 /// A forward graph with one output (the loss) and its backward, run as one planned graph.
@@ -19,6 +20,8 @@ pub struct TrainStep {
     forward: Arc<Graph>,
     param_grad: Vec<Option<usize>>,
     forward_nodes: usize,
+    /// What recomputation did, when it was asked for.
+    recompute: Option<RecomputePlan>,
     /// The loss output's head gradient (ones), made once.
     head: NDArray,
     /// Call inputs followed by the head gradient (capacity kept across steps).
@@ -31,7 +34,23 @@ impl TrainStep {
     /// The training step of `forward`, or the reason it has none (an operator on the
     /// gradient path without a graph backward, named in the message).
     pub fn new(forward: Arc<Graph>) -> std::result::Result<TrainStep, String> {
-        let b = backward_graph(&forward)?;
+        TrainStep::with_recompute(forward, Recompute::Off)
+    }
+
+    /// [`TrainStep::new`] with the forward values the backward reads kept or recomputed as
+    /// `mode` asks (see [`Recompute`]): less memory for about one more forward. The results are
+    /// the same bits either way.
+    pub fn with_recompute(
+        forward: Arc<Graph>,
+        mode: Recompute,
+    ) -> std::result::Result<TrainStep, String> {
+        let mut b = backward_graph(&forward)?;
+        let mut recompute = None;
+        if mode != Recompute::Off {
+            let (g, plan) = with_recompute(&b.graph, b.forward_nodes, mode)?;
+            b.graph = g;
+            recompute = Some(plan);
+        }
         let loss = &forward.values()[forward.outputs()[0]];
         let head = NDArray::ones(&loss.shape, loss.dtype).map_err(|e| e.to_string())?;
         Ok(TrainStep {
@@ -39,6 +58,7 @@ impl TrainStep {
             forward,
             param_grad: b.param_grad,
             forward_nodes: b.forward_nodes,
+            recompute,
             head,
             args: Vec::new(),
             outs: Vec::new(),
@@ -58,6 +78,11 @@ impl TrainStep {
     /// Number of forward nodes (the joint graph's first ones).
     pub fn forward_nodes(&self) -> usize {
         self.forward_nodes
+    }
+
+    /// What recomputation did ([`TrainStep::with_recompute`]); `None` when it was off.
+    pub fn recompute(&self) -> Option<&RecomputePlan> {
+        self.recompute.as_ref()
     }
 
     /// The memory plan of the joint graph.

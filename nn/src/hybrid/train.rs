@@ -11,7 +11,7 @@
 //! unchanged after [`HybridTrainStep::step`].
 
 use sparrow_core::autograd::{self, GradReq};
-use sparrow_core::graph::{trace, Graph, TrainStep, ValueInfo};
+use sparrow_core::graph::{trace, Graph, Recompute, TrainStep, ValueInfo};
 use sparrow_core::{NDArray, Result};
 
 use crate::block::Block;
@@ -55,6 +55,7 @@ enum Entry {
 pub struct HybridTrainStep<'a> {
     net: &'a dyn Block,
     loss: &'a dyn Loss,
+    recompute: Recompute,
     entries: Vec<(Vec<ValueInfo>, Entry)>,
 }
 
@@ -64,8 +65,20 @@ impl<'a> HybridTrainStep<'a> {
         HybridTrainStep {
             net,
             loss,
+            recompute: Recompute::Off,
             entries: Vec::new(),
         }
+    }
+
+    /// Recompute forward values in the backward instead of keeping them, as `mode` asks
+    /// (MXNet's backward mirroring, PyTorch's checkpointing): [`Recompute::Sqrt`] holds about
+    /// `2 sqrt(n)` of a deep chain's `n` activations for about one more forward a step. The
+    /// gradients are the same bits. Signatures already traced are traced again at their next
+    /// step.
+    pub fn with_recompute(mut self, mode: Recompute) -> HybridTrainStep<'a> {
+        self.recompute = mode;
+        self.entries.clear();
+        self
     }
 
     /// One step on a batch `x` with labels `label`: the per-sample loss is returned and every
@@ -171,7 +184,7 @@ impl<'a> HybridTrainStep<'a> {
                         p.name()
                     ));
                 }
-                let step = TrainStep::new(std::sync::Arc::new(g))?;
+                let step = TrainStep::with_recompute(std::sync::Arc::new(g), self.recompute)?;
                 Ok((step, params))
             });
         let entry = match built {
