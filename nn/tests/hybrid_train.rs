@@ -206,12 +206,14 @@ fn joint_plan_keeps_fewer_bytes_than_all_activations() {
 
 #[test]
 fn operator_without_graph_backward_trains_eagerly_with_its_name() {
-    // `maximum_scalar` has no graph backward.
+    // `broadcast_to` in a forward has no graph backward.
     let x = arr(&[6, 4], -1.0, 1.0, 8);
     let y = arr(&[6, 1], 0.0, 2.0, 9);
     let make = || {
         let mut s = mlp(&[""], &[3]);
-        s.add(sparrow_nn::Lambda::new(|h| h.maximum_scalar(0.1)));
+        s.add(sparrow_nn::Lambda::new(|h| {
+            h.sum(Some(&[1]), true)?.broadcast_to(&[6, 3])
+        }));
         s.add(Dense::new(1));
         s
     };
@@ -236,5 +238,5 @@ fn operator_without_graph_backward_trains_eagerly_with_its_name() {
     }
     let why = step.fallback_reasons();
     assert_eq!(why.len(), 1, "{why:?}");
-    assert!(why[0].contains("'maximum_scalar'"), "{why:?}");
+    assert!(why[0].contains("'broadcast_to'"), "{why:?}");
 }

@@ -1,7 +1,8 @@
 //! Graph backward rules of the operators beyond the Dense layers and the losses: `exp`, `log`,
 //! `sqrt`, `softmax`, broadcasting `add`/`sub`/`mul`/`div`, `where`, `embedding` (row_sparse
-//! table gradient), `astype` (the gradient cast back to the input's dtype), `clip` and
-//! `leaky_relu`. Each model trains through `HybridTrainStep`'s joint graph (no eager
+//! table gradient), `astype` (the gradient cast back to the input's dtype), `clip`,
+//! `leaky_relu`, broadcasting `pow` / `maximum` / `minimum` and the scalar `rdiv`, `pow`,
+//! `maximum` and `minimum`. Each model trains through `HybridTrainStep`'s joint graph (no eager
 //! fallback) and its loss and gradients are compared with eager training (1 ulp of f32 scaled
 //! by the array's largest magnitude, as `hybrid_train.rs`); the graph gradients are also
 //! checked against central finite differences of the loss.
@@ -146,6 +147,62 @@ fn broadcasting_arithmetic_trains_through_the_graph() {
         &x,
         &y,
         "div",
+    );
+}
+
+#[test]
+fn pow_maximum_minimum_train_through_the_graph() {
+    let x = arr(&[6, 5], -1.0, 1.0, 11);
+    let y = arr(&[6, 3], -1.0, 1.0, 12);
+    // Both operands depend on the weights; a (6, 8) base against a (1, 8) exponent.
+    let base = |h: &NDArray| h.square()?.add_scalar(0.5);
+    let expo = |h: &NDArray| h.mean(Some(&[0]), true)?.mul_scalar(0.5)?.add_scalar(1.5);
+    check(&|| with(move |h| base(h)?.pow(&expo(h)?)), &x, &y, "pow");
+    let col = |h: &NDArray| h.mean(Some(&[1]), true);
+    check(&|| with(move |h| h.maximum(&col(h)?)), &x, &y, "maximum");
+    check(&|| with(move |h| col(h)?.minimum(h)), &x, &y, "minimum");
+    // Ties go to the first operand (the second, detached, passes nothing back).
+    check(
+        &|| with(|h| h.maximum(&h.detach())),
+        &x,
+        &y,
+        "maximum, ties",
+    );
+    check(
+        &|| with(|h| h.minimum(&h.detach())),
+        &x,
+        &y,
+        "minimum, ties",
+    );
+}
+
+#[test]
+fn scalar_rdiv_pow_maximum_minimum_train_through_the_graph() {
+    let x = arr(&[6, 5], -1.0, 1.0, 13);
+    let y = arr(&[6, 3], -1.0, 1.0, 14);
+    check(
+        &|| with(|h| h.square()?.add_scalar(1.0)?.rdiv_scalar(2.0)),
+        &x,
+        &y,
+        "rdiv_scalar",
+    );
+    check(
+        &|| with(|h| h.square()?.add_scalar(0.5)?.pow_scalar(1.5)),
+        &x,
+        &y,
+        "pow_scalar",
+    );
+    check(
+        &|| with(|h| h.maximum_scalar(0.1)),
+        &x,
+        &y,
+        "maximum_scalar",
+    );
+    check(
+        &|| with(|h| h.minimum_scalar(-0.1)),
+        &x,
+        &y,
+        "minimum_scalar",
     );
 }
 

@@ -12,7 +12,7 @@
 //! caller trains that signature eagerly).
 
 use super::ir::{Graph, Node, ParamInfo, ValueInfo};
-use super::op::{act_name, AttrValue, Op, ScalarFn, UnaryFn};
+use super::op::{act_name, AttrValue, CmpFn, Op, ScalarFn, UnaryFn};
 use crate::ops::fused::FusedAct;
 use crate::ops::BinaryOp;
 use crate::storage::{Map, MapGrad};
@@ -594,9 +594,102 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                     ScalarFn::RSub => b.push(Op::Unary(UnaryFn::Neg), vec![g], gi),
                     ScalarFn::Mul => b.push(Op::Scalar(ScalarFn::Mul, *s), vec![g], gi),
                     ScalarFn::Div => b.push(Op::Scalar(ScalarFn::Div, *s), vec![g], gi),
-                    _ => return refuse("a scalar operator other than + - * /"),
+                    // As the eager backwards (`ops::unary`): g * (-s / x^2), g * (p x^(p-1)),
+                    // and g times the mask where x won (ties to x).
+                    f => {
+                        if info(0).stype != SType::Dense {
+                            return refuse("a sparse operand");
+                        }
+                        let x = ins[0];
+                        let d = match f {
+                            ScalarFn::RDiv => {
+                                let sq = b.push(Op::Unary(UnaryFn::Square), vec![x], gi.clone());
+                                b.push(Op::Scalar(ScalarFn::RDiv, -s), vec![sq], gi.clone())
+                            }
+                            ScalarFn::Pow => {
+                                let pw =
+                                    b.push(Op::Scalar(ScalarFn::Pow, s - 1.0), vec![x], gi.clone());
+                                b.push(Op::Scalar(ScalarFn::Mul, *s), vec![pw], gi.clone())
+                            }
+                            ScalarFn::Maximum => {
+                                b.push(Op::CompareScalar(CmpFn::Ge, *s), vec![x], gi.clone())
+                            }
+                            ScalarFn::Minimum => {
+                                b.push(Op::CompareScalar(CmpFn::Le, *s), vec![x], gi.clone())
+                            }
+                            _ => return refuse("a scalar operator without a rule"),
+                        };
+                        b.push(Op::Binary(BinaryOp::Mul), vec![g, d], gi)
+                    }
                 };
                 b.add_grad(ins[0], gx)?;
+            }
+            Op::Binary(op @ (BinaryOp::Pow | BinaryOp::Maximum | BinaryOp::Minimum)) => {
+                // As the eager backward (`ops::arith::binary`), then each summed to its shape:
+                // pow: a gets (g b) a^(b-1); b gets ((g a^b) ln(max(a, MIN_POSITIVE))) (a > 0);
+                // maximum / minimum: a gets g where a wins (ties to a), b gets g (1 - that).
+                let (a, c) = (info(0), info(1));
+                if a.stype != SType::Dense || c.stype != SType::Dense {
+                    return refuse("sparse operands");
+                }
+                let out = fwd.values()[node.output].clone();
+                let full = dense_info(&out.shape, &out);
+                let (ia, ib) = (ins[0], ins[1]);
+                let mut grads = [None, None];
+                if *op == BinaryOp::Pow {
+                    if needs(0) {
+                        let gb_ = b.push(Op::Binary(BinaryOp::Mul), vec![g, ib], full.clone());
+                        let bm1 = b.push(
+                            Op::Scalar(ScalarFn::Add, -1.0),
+                            vec![ib],
+                            dense_info(&c.shape, &c),
+                        );
+                        let p = b.push(Op::Binary(BinaryOp::Pow), vec![ia, bm1], full.clone());
+                        grads[0] =
+                            Some(b.push(Op::Binary(BinaryOp::Mul), vec![gb_, p], full.clone()));
+                    }
+                    if needs(1) {
+                        let ga = dense_info(&a.shape, &a);
+                        let gp = b.push(
+                            Op::Binary(BinaryOp::Mul),
+                            vec![g, node.output],
+                            full.clone(),
+                        );
+                        let am = b.push(
+                            Op::Scalar(ScalarFn::Maximum, f64::MIN_POSITIVE),
+                            vec![ia],
+                            ga.clone(),
+                        );
+                        let ln = b.push(Op::Unary(UnaryFn::Log), vec![am], ga.clone());
+                        let t = b.push(Op::Binary(BinaryOp::Mul), vec![gp, ln], full.clone());
+                        let pos = b.push(Op::CompareScalar(CmpFn::Gt, 0.0), vec![ia], ga);
+                        grads[1] =
+                            Some(b.push(Op::Binary(BinaryOp::Mul), vec![t, pos], full.clone()));
+                    }
+                } else {
+                    let cmp = if *op == BinaryOp::Maximum {
+                        CmpFn::Ge
+                    } else {
+                        CmpFn::Le
+                    };
+                    let wins = b.push(Op::Compare(cmp), vec![ia, ib], full.clone());
+                    if needs(0) {
+                        grads[0] =
+                            Some(b.push(Op::Binary(BinaryOp::Mul), vec![g, wins], full.clone()));
+                    }
+                    if needs(1) {
+                        let loses =
+                            b.push(Op::Scalar(ScalarFn::RSub, 1.0), vec![wins], full.clone());
+                        grads[1] =
+                            Some(b.push(Op::Binary(BinaryOp::Mul), vec![g, loses], full.clone()));
+                    }
+                }
+                for (k, gk) in grads.into_iter().enumerate() {
+                    if let Some(gk) = gk {
+                        let gk = b.sum_to_shape(gk, &info(k).shape);
+                        b.add_grad(ins[k], gk)?;
+                    }
+                }
             }
             Op::Reshape(_) => {
                 let shape = info(0).shape;
