@@ -606,12 +606,65 @@ impl<T: Transport> KVStore for SyncStore<T> {
     }
 
     fn set_optimizer(&mut self, optimizer: Box<dyn Optimizer>) -> Result<()> {
+        if let Some(set) = &self.optimizer {
+            // The keys' states were made by (and for) the optimizer already set: a second one
+            // would update with states it did not make, or drop them without a word.
+            return Err(Error::arg(
+                "KVStore::set_optimizer",
+                format!(
+                    "the '{}' store already has an optimizer ('{}'; '{}' given): a store's \
+                     optimizer is set once, its states live in the store with it",
+                    self.kind,
+                    set.name(),
+                    optimizer.name()
+                ),
+            ));
+        }
         self.optimizer = Some(optimizer);
         Ok(())
     }
 
     fn has_optimizer(&self) -> bool {
         self.optimizer.is_some()
+    }
+
+    fn optimizer(&self) -> Option<&dyn Optimizer> {
+        self.optimizer.as_deref()
+    }
+
+    fn optimizer_mut(&mut self) -> Option<&mut dyn Optimizer> {
+        match self.optimizer.as_mut() {
+            Some(o) => Some(o.as_mut()),
+            None => None,
+        }
+    }
+
+    fn optimizer_state(&self, key: usize) -> Option<&State> {
+        match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => r.state.as_ref(),
+            _ => None,
+        }
+    }
+
+    fn set_optimizer_state(&mut self, key: usize, state: State) -> Result<()> {
+        const OP: &str = "KVStore::set_optimizer_state";
+        if self.optimizer.is_none() {
+            return Err(Error::arg(
+                OP,
+                format!("key {key}: no optimizer set (set_optimizer first)"),
+            ));
+        }
+        match self.slots.get_mut(&key) {
+            Some(Slot::Replicated(r)) => {
+                r.state = Some(state);
+                Ok(())
+            }
+            Some(Slot::Sharded(_)) => Err(Error::arg(
+                OP,
+                format!("key {key} is a sharded table: its states live with its rows' owners"),
+            )),
+            None => Err(unknown_key(OP, key)),
+        }
     }
 
     fn barrier(&mut self) -> Result<()> {
