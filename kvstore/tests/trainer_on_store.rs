@@ -7,7 +7,8 @@
 mod equivalence;
 
 use equivalence::{batch, max_rel_diff, model, optimizer, train, train_with, Update, OPTIMIZERS};
-use sparrow_core::autograd;
+use sparrow_core::{autograd, NDArray, Result};
+use sparrow_kvstore::{SyncStore, ThreadTransport};
 use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
 use sparrow_nn::Block;
 use sparrow_optim::{FactorScheduler, KVStore, NonFinite, Optimizer, Sgd, Trainer};
@@ -19,6 +20,59 @@ fn one_worker_updating_on_the_store_matches_no_store_bit_for_bit() {
     for opt in OPTIMIZERS {
         let reference = train(opt, None, 0, 1, B).unwrap();
         let kv: Box<dyn KVStore> = Box::new(sparrow_kvstore::local());
+        let on_store = train_with(opt, Some(kv), Update::OnStore, 0, 1, B).unwrap();
+        assert_eq!(on_store, reference, "{opt}");
+    }
+}
+
+/// A store that keeps copies of the keys (the trait's default `init_shared`): the trainer
+/// must pull the weights the store updated.
+struct Copying(SyncStore<ThreadTransport>);
+
+impl KVStore for Copying {
+    fn kind(&self) -> &'static str {
+        "copying"
+    }
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn num_workers(&self) -> usize {
+        self.0.num_workers()
+    }
+    fn init(&mut self, key: usize, value: &NDArray) -> Result<()> {
+        self.0.init(key, value)
+    }
+    fn push(&mut self, key: usize, values: &[NDArray]) -> Result<()> {
+        self.0.push(key, values)
+    }
+    fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
+        self.0.pull(key, out)
+    }
+    fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()> {
+        self.0.row_sparse_pull(key, out, row_ids)
+    }
+    fn set_optimizer(&mut self, optimizer: Box<dyn Optimizer>) -> Result<()> {
+        self.0.set_optimizer(optimizer)
+    }
+    fn has_optimizer(&self) -> bool {
+        self.0.has_optimizer()
+    }
+    fn optimizer(&self) -> Option<&dyn Optimizer> {
+        self.0.optimizer()
+    }
+    fn optimizer_mut(&mut self) -> Option<&mut dyn Optimizer> {
+        self.0.optimizer_mut()
+    }
+    fn barrier(&mut self) -> Result<()> {
+        self.0.barrier()
+    }
+}
+
+#[test]
+fn a_store_that_keeps_copies_has_the_weights_pulled() {
+    for opt in OPTIMIZERS {
+        let reference = train(opt, None, 0, 1, B).unwrap();
+        let kv: Box<dyn KVStore> = Box::new(Copying(sparrow_kvstore::local()));
         let on_store = train_with(opt, Some(kv), Update::OnStore, 0, 1, B).unwrap();
         assert_eq!(on_store, reference, "{opt}");
     }

@@ -44,6 +44,18 @@ pub trait KVStore: Send {
     /// Give `key` its first value (worker 0's on every worker). Collective.
     fn init(&mut self, key: usize, value: &NDArray) -> Result<()>;
 
+    /// [`KVStore::init`], but the store keeps `value` itself as this worker's replica of the
+    /// key instead of a copy (after setting it to worker 0's value): the store's updates
+    /// (with an optimizer set) write into `value`, and a `pull` into `value` copies nothing.
+    /// A [`Trainer`](crate::Trainer) that updates on the store inits its weights so, so that
+    /// pulling a large weight back after each step costs no copy of it. Writes to `value` by
+    /// its other holders reach the store. The default is `init` then `pull` into `value`
+    /// (a store that cannot share keeps a copy). Collective.
+    fn init_shared(&mut self, key: usize, value: &NDArray) -> Result<()> {
+        self.init(key, value)?;
+        self.pull(key, std::slice::from_ref(value))
+    }
+
     /// Push `values` (one per device; at least one) to `key`: summed over the values and over
     /// the workers, then stored or applied as a gradient (see the trait's notes). Collective.
     fn push(&mut self, key: usize, values: &[NDArray]) -> Result<()>;

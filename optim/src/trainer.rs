@@ -317,7 +317,8 @@ impl Trainer {
 
     /// On the first step with a store: every trainable parameter's key, whether or not this
     /// step has its gradient (keys are initialized once, in the same order on every worker),
-    /// and with several workers every weight set to worker 0's.
+    /// and with several workers every weight set to worker 0's. Updating on the store, the
+    /// store keeps the weights themselves ([`KVStore::init_shared`]).
     fn init_keys(&mut self) -> Result<()> {
         let Some(kv) = self.kvstore.as_mut() else {
             return Ok(());
@@ -330,9 +331,16 @@ impl Trainer {
                 continue;
             }
             let w = p.data()?;
-            kv.init(i, &w)?;
-            if kv.num_workers() > 1 {
-                kv.pull(i, std::slice::from_ref(&w))?;
+            if self.update_on_kvstore {
+                // The store keeps the weight itself: its updates land in the parameter, and
+                // the pull after each step copies nothing (a copy of a 512 MB table per step
+                // otherwise).
+                kv.init_shared(i, &w)?;
+            } else {
+                kv.init(i, &w)?;
+                if kv.num_workers() > 1 {
+                    kv.pull(i, std::slice::from_ref(&w))?;
+                }
             }
         }
         self.kv_ready = true;

@@ -27,8 +27,10 @@ impl Trainer {
     /// updates its copy of each weight with `rescale_grad = scale / (batch_size *
     /// num_workers)` and the parameter's multipliers (a row_sparse gradient updates only its
     /// rows where the optimizer is lazy, as on the worker), and the trainer pulls the updated
-    /// weights into the parameters. Sparrow's weights are dense, so the pull is of the whole
-    /// weight; it shares the store's buffer (copy on write) rather than copying it.
+    /// weights into the parameters. The keys are initialized with [`KVStore::init_shared`]:
+    /// a store that can keeps the parameter's weight itself as its replica, so its update
+    /// writes the weight in place (only the pushed rows of a lazy row_sparse update) and the
+    /// pull copies nothing; a store that keeps a copy has the whole weight pulled.
     ///
     /// The optimizer then lives in the store: [`Trainer::optimizer`],
     /// [`Trainer::set_learning_rate`], schedules, [`Trainer::state`],
@@ -40,7 +42,7 @@ impl Trainer {
     /// Fails on a store that already has an optimizer, and once a step has given the
     /// optimizer to a store (make a new trainer to change stores).
     ///
-    /// ```ignore
+    /// ```text
     /// // The stores are in sparrow-kvstore (which depends on this crate).
     /// let mut trainer = Trainer::new(net.collect_params()?.iter().map(|(_, p)| p.clone()),
     ///                                Adam::new(0.01))?;
