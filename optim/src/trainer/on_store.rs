@@ -137,8 +137,9 @@ impl Trainer {
             opts.lr_mult.insert(e.index, e.lr_mult);
             opts.wd_mult.insert(e.index, e.wd_mult);
         }
-        // Every gradient in one call; the store updates each key and the updated weights come
-        // back into the parameters' arrays.
+        // Every gradient in one call. A store that shares the weights (`init_shared`) has
+        // updated the parameters' own arrays and the pull is a no-op; from one that keeps
+        // copies, the pull brings the updated weights back.
         let keys: Vec<usize> = entries.iter().map(|e| e.index).collect();
         let grads: Vec<NDArray> = entries.iter().map(|e| e.grad.clone()).collect();
         let weights: Vec<NDArray> = entries.iter().map(|e| e.weight.clone()).collect();
@@ -165,8 +166,19 @@ impl Trainer {
             opts: OptimizerOptions::new(self.optimizer.learning_rate()),
         });
         let optimizer = std::mem::replace(&mut self.optimizer, stand_in);
-        kv.set_optimizer(optimizer)?;
+        let given = kv.set_optimizer(optimizer);
+        // Taken or not, the optimizer has left the trainer: later steps fail on the store's
+        // missing optimizer rather than hand over the stand-in.
         self.handed = true;
+        given.map_err(|e| {
+            Error::arg(
+                OP,
+                format!(
+                    "the store refused the optimizer ({e}); it is gone with the call, so this \
+                     trainer cannot step: make a new one"
+                ),
+            )
+        })?;
         let loaded = std::mem::take(&mut self.states);
         self.states = vec![None; self.params.len()];
         self.load_into_store(loaded)
