@@ -8,7 +8,8 @@
 //! cargo build --release --features mpi --example dist_train
 //! mpirun -np 2 target/release/examples/dist_train -- [--samples 1000] [--features 1000000]
 //!     [--density 1e-5] [--batch-size 10] [--epochs 5] [--optimizer sgd|adam|ftrl]
-//!     [--first-grad row_sparse|dense|sharded] [--max-steps N] [--data-dir DIR]
+//!     [--first-grad row_sparse|dense|sharded] [--update-on-kvstore] [--max-steps N]
+//!     [--data-dir DIR]
 //! ```
 //!
 //! Prints, from rank 0: samples per second over the timed epochs (all ranks' samples; each
@@ -20,7 +21,9 @@
 //! layer's table (features x 128) as a sharded table of a second store: each rank holds and
 //! updates only its block of rows (SGD on the store, lazily); a step renumbers the batch to the
 //! columns it uses, pulls those rows from their owners, runs the forward on them, and pushes
-//! their gradient back to the owners. No rank holds the whole table.
+//! their gradient back to the owners. No rank holds the whole table. `--update-on-kvstore`
+//! gives the optimizer to the store (`Trainer::set_kvstore_update`, Gluon's
+//! `update_on_kvstore=True`): the store updates each weight and the trainer pulls it whole.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -58,6 +61,7 @@ struct Args {
     optimizer: String,
     dense_grad: bool,
     sharded: bool,
+    update_on_kvstore: bool,
     max_steps: Option<usize>,
     data_dir: Option<PathBuf>,
 }
@@ -72,6 +76,7 @@ fn parse() -> Result<Args, BoxError> {
         optimizer: "sgd".into(),
         dense_grad: false,
         sharded: false,
+        update_on_kvstore: false,
         max_steps: None,
         data_dir: None,
     };
@@ -93,6 +98,7 @@ fn parse() -> Result<Args, BoxError> {
                     return Err(format!("--first-grad {other}: row_sparse|dense|sharded").into())
                 }
             },
+            "--update-on-kvstore" => a.update_on_kvstore = true,
             "--max-steps" => a.max_steps = Some(val()?.parse()?),
             "--data-dir" => a.data_dir = Some(val()?.into()),
             other => return Err(format!("unknown argument {other}").into()),
@@ -274,7 +280,12 @@ fn run() -> Result<(), BoxError> {
     if let Some(s) = &sharded {
         params.push(s.bias.clone());
     }
-    let mut trainer = Trainer::with_boxed(params, opt)?.with_kvstore(Box::new(kv))?;
+    let trainer = Trainer::with_boxed(params, opt)?;
+    let mut trainer = if args.update_on_kvstore {
+        trainer.with_kvstore_update(Box::new(kv))?
+    } else {
+        trainer.with_kvstore(Box::new(kv))?
+    };
     let mut sharded = sharded;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
 

@@ -6,7 +6,8 @@
 #   2. lints sparrow-kvstore and examples/dist_train with the feature, builds the check (only
 #      that crate and its deps);
 #   3. `dist_check check`: N ranks x batch B == 1 process x batch N*B (1e-6 relative) for SGD
-#      with momentum, Adam lazy and standard, FTRL; sharded == replicated table; mismatched
+#      with momentum, Adam lazy and standard, FTRL, updating on the workers and on the store;
+#      sharded == replicated table; mismatched
 #      pushes fail on every rank;
 #   4. `dist_check hung-rank`: the watchdog ends the job within its timeout, with a message;
 #   5. `dist_check dead-rank`: a rank that dies ends the job.

@@ -6,7 +6,8 @@
 //!
 //! - `check` (default): for SGD with momentum, Adam (lazy and standard) and FTRL, N ranks each
 //!   training on B rows per step end with the parameters of one process training on the
-//!   step's N * B rows (max relative difference <= 1e-6); a sharded table ends equal to the
+//!   step's N * B rows (max relative difference <= 1e-6), whether the trainers update
+//!   (`set_kvstore`) or the store does (`set_kvstore_update`, then with the same bits); a sharded table ends equal to the
 //!   replicated one; a mismatched push (wrong shape on one rank, an unknown key on one rank)
 //!   fails on every rank with a message naming the rank, and the store goes on working. Exits
 //!   1 on any mismatch.
@@ -20,6 +21,8 @@
 
 #[path = "../tests/common/equivalence.rs"]
 mod equivalence;
+
+use equivalence::Update;
 
 use std::time::Duration;
 
@@ -70,21 +73,36 @@ fn check(timeout: Duration) -> Result<bool> {
     let mut ok = true;
     let mut rank = 0;
     for opt in equivalence::OPTIMIZERS {
-        let kv = dist_sync(timeout)?;
-        let (r, n) = (kv.rank(), kv.num_workers());
-        rank = r;
-        let reference = equivalence::train(opt, None, 0, 1, n * B)?;
-        let kv: Box<dyn KVStore> = Box::new(kv);
-        let got = equivalence::train(opt, Some(kv), r, n, B)?;
-        let d = equivalence::max_rel_diff(&got, &reference);
-        let pass = d <= 1e-6;
-        ok &= pass;
-        println!(
-            "rank {r}/{n}: {opt:<13} {n} ranks x batch {B} vs 1 x batch {}: max relative \
-             difference {d:.2e} {}",
-            n * B,
-            if pass { "ok" } else { "MISMATCH" }
-        );
+        let mut on_worker = Vec::new();
+        for update in [Update::OnWorker, Update::OnStore] {
+            let kv = dist_sync(timeout)?;
+            let (r, n) = (kv.rank(), kv.num_workers());
+            rank = r;
+            let reference = equivalence::train(opt, None, 0, 1, n * B)?;
+            let kv: Box<dyn KVStore> = Box::new(kv);
+            let got = equivalence::train_with(opt, Some(kv), update, r, n, B)?;
+            let d = equivalence::max_rel_diff(&got, &reference);
+            // Updating on the store repeats the worker's arithmetic in the same order.
+            let same = update == Update::OnWorker || got == on_worker;
+            let pass = d <= 1e-6 && same;
+            ok &= pass;
+            println!(
+                "rank {r}/{n}: {opt:<13} {update:?}: {n} ranks x batch {B} vs 1 x batch {}: \
+                 max relative difference {d:.2e}{} {}",
+                n * B,
+                if update == Update::OnStore {
+                    if same {
+                        ", the bits of OnWorker"
+                    } else {
+                        ", NOT the bits of OnWorker"
+                    }
+                } else {
+                    ""
+                },
+                if pass { "ok" } else { "MISMATCH" }
+            );
+            on_worker = got;
+        }
     }
     ok &= sharded_matches_replicated(timeout)?;
     ok &= mismatches_fail_everywhere(timeout)?;

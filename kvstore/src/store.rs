@@ -77,6 +77,61 @@ impl<T: Transport> SyncStore<T> {
         self.transport.traffic()
     }
 
+    /// [`KVStore::init`] (`shared = false`: the store keeps a copy) and
+    /// [`KVStore::init_shared`] (`shared = true`: the store keeps `value` itself).
+    fn init_replica(&mut self, key: usize, value: &NDArray, shared: bool) -> Result<()> {
+        const OP: &str = "KVStore::init";
+        let local = if self.slots.contains_key(&key) {
+            Err(Error::arg(OP, format!("key {key} is already initialized")))
+        } else if value.stype() == SType::Csr {
+            Err(Error::stype(
+                OP,
+                format!("key {key}: csr values cannot be stored (dense or row_sparse)"),
+            ))
+        } else {
+            Ok(())
+        };
+        let header = Header::new("init", key, local.as_ref().map(|_| value));
+        // Workers may init with different values (worker 0's wins) but not different kinds.
+        self.agree(OP, header, true)?;
+        let received = if self.transport.size() > 1 {
+            let mut bytes = if self.transport.rank() == 0 {
+                wire::encode_value(value)?
+            } else {
+                Vec::new()
+            };
+            self.transport.broadcast(0, &mut bytes)?;
+            Some(wire::decode_value(
+                &bytes,
+                value.dtype(),
+                value.stype(),
+                &value.shape(),
+            )?)
+        } else {
+            None
+        };
+        let stored = match (shared, received) {
+            // The caller's array itself (set to worker 0's value): the key's updates write
+            // into it, and a pull into it copies nothing.
+            (true, Some(v)) => {
+                value.assign(&v);
+                value.clone()
+            }
+            (true, None) => value.clone(),
+            (false, Some(v)) => v,
+            // A copy, as MXNet's init: later writes to `value` do not reach the store.
+            (false, None) => value.copy(),
+        };
+        self.slots.insert(
+            key,
+            Slot::Replicated(Replica {
+                value: stored,
+                state: None,
+            }),
+        );
+        Ok(())
+    }
+
     /// Whether `key` has been initialized.
     pub fn contains(&self, key: usize) -> bool {
         self.slots.contains_key(&key)
@@ -411,40 +466,11 @@ impl<T: Transport> KVStore for SyncStore<T> {
     }
 
     fn init(&mut self, key: usize, value: &NDArray) -> Result<()> {
-        const OP: &str = "KVStore::init";
-        let local = if self.slots.contains_key(&key) {
-            Err(Error::arg(OP, format!("key {key} is already initialized")))
-        } else if value.stype() == SType::Csr {
-            Err(Error::stype(
-                OP,
-                format!("key {key}: csr values cannot be stored (dense or row_sparse)"),
-            ))
-        } else {
-            Ok(())
-        };
-        let header = Header::new("init", key, local.as_ref().map(|_| value));
-        // Workers may init with different values (worker 0's wins) but not different kinds.
-        self.agree(OP, header, true)?;
-        let stored = if self.transport.size() > 1 {
-            let mut bytes = if self.transport.rank() == 0 {
-                wire::encode_value(value)?
-            } else {
-                Vec::new()
-            };
-            self.transport.broadcast(0, &mut bytes)?;
-            wire::decode_value(&bytes, value.dtype(), value.stype(), &value.shape())?
-        } else {
-            // A copy, as MXNet's init: later writes to `value` do not reach the store.
-            value.copy()
-        };
-        self.slots.insert(
-            key,
-            Slot::Replicated(Replica {
-                value: stored,
-                state: None,
-            }),
-        );
-        Ok(())
+        self.init_replica(key, value, false)
+    }
+
+    fn init_shared(&mut self, key: usize, value: &NDArray) -> Result<()> {
+        self.init_replica(key, value, true)
     }
 
     fn push(&mut self, key: usize, values: &[NDArray]) -> Result<()> {
@@ -606,12 +632,65 @@ impl<T: Transport> KVStore for SyncStore<T> {
     }
 
     fn set_optimizer(&mut self, optimizer: Box<dyn Optimizer>) -> Result<()> {
+        if let Some(set) = &self.optimizer {
+            // The keys' states were made by (and for) the optimizer already set: a second one
+            // would update with states it did not make, or drop them without a word.
+            return Err(Error::arg(
+                "KVStore::set_optimizer",
+                format!(
+                    "the '{}' store already has an optimizer ('{}'; '{}' given): a store's \
+                     optimizer is set once, its states live in the store with it",
+                    self.kind,
+                    set.name(),
+                    optimizer.name()
+                ),
+            ));
+        }
         self.optimizer = Some(optimizer);
         Ok(())
     }
 
     fn has_optimizer(&self) -> bool {
         self.optimizer.is_some()
+    }
+
+    fn optimizer(&self) -> Option<&dyn Optimizer> {
+        self.optimizer.as_deref()
+    }
+
+    fn optimizer_mut(&mut self) -> Option<&mut dyn Optimizer> {
+        match self.optimizer.as_mut() {
+            Some(o) => Some(o.as_mut()),
+            None => None,
+        }
+    }
+
+    fn optimizer_state(&self, key: usize) -> Option<&State> {
+        match self.slots.get(&key) {
+            Some(Slot::Replicated(r)) => r.state.as_ref(),
+            _ => None,
+        }
+    }
+
+    fn set_optimizer_state(&mut self, key: usize, state: State) -> Result<()> {
+        const OP: &str = "KVStore::set_optimizer_state";
+        if self.optimizer.is_none() {
+            return Err(Error::arg(
+                OP,
+                format!("key {key}: no optimizer set (set_optimizer first)"),
+            ));
+        }
+        match self.slots.get_mut(&key) {
+            Some(Slot::Replicated(r)) => {
+                r.state = Some(state);
+                Ok(())
+            }
+            Some(Slot::Sharded(_)) => Err(Error::arg(
+                OP,
+                format!("key {key} is a sharded table: its states live with its rows' owners"),
+            )),
+            None => Err(unknown_key(OP, key)),
+        }
     }
 
     fn barrier(&mut self) -> Result<()> {

@@ -167,6 +167,41 @@ fn row_sparse_pull_gives_the_rows_asked_for() {
 }
 
 #[test]
+fn init_shared_keeps_the_callers_array() {
+    // Every worker's array becomes worker 0's value, and the store's updates land in it.
+    let got = on_workers(2, |r, kv| {
+        let w = dense(&[r as f32 + 1.0; 4], &[4, 1]);
+        kv.init_shared(0, &w).unwrap();
+        let first = w.to_vec::<f32>().unwrap();
+        kv.set_optimizer(Box::new(Sgd::new(0.5))).unwrap();
+        // Lazy: only the pushed rows (1 from worker 0, 1 and 3 from worker 1) change.
+        let ids = if r == 0 { vec![1] } else { vec![1, 3] };
+        let g = rsp(ids.clone(), &vec![1.0; ids.len()], &[4, 1]);
+        kv.push(0, &[g]).unwrap();
+        (first, w.to_vec::<f32>().unwrap())
+    });
+    for (first, after) in got {
+        assert_eq!(first, vec![1.0; 4]);
+        assert_eq!(after, vec![1.0, 0.0, 1.0, 0.5]);
+    }
+    // One worker: the same; with a copy (init), the caller's array is left alone.
+    let mut kv = local();
+    kv.set_optimizer(Box::new(Sgd::new(0.5))).unwrap();
+    let (shared, copied) = (dense(&[1.0; 2], &[2]), dense(&[1.0; 2], &[2]));
+    kv.init_shared(0, &shared).unwrap();
+    kv.init(1, &copied).unwrap();
+    for k in [0, 1] {
+        kv.push(k, &[dense(&[1.0, -1.0], &[2])]).unwrap();
+    }
+    assert_eq!(shared.to_vec::<f32>().unwrap(), vec![0.5, 1.5]);
+    assert_eq!(copied.to_vec::<f32>().unwrap(), vec![1.0; 2]);
+    assert!(
+        kv.init_shared(0, &shared).is_err(),
+        "a second init of a key"
+    );
+}
+
+#[test]
 fn set_optimizer_updates_on_the_store() {
     let mut kv = local();
     assert!(!kv.has_optimizer());

@@ -1,20 +1,21 @@
 //! A Trainer with a `local` store of 2 threads, each training on its 4 rows of a step, ends
 //! with the parameters one trainer gets on the step's 8 rows (no store), for SGD with
-//! momentum, Adam (lazy and standard) and FTRL.
+//! momentum, Adam (lazy and standard) and FTRL, whether the trainers update on their side
+//! (`set_kvstore`) or the store updates (`set_kvstore_update`).
 
 #[path = "common/equivalence.rs"]
 mod equivalence;
 
 use std::time::Duration;
 
-use equivalence::{max_rel_diff, model, train, OPTIMIZERS};
+use equivalence::{max_rel_diff, model, train, train_with, Update, OPTIMIZERS};
 use sparrow_kvstore::local_group;
 use sparrow_optim::{KVStore, Sgd, Trainer};
 
 const WORKERS: usize = 2;
 const B: usize = 4;
 
-fn data_parallel(opt: &str) -> Vec<Vec<Vec<f32>>> {
+fn data_parallel(opt: &str, update: Update) -> Vec<Vec<Vec<f32>>> {
     let stores = local_group(WORKERS, Duration::from_secs(60)).unwrap();
     let handles: Vec<_> = stores
         .into_iter()
@@ -23,7 +24,7 @@ fn data_parallel(opt: &str) -> Vec<Vec<Vec<f32>>> {
             let opt = opt.to_string();
             std::thread::spawn(move || {
                 let kv: Box<dyn KVStore> = Box::new(kv);
-                train(&opt, Some(kv), rank, WORKERS, B).unwrap()
+                train_with(&opt, Some(kv), update, rank, WORKERS, B).unwrap()
             })
         })
         .collect();
@@ -44,7 +45,7 @@ fn two_workers_with_batch_b_match_one_with_batch_2b() {
             max_rel_diff(&reference, &init) > 1e-3,
             "{opt}: weights did not move"
         );
-        let workers = data_parallel(opt);
+        let workers = data_parallel(opt, Update::OnWorker);
         for (rank, w) in workers.iter().enumerate() {
             let d = max_rel_diff(w, &reference);
             assert!(
@@ -54,6 +55,31 @@ fn two_workers_with_batch_b_match_one_with_batch_2b() {
         }
         // Replicas stay equal bit for bit (every worker sums in the same order).
         assert_eq!(workers[0], workers[1], "{opt}: replicas diverged");
+    }
+}
+
+#[test]
+fn two_workers_updating_on_the_store_match_one_with_batch_2b() {
+    for opt in OPTIMIZERS {
+        let reference = train(opt, None, 0, 1, WORKERS * B).unwrap();
+        let on_store = data_parallel(opt, Update::OnStore);
+        for (rank, w) in on_store.iter().enumerate() {
+            let d = max_rel_diff(w, &reference);
+            assert!(
+                d <= 1e-6,
+                "{opt}: worker {rank} (update on the store) differs from one worker with \
+                 batch {} by {d:e}",
+                WORKERS * B
+            );
+        }
+        assert_eq!(on_store[0], on_store[1], "{opt}: replicas diverged");
+        // The same sums (in worker order) and the same update arguments: the bits of the
+        // workers updating on their side.
+        let on_worker = data_parallel(opt, Update::OnWorker);
+        assert_eq!(
+            on_store, on_worker,
+            "{opt}: store and worker updates differ"
+        );
     }
 }
 

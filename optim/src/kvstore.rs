@@ -9,7 +9,7 @@
 
 use sparrow_core::{NDArray, Result};
 
-use crate::optimizer::Optimizer;
+use crate::optimizer::{Optimizer, State};
 
 /// A key-value store with MXNet's semantics (`mx.kv.create(...)`).
 ///
@@ -44,6 +44,18 @@ pub trait KVStore: Send {
     /// Give `key` its first value (worker 0's on every worker). Collective.
     fn init(&mut self, key: usize, value: &NDArray) -> Result<()>;
 
+    /// [`KVStore::init`], but the store keeps `value` itself as this worker's replica of the
+    /// key instead of a copy (after setting it to worker 0's value): the store's updates
+    /// (with an optimizer set) write into `value`, and a `pull` into `value` copies nothing.
+    /// A [`Trainer`](crate::Trainer) that updates on the store inits its weights so, so that
+    /// pulling a large weight back after each step costs no copy of it. Writes to `value` by
+    /// its other holders reach the store. The default is `init` then `pull` into `value`
+    /// (a store that cannot share keeps a copy). Collective.
+    fn init_shared(&mut self, key: usize, value: &NDArray) -> Result<()> {
+        self.init(key, value)?;
+        self.pull(key, std::slice::from_ref(value))
+    }
+
     /// Push `values` (one per device; at least one) to `key`: summed over the values and over
     /// the workers, then stored or applied as a gradient (see the trait's notes). Collective.
     fn push(&mut self, key: usize, values: &[NDArray]) -> Result<()>;
@@ -76,11 +88,41 @@ pub trait KVStore: Send {
 
     /// Update on the store: from now on a push is the gradient of an update of the key's value
     /// by `optimizer` (the optimizer index of a key is the key; its options' multipliers and
-    /// `rescale_grad` apply).
+    /// `rescale_grad` apply). A store's optimizer is set once: a second call is an error (the
+    /// keys' states belong to the first), and the store keeps the one it has.
     fn set_optimizer(&mut self, optimizer: Box<dyn Optimizer>) -> Result<()>;
 
     /// Whether an optimizer is set ([`KVStore::set_optimizer`]).
     fn has_optimizer(&self) -> bool;
+
+    /// The optimizer set with [`KVStore::set_optimizer`], if any (a
+    /// [`Trainer`](crate::Trainer) that updates on the store reads its learning rate here).
+    fn optimizer(&self) -> Option<&dyn Optimizer>;
+
+    /// The optimizer set with [`KVStore::set_optimizer`], mutable: a
+    /// [`Trainer`](crate::Trainer) that updates on the store sets each step's `rescale_grad`
+    /// and its parameters' multipliers there, and learning-rate changes go there.
+    fn optimizer_mut(&mut self) -> Option<&mut dyn Optimizer>;
+
+    /// The optimizer state of `key` kept by this worker's store, once a push has updated the
+    /// key (or [`KVStore::set_optimizer_state`] gave it one); `None` on stores that keep no
+    /// states here (the default).
+    fn optimizer_state(&self, _key: usize) -> Option<&State> {
+        None
+    }
+
+    /// Replace the optimizer state of `key` (loading saved states in update-on-store mode).
+    /// The caller checks the state's arrays against the key (as `Trainer::load_states` does).
+    /// Not collective: every worker sets its own replica's. The default refuses.
+    fn set_optimizer_state(&mut self, key: usize, _state: State) -> Result<()> {
+        Err(sparrow_core::Error::arg(
+            "KVStore::set_optimizer_state",
+            format!(
+                "key {key}: the '{}' store does not take optimizer states",
+                self.kind()
+            ),
+        ))
+    }
 
     /// Wait until every worker has reached the barrier. Collective.
     fn barrier(&mut self) -> Result<()>;

@@ -12,6 +12,8 @@ use crate::kvstore::KVStore;
 use crate::optimizer::{Optimizer, ParamArgs, State};
 use crate::persist;
 
+mod on_store;
+
 /// Updates parameters from their gradients with one optimizer.
 ///
 /// `step(batch_size)` = `allreduce_grads()` + `update(batch_size)`: the gradient is rescaled by
@@ -33,6 +35,11 @@ use crate::persist;
 /// [`Trainer::set_ignore_stale_grad`] those parameters are skipped instead (no update, so no
 /// weight decay or momentum either) and the others are updated. Every backward delivers a new
 /// gradient array, which is how a fresh gradient is told from a stale one.
+///
+/// **Several workers**: [`Trainer::set_kvstore`] sums the gradients through a [`KVStore`] and
+/// updates here (Gluon's `update_on_kvstore=False`); [`Trainer::set_kvstore_update`] gives
+/// the optimizer to the store, which updates the weights the trainer then pulls (Gluon's
+/// `update_on_kvstore=True`).
 ///
 /// ```
 /// use sparrow_core::{autograd, Device, NDArray};
@@ -65,6 +72,11 @@ pub struct Trainer {
     kvstore: Option<Box<dyn KVStore>>,
     /// Whether every parameter's key has been initialized in the store (on the first step).
     kv_ready: bool,
+    /// Update on the store ([`Trainer::set_kvstore_update`]): the store runs the optimizer.
+    update_on_kvstore: bool,
+    /// Whether the optimizer has been given to the store (first step in update-on-store
+    /// mode); `optimizer` then holds a stand-in and every optimizer access goes to the store.
+    handed: bool,
 }
 
 /// What [`Trainer::step`] does when a gradient holds NaN or ±inf (checked per step through the
@@ -144,6 +156,8 @@ impl Trainer {
             skipped: 0,
             kvstore: None,
             kv_ready: false,
+            update_on_kvstore: false,
+            handed: false,
             params,
             optimizer,
             scale,
@@ -172,44 +186,60 @@ impl Trainer {
         &self.params
     }
 
-    /// The optimizer.
+    /// The optimizer (in update-on-store mode, once the first step has given it to the store,
+    /// the store's: its learning rate and update count are the ones that advance).
     pub fn optimizer(&self) -> &dyn Optimizer {
-        self.optimizer.as_ref()
+        match self.kvstore.as_deref().and_then(|k| k.optimizer()) {
+            Some(o) if self.handed => o,
+            _ => self.optimizer.as_ref(),
+        }
     }
 
-    /// The optimizer, mutable (to change hyper-parameters or the schedule between steps).
+    /// The optimizer, mutable (to change hyper-parameters or the schedule between steps; the
+    /// store's in update-on-store mode, as [`Trainer::optimizer`]).
     pub fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
-        self.optimizer.as_mut()
+        match self.kvstore.as_deref_mut().and_then(|k| k.optimizer_mut()) {
+            Some(o) if self.handed => o,
+            _ => self.optimizer.as_mut(),
+        }
     }
 
     /// The current learning rate.
     pub fn learning_rate(&self) -> f64 {
-        self.optimizer.learning_rate()
+        self.optimizer().learning_rate()
     }
 
     /// Set the learning rate (fails when a schedule drives it).
     pub fn set_learning_rate(&mut self, lr: f64) -> Result<()> {
-        self.optimizer.set_learning_rate(lr)
+        self.optimizer_mut().set_learning_rate(lr)
     }
 
-    /// The optimizer state of parameter `index`, once it has been updated (or loaded).
+    /// The optimizer state of parameter `index`, once it has been updated (or loaded); in
+    /// update-on-store mode, the state this worker's store keeps.
     pub fn state(&self, index: usize) -> Option<&State> {
+        if self.handed {
+            return self.kvstore.as_deref()?.optimizer_state(index);
+        }
         self.states.get(index).and_then(|s| s.as_ref())
     }
 
     /// Bytes held by all optimizer states (momentum, moments, ...), for memory reports.
     pub fn state_bytes(&self) -> usize {
-        self.states
-            .iter()
-            .flatten()
+        (0..self.params.len())
+            .filter_map(|i| self.state(i))
             .flat_map(|s| s.handles())
             .map(|a| a.nbytes())
             .sum()
     }
 
-    /// One optimization step: `allreduce_grads()` then `update(batch_size)`.
+    /// One optimization step: `allreduce_grads()` then `update(batch_size)`; in update-on-store
+    /// mode ([`Trainer::set_kvstore_update`]) a push of the gradients and a pull of the weights
+    /// the store updated.
     pub fn step(&mut self, batch_size: usize) -> Result<()> {
         check_batch_size(batch_size)?;
+        if self.update_on_kvstore {
+            return self.step_on_store(batch_size);
+        }
         let entries = self.gather("Trainer::allreduce_grads", true)?;
         self.reduce(&entries)?;
         self.apply(batch_size, entries)
@@ -221,7 +251,10 @@ impl Trainer {
     /// sum; either way this checks that every trainable parameter has a gradient of its own
     /// shape, so a missing backward or an uninitialized parameter is reported before any
     /// weight changes.
+    ///
+    /// In update-on-store mode this is an error, as in Gluon: the store updates as it sums.
     pub fn allreduce_grads(&mut self) -> Result<()> {
+        self.refuse_on_store("Trainer::allreduce_grads")?;
         let entries = self.gather("Trainer::allreduce_grads", true)?;
         self.reduce(&entries)
     }
@@ -233,8 +266,10 @@ impl Trainer {
     /// N workers with batch B take the step one worker takes with batch N * B. On the first
     /// step every parameter's key is initialized and, with several workers, every worker's
     /// weights are set to worker 0's, so replicas start equal. A store that updates on the
-    /// store side (an optimizer set) is refused: the trainer's optimizer updates here.
+    /// store side (an optimizer set) is refused: the trainer's optimizer updates here. So is
+    /// any store once a step in update-on-store mode has given the optimizer to a store.
     pub fn set_kvstore(&mut self, kvstore: Box<dyn KVStore>) -> Result<()> {
+        self.check_not_handed("Trainer::set_kvstore")?;
         if kvstore.has_optimizer() {
             return Err(Error::arg(
                 "Trainer::set_kvstore",
@@ -247,6 +282,7 @@ impl Trainer {
         }
         self.kvstore = Some(kvstore);
         self.kv_ready = false;
+        self.update_on_kvstore = false;
         Ok(())
     }
 
@@ -268,37 +304,47 @@ impl Trainer {
 
     /// Sum the gathered gradients over the store's workers, in place (nothing without a store).
     fn reduce(&mut self, entries: &[Entry]) -> Result<()> {
+        self.init_keys()?;
         let Some(kv) = self.kvstore.as_mut() else {
             return Ok(());
         };
-        if !self.kv_ready {
-            // Every trainable parameter, whether or not this step has its gradient: keys are
-            // initialized once, in the same order on every worker.
-            for (i, p) in self.params.iter().enumerate() {
-                if p.grad_req() == GradReq::Null {
-                    continue;
-                }
-                let w = p.data()?;
+        // All gradients in one call: the store sums them in a few collective calls.
+        let keys: Vec<usize> = entries.iter().map(|e| e.index).collect();
+        let grads: Vec<NDArray> = entries.iter().map(|e| e.grad.clone()).collect();
+        kv.pushpull_many(&keys, &grads, &grads)
+            .map_err(|err| keys_named("Trainer::allreduce_grads", err, &keys, &self.params))
+    }
+
+    /// On the first step with a store: every trainable parameter's key, whether or not this
+    /// step has its gradient (keys are initialized once, in the same order on every worker),
+    /// and with several workers every weight set to worker 0's. Updating on the store, the
+    /// store keeps the weights themselves ([`KVStore::init_shared`]).
+    fn init_keys(&mut self) -> Result<()> {
+        let Some(kv) = self.kvstore.as_mut() else {
+            return Ok(());
+        };
+        if self.kv_ready {
+            return Ok(());
+        }
+        for (i, p) in self.params.iter().enumerate() {
+            if p.grad_req() == GradReq::Null {
+                continue;
+            }
+            let w = p.data()?;
+            if self.update_on_kvstore {
+                // The store keeps the weight itself: its updates land in the parameter, and
+                // the pull after each step copies nothing (a copy of a 512 MB table per step
+                // otherwise).
+                kv.init_shared(i, &w)?;
+            } else {
                 kv.init(i, &w)?;
                 if kv.num_workers() > 1 {
                     kv.pull(i, std::slice::from_ref(&w))?;
                 }
             }
-            self.kv_ready = true;
         }
-        // All gradients in one call: the store sums them in a few collective calls.
-        let keys: Vec<usize> = entries.iter().map(|e| e.index).collect();
-        let grads: Vec<NDArray> = entries.iter().map(|e| e.grad.clone()).collect();
-        kv.pushpull_many(&keys, &grads, &grads).map_err(|err| {
-            let names: Vec<String> = keys
-                .iter()
-                .map(|&k| format!("{k} = '{}'", self.params[k].name()))
-                .collect();
-            Error::arg(
-                "Trainer::allreduce_grads",
-                format!("{err} (keys are parameters: {})", names.join(", ")),
-            )
-        })
+        self.kv_ready = true;
+        Ok(())
     }
 
     fn trainable(&self) -> impl Iterator<Item = &Parameter> {
@@ -307,7 +353,10 @@ impl Trainer {
 
     /// Update every trainable parameter from its (already reduced) gradient, rescaled by
     /// `scale / batch_size`.
+    ///
+    /// In update-on-store mode this is an error, as in Gluon: the store updates the weights.
     pub fn update(&mut self, batch_size: usize) -> Result<()> {
+        self.refuse_on_store("Trainer::update")?;
         check_batch_size(batch_size)?;
         let entries = self.gather("Trainer::update", false)?;
         self.apply(batch_size, entries)
@@ -426,15 +475,20 @@ impl Trainer {
         self.optimizer
             .update_with(weight, &grad, state, &args)
             .map_err(|e| Error::arg("Trainer::update", format!("parameter '{}': {e}", p.name())))?;
-        // Remember the array a step without a backward would find again: the cleared one for
-        // a consumed row_sparse gradient, else the gradient itself.
-        self.consumed[i] = if e.write && grad.stype() != sparrow_core::SType::Dense {
+        self.consume(i, weight, &grad, e.write);
+        Ok(())
+    }
+
+    /// After parameter `i`'s update: remember the array a step without a backward would find
+    /// again: the cleared one for a consumed (`write`) row_sparse gradient, else the gradient
+    /// itself.
+    fn consume(&mut self, i: usize, weight: &NDArray, grad: &NDArray, write: bool) {
+        self.consumed[i] = if write && grad.stype() != sparrow_core::SType::Dense {
             weight.zero_grad();
             weight.grad().map(|g| g.id())
         } else {
             Some(grad.id())
         };
-        Ok(())
     }
 
     /// Scale all gradients so that their joint L2 norm is at most `max_norm` (Gluon's
@@ -446,29 +500,45 @@ impl Trainer {
     }
 
     /// Save the optimizer states (arrays, update counts, scalars, `num_update`) to a
-    /// safetensors file, atomically (temporary file + rename).
+    /// safetensors file, atomically (temporary file + rename). In update-on-store mode, the
+    /// states this worker's store keeps (every worker of a synchronous store keeps the same);
+    /// the file is the one update-on-worker mode writes.
     pub fn save_states(&self, path: impl AsRef<Path>) -> Result<()> {
         let names: Vec<String> = self.params.iter().map(|p| p.name().to_string()).collect();
+        let on_store: Vec<Option<State>>;
+        let states = if self.handed {
+            on_store = (0..self.params.len())
+                .map(|i| self.state(i).cloned())
+                .collect();
+            &on_store
+        } else {
+            &self.states
+        };
+        let optimizer = self.optimizer();
         persist::save_states(
             path.as_ref(),
-            self.optimizer.name(),
-            self.optimizer.options().num_update,
+            optimizer.name(),
+            optimizer.options().num_update,
             &names,
-            &self.states,
+            states,
         )
     }
 
     /// Load optimizer states saved by [`Trainer::save_states`] for the same parameters (same
     /// names, order and shapes) and the same optimizer kind.
+    ///
+    /// In update-on-store mode the states go to this worker's store (before the first step,
+    /// they wait in the trainer and go to the store with the optimizer).
     pub fn load_states(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let names: Vec<String> = self.params.iter().map(|p| p.name().to_string()).collect();
         let mut shapes = HashMap::new();
+        let optimizer = self.optimizer();
         for (i, p) in self.params.iter().enumerate() {
             if let Ok(d) = p.data() {
                 // What a state array of this parameter must be (GroupAdaGrad's: `(rows, 1)`).
-                let shape = self.optimizer.state_shape(&d.shape());
+                let shape = optimizer.state_shape(&d.shape());
                 // With multi_precision a half weight's states (and master) are f32.
-                let dtype = if crate::optimizer::uses_master(self.optimizer.options(), d.dtype()) {
+                let dtype = if crate::optimizer::uses_master(optimizer.options(), d.dtype()) {
                     DType::F32
                 } else {
                     d.dtype()
@@ -477,11 +547,27 @@ impl Trainer {
             }
         }
         let (num_update, states) =
-            persist::load_states(path.as_ref(), self.optimizer.name(), &names, &shapes)?;
-        self.optimizer.options_mut().num_update = num_update;
-        self.states = states;
+            persist::load_states(path.as_ref(), optimizer.name(), &names, &shapes)?;
+        if self.handed {
+            self.load_into_store(states)?;
+        } else {
+            self.states = states;
+        }
+        self.optimizer_mut().options_mut().num_update = num_update;
         Ok(())
     }
+}
+
+/// A store's error on a list of keys, with the keys named by their parameters.
+fn keys_named(op: &'static str, err: Error, keys: &[usize], params: &[Parameter]) -> Error {
+    let names: Vec<String> = keys
+        .iter()
+        .map(|&k| format!("{k} = '{}'", params[k].name()))
+        .collect();
+    Error::arg(
+        op,
+        format!("{err} (keys are parameters: {})", names.join(", ")),
+    )
 }
 
 /// The batch size a step divides the gradients by, checked before anything is read.

@@ -97,6 +97,15 @@ pub fn model() -> Result<(Sequential, Vec<Parameter>)> {
     Ok((net, params))
 }
 
+/// Where a store-backed trainer runs the optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// `Trainer::set_kvstore`: the store sums, the trainer updates.
+    OnWorker,
+    /// `Trainer::set_kvstore_update`: the store sums and updates, the trainer pulls.
+    OnStore,
+}
+
 /// Train [`STEPS`] steps as worker `rank` of `workers`, each with `b` rows per step (the
 /// reference: `rank = 0`, `workers = 1`, `b = N * B`, no store). Returns the parameters.
 pub fn train(
@@ -106,10 +115,24 @@ pub fn train(
     workers: usize,
     b: usize,
 ) -> Result<Vec<Vec<f32>>> {
+    train_with(opt, kv, Update::OnWorker, rank, workers, b)
+}
+
+/// [`train`], with the optimizer where `update` says when there is a store.
+pub fn train_with(
+    opt: &str,
+    kv: Option<Box<dyn KVStore>>,
+    update: Update,
+    rank: usize,
+    workers: usize,
+    b: usize,
+) -> Result<Vec<Vec<f32>>> {
     let (net, params) = model()?;
     let mut trainer = Trainer::with_boxed(params.clone(), optimizer(opt))?;
-    if let Some(kv) = kv {
-        trainer.set_kvstore(kv)?;
+    match (kv, update) {
+        (Some(kv), Update::OnWorker) => trainer.set_kvstore(kv)?,
+        (Some(kv), Update::OnStore) => trainer.set_kvstore_update(kv)?,
+        (None, _) => {}
     }
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
     for step in 0..STEPS {
