@@ -516,52 +516,58 @@ fn main() -> Result<()> {
         }
     }
     // The joint graph step, keeping every activation the backward reads and recomputing them
-    // from checkpoints (`Recompute::Sqrt`): step time, planned activation memory.
+    // from checkpoints (`Recompute::Sqrt`): step time (eager and both graph steps in
+    // alternating rounds) and planned activation memory.
     let (r, _, act_eager) = measure(|| autograd::record(|| loss.forward(&eager.forward(&x)?, &y)));
     drop(r?);
-    let time_eager = {
-        let mut t = Vec::new();
-        for _ in 0..a.rounds {
+    let modes = [Recompute::Off, Recompute::Sqrt];
+    let mut steps: Vec<HybridTrainStep> = modes
+        .iter()
+        .map(|&m| HybridTrainStep::new(hybrid.inner(), &loss).with_recompute(m))
+        .collect();
+    let mut heap = Vec::new();
+    for st in steps.iter_mut() {
+        for _ in 0..3 {
+            st.step(&x, &y)?;
+        }
+        let (r, n, p) = measure(|| st.step(&x, &y));
+        r?;
+        heap.push((n, p));
+    }
+    let (mut t_e, mut t_g) = (Vec::new(), vec![Vec::new(); modes.len()]);
+    for _ in 0..a.rounds {
+        let t0 = Instant::now();
+        for _ in 0..a.steps {
+            let l = autograd::record(|| loss.forward(&eager.forward(&x)?, &y)?.sum_all())?;
+            l.backward()?;
+        }
+        t_e.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+        for (st, t) in steps.iter_mut().zip(t_g.iter_mut()) {
             let t0 = Instant::now();
             for _ in 0..a.steps {
-                let l = autograd::record(|| loss.forward(&eager.forward(&x)?, &y)?.sum_all())?;
-                l.backward()?;
+                st.step(&x, &y)?;
             }
             t.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
         }
-        median(t)
-    };
+    }
+    let time_eager = median(t_e);
     println!(
         "mlp20 eager: activations held for the backward (heap peak of the recorded forward) \
          {:.2} MB; forward + backward {time_eager:.0} us",
         act_eager as f64 / 1e6
     );
-    for mode in [Recompute::Off, Recompute::Sqrt] {
-        let mut graph_step = HybridTrainStep::new(hybrid.inner(), &loss).with_recompute(mode);
-        for _ in 0..3 {
-            graph_step.step(&x, &y)?;
-        }
-        let (r, n_g, p_g) = measure(|| graph_step.step(&x, &y));
-        r?;
-        let mut t = Vec::new();
-        for _ in 0..a.rounds {
-            let t0 = Instant::now();
-            for _ in 0..a.steps {
-                graph_step.step(&x, &y)?;
-            }
-            t.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
-        }
-        let Some(ts) = graph_step.train_step() else {
+    for (((mode, st), t), (n_g, p_g)) in modes.iter().zip(&steps).zip(t_g).zip(heap) {
+        let Some(ts) = st.train_step() else {
             continue;
         };
         let plan = ts.plan();
+        let tm = median(t);
         println!(
-            "mlp20 graph step, recompute {mode:?}: {:.0} us (eager/graph {:.3}); planned \
+            "mlp20 graph step, recompute {mode:?}: {tm:.0} us (eager/graph {:.3}); planned \
              activations {:.2} MB (peak of live activations {:.2} MB), all planned buffers \
              {:.2} MB in {} ({} in place); every value kept {:.2} MB; heap above the plan {:.2} \
              MB ({n_g} allocations); {:?}",
-            median(t.clone()),
-            time_eager / median(t),
+            time_eager / tm,
             plan.planned_activation_bytes(ts.graph()) as f64 / 1e6,
             plan.activation_peak_bytes as f64 / 1e6,
             plan.planned_bytes() as f64 / 1e6,
