@@ -12,7 +12,7 @@ use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyL
 use sparrow_nn::{Block, Dense, HybridTrainStep, Initializer, Sequential};
 
 mod hybrid_util;
-use hybrid_util::{arr, copy_params, grads};
+use hybrid_util::{arr, copy_params, grads, tutorial_model};
 
 fn deep_mlp(layers: usize, width: usize, classes: usize) -> Sequential {
     let mut s = Sequential::new();
@@ -104,17 +104,7 @@ fn deep_mlp_recomputed_gives_the_same_bits() {
 fn csr_model_recomputed_gives_the_same_bits_and_a_row_sparse_gradient() {
     let x = test_csr(12, 400, 0.03, 5, DType::F32);
     let y = NDArray::from_vec((0..12).map(|i| (i % 2) as f32).collect(), &[12]).unwrap();
-    let make = || {
-        let mut s = Sequential::new();
-        s.add(
-            Dense::new(16)
-                .activation("sigmoid")
-                .grad_stype(SType::RowSparse),
-        );
-        s.add(Dense::new(8).in_units(16).activation("sigmoid"));
-        s.add(Dense::new(1).in_units(8).activation("sigmoid"));
-        s
-    };
+    let make = tutorial_model;
     let loss = SigmoidBinaryCrossEntropyLoss::new();
     same_bits(&make, &loss, &x, &y, Recompute::Sqrt);
     same_bits(&make, &loss, &x, &y, Recompute::Budget(usize::MAX));

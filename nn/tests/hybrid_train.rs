@@ -16,7 +16,7 @@ use sparrow_nn::loss::{
 use sparrow_nn::{Block, Dense, HybridTrainStep, Initializer, Sequential};
 
 mod hybrid_util;
-use hybrid_util::{arr, copy_params, eager_step, grads, ulp_close};
+use hybrid_util::{arr, copy_params, eager_step, grads, tutorial_model, ulp_close};
 
 /// Loss and gradients of `HybridTrainStep` against eager at the same weights, for the tracing
 /// step and two graph steps. Returns whether every gradient was bit for bit the eager one.
@@ -105,17 +105,7 @@ fn mlp_with_l2_l1_and_sigmoid_bce() {
 fn csr_tutorial_model_keeps_a_row_sparse_weight_gradient() {
     let x = test_csr(10, 500, 0.02, 5, DType::F32);
     let y = NDArray::from_vec((0..10).map(|i| (i % 2) as f32).collect(), &[10]).unwrap();
-    let make = || {
-        let mut s = Sequential::new();
-        s.add(
-            Dense::new(16)
-                .activation("sigmoid")
-                .grad_stype(SType::RowSparse),
-        );
-        s.add(Dense::new(8).in_units(16).activation("sigmoid"));
-        s.add(Dense::new(1).in_units(8).activation("sigmoid"));
-        s
-    };
+    let make = tutorial_model;
     check(&make, &SigmoidBinaryCrossEntropyLoss::new(), &x, &y);
     // The graph's first-layer gradient really is row_sparse.
     let net = make();

@@ -1,10 +1,10 @@
 //! Shared helpers of the hybridized-training tests: f32 test arrays, the 1-ulp comparison,
-//! parameter gradients and weights of a block, and one eager step.
+//! parameter gradients and weights of a block, one eager step, and the tutorial-shaped model.
 #![allow(dead_code)]
 
 use sparrow_core::{autograd, DType, NDArray, SType};
 use sparrow_nn::loss::Loss;
-use sparrow_nn::Block;
+use sparrow_nn::{Block, Dense, Sequential};
 
 pub fn arr(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
     sparrow_core::testing::test_array(shape, lo, hi, seed)
@@ -50,4 +50,18 @@ pub fn eager_step(net: &dyn Block, loss: &dyn Loss, x: &NDArray, y: &NDArray) ->
     let l = autograd::record(|| loss.forward(&net.forward(x)?, y)).unwrap();
     l.backward().unwrap();
     l
+}
+
+/// The sparse tutorial's model, narrowed: Dense(16, sigmoid) with a row_sparse weight
+/// gradient (for a csr batch), Dense(8, sigmoid), Dense(1, sigmoid).
+pub fn tutorial_model() -> Sequential {
+    let mut s = Sequential::new();
+    s.add(
+        Dense::new(16)
+            .activation("sigmoid")
+            .grad_stype(SType::RowSparse),
+    );
+    s.add(Dense::new(8).in_units(16).activation("sigmoid"));
+    s.add(Dense::new(1).in_units(8).activation("sigmoid"));
+    s
 }
