@@ -77,6 +77,9 @@ pub struct Trainer {
     /// Whether the optimizer has been given to the store (first step in update-on-store
     /// mode); `optimizer` then holds a stand-in and every optimizer access goes to the store.
     handed: bool,
+    /// The list a step gathers its parameters into, empty between steps (its capacity kept,
+    /// so a step makes no list).
+    scratch: Vec<Entry>,
 }
 
 /// What [`Trainer::step`] does when a gradient holds NaN or ±inf (checked per step through the
@@ -158,6 +161,7 @@ impl Trainer {
             kv_ready: false,
             update_on_kvstore: false,
             handed: false,
+            scratch: Vec::with_capacity(params.len()),
             params,
             optimizer,
             scale,
@@ -255,8 +259,11 @@ impl Trainer {
     /// In update-on-store mode this is an error, as in Gluon: the store updates as it sums.
     pub fn allreduce_grads(&mut self) -> Result<()> {
         self.refuse_on_store("Trainer::allreduce_grads")?;
-        let entries = self.gather("Trainer::allreduce_grads", true)?;
-        self.reduce(&entries)
+        let mut entries = self.gather("Trainer::allreduce_grads", true)?;
+        let r = self.reduce(&entries);
+        entries.clear();
+        self.scratch = entries;
+        r
     }
 
     /// Data-parallel training: gradients are summed over the store's workers before each
@@ -367,8 +374,9 @@ impl Trainer {
     /// getters per parameter: ~100 atomic operations per step of the tutorial's 6 parameters).
     /// Fails, before anything changes, on an uninitialized parameter or a missing gradient,
     /// and with `check_shapes` on a gradient whose shape is not the weight's.
-    fn gather(&self, op: &'static str, check_shapes: bool) -> Result<Vec<Entry>> {
-        let mut entries = Vec::with_capacity(self.params.len());
+    fn gather(&mut self, op: &'static str, check_shapes: bool) -> Result<Vec<Entry>> {
+        let mut entries = std::mem::take(&mut self.scratch);
+        entries.clear();
         let mut stale = Vec::new();
         for (i, p) in self.params.iter().enumerate() {
             let view = p.update_view();
@@ -431,7 +439,7 @@ impl Trainer {
         Ok(entries)
     }
 
-    fn apply(&mut self, batch_size: usize, entries: Vec<Entry>) -> Result<()> {
+    fn apply(&mut self, batch_size: usize, mut entries: Vec<Entry>) -> Result<()> {
         if self.nonfinite != NonFinite::Apply {
             let mut bad = Vec::new();
             for e in &entries {
@@ -455,9 +463,11 @@ impl Trainer {
         }
         // Gradients were summed over the workers' batches (MXNet's dist_sync rescale).
         let rescale_grad = self.scale / (batch_size * self.num_workers()) as f64;
-        entries
-            .into_iter()
-            .try_for_each(|e| self.apply_one(e, rescale_grad))
+        let r = entries
+            .drain(..)
+            .try_for_each(|e| self.apply_one(e, rescale_grad));
+        self.scratch = entries;
+        r
     }
 
     fn apply_one(&mut self, e: Entry, rescale_grad: f64) -> Result<()> {

@@ -121,7 +121,7 @@ impl Trainer {
                 ),
             ));
         }
-        let entries = self.gather(OP, true)?;
+        let mut entries = self.gather(OP, true)?;
         self.init_keys()?;
         if !self.handed {
             self.hand_optimizer()?;
@@ -145,9 +145,10 @@ impl Trainer {
         let weights: Vec<NDArray> = entries.iter().map(|e| e.weight.clone()).collect();
         kv.pushpull_many(&keys, &grads, &weights)
             .map_err(|err| keys_named(OP, err, &keys, &self.params))?;
-        for e in entries {
+        for e in entries.drain(..) {
             self.consume(e.index, &e.weight, &e.grad, e.write);
         }
+        self.scratch = entries;
         Ok(())
     }
 
