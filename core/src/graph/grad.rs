@@ -638,7 +638,7 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                 let mut grads = [None, None];
                 if *op == BinaryOp::Pow {
                     if needs(0) {
-                        let gb_ = b.push(Op::Binary(BinaryOp::Mul), vec![g, ib], full.clone());
+                        let g_b = b.push(Op::Binary(BinaryOp::Mul), vec![g, ib], full.clone());
                         let bm1 = b.push(
                             Op::Scalar(ScalarFn::Add, -1.0),
                             vec![ib],
@@ -646,7 +646,7 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
                         );
                         let p = b.push(Op::Binary(BinaryOp::Pow), vec![ia, bm1], full.clone());
                         grads[0] =
-                            Some(b.push(Op::Binary(BinaryOp::Mul), vec![gb_, p], full.clone()));
+                            Some(b.push(Op::Binary(BinaryOp::Mul), vec![g_b, p], full.clone()));
                     }
                     if needs(1) {
                         let ga = dense_info(&a.shape, &a);

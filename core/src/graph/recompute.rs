@@ -37,7 +37,8 @@ pub enum Recompute {
 pub struct RecomputePlan {
     /// The checkpoint budget in bytes that was used.
     pub budget: usize,
-    /// Forward values the backward reads that stay alive (checkpoints, outputs).
+    /// Forward values the backward reads that stay alive as checkpoints (graph outputs are
+    /// always kept and not counted).
     pub kept: usize,
     /// Forward values the backward reads through a recomputed copy.
     pub dropped: usize,
