@@ -3,13 +3,16 @@
 //! the graph; a forward that cannot be traced runs eagerly for that signature, with a message
 //! printed once saying which block and why. Inference runs go through the graph's
 //! [`Executor`] (its memory plan, buffers reused across calls); runs under `autograd::record`
-//! replay the operators so that they record the tape.
+//! run the graph's forward and record one tape node whose backward runs the graph's backward
+//! (`recorded.rs`), or, where the graph has no backward, replay the operators so that they
+//! record the tape.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::exec::Executor;
 use super::ir::Graph;
+use super::recorded::Recorded;
 use super::trace::{is_tracing, trace};
 use crate::{autograd, DType, NDArray, Result, SType};
 
@@ -36,24 +39,88 @@ impl Signature {
     }
 }
 
-/// A traced graph and its executor (made at the first run outside `autograd::record`).
+/// A traced graph and its executor (made at the first run outside `autograd::record`), and
+/// its split forward and backward for runs under `record` (`recorded.rs`), per set of
+/// inputs and parameters that need a gradient (`None`: the graph has no backward for it,
+/// and such runs replay the operators).
 struct Compiled {
+    name: String,
     graph: Arc<Graph>,
     exec: Mutex<Option<Executor>>,
+    recorded: Mutex<Vec<RecordedEntry>>,
 }
 
+/// Which inputs and parameters need a gradient, and the split for them (`None`: no graph
+/// backward).
+type RecordedEntry = (Vec<bool>, Option<Arc<Recorded>>);
+
 impl Compiled {
-    fn new(graph: Arc<Graph>) -> Arc<Compiled> {
+    fn new(graph: Arc<Graph>, name: &str) -> Arc<Compiled> {
         Arc::new(Compiled {
+            name: name.to_string(),
             graph,
             exec: Mutex::new(None),
+            recorded: Mutex::new(Vec::new()),
         })
     }
 
-    /// Run the graph: out of its memory plan when nothing records (inference), else through
-    /// the operators (`Graph::run`: under `record` they build the tape for backward). A run
-    /// while another thread holds the executor, or on arrays off the host, replays too.
+    /// Under `autograd::record`, with a gradient asked of an input or parameter: run the
+    /// split forward and record one tape node whose backward runs the backward graph
+    /// (`recorded.rs`). `None` where that cannot be done (several outputs, arrays off the
+    /// host, no graph backward, the forward busy on another thread): the caller replays.
+    fn run_recorded(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Option<NDArray>> {
+        let on_host = inputs
+            .iter()
+            .chain(params)
+            .all(|a| a.device() == crate::Device::Cpu);
+        if self.graph.outputs().len() != 1 || !on_host {
+            return Ok(None);
+        }
+        let wrt: Vec<bool> = inputs
+            .iter()
+            .chain(params)
+            .map(NDArray::requires_grad)
+            .collect();
+        if !wrt.iter().any(|&w| w) {
+            return Ok(None);
+        }
+        let rec = {
+            let mut cache = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            match cache.iter().find(|(w, _)| *w == wrt) {
+                Some((_, r)) => r.clone(),
+                None => {
+                    let r = match Recorded::new(&self.graph, &wrt) {
+                        Ok(r) => Some(Arc::new(r)),
+                        Err(why) => {
+                            eprintln!(
+                                "hybridize: block '{}' replays its operators under \
+                                 autograd::record: {why}",
+                                self.name
+                            );
+                            None
+                        }
+                    };
+                    cache.push((wrt, r.clone()));
+                    r
+                }
+            }
+        };
+        match rec {
+            Some(r) => r.call(inputs, params),
+            None => Ok(None),
+        }
+    }
+
+    /// Run the graph: out of its memory plan when nothing records (inference); under
+    /// `record`, as [`Compiled::run_recorded`] says, or else through the operators
+    /// (`Graph::run`: they build the tape for backward). A run while another thread holds the
+    /// executor, or on arrays off the host, replays too.
     fn run(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
+        if autograd::is_recording() {
+            if let Some(out) = self.run_recorded(inputs, params)? {
+                return Ok(vec![out]);
+            }
+        }
         match self.executor(inputs, params) {
             Some(mut e) => e
                 .get_or_insert_with(|| Executor::new(self.graph.clone()))
@@ -64,6 +131,11 @@ impl Compiled {
 
     /// [`Compiled::run`]'s first output.
     fn run_first(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<NDArray> {
+        if autograd::is_recording() {
+            if let Some(out) = self.run_recorded(inputs, params)? {
+                return Ok(out);
+            }
+        }
         match self.executor(inputs, params) {
             Some(mut e) => e
                 .get_or_insert_with(|| Executor::new(self.graph.clone()))
@@ -179,7 +251,7 @@ impl CachedGraph {
                     Ok(g) => {
                         let g = Arc::new(g);
                         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
-                        Entry::Graph(Compiled::new(g))
+                        Entry::Graph(Compiled::new(g, &self.name))
                     }
                     Err(why) => {
                         let msg = format!(

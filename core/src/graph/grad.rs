@@ -216,8 +216,11 @@ impl GradFn {
 #[derive(Debug, Clone)]
 pub struct Backward {
     /// Inputs: the forward's, then `head_grad` (the loss output's gradient); outputs: the
-    /// forward's output, then the parameters' gradients.
+    /// forward's output, then the inputs' gradients, then the parameters'.
     pub graph: Graph,
+    /// Per forward input: the index among the joint graph's outputs of its gradient (`None`:
+    /// not asked for, or the output does not depend on it).
+    pub input_grad: Vec<Option<usize>>,
     /// Per forward parameter (in [`Graph::params`] order): the index among the joint graph's
     /// outputs of its gradient (`None`: the output does not depend on it).
     pub param_grad: Vec<Option<usize>>,
@@ -357,9 +360,31 @@ fn reduced_keep_shape(shape: &[usize], axes: &Option<Vec<i64>>) -> Result<Vec<us
 }
 
 /// The forward graph `fwd` (one output, the loss) extended with the backward of that output
-/// for a head gradient given as an extra input. An operator on the gradient path without a
-/// rule is an `Err` naming it.
+/// for a head gradient given as an extra input, with respect to every parameter. An operator
+/// on the gradient path without a rule is an `Err` naming it.
 pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
+    let params = vec![true; fwd.params().len()];
+    backward_graph_wrt(fwd, &vec![false; fwd.inputs().len()], &params)
+}
+
+/// [`backward_graph`] with respect to the inputs and parameters marked in `wrt_inputs` and
+/// `wrt_params` (the others get no gradient, and the operators reading only them need no
+/// rule). The joint graph's outputs: the forward's, then the gradients of the marked inputs,
+/// then those of the marked parameters ([`Backward::input_grad`], [`Backward::param_grad`]).
+pub fn backward_graph_wrt(
+    fwd: &Graph,
+    wrt_inputs: &[bool],
+    wrt_params: &[bool],
+) -> std::result::Result<Backward, String> {
+    if wrt_inputs.len() != fwd.inputs().len() || wrt_params.len() != fwd.params().len() {
+        return Err(format!(
+            "gradients asked for {} inputs and {} parameters of a graph with {} and {}",
+            wrt_inputs.len(),
+            wrt_params.len(),
+            fwd.inputs().len(),
+            fwd.params().len()
+        ));
+    }
     if fwd.outputs().len() != 1 {
         return Err(format!(
             "a training graph has one output (the loss), this one has {}",
@@ -370,7 +395,10 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
     let nv = fwd.values().len();
     // Which values depend on a parameter (and so need a gradient).
     let mut need = vec![false; nv];
-    for p in fwd.params() {
+    for (&v, _) in fwd.inputs().iter().zip(wrt_inputs).filter(|(_, &w)| w) {
+        need[v] = true;
+    }
+    for (p, _) in fwd.params().iter().zip(wrt_params).filter(|(_, &w)| w) {
         need[p.value] = true;
     }
     for n in fwd.nodes() {
@@ -926,16 +954,25 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
     }
     let forward_nodes = fwd.nodes().len();
     let mut outputs = vec![loss];
-    let mut param_grad = Vec::with_capacity(fwd.params().len());
-    for p in fwd.params() {
-        match b.grad[p.value] {
-            Some(g) => {
-                param_grad.push(Some(outputs.len()));
-                outputs.push(g);
-            }
-            None => param_grad.push(None),
+    let mut grad_output = |v: usize, wanted: bool| match b.grad[v] {
+        Some(g) if wanted => {
+            outputs.push(g);
+            Some(outputs.len() - 1)
         }
-    }
+        _ => None,
+    };
+    let input_grad: Vec<Option<usize>> = fwd
+        .inputs()
+        .iter()
+        .zip(wrt_inputs)
+        .map(|(&v, &w)| grad_output(v, w))
+        .collect();
+    let param_grad: Vec<Option<usize>> = fwd
+        .params()
+        .iter()
+        .zip(wrt_params)
+        .map(|(p, &w)| grad_output(p.value, w))
+        .collect();
     let mut input_names = fwd.input_names().to_vec();
     input_names.push("head_grad".into());
     let mut inputs = fwd.inputs().to_vec();
@@ -945,6 +982,7 @@ pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
         .map_err(|e| e.to_string())?;
     Ok(Backward {
         graph,
+        input_grad,
         param_grad,
         forward_nodes,
     })

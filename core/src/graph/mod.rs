@@ -27,12 +27,13 @@ mod ir;
 mod op;
 mod plan;
 mod recompute;
+mod recorded;
 mod trace;
 mod train;
 
 pub use cached::{select_params, CachedGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature};
 pub use exec::Executor;
-pub use grad::{backward_graph, Backward, GradFn};
+pub use grad::{backward_graph, backward_graph_wrt, Backward, GradFn};
 pub use ir::{Graph, Node, ParamInfo, ValueInfo};
 pub use op::{
     dtype_from_name, dtype_name, stype_from_name, stype_name, AttrValue, CmpFn, Op, ScalarFn,

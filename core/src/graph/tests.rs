@@ -338,3 +338,56 @@ fn recompute_clones_producers_into_the_backward_and_keeps_the_results() {
         assert_eq!(a.to_f64_vec(), c.to_f64_vec());
     }
 }
+
+#[test]
+fn recorded_split_keeps_only_what_the_backward_reads_and_matches_the_joint_graph() {
+    // loss = sum(tanh(x . w)) with gradients for w only, then for x and w.
+    let x = arr(&[0.25, -0.5, 1.0, 0.75, 0.1, -0.2], &[2, 3]);
+    let w = arr(&[0.5, -0.25, 0.1, 0.3, 0.2, -0.4], &[3, 2]);
+    let (out, log) = trace(|| x.dot(&w)?.tanh()?.sum_all()).unwrap();
+    let g = Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(&x),
+        &[out.unwrap()],
+        &[("w".to_string(), w.clone())],
+    )
+    .unwrap();
+    let head = NDArray::ones(&[], crate::DType::F32).unwrap();
+    for wrt in [[false, true], [true, true]] {
+        let r = super::recorded::Recorded::new(&g, &wrt).unwrap();
+        let (f, b) = (r.forward_graph(), r.backward_graph());
+        // The forward returns the loss and the tanh output (the only value its backward
+        // reads); the backward has no forward node.
+        assert_eq!(f.outputs().len(), 2, "{wrt:?}");
+        assert_eq!(f.nodes().len(), g.nodes().len());
+        assert!(b.nodes().iter().all(|n| n.op.name() != "tanh"));
+        assert_eq!(b.outputs().len(), wrt.iter().filter(|&&w| w).count());
+        // The two halves give the joint graph's values.
+        let joint = super::backward_graph_wrt(&g, &wrt[..1], &wrt[1..]).unwrap();
+        let want = joint
+            .graph
+            .run(&[x.clone(), head.clone()], std::slice::from_ref(&w))
+            .unwrap();
+        let fo = f
+            .run(std::slice::from_ref(&x), std::slice::from_ref(&w))
+            .unwrap();
+        assert_eq!(fo[0].to_f64_vec(), want[0].to_f64_vec());
+        let mut bin = vec![fo[1].clone()];
+        if b.inputs().len() == 3 {
+            bin.push(x.clone());
+        }
+        bin.push(head.clone());
+        let bp: Vec<NDArray> = if b.params().is_empty() {
+            vec![]
+        } else {
+            vec![w.clone()]
+        };
+        let got = b.run(&bin, &bp).unwrap();
+        for (a, c) in want[1..].iter().zip(&got) {
+            assert_eq!(a.to_f64_vec(), c.to_f64_vec(), "{wrt:?}");
+        }
+    }
+    // No gradient asked for anything: no split.
+    assert!(super::recorded::Recorded::new(&g, &[false, false]).is_err());
+}

@@ -1,0 +1,323 @@
+//! A hybridized block called under `autograd::record` (MXNet's CachedOp inside
+//! `autograd.record()`): the block's graph and the backward of its output (`grad.rs`, with
+//! respect to the inputs and parameters that need a gradient) are split into two graphs, each
+//! run by its own planned [`Executor`]:
+//!
+//! - the forward graph returns the block's output and the forward values its backward reads
+//!   (the "saved" values);
+//! - the backward graph takes those saved values, the inputs it reads and the output's head
+//!   gradient, and returns the gradients.
+//!
+//! The forward runs at the call; the tape gets one node for the whole block, whose backward
+//! runs the backward graph. A training loop written with `record` + `backward()` so gets the
+//! planned buffers and fused kernels of [`super::TrainStep`] without changing. The saved values
+//! are handed out by the forward executor and held by the tape node until its backward has
+//! run (or the tape is dropped): a second forward before that backward gets new buffers for
+//! them (the executor never writes a buffer its caller still holds), so several recorded calls
+//! may be pending at once.
+
+use std::sync::{Arc, Mutex};
+
+use super::exec::Executor;
+use super::grad::backward_graph_wrt;
+use super::ir::{Graph, Node, ParamInfo, ValueInfo};
+use crate::{autograd, NDArray, Result, SType};
+
+/// Where an argument of the backward graph comes from.
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    /// The forward graph's saved value `k` (its output `1 + k`).
+    Saved(usize),
+    /// The block's input `k`.
+    Input(usize),
+    /// The head gradient of the block's output.
+    Head,
+}
+
+/// The split forward and backward of one graph for one set of gradients asked for.
+pub(crate) struct Recorded {
+    fwd: Mutex<Executor>,
+    /// Shared with the tape nodes (which do not hold the forward executor: its output handle
+    /// holds the tape node, and a node holding the executor would keep both alive forever).
+    bwd: Arc<BackwardRun>,
+    /// Per backward-graph parameter, the index of the forward parameter it is.
+    bwd_params: Vec<usize>,
+}
+
+/// The backward graph's executor and how its arguments and outputs map to the block's.
+struct BackwardRun {
+    exec: Mutex<Executor>,
+    /// Per backward-graph input, where it comes from.
+    args: Vec<Arg>,
+    /// Per block input, then per parameter: its gradient's index among the backward graph's
+    /// outputs (`None`: none asked for, or the output does not depend on it).
+    grads: Vec<Option<usize>>,
+}
+
+impl Recorded {
+    /// The split of `fwd` (one output) with gradients for the inputs, then the parameters,
+    /// marked in `wrt`; the reason there is none (an operator without a graph backward, an
+    /// output that is not a dense float array, no gradient reaching anything marked).
+    pub(crate) fn new(fwd: &Graph, wrt: &[bool]) -> std::result::Result<Recorded, String> {
+        let n_in = fwd.inputs().len();
+        if wrt.len() != n_in + fwd.params().len() {
+            return Err(format!(
+                "{} gradient flags for {} inputs and parameters",
+                wrt.len(),
+                n_in + fwd.params().len()
+            ));
+        }
+        let b = backward_graph_wrt(fwd, &wrt[..n_in], &wrt[n_in..])?;
+        let j = &b.graph;
+        let fnodes = b.forward_nodes;
+        if b.input_grad
+            .iter()
+            .chain(&b.param_grad)
+            .all(Option::is_none)
+        {
+            return Err("no gradient reaches an input or parameter that asks for one".into());
+        }
+        let nv = j.values().len();
+        let mut produced = vec![false; nv];
+        for n in &j.nodes()[..fnodes] {
+            produced[n.output] = true;
+        }
+        // What the backward reads: its nodes' inputs and the gradients it returns.
+        let mut read = vec![false; nv];
+        for n in &j.nodes()[fnodes..] {
+            for &x in &n.inputs {
+                read[x] = true;
+            }
+        }
+        for &o in &j.outputs()[1..] {
+            read[o] = true;
+        }
+        let saved: Vec<usize> = (0..nv).filter(|&v| produced[v] && read[v]).collect();
+
+        let fwd_inputs = &j.inputs()[..n_in];
+        let mut f_outputs = vec![j.outputs()[0]];
+        f_outputs.extend(&saved);
+        let f = compact(
+            j.values(),
+            fwd.input_names().to_vec(),
+            fwd_inputs.to_vec(),
+            j.params().to_vec(),
+            &j.nodes()[..fnodes],
+            f_outputs,
+        )?;
+
+        let mut b_inputs = Vec::new();
+        let mut b_names = Vec::new();
+        let mut bwd_args = Vec::new();
+        for (k, &v) in saved.iter().enumerate() {
+            b_inputs.push(v);
+            b_names.push(format!("saved{k}"));
+            bwd_args.push(Arg::Saved(k));
+        }
+        for (k, &v) in fwd_inputs.iter().enumerate() {
+            if read[v] {
+                b_inputs.push(v);
+                b_names.push(fwd.input_names()[k].clone());
+                bwd_args.push(Arg::Input(k));
+            }
+        }
+        let head = j.inputs()[n_in];
+        b_inputs.push(head);
+        b_names.push("head_grad".into());
+        bwd_args.push(Arg::Head);
+        let mut b_params = Vec::new();
+        let mut bwd_params = Vec::new();
+        for (k, p) in j.params().iter().enumerate() {
+            if read[p.value] {
+                b_params.push(p.clone());
+                bwd_params.push(k);
+            }
+        }
+        let bg = compact(
+            j.values(),
+            b_names,
+            b_inputs,
+            b_params,
+            &j.nodes()[fnodes..],
+            j.outputs()[1..].to_vec(),
+        )?;
+        let grads = b
+            .input_grad
+            .iter()
+            .chain(&b.param_grad)
+            .map(|k| k.map(|k| k - 1))
+            .collect();
+        Ok(Recorded {
+            fwd: Mutex::new(Executor::new(Arc::new(f))),
+            bwd: Arc::new(BackwardRun {
+                exec: Mutex::new(Executor::new(Arc::new(bg))),
+                args: bwd_args,
+                grads,
+            }),
+            bwd_params,
+        })
+    }
+
+    /// Run the forward on `inputs` and `params` and record one tape node for it, whose backward
+    /// runs the backward graph: the block's output, or `None` when another thread is running
+    /// this forward (the caller replays the graph instead).
+    pub(crate) fn call(
+        self: &Arc<Self>,
+        inputs: &[NDArray],
+        params: &[NDArray],
+    ) -> Result<Option<NDArray>> {
+        let Ok(mut f) = self.fwd.try_lock() else {
+            return Ok(None);
+        };
+        let mut outs = Vec::with_capacity(f.graph().outputs().len());
+        autograd::pause(|| f.run_to(inputs, params, &mut outs))?;
+        drop(f);
+        let mut outs = outs.into_iter();
+        let out = outs
+            .next()
+            .ok_or_else(|| crate::Error::arg("hybrid graph", "the forward returned no output"))?;
+        // A saved value that is the output itself is kept through a second handle: the tape
+        // node lives in the output's handle, and holding that handle from the node would be a
+        // cycle.
+        let saved: Vec<NDArray> = outs
+            .map(|s| if s.same_array(&out) { s.detach() } else { s })
+            .collect();
+        let ins: Vec<NDArray> = inputs.to_vec();
+        let ps: Vec<NDArray> = self.bwd_params.iter().map(|&k| params[k].clone()).collect();
+        // Parameters whose gradient this backward overwrites (grad_req write): their last
+        // gradient is let go before the backward graph runs, so that it writes this one into
+        // the same buffer rather than a new one (the tape replaces the stored gradient anyway).
+        let n_in = inputs.len();
+        let overwritten: Vec<NDArray> = params
+            .iter()
+            .enumerate()
+            .filter(|&(k, p)| {
+                self.bwd.grads[n_in + k].is_some() && p.grad_req() == autograd::GradReq::Write
+            })
+            .map(|(_, p)| p.clone())
+            .collect();
+        let operands: Vec<&NDArray> = inputs.iter().chain(params).collect();
+        let bwd = self.bwd.clone();
+        Ok(Some(autograd::record_op(
+            "hybrid_graph",
+            out,
+            &operands,
+            move |g| {
+                for p in &overwritten {
+                    p.set_grad(None);
+                }
+                bwd.run(&saved, &ins, &ps, g)
+            },
+        )))
+    }
+
+    /// The forward graph (the block's output, then the saved values).
+    #[cfg(test)]
+    pub(crate) fn forward_graph(&self) -> Arc<Graph> {
+        self.fwd.lock().unwrap().graph().clone()
+    }
+
+    /// The backward graph.
+    #[cfg(test)]
+    pub(crate) fn backward_graph(&self) -> Arc<Graph> {
+        self.bwd.exec.lock().unwrap().graph().clone()
+    }
+}
+
+impl BackwardRun {
+    /// The backward graph on the saved values, the inputs and the head gradient `g`: per
+    /// block input, then per parameter, its gradient.
+    fn run(
+        &self,
+        saved: &[NDArray],
+        inputs: &[NDArray],
+        params: &[NDArray],
+        g: &NDArray,
+    ) -> Result<Vec<Option<NDArray>>> {
+        // The graph's head gradient is dense, as the output is; a sparse one (an output read
+        // by a sparse operator) is made dense here.
+        let head = if g.stype() == SType::Dense {
+            g.clone()
+        } else {
+            g.tostype(SType::Dense)?
+        };
+        let args: Vec<NDArray> = self
+            .args
+            .iter()
+            .map(|a| match *a {
+                Arg::Saved(k) => saved[k].clone(),
+                Arg::Input(k) => inputs[k].clone(),
+                Arg::Head => head.clone(),
+            })
+            .collect();
+        let mut outs = Vec::new();
+        {
+            let mut b = self.exec.lock().unwrap_or_else(|e| e.into_inner());
+            autograd::pause(|| b.run_to(&args, params, &mut outs))?;
+        }
+        Ok(self
+            .grads
+            .iter()
+            .map(|k| k.map(|k| outs[k].clone()))
+            .collect())
+    }
+}
+
+/// The graph of `nodes` (ids into `values`) with the given inputs, parameters and outputs,
+/// its values renumbered densely (inputs, parameters, node outputs in order).
+fn compact(
+    values: &[ValueInfo],
+    input_names: Vec<String>,
+    inputs: Vec<usize>,
+    params: Vec<ParamInfo>,
+    nodes: &[Node],
+    outputs: Vec<usize>,
+) -> std::result::Result<Graph, String> {
+    let mut map = vec![usize::MAX; values.len()];
+    let mut new_values = Vec::new();
+    let mut take = |v: usize, map: &mut Vec<usize>| {
+        if map[v] == usize::MAX {
+            map[v] = new_values.len();
+            new_values.push(values[v].clone());
+        }
+        map[v]
+    };
+    let inputs: Vec<usize> = inputs.iter().map(|&v| take(v, &mut map)).collect();
+    let params: Vec<ParamInfo> = params
+        .into_iter()
+        .map(|p| ParamInfo {
+            value: take(p.value, &mut map),
+            ..p
+        })
+        .collect();
+    let mut new_nodes = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let ins = n
+            .inputs
+            .iter()
+            .map(|&x| match map[x] {
+                usize::MAX => Err(format!(
+                    "node '{}' reads value {x}, which the split graph does not define",
+                    n.op.name()
+                )),
+                m => Ok(m),
+            })
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        new_nodes.push(Node {
+            op: n.op.clone(),
+            inputs: ins,
+            output: take(n.output, &mut map),
+        });
+    }
+    let outputs = outputs
+        .iter()
+        .map(|&v| match map[v] {
+            usize::MAX => Err(format!(
+                "output value {v} is not defined in the split graph"
+            )),
+            m => Ok(m),
+        })
+        .collect::<std::result::Result<Vec<_>, String>>()?;
+    Graph::new(new_values, input_names, inputs, params, new_nodes, outputs)
+        .map_err(|e| e.to_string())
+}
