@@ -39,11 +39,12 @@ impl Signature {
     }
 }
 
-/// A traced graph and its executor (made at the first run outside `autograd::record`), and
-/// its split forward and backward for runs under `record` (`recorded.rs`), per set of
-/// inputs and parameters that need a gradient (`None`: the graph has no backward for it,
-/// and such runs replay the operators).
-struct Compiled {
+/// A graph and the ways it runs: its [`Executor`] (made at the first run outside
+/// `autograd::record`), and its split forward and backward for runs under `record`
+/// (`recorded.rs`), per set of inputs and parameters that need a gradient (`None`: the graph
+/// has no backward for it, and such runs replay the operators). What a hybridized block's
+/// cache holds per signature, and what an imported graph runs through.
+pub struct CompiledGraph {
     name: String,
     graph: Arc<Graph>,
     exec: Mutex<Option<Executor>>,
@@ -54,14 +55,20 @@ struct Compiled {
 /// backward).
 type RecordedEntry = (Vec<bool>, Option<Arc<Recorded>>);
 
-impl Compiled {
-    fn new(graph: Arc<Graph>, name: &str) -> Arc<Compiled> {
-        Arc::new(Compiled {
+impl CompiledGraph {
+    /// `graph`, run as the type docs say; `name` (the block's) is for messages.
+    pub fn new(graph: Arc<Graph>, name: &str) -> CompiledGraph {
+        CompiledGraph {
             name: name.to_string(),
             graph,
             exec: Mutex::new(None),
             recorded: Mutex::new(Vec::new()),
-        })
+        }
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.graph
     }
 
     /// Under `autograd::record`, with a gradient asked of an input or parameter: run the
@@ -76,6 +83,7 @@ impl Compiled {
         if self.graph.outputs().len() != 1 || !on_host {
             return Ok(None);
         }
+        self.graph.check_call(inputs, params)?;
         let wrt: Vec<bool> = inputs
             .iter()
             .chain(params)
@@ -112,10 +120,10 @@ impl Compiled {
     }
 
     /// Run the graph: out of its memory plan when nothing records (inference); under
-    /// `record`, as [`Compiled::run_recorded`] says, or else through the operators
+    /// `record`, the split forward with one tape node (`recorded.rs`), or else the operators
     /// (`Graph::run`: they build the tape for backward). A run while another thread holds the
     /// executor, or on arrays off the host, replays too.
-    fn run(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
+    pub fn run(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
         if autograd::is_recording() {
             if let Some(out) = self.run_recorded(inputs, params)? {
                 return Ok(vec![out]);
@@ -129,8 +137,8 @@ impl Compiled {
         }
     }
 
-    /// [`Compiled::run`]'s first output.
-    fn run_first(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<NDArray> {
+    /// [`CompiledGraph::run`]'s first output (without making a list of outputs).
+    pub fn run_first(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<NDArray> {
         if autograd::is_recording() {
             if let Some(out) = self.run_recorded(inputs, params)? {
                 return Ok(out);
@@ -173,7 +181,7 @@ fn first(outs: Vec<NDArray>) -> Result<NDArray> {
 
 #[derive(Clone)]
 enum Entry {
-    Graph(Arc<Compiled>),
+    Graph(Arc<CompiledGraph>),
     Eager(String),
 }
 
@@ -186,7 +194,7 @@ pub struct CachedGraph {
     /// The graph of the latest call and its training flag: a call with the same signature
     /// (the common case: every step of a training loop) is recognized by comparing its inputs
     /// with the graph's, without building and hashing a [`Signature`].
-    hit: Mutex<Option<(bool, Arc<Compiled>)>>,
+    hit: Mutex<Option<(bool, Arc<CompiledGraph>)>>,
 }
 
 /// The parameters a forward may read, by hierarchical name, as they are now.
@@ -251,7 +259,7 @@ impl CachedGraph {
                     Ok(g) => {
                         let g = Arc::new(g);
                         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());
-                        Entry::Graph(Compiled::new(g, &self.name))
+                        Entry::Graph(Arc::new(CompiledGraph::new(g, &self.name)))
                     }
                     Err(why) => {
                         let msg = format!(

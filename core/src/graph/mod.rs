@@ -31,7 +31,9 @@ mod recorded;
 mod trace;
 mod train;
 
-pub use cached::{select_params, CachedGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature};
+pub use cached::{
+    select_params, CachedGraph, CompiledGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature,
+};
 pub use exec::Executor;
 pub use grad::{backward_graph, backward_graph_wrt, Backward, GradFn};
 pub use ir::{Graph, Node, ParamInfo, ValueInfo};

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use sparrow_core::autograd::GradReq;
 use sparrow_core::graph::{
-    dtype_from_name, stype_from_name, stype_name, AttrValue, Graph, Node, Op, ParamInfo, ValueInfo,
+    dtype_from_name, stype_from_name, stype_name, AttrValue, CompiledGraph, Graph, Node, Op,
+    ParamInfo, ValueInfo,
 };
 use sparrow_core::{Device, Error, NDArray, Result, SType};
 
@@ -309,7 +310,9 @@ fn parse_graph(doc: &Value) -> Result<(Graph, Vec<(GradReq, bool)>)> {
 /// runs inference and, under `autograd::record`, training (its parameters get gradients of
 /// their recorded storage types) without the model's code.
 pub struct SymbolBlock {
-    graph: Arc<Graph>,
+    /// The graph and how it runs: inference out of its memory plan, training under `record`
+    /// through its split forward and backward graphs (as a hybridized block's graphs run).
+    graph: CompiledGraph,
     params: Vec<(String, Parameter)>,
 }
 
@@ -348,17 +351,19 @@ impl SymbolBlock {
         }
         load_params(&dict, params_path, LoadOptions::default())?;
         Ok(SymbolBlock {
-            graph: Arc::new(graph),
+            graph: CompiledGraph::new(Arc::new(graph), "symbolblock"),
             params,
         })
     }
 
     /// The imported graph.
     pub fn graph(&self) -> &Graph {
-        &self.graph
+        self.graph.graph()
     }
 
-    /// Run the graph on several inputs (in the graph's input order).
+    /// Run the graph on several inputs (in the graph's input order): out of its memory plan,
+    /// or under `autograd::record` as one tape node whose backward runs the graph's backward
+    /// (a graph without a backward rule, or with several outputs, replays its operators).
     pub fn forward_many(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
         let ps = self
             .params
@@ -371,19 +376,24 @@ impl SymbolBlock {
 
 impl Block for SymbolBlock {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        if self.graph.inputs().len() != 1 || self.graph.outputs().len() != 1 {
+        let g = self.graph.graph();
+        if g.inputs().len() != 1 || g.outputs().len() != 1 {
             return Err(Error::arg(
                 "SymbolBlock",
                 format!(
                     "forward takes one input to one output; the graph has {} inputs and {} \
                      outputs (use forward_many)",
-                    self.graph.inputs().len(),
-                    self.graph.outputs().len()
+                    g.inputs().len(),
+                    g.outputs().len()
                 ),
             ));
         }
-        let mut outs = self.forward_many(std::slice::from_ref(x))?;
-        Ok(outs.remove(0))
+        let ps = self
+            .params
+            .iter()
+            .map(|(_, p)| p.data())
+            .collect::<Result<Vec<_>>>()?;
+        self.graph.run_first(std::slice::from_ref(x), &ps)
     }
     fn kind(&self) -> &'static str {
         "symbolblock"
@@ -392,6 +402,6 @@ impl Block for SymbolBlock {
         self.params.clone()
     }
     fn describe(&self) -> String {
-        format!("SymbolBlock({} nodes)", self.graph.nodes().len())
+        format!("SymbolBlock({} nodes)", self.graph.graph().nodes().len())
     }
 }
