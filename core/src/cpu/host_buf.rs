@@ -81,6 +81,20 @@ impl<T: Copy + Send + Sync + 'static> HostBuf<T> {
     pub fn as_slice(&self) -> &[T] {
         self
     }
+    /// Make the buffer's elements the first `n` of the vector it owns (a planned buffer that
+    /// values of several sizes take in turn: the memory stays, the view changes). `false`, and
+    /// nothing changed, where the buffer is not an owned vector of at least `n` elements.
+    pub(crate) fn set_view_len(&mut self, n: usize) -> bool {
+        match &self.repr {
+            Repr::Owned(v) if n <= v.len() => {
+                // `ptr` is the vector's start (set at construction, never grown), and the first
+                // `n <= v.len()` elements are initialized.
+                self.len = n;
+                true
+            }
+            _ => false,
+        }
+    }
     /// The mapped file holding the elements, if they live in one.
     pub(crate) fn mapped_file(&self) -> Option<(&Arc<MappedFile>, usize)> {
         match &self.repr {
@@ -177,6 +191,25 @@ impl<T: Copy + Send + Sync + std::fmt::Debug + 'static> std::fmt::Debug for Host
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_view_len_stays_within_the_owned_vector() {
+        let mut b = HostBuf::owned(vec![1.0f32, 2.0, 3.0, 4.0]);
+        let p = b.as_ptr();
+        assert!(b.set_view_len(2));
+        assert_eq!(&*b, &[1.0, 2.0]);
+        b[1] = 7.0;
+        assert!(b.set_view_len(4));
+        assert_eq!(&*b, &[1.0, 7.0, 3.0, 4.0]);
+        assert_eq!(b.as_ptr(), p);
+        assert!(!b.set_view_len(5));
+        assert_eq!(b.len(), 4);
+        // A clone copies the view only.
+        b.set_view_len(3);
+        assert_eq!(&*b.clone(), &[1.0, 7.0, 3.0]);
+        let mut s = HostBuf::shared(Arc::new(vec![1u8, 2]));
+        assert!(!s.set_view_len(1));
+    }
 
     #[test]
     fn shared_is_copied_before_a_write_and_owned_is_not() {

@@ -371,7 +371,29 @@ impl Executor {
             None => fill(hv, slot, &self.plan)?,
         }
         self.holder[slot] = Some(v);
+        // The buffer may be larger than the value (the plan shares buffers across sizes): the
+        // value sees its first elements. A buffer that cannot change its view (shared with an
+        // array the caller holds, or replaced by a copy on a write) is replaced by a new one.
+        let n: usize = info.shape.iter().product();
+        let hv = self.handles[v].as_ref().expect("made above");
+        if !set_len(hv, n)? {
+            fill(hv, slot, &self.plan)?;
+            if !set_len(hv, n)? {
+                return Err(Error::arg(
+                    OP,
+                    format!("value {v} of {n} elements does not fit its planned buffer"),
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// Make `h`'s buffer show `n` elements (no allocation): `false` where it cannot.
+fn set_len(h: &NDArray, n: usize) -> Result<bool> {
+    match &mut *h.write() {
+        ArrayData::Dense(d) => Ok(d.buf.len() == n || d.buf.set_view_len(n)),
+        _ => Err(Error::arg(OP, "a planned buffer is not dense")),
     }
 }
 

@@ -311,3 +311,47 @@ fn csr_dense_products_write_into_their_buffers() {
         assert_eq!(bits(&planned[0]), bits(&csr_dot(&x, &p).unwrap()[0]));
     }
 }
+
+/// A funnel of products of shrinking and growing widths: (8, 6) . (6, 16) -> tanh ->
+/// (16, 4) -> tanh -> (4, 12) -> tanh -> (12, 2), so every intermediate has another size.
+fn funnel(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    let a = x.dot(&p[0])?.tanh()?;
+    let b = a.dot(&p[1])?.tanh()?;
+    let c = b.dot(&p[2])?.tanh()?;
+    Ok(vec![c.dot(&p[3])?])
+}
+
+#[test]
+fn buffers_are_shared_across_sizes_with_the_same_bits() {
+    let p = vec![
+        f32s(&[6, 16], -0.5, 0.5, 21),
+        f32s(&[16, 4], -0.5, 0.5, 22),
+        f32s(&[4, 12], -0.5, 0.5, 23),
+        f32s(&[12, 2], -0.5, 0.5, 24),
+    ];
+    let x1 = f32s(&[8, 6], -1.0, 1.0, 25);
+    let x2 = f32s(&[8, 6], -1.0, 1.0, 26);
+    let g = graph_of(&funnel, &x1, &p);
+    let mut e = Executor::new(g);
+    let plan = e.plan().clone();
+    // Seven intermediates of four sizes (8 x 16, 4, 12, 2): the tanh run in place, and the
+    // products take turns in two buffers, (8, 12) in the (8, 16) one and (8, 2) in the (8, 4)
+    // one; one buffer per size would be 8 x (16 + 4 + 12 + 2) floats.
+    assert_eq!(plan.in_place, 3, "{plan:?}");
+    assert_eq!(plan.slot_bytes.len(), 2, "{plan:?}");
+    assert_eq!(plan.planned_bytes(), (8 * 16 + 8 * 4) * 4, "{plan:?}");
+    let want1 = bits(&funnel(&x1, &p).unwrap()[0]);
+    let want2 = bits(&funnel(&x2, &p).unwrap()[0]);
+    for (x, want) in [(&x1, &want1), (&x2, &want2), (&x1, &want1)] {
+        let o = e.run(std::slice::from_ref(x), &p).unwrap().remove(0);
+        assert_eq!(o.shape(), vec![8, 2]);
+        assert_eq!(&bits(&o), want);
+    }
+    // An output kept across runs keeps its values, and a view of it too.
+    let o = e.run(std::slice::from_ref(&x1), &p).unwrap().remove(0);
+    let view = o.detach();
+    let o2 = e.run(std::slice::from_ref(&x2), &p).unwrap().remove(0);
+    assert_eq!(bits(&o), want1);
+    assert_eq!(bits(&view), want1);
+    assert_eq!(bits(&o2), want2);
+}

@@ -1,14 +1,15 @@
 //! Memory planning over a graph, as MXNet's `PlanMemory` does it: walk the nodes in execution
 //! order; a node's output runs in place of an input that dies at that node when the node can
 //! overwrite its input ([`Form::in_place_capable`]: elementwise maps, bias + activation) and
-//! the buffers agree; otherwise it takes a free buffer of its dtype and element count, or a
+//! the sizes agree; otherwise it takes a free buffer of its dtype (best fit by size), or a
 //! new one; buffers of values read for the last time are freed after the node. Inputs and
 //! parameters are the caller's and are not planned; neither are outputs of nodes that have no
 //! "write into" form (they run the eager operator, which allocates: [`MemoryPlan::fallback`]).
 //!
-//! A buffer is shared only by values of one dtype and element count, so every value is a whole
-//! buffer (a dense array's storage is exactly its elements); in the MLPs this loses nothing,
-//! their activations all have one size.
+//! A buffer is shared by values of one dtype and any sizes: a value takes the smallest free
+//! buffer that holds it, or grows the largest free one (MXNet's planner matches sizes within a
+//! range the same way). The executor allocates each buffer once at its final size, and a value
+//! in a larger buffer sees the first of its elements (`HostBuf::set_view_len`).
 
 use super::into::Form;
 use super::ir::Graph;
@@ -44,6 +45,12 @@ pub struct MemoryPlan {
 impl MemoryPlan {
     /// Plan `g`'s intermediate values.
     pub fn of(g: &Graph) -> MemoryPlan {
+        MemoryPlan::plan(g, false)
+    }
+
+    /// The plan of `g`, with its outputs left out of the buffers when `skip_outputs` (what the
+    /// activations and temporaries alone would need).
+    fn plan(g: &Graph, skip_outputs: bool) -> MemoryPlan {
         let forms = node_forms(g);
         let values = g.values();
         let last = g.last_use();
@@ -63,7 +70,7 @@ impl MemoryPlan {
         }
         for (i, node) in g.nodes().iter().enumerate() {
             let info = &values[node.output];
-            let bytes = info.bytes;
+            let bytes = value_bytes(info);
             total += bytes;
             live += bytes;
             live_peak = live_peak.max(live);
@@ -72,23 +79,28 @@ impl MemoryPlan {
                 act_peak = act_peak.max(act);
             }
             let dies = |x: usize| last[x] == Some(i) && !outs[x];
-            let fits = |s: usize| slot_dtype[s] == info.dtype && slot_bytes[s] == bytes;
             match forms[i] {
                 None => fallback.push(i),
+                Some(_) if skip_outputs && outs[node.output] => {}
                 Some(form) => {
-                    // In place: the input dies here, is read once by this node and sits in a
-                    // buffer of the output's size.
+                    // In place: the input dies here, is read once by this node, has the
+                    // output's size and sits in a buffer of the output's dtype.
                     let x = node.inputs[0];
                     let donor = form.in_place_capable()
                         && dies(x)
                         && node.inputs.iter().filter(|&&y| y == x).count() == 1
-                        && slot_of[x].is_some_and(fits);
+                        && value_bytes(&values[x]) == bytes
+                        && slot_of[x].is_some_and(|s| slot_dtype[s] == info.dtype);
                     let slot = if donor {
                         runs_in_place[i] = true;
                         slot_of[x].expect("checked above")
                     } else {
-                        match free.iter().position(|&s| fits(s)) {
-                            Some(k) => free.swap_remove(k),
+                        match best_fit(&free, &slot_bytes, &slot_dtype, info.dtype, bytes) {
+                            Some(k) => {
+                                let s = free.swap_remove(k);
+                                slot_bytes[s] = slot_bytes[s].max(bytes);
+                                s
+                            }
                             None => {
                                 slot_bytes.push(bytes);
                                 slot_dtype.push(info.dtype);
@@ -104,8 +116,8 @@ impl MemoryPlan {
                 if dies(x) && !seen.contains(&x) {
                     seen.push(x);
                     if produced[x] {
-                        live -= values[x].bytes.min(live);
-                        act -= values[x].bytes.min(act);
+                        live -= value_bytes(&values[x]).min(live);
+                        act -= value_bytes(&values[x]).min(act);
                     }
                     // A donor's buffer now holds this node's output: not free.
                     if let Some(s) =
@@ -135,21 +147,11 @@ impl MemoryPlan {
         self.slot_bytes.iter().sum()
     }
 
-    /// Bytes of the planned buffers that never hold one of `g`'s outputs: the planned memory
-    /// of activations and temporaries (a training step's gradient buffers left out).
+    /// The planned bytes of `g`'s activations and temporaries: of a plan of `g` whose outputs
+    /// (a training step's gradients) take no buffer. (In the plan itself buffers are shared
+    /// across sizes, so a gradient's buffer may hold activations before the gradient is made.)
     pub fn planned_activation_bytes(&self, g: &Graph) -> usize {
-        let mut holds_output = vec![false; self.slot_bytes.len()];
-        for &o in g.outputs() {
-            if let Some(s) = self.slot_of.get(o).copied().flatten() {
-                holds_output[s] = true;
-            }
-        }
-        self.slot_bytes
-            .iter()
-            .zip(&holds_output)
-            .filter(|(_, &o)| !o)
-            .map(|(b, _)| b)
-            .sum()
+        MemoryPlan::plan(g, true).planned_bytes()
     }
 
     /// Bytes of the outputs of fallback nodes (allocated by their operators at each run).
@@ -159,6 +161,40 @@ impl MemoryPlan {
             .map(|&i| g.values()[g.nodes()[i].output].bytes)
             .sum()
     }
+}
+
+/// A value's bytes: a dense value's from its shape (an imported graph's recorded `bytes` is
+/// not trusted for it), a sparse one's the traced estimate.
+fn value_bytes(info: &super::ir::ValueInfo) -> usize {
+    if info.stype == crate::SType::Dense {
+        info.shape
+            .iter()
+            .fold(info.dtype.size_of(), |a, &d| a.saturating_mul(d))
+    } else {
+        info.bytes
+    }
+}
+
+/// The free buffer a value of `bytes` bytes of `dtype` takes (its index in `free`): the
+/// smallest of that dtype holding at least `bytes`, else the largest of that dtype (grown to
+/// `bytes`: less new memory than a buffer of its own), else none.
+fn best_fit(
+    free: &[usize],
+    slot_bytes: &[usize],
+    slot_dtype: &[DType],
+    dtype: DType,
+    bytes: usize,
+) -> Option<usize> {
+    let same = || {
+        free.iter()
+            .enumerate()
+            .filter(|&(_, &s)| slot_dtype[s] == dtype)
+    };
+    same()
+        .filter(|&(_, &s)| slot_bytes[s] >= bytes)
+        .min_by_key(|&(_, &s)| slot_bytes[s])
+        .or_else(|| same().max_by_key(|&(_, &s)| slot_bytes[s]))
+        .map(|(k, _)| k)
 }
 
 /// Per node: its "write into" form, or `None` (the eager operator runs).

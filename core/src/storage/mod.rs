@@ -315,6 +315,17 @@ impl Storage {
             Storage::Cuda(_) => None,
         }
     }
+    /// Make a host buffer's elements the first `n` of the memory it owns, without allocating
+    /// (see `HostBuf::set_view_len`): `false` where it cannot (a device buffer, a buffer shared
+    /// with another array or not owned, fewer than `n` elements owned).
+    pub(crate) fn set_view_len(&mut self, n: usize) -> bool {
+        match self.host_mut() {
+            Some(c) => crate::with_buffer!(&mut *c, v => {
+                std::sync::Arc::get_mut(v).is_some_and(|h| h.set_view_len(n))
+            }),
+            None => false,
+        }
+    }
     /// Mutable host memory of this storage (see [`Storage::host`]).
     #[inline]
     pub(crate) fn host_mut(&mut self) -> Option<&mut CpuStorage> {
