@@ -213,6 +213,28 @@ impl Graph {
             .collect();
         used_params.retain(|p| live[p.value]);
         // Renumber the surviving values densely: inputs, parameters, node outputs in order.
+        Graph::renumbered(
+            &values,
+            input_names.to_vec(),
+            in_ids,
+            used_params,
+            &nodes,
+            outs,
+        )
+    }
+
+    /// The graph of `nodes` (ids into `values`) with the given inputs, parameters and
+    /// outputs, its values renumbered densely (inputs, parameters, node outputs in order) and
+    /// validated as [`Graph::new`] does; a node or output reading a value none of them defines
+    /// is an error. (A trace's surviving nodes; the halves of a split graph.)
+    pub(crate) fn renumbered(
+        values: &[ValueInfo],
+        input_names: Vec<String>,
+        inputs: Vec<usize>,
+        params: Vec<ParamInfo>,
+        nodes: &[Node],
+        outputs: Vec<usize>,
+    ) -> std::result::Result<Graph, String> {
         let mut map = vec![usize::MAX; values.len()];
         let mut new_values = Vec::new();
         let mut take = |v: usize, map: &mut Vec<usize>| {
@@ -222,32 +244,40 @@ impl Graph {
             }
             map[v]
         };
-        let inputs_new: Vec<usize> = in_ids.iter().map(|&v| take(v, &mut map)).collect();
-        let params_new: Vec<ParamInfo> = used_params
-            .iter()
+        let inputs: Vec<usize> = inputs.iter().map(|&v| take(v, &mut map)).collect();
+        let params: Vec<ParamInfo> = params
+            .into_iter()
             .map(|p| ParamInfo {
                 value: take(p.value, &mut map),
-                ..p.clone()
+                ..p
             })
             .collect();
-        let nodes_new: Vec<Node> = nodes
-            .iter()
-            .map(|n| Node {
+        let defined = |x: usize, map: &[usize], what: &dyn Fn() -> String| match map[x] {
+            usize::MAX => Err(format!(
+                "{} reads value {x}, which the graph does not define",
+                what()
+            )),
+            m => Ok(m),
+        };
+        let mut new_nodes = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let ins = n
+                .inputs
+                .iter()
+                .map(|&x| defined(x, &map, &|| format!("node '{}'", n.op.name())))
+                .collect::<std::result::Result<Vec<_>, String>>()?;
+            new_nodes.push(Node {
                 op: n.op.clone(),
-                inputs: n.inputs.iter().map(|&x| map[x]).collect(),
+                inputs: ins,
                 output: take(n.output, &mut map),
-            })
-            .collect();
-        let outs_new: Vec<usize> = outs.iter().map(|&v| map[v]).collect();
-        Graph::new(
-            new_values,
-            input_names.to_vec(),
-            inputs_new,
-            params_new,
-            nodes_new,
-            outs_new,
-        )
-        .map_err(|e| e.to_string())
+            });
+        }
+        let outputs = outputs
+            .iter()
+            .map(|&v| defined(v, &map, &|| "an output".to_string()))
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        Graph::new(new_values, input_names, inputs, params, new_nodes, outputs)
+            .map_err(|e| e.to_string())
     }
 
     /// A graph from its parts (an imported file), validated: every id in range, every value

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use super::exec::Executor;
 use super::grad::backward_graph_wrt;
-use super::ir::{Graph, Node, ParamInfo, ValueInfo};
+use super::ir::Graph;
 use crate::{autograd, NDArray, Result, SType};
 
 /// Where an argument of the backward graph comes from.
@@ -97,7 +97,7 @@ impl Recorded {
         let fwd_inputs = &j.inputs()[..n_in];
         let mut f_outputs = vec![j.outputs()[0]];
         f_outputs.extend(&saved);
-        let f = compact(
+        let f = Graph::renumbered(
             j.values(),
             fwd.input_names().to_vec(),
             fwd_inputs.to_vec(),
@@ -133,7 +133,7 @@ impl Recorded {
                 bwd_params.push(k);
             }
         }
-        let bg = compact(
+        let bg = Graph::renumbered(
             j.values(),
             b_names,
             b_inputs,
@@ -261,63 +261,4 @@ impl BackwardRun {
             .map(|k| k.map(|k| outs[k].clone()))
             .collect())
     }
-}
-
-/// The graph of `nodes` (ids into `values`) with the given inputs, parameters and outputs,
-/// its values renumbered densely (inputs, parameters, node outputs in order).
-fn compact(
-    values: &[ValueInfo],
-    input_names: Vec<String>,
-    inputs: Vec<usize>,
-    params: Vec<ParamInfo>,
-    nodes: &[Node],
-    outputs: Vec<usize>,
-) -> std::result::Result<Graph, String> {
-    let mut map = vec![usize::MAX; values.len()];
-    let mut new_values = Vec::new();
-    let mut take = |v: usize, map: &mut Vec<usize>| {
-        if map[v] == usize::MAX {
-            map[v] = new_values.len();
-            new_values.push(values[v].clone());
-        }
-        map[v]
-    };
-    let inputs: Vec<usize> = inputs.iter().map(|&v| take(v, &mut map)).collect();
-    let params: Vec<ParamInfo> = params
-        .into_iter()
-        .map(|p| ParamInfo {
-            value: take(p.value, &mut map),
-            ..p
-        })
-        .collect();
-    let mut new_nodes = Vec::with_capacity(nodes.len());
-    for n in nodes {
-        let ins = n
-            .inputs
-            .iter()
-            .map(|&x| match map[x] {
-                usize::MAX => Err(format!(
-                    "node '{}' reads value {x}, which the split graph does not define",
-                    n.op.name()
-                )),
-                m => Ok(m),
-            })
-            .collect::<std::result::Result<Vec<_>, String>>()?;
-        new_nodes.push(Node {
-            op: n.op.clone(),
-            inputs: ins,
-            output: take(n.output, &mut map),
-        });
-    }
-    let outputs = outputs
-        .iter()
-        .map(|&v| match map[v] {
-            usize::MAX => Err(format!(
-                "output value {v} is not defined in the split graph"
-            )),
-            m => Ok(m),
-        })
-        .collect::<std::result::Result<Vec<_>, String>>()?;
-    Graph::new(new_values, input_names, inputs, params, new_nodes, outputs)
-        .map_err(|e| e.to_string())
 }
