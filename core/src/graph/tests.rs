@@ -21,6 +21,23 @@ fn names() -> Vec<String> {
     vec!["x".to_string()]
 }
 
+/// The graph of `f(x, w)`: input `x`, parameter `w`, one output.
+fn graph_of_xw(
+    x: &NDArray,
+    w: &NDArray,
+    f: &dyn Fn(&NDArray, &NDArray) -> crate::Result<NDArray>,
+) -> Graph {
+    let (out, log) = trace(|| f(x, w)).unwrap();
+    Graph::from_trace(
+        log,
+        &names(),
+        std::slice::from_ref(x),
+        &[out.unwrap()],
+        &[("w".to_string(), w.clone())],
+    )
+    .unwrap()
+}
+
 #[test]
 fn traced_graph_replays_eager_values_and_gradients() {
     let x = arr(&[1., -2., 3., 0.5, 1., -1.], &[2, 3]);
@@ -293,16 +310,9 @@ fn recompute_clones_producers_into_the_backward_and_keeps_the_results() {
     // loss = sum(tanh(tanh(tanh(x . w)))): the backward reads every tanh output.
     let x = arr(&[0.25; 16], &[4, 4]);
     let w = arr(&[0.5; 16], &[4, 4]);
-    let (out, log) =
-        trace(|| x.dot_t(&w, false, false)?.tanh()?.tanh()?.tanh()?.sum_all()).unwrap();
-    let g = Graph::from_trace(
-        log,
-        &names(),
-        std::slice::from_ref(&x),
-        &[out.unwrap()],
-        &[("w".to_string(), w.clone())],
-    )
-    .unwrap();
+    let g = graph_of_xw(&x, &w, &|x, w| {
+        x.dot_t(w, false, false)?.tanh()?.tanh()?.tanh()?.sum_all()
+    });
     let b = super::backward_graph(&g).unwrap();
     let n = b.graph.nodes().len();
     let err = super::with_recompute(&b.graph, n + 1, super::Recompute::Sqrt).unwrap_err();
@@ -344,15 +354,7 @@ fn recorded_split_keeps_only_what_the_backward_reads_and_matches_the_joint_graph
     // loss = sum(tanh(x . w)) with gradients for w only, then for x and w.
     let x = arr(&[0.25, -0.5, 1.0, 0.75, 0.1, -0.2], &[2, 3]);
     let w = arr(&[0.5, -0.25, 0.1, 0.3, 0.2, -0.4], &[3, 2]);
-    let (out, log) = trace(|| x.dot(&w)?.tanh()?.sum_all()).unwrap();
-    let g = Graph::from_trace(
-        log,
-        &names(),
-        std::slice::from_ref(&x),
-        &[out.unwrap()],
-        &[("w".to_string(), w.clone())],
-    )
-    .unwrap();
+    let g = graph_of_xw(&x, &w, &|x, w| x.dot(w)?.tanh()?.sum_all());
     let head = NDArray::ones(&[], crate::DType::F32).unwrap();
     for wrt in [[false, true], [true, true]] {
         let r = super::recorded::Recorded::new(&g, &wrt).unwrap();
