@@ -55,6 +55,28 @@ fn same_grads(eager: &dyn Block, hyb: &dyn Block, what: &str) -> bool {
     exact
 }
 
+/// Forward and loss of the hybridized `net` under `record`, then backward: the loss. After
+/// the tracing call (`call` 0), the block must be one tape node running its graph.
+fn recorded_step(
+    net: &dyn Block,
+    loss: &dyn Loss,
+    x: &NDArray,
+    y: &NDArray,
+    call: usize,
+) -> NDArray {
+    let (out, l) = autograd::record(|| {
+        let out = net.forward(x)?;
+        let l = loss.forward(&out, y)?;
+        Ok::<_, sparrow_core::Error>((out, l))
+    })
+    .unwrap();
+    if call > 0 {
+        assert_eq!(out.node().unwrap().op, "hybrid_graph", "call {call}");
+    }
+    l.backward().unwrap();
+    l
+}
+
 #[test]
 fn record_and_backward_run_the_graph_and_match_eager_over_sgd_steps() {
     let x = arr(&[24, 9], -1.0, 1.0, 1);
@@ -72,17 +94,7 @@ fn record_and_backward_run_the_graph_and_match_eager_over_sgd_steps() {
     for step in 0..6 {
         let le = eager_step(&eager, &loss, &x, &y);
         sgd(&eager);
-        let (out, lh) = autograd::record(|| {
-            let out = hyb.forward(&x)?;
-            let l = loss.forward(&out, &y)?;
-            Ok::<_, sparrow_core::Error>((out, l))
-        })
-        .unwrap();
-        // After the tracing call, the block is one tape node running its graph.
-        if step > 0 {
-            assert_eq!(out.node().unwrap().op, "hybrid_graph", "step {step}");
-        }
-        lh.backward().unwrap();
+        let lh = recorded_step(&hyb, &loss, &x, &y, step);
         ulp_close(&le, &lh, &format!("loss, step {step}"));
         exact &= same_grads(&eager, &hyb, &format!("step {step}"));
         sgd(&hyb);
@@ -115,16 +127,7 @@ fn csr_model_keeps_a_row_sparse_weight_gradient() {
     let loss = SigmoidBinaryCrossEntropyLoss::new();
     for call in 0..3 {
         let le = eager_step(&eager, &loss, &x, &y);
-        let (out, lh) = autograd::record(|| {
-            let out = hyb.forward(&x)?;
-            let l = loss.forward(&out, &y)?;
-            Ok::<_, sparrow_core::Error>((out, l))
-        })
-        .unwrap();
-        if call > 0 {
-            assert_eq!(out.node().unwrap().op, "hybrid_graph", "call {call}");
-        }
-        lh.backward().unwrap();
+        let lh = recorded_step(&hyb, &loss, &x, &y, call);
         ulp_close(&le, &lh, &format!("loss, call {call}"));
         assert!(same_grads(&eager, &hyb, &format!("call {call}")));
     }

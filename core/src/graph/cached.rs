@@ -76,11 +76,7 @@ impl CompiledGraph {
     /// (`recorded.rs`). `None` where that cannot be done (several outputs, arrays off the
     /// host, no graph backward, the forward busy on another thread): the caller replays.
     fn run_recorded(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Option<NDArray>> {
-        let on_host = inputs
-            .iter()
-            .chain(params)
-            .all(|a| a.device() == crate::Device::Cpu);
-        if self.graph.outputs().len() != 1 || !on_host {
+        if self.graph.outputs().len() != 1 || !on_host(inputs, params) {
             return Ok(None);
         }
         self.graph.check_call(inputs, params)?;
@@ -161,15 +157,19 @@ impl CompiledGraph {
         if autograd::is_recording() {
             return None;
         }
-        let on_host = inputs
-            .iter()
-            .chain(params)
-            .all(|a| a.device() == crate::Device::Cpu);
-        if !on_host {
+        if !on_host(inputs, params) {
             return None;
         }
         self.exec.try_lock().ok()
     }
+}
+
+/// True when every array is in host memory (planned runs are on the CPU).
+fn on_host(inputs: &[NDArray], params: &[NDArray]) -> bool {
+    inputs
+        .iter()
+        .chain(params)
+        .all(|a| a.device() == crate::Device::Cpu)
 }
 
 /// The first of a graph's outputs (a graph has at least one).

@@ -23,17 +23,6 @@ use super::grad::backward_graph_wrt;
 use super::ir::Graph;
 use crate::{autograd, NDArray, Result, SType};
 
-/// Where an argument of the backward graph comes from.
-#[derive(Debug, Clone, Copy)]
-enum Arg {
-    /// The forward graph's saved value `k` (its output `1 + k`).
-    Saved(usize),
-    /// The block's input `k`.
-    Input(usize),
-    /// The head gradient of the block's output.
-    Head,
-}
-
 /// The split forward and backward of one graph for one set of gradients asked for.
 pub(crate) struct Recorded {
     fwd: Mutex<Executor>,
@@ -42,13 +31,15 @@ pub(crate) struct Recorded {
     bwd: Arc<BackwardRun>,
     /// Per backward-graph parameter, the index of the forward parameter it is.
     bwd_params: Vec<usize>,
+    /// The block inputs the backward graph reads (after the saved values), by index.
+    inputs_read: Vec<usize>,
 }
 
-/// The backward graph's executor and how its arguments and outputs map to the block's.
+/// The backward graph's executor and how its outputs map to the block's. Its inputs are the
+/// saved values, then the block inputs listed in [`Recorded::inputs_read`], then the head
+/// gradient.
 struct BackwardRun {
     exec: Mutex<Executor>,
-    /// Per backward-graph input, where it comes from.
-    args: Vec<Arg>,
     /// Per block input, then per parameter: its gradient's index among the backward graph's
     /// outputs (`None`: none asked for, or the output does not depend on it).
     grads: Vec<Option<usize>>,
@@ -106,25 +97,15 @@ impl Recorded {
             f_outputs,
         )?;
 
-        let mut b_inputs = Vec::new();
-        let mut b_names = Vec::new();
-        let mut bwd_args = Vec::new();
-        for (k, &v) in saved.iter().enumerate() {
-            b_inputs.push(v);
-            b_names.push(format!("saved{k}"));
-            bwd_args.push(Arg::Saved(k));
+        let inputs_read: Vec<usize> = (0..n_in).filter(|&k| read[fwd_inputs[k]]).collect();
+        let mut b_names: Vec<String> = (0..saved.len()).map(|k| format!("saved{k}")).collect();
+        let mut b_inputs = saved;
+        for &k in &inputs_read {
+            b_inputs.push(fwd_inputs[k]);
+            b_names.push(fwd.input_names()[k].clone());
         }
-        for (k, &v) in fwd_inputs.iter().enumerate() {
-            if read[v] {
-                b_inputs.push(v);
-                b_names.push(fwd.input_names()[k].clone());
-                bwd_args.push(Arg::Input(k));
-            }
-        }
-        let head = j.inputs()[n_in];
-        b_inputs.push(head);
+        b_inputs.push(j.inputs()[n_in]);
         b_names.push("head_grad".into());
-        bwd_args.push(Arg::Head);
         let mut b_params = Vec::new();
         let mut bwd_params = Vec::new();
         for (k, p) in j.params().iter().enumerate() {
@@ -151,10 +132,10 @@ impl Recorded {
             fwd: Mutex::new(Executor::new(Arc::new(f))),
             bwd: Arc::new(BackwardRun {
                 exec: Mutex::new(Executor::new(Arc::new(bg))),
-                args: bwd_args,
                 grads,
             }),
             bwd_params,
+            inputs_read,
         })
     }
 
@@ -179,10 +160,12 @@ impl Recorded {
         // A saved value that is the output itself is kept through a second handle: the tape
         // node lives in the output's handle, and holding that handle from the node would be a
         // cycle.
-        let saved: Vec<NDArray> = outs
+        // The backward graph's inputs but the head gradient: the saved values, then the block
+        // inputs it reads (only those are kept alive until the backward).
+        let mut kept: Vec<NDArray> = outs
             .map(|s| if s.same_array(&out) { s.detach() } else { s })
             .collect();
-        let ins: Vec<NDArray> = inputs.to_vec();
+        kept.extend(self.inputs_read.iter().map(|&k| inputs[k].clone()));
         let ps: Vec<NDArray> = self.bwd_params.iter().map(|&k| params[k].clone()).collect();
         // Parameters whose gradient this backward overwrites (grad_req write): their last
         // gradient is let go before the backward graph runs, so that it writes this one into
@@ -206,7 +189,7 @@ impl Recorded {
                 for p in &overwritten {
                     p.set_grad(None);
                 }
-                bwd.run(&saved, &ins, &ps, g)
+                bwd.run(&kept, &ps, g)
             },
         )))
     }
@@ -225,12 +208,11 @@ impl Recorded {
 }
 
 impl BackwardRun {
-    /// The backward graph on the saved values, the inputs and the head gradient `g`: per
+    /// The backward graph on `kept` (its inputs but the last) and the head gradient `g`: per
     /// block input, then per parameter, its gradient.
     fn run(
         &self,
-        saved: &[NDArray],
-        inputs: &[NDArray],
+        kept: &[NDArray],
         params: &[NDArray],
         g: &NDArray,
     ) -> Result<Vec<Option<NDArray>>> {
@@ -241,15 +223,9 @@ impl BackwardRun {
         } else {
             g.tostype(SType::Dense)?
         };
-        let args: Vec<NDArray> = self
-            .args
-            .iter()
-            .map(|a| match *a {
-                Arg::Saved(k) => saved[k].clone(),
-                Arg::Input(k) => inputs[k].clone(),
-                Arg::Head => head.clone(),
-            })
-            .collect();
+        let mut args = Vec::with_capacity(kept.len() + 1);
+        args.extend_from_slice(kept);
+        args.push(head);
         let mut outs = Vec::new();
         {
             let mut b = self.exec.lock().unwrap_or_else(|e| e.into_inner());
