@@ -189,18 +189,32 @@ impl ShardedFirst {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    if let Err(e) = on_one_thread() {
         eprintln!("dist_train: error: {e}");
         std::process::exit(1);
     }
 }
 
-fn run() -> Result<(), BoxError> {
-    let args = parse()?;
-    // One thread per rank: the ranks are the parallelism.
+/// One thread per rank (the ranks are the parallelism): the training loop runs as the only
+/// worker of a pool of its own, so an operator's parallel loop runs on it inline. Called from
+/// a thread outside the pool, each such loop was handed to the pool's thread and the training
+/// thread slept until it finished: two thread switches per large operator, on a core the
+/// other rank was using. The global pool (one thread) is left to the LibSVM reader's parsing.
+fn on_one_thread() -> Result<(), String> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(1)
-        .build_global()?;
+        .build_global()
+        .map_err(|e| e.to_string())?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .thread_name(|_| "train".into())
+        .build()
+        .map_err(|e| e.to_string())?;
+    pool.install(|| run().map_err(|e| e.to_string()))
+}
+
+fn run() -> Result<(), BoxError> {
+    let args = parse()?;
     let _mpi = MpiSession::start()?;
     let mut kv = dist_sync(Duration::from_secs(300))?;
     let (rank, workers) = (kv.rank(), kv.num_workers());

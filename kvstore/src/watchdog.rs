@@ -10,7 +10,7 @@ type Expire = Box<dyn Fn(String) + Send>;
 
 /// A thread that watches the collective call in progress (one at a time) and calls its
 /// `on_expire` with a message naming the worker, the call and the wait when the call has not
-/// finished within the timeout.
+/// finished within the timeout (noticed at most a quarter of the timeout late).
 pub(crate) struct Watchdog {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
@@ -57,12 +57,23 @@ impl Watchdog {
         Watchdog { inner, thread }
     }
 
-    /// Arm for the call `op` until the guard is dropped.
+    /// Arm for the call `op` until the guard is dropped. The watching thread is not woken:
+    /// it looks at the call in progress at least every [`Inner::period`], so arming costs an
+    /// uncontended lock rather than a thread switch per collective (a training step makes a
+    /// few collectives of a few microseconds each, and waking the watcher for each one put a
+    /// third thread on a two-rank, two-core machine's cores).
     pub(crate) fn guard(&self, op: &'static str) -> Guard<'_> {
         let mut w = self.inner.armed.lock().unwrap_or_else(|e| e.into_inner());
         w.call = Some((Instant::now() + self.inner.timeout, op));
-        self.inner.cv.notify_all();
         Guard(&self.inner)
+    }
+}
+
+impl Inner {
+    /// How often the watcher looks at the call in progress when it sees none: a quarter of the
+    /// timeout, so a call that hangs is reported between one and 1.25 timeouts after it began.
+    fn period(&self) -> Duration {
+        self.timeout / 4
     }
 }
 
@@ -73,7 +84,13 @@ fn watch(inner: &Inner, on_expire: Expire) {
             return;
         }
         w = match w.call {
-            None => inner.cv.wait(w).unwrap_or_else(|e| e.into_inner()),
+            None => {
+                inner
+                    .cv
+                    .wait_timeout(w, inner.period())
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
             Some((deadline, op)) => {
                 let now = Instant::now();
                 if now >= deadline {
