@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Prints, from rank 0: samples per second over the timed epochs (all ranks' samples; each
-//! rank on one thread: the example runs rayon with one thread), the bytes this rank handed to
+//! rank on one thread: the loop is the only worker of a one-thread rayon pool; the LibSVM
+//! reader parses on the global pool's one thread), the bytes this rank handed to
 //! MPI per step (the store's count), and the bytes the loopback interface carried per step
 //! (`/proc/net/dev`, all ranks; meaningful with `--mca btl tcp,self`, where the ranks talk
 //! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
