@@ -11,12 +11,7 @@ use crate::store::{merge_rows, unknown_key, Slot, SyncStore};
 use crate::transport::Transport;
 use crate::wire::{self, Header};
 
-/// The rows `lo..hi` of a `rows`-row table that worker `rank` of `workers` owns: contiguous
-/// blocks, sizes differing by at most one.
-pub fn shard_range(rows: usize, rank: usize, workers: usize) -> (usize, usize) {
-    let at = |r: usize| (rows as u128 * r as u128 / workers.max(1) as u128) as usize;
-    (at(rank), at(rank + 1))
-}
+pub use sparrow_optim::shard_range;
 
 /// This worker's part of a sharded table.
 pub(crate) struct Shard {

@@ -605,6 +605,11 @@ impl<T: Transport> KVStore for SyncStore<T> {
         Ok(())
     }
 
+    fn init_sharded(&mut self, key: usize, shape: &[usize], shard: &NDArray) -> Result<()> {
+        // The inherent method (callable without the trait in scope).
+        SyncStore::<T>::init_sharded(self, key, shape, shard)
+    }
+
     fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()> {
         const OP: &str = "KVStore::row_sparse_pull";
         let (shape, dtype) = self.meta(OP, key)?;

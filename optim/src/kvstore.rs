@@ -11,6 +11,14 @@ use sparrow_core::{NDArray, Result};
 
 use crate::optimizer::{Optimizer, State};
 
+/// The rows `lo..hi` of a `rows`-row table that worker `rank` of `workers` owns when the
+/// table is sharded ([`KVStore::init_sharded`]): contiguous blocks, sizes differing by at most
+/// one.
+pub fn shard_range(rows: usize, rank: usize, workers: usize) -> (usize, usize) {
+    let at = |r: usize| (rows as u128 * r as u128 / workers.max(1) as u128) as usize;
+    (at(rank), at(rank + 1))
+}
+
 /// A key-value store with MXNet's semantics (`mx.kv.create(...)`).
 ///
 /// Keys are integers (a [`Trainer`](crate::Trainer) uses each parameter's index). Every worker
@@ -79,6 +87,23 @@ pub trait KVStore: Send {
             self.pushpull(k, std::slice::from_ref(v), std::slice::from_ref(o))?;
         }
         Ok(())
+    }
+
+    /// Make `key` a table of `shape` split by rows across the workers: this worker owns the
+    /// rows [`shard_range`]`(shape[0], rank, num_workers)` and `shard` holds them (dense,
+    /// those rows' count first); no worker holds the whole table. Pushes to the key are
+    /// row_sparse gradients that the rows' owners merge and apply with the store's optimizer
+    /// (update on the store); [`KVStore::row_sparse_pull`] fetches rows from their owners.
+    /// Collective: every worker calls it with the same key and shape. The default refuses (a
+    /// store that cannot shard).
+    fn init_sharded(&mut self, key: usize, shape: &[usize], _shard: &NDArray) -> Result<()> {
+        Err(sparrow_core::Error::arg(
+            "KVStore::init_sharded",
+            format!(
+                "key {key} ({shape:?}): the '{}' store does not shard tables",
+                self.kind()
+            ),
+        ))
     }
 
     /// The rows `row_ids` (any order, repeats ignored) of `key`'s value, as a row_sparse array

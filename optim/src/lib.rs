@@ -21,8 +21,8 @@ pub use fit::{
     Accuracy, BatchInputs, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler,
     FitOptions, LabelledBatch, Metric,
 };
-pub use kvstore::{check_many, KVStore};
-pub use trainer::{NonFinite, Trainer};
+pub use kvstore::{check_many, shard_range, KVStore};
+pub use trainer::{NonFinite, TableId, Trainer};
 
 pub use optimizer::{
     create, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Cocob, Ftml, Ftrl, GroupAdaGrad, Lamb, MultMap,

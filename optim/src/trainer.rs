@@ -13,6 +13,9 @@ use crate::optimizer::{Optimizer, ParamArgs, State};
 use crate::persist;
 
 mod on_store;
+mod sharded;
+
+pub use sharded::TableId;
 
 /// Updates parameters from their gradients with one optimizer.
 ///
@@ -80,6 +83,8 @@ pub struct Trainer {
     /// The list a step gathers its parameters into, empty between steps (its capacity kept,
     /// so a step makes no list).
     scratch: Vec<Entry>,
+    /// Tables split by rows across the workers' stores ([`Trainer::add_sharded_table`]).
+    tables: Vec<sharded::Table>,
 }
 
 /// What [`Trainer::step`] does when a gradient holds NaN or ±inf (checked per step through the
@@ -161,6 +166,7 @@ impl Trainer {
             kv_ready: false,
             update_on_kvstore: false,
             handed: false,
+            tables: Vec::new(),
             scratch: Vec::with_capacity(params.len()),
             params,
             optimizer,
@@ -277,6 +283,12 @@ impl Trainer {
     /// any store once a step in update-on-store mode has given the optimizer to a store.
     pub fn set_kvstore(&mut self, kvstore: Box<dyn KVStore>) -> Result<()> {
         self.check_not_handed("Trainer::set_kvstore")?;
+        if !self.tables.is_empty() {
+            return Err(Error::arg(
+                "Trainer::set_kvstore",
+                "this trainer has sharded tables, which live in its store (update on kvstore)",
+            ));
+        }
         if kvstore.has_optimizer() {
             return Err(Error::arg(
                 "Trainer::set_kvstore",

@@ -53,6 +53,12 @@ impl Trainer {
     pub fn set_kvstore_update(&mut self, kvstore: Box<dyn KVStore>) -> Result<()> {
         const OP: &str = "Trainer::set_kvstore_update";
         self.check_not_handed(OP)?;
+        if !self.tables.is_empty() {
+            return Err(Error::arg(
+                OP,
+                "this trainer has sharded tables, which live in its current store",
+            ));
+        }
         if kvstore.has_optimizer() {
             return Err(Error::arg(
                 OP,
@@ -149,7 +155,7 @@ impl Trainer {
             self.consume(e.index, &e.weight, &e.grad, e.write);
         }
         self.scratch = entries;
-        Ok(())
+        self.push_tables()
     }
 
     /// Give the optimizer (and any states loaded before the first step) to the store.

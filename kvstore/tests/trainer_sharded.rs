@@ -1,0 +1,229 @@
+//! A Trainer driving a table sharded across the workers (`add_sharded_table`, `pull_rows_for`,
+//! `step`): the first layer of the equivalence model kept as a table split by rows over 2
+//! threads of a `local` store, each thread training on its 4 rows of a step, ends with the
+//! weights one trainer gets on the step's 8 rows with an ordinary Dense layer (no store), for
+//! SGD with momentum, Adam (lazy and standard) and FTRL.
+
+#[path = "common/equivalence.rs"]
+#[allow(dead_code)] // the update-on-worker half of the shared model is not used here
+mod equivalence;
+
+use std::time::Duration;
+
+use equivalence::{batch, max_rel_diff, model, optimizer, train, FEATURES, OPTIMIZERS, STEPS};
+use sparrow_core::{autograd, Device, NDArray, Result};
+use sparrow_kvstore::local_group;
+use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
+use sparrow_nn::{Block, Dense, Initializer, Parameter};
+use sparrow_optim::{KVStore, Sgd, TableId, Trainer};
+
+const WORKERS: usize = 2;
+const B: usize = 4;
+const UNITS: usize = 8;
+
+/// The equivalence model's parameters by role (its first weight `[FEATURES, 8]`, first bias,
+/// second layer's weight and bias), as values.
+fn initial() -> Vec<Vec<f32>> {
+    let (_, params) = model().unwrap();
+    let by_shape = |shape: &[usize]| -> Vec<f32> {
+        params
+            .iter()
+            .find(|p| p.data().unwrap().shape() == shape)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec()
+            .unwrap()
+    };
+    vec![
+        by_shape(&[FEATURES, UNITS]),
+        by_shape(&[UNITS]),
+        by_shape(&[UNITS, 1]),
+        by_shape(&[1]),
+    ]
+}
+
+/// The reference's parameters in the same order as [`initial`].
+fn reference(opt: &str) -> Vec<Vec<f32>> {
+    let (_, params) = model().unwrap();
+    let shapes: Vec<Vec<usize>> = params.iter().map(|p| p.data().unwrap().shape()).collect();
+    let trained = train(opt, None, 0, 1, WORKERS * B).unwrap();
+    let pick = |shape: &[usize]| trained[shapes.iter().position(|s| s == shape).unwrap()].clone();
+    vec![
+        pick(&[FEATURES, UNITS]),
+        pick(&[UNITS]),
+        pick(&[UNITS, 1]),
+        pick(&[1]),
+    ]
+}
+
+/// Worker `rank` of `workers`: the first layer's weight a sharded table of the trainer's
+/// store, the rest ordinary parameters. Returns the whole table (pulled from its owners) and
+/// the other parameters, in [`initial`]'s order.
+fn train_sharded(
+    opt: &str,
+    kv: Box<dyn KVStore>,
+    rank: usize,
+    workers: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let init = initial();
+    let bias = Parameter::new("first.bias", &[UNITS]);
+    bias.initialize(&Initializer::Zero, Device::Cpu)?;
+    bias.set_data(&NDArray::from_vec(init[1].clone(), &[UNITS])?)?;
+    let second = Dense::new(1).in_units(UNITS).activation("sigmoid");
+    second.initialize(&Initializer::Zero, Device::Cpu)?;
+    let second_params: Vec<Parameter> = second
+        .collect_params()?
+        .iter()
+        .map(|(_, p)| p.clone())
+        .collect();
+    for p in &second_params {
+        let shape = p.data()?.shape();
+        let v = if shape == [UNITS, 1] {
+            &init[2]
+        } else {
+            &init[3]
+        };
+        p.set_data(&NDArray::from_vec(v.clone(), &shape)?)?;
+    }
+    let mut params = vec![bias.clone()];
+    params.extend(second_params.iter().cloned());
+    let mut trainer = Trainer::with_boxed(params, optimizer(opt))?.with_kvstore_update(kv)?;
+    let table: TableId =
+        trainer.add_sharded_table("first.weight", &[FEATURES, UNITS], |lo, hi| {
+            NDArray::from_vec(init[0][lo * UNITS..hi * UNITS].to_vec(), &[hi - lo, UNITS])
+        })?;
+    let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
+    for step in 0..STEPS {
+        let (x, y) = batch(step * workers * B + rank * B, B)?;
+        let (xc, rows) = trainer.pull_rows_for(table, &x)?;
+        let b = bias.data()?;
+        let loss = autograd::record(|| {
+            let h = xc.dot(&rows)?.add(&b)?.sigmoid()?;
+            loss_fn.forward(&second.forward(&h)?, &y)
+        })?;
+        loss.backward()?;
+        trainer.step(B)?;
+    }
+    let all: Vec<i64> = (0..FEATURES as i64).collect();
+    let (ids, rows) = trainer.pull_rows(table, &all)?;
+    assert_eq!(ids, all);
+    let mut out = vec![rows.to_vec::<f32>()?, bias.data()?.to_vec::<f32>()?];
+    for p in &second_params {
+        out.push(p.data()?.to_vec::<f32>()?);
+    }
+    if second_params[0].data()?.shape() != [UNITS, 1] {
+        out.swap(2, 3);
+    }
+    Ok(out)
+}
+
+fn run_workers(opt: &str, workers: usize) -> Vec<Vec<Vec<f32>>> {
+    let stores = local_group(workers, Duration::from_secs(60)).unwrap();
+    let handles: Vec<_> = stores
+        .into_iter()
+        .enumerate()
+        .map(|(rank, kv)| {
+            let opt = opt.to_string();
+            std::thread::spawn(move || train_sharded(&opt, Box::new(kv), rank, workers).unwrap())
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn a_sharded_first_layer_matches_one_process_with_a_dense_layer() {
+    let init = initial();
+    for opt in OPTIMIZERS {
+        let want = reference(opt);
+        assert!(
+            max_rel_diff(&want, &init) > 1e-3,
+            "{opt}: weights did not move"
+        );
+        // Worker order: the table's rows come from their owners, the rest is replicated.
+        let got = run_workers(opt, WORKERS);
+        for (rank, w) in got.iter().enumerate() {
+            let d = max_rel_diff(w, &want);
+            assert!(
+                d <= 1e-6,
+                "{opt}: worker {rank} of {WORKERS} (sharded first layer) differs from one \
+                 process with batch {} by {d:e}",
+                WORKERS * B
+            );
+        }
+        assert_eq!(got[0], got[1], "{opt}: workers disagree");
+    }
+}
+
+#[test]
+fn sharded_tables_refuse_misuse() {
+    // Without update on the store: the owners could not update.
+    let mut t = Trainer::new(Vec::<Parameter>::new(), Sgd::new(0.1)).unwrap();
+    let err = t
+        .add_sharded_table("w", &[4, 2], |lo, hi| {
+            NDArray::zeros(&[hi - lo, 2], sparrow_core::DType::F32)
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("set_kvstore_update"), "{err}");
+
+    let kv = local_group(1, Duration::from_secs(10))
+        .unwrap()
+        .pop()
+        .unwrap();
+    let p = Parameter::new("p", &[1]);
+    p.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+    let mut t = Trainer::new(vec![p.clone()], Sgd::new(0.1))
+        .unwrap()
+        .with_kvstore_update(Box::new(kv))
+        .unwrap();
+    // A shard of the wrong shape names the table.
+    let err = t
+        .add_sharded_table("bad", &[4, 2], |_, _| {
+            NDArray::zeros(&[3, 2], sparrow_core::DType::F32)
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'bad'") && err.contains("[4, 2]"), "{err}");
+    let table = t
+        .add_sharded_table("w", &[4, 2], |lo, hi| {
+            NDArray::from_vec(vec![1f32; (hi - lo) * 2], &[hi - lo, 2])
+        })
+        .unwrap();
+    // Rows out of range, a batch of the wrong width, a second pull in one step.
+    assert!(t.pull_rows(table, &[4]).is_err());
+    let x = NDArray::csr_from_coo(&[0], &[1], &[1f32], [1, 5]).unwrap();
+    let err = t.pull_rows_for(table, &x).unwrap_err().to_string();
+    assert!(err.contains("4 columns"), "{err}");
+    let (ids, rows) = t.pull_rows(table, &[3, 1, 3]).unwrap();
+    assert_eq!(ids, vec![1, 3]);
+    assert_eq!(rows.shape(), vec![2, 2]);
+    assert!(t
+        .pull_rows(table, &[0])
+        .unwrap_err()
+        .to_string()
+        .contains("already pulled"));
+    // Rows pulled but no backward: the step says so (after pushing nothing).
+    let loss = autograd::record(|| p.data()?.sum_all()).unwrap();
+    loss.backward().unwrap();
+    let err = t.step(1).unwrap_err().to_string();
+    assert!(err.contains("no gradient"), "{err}");
+    // The table is unchanged, and the next step works.
+    let (_, rows) = t.pull_rows(table, &[0, 1, 2, 3]).unwrap();
+    assert_eq!(rows.to_vec::<f32>().unwrap(), vec![1f32; 8]);
+    let loss = autograd::record(|| rows.sum_all()).unwrap();
+    loss.backward().unwrap();
+    let loss2 = autograd::record(|| p.data()?.sum_all()).unwrap();
+    loss2.backward().unwrap();
+    t.step(1).unwrap();
+    let (_, rows) = t.pull_rows(table, &[0, 1, 2, 3]).unwrap();
+    for v in rows.to_vec::<f32>().unwrap() {
+        assert!((v - 0.9).abs() < 1e-6, "{v}");
+    }
+    // Tables live in the store: the trainer cannot change stores.
+    let other = local_group(1, Duration::from_secs(10))
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert!(t.set_kvstore_update(Box::new(other)).is_err());
+}

@@ -1,0 +1,216 @@
+//! Tables sharded across the workers, driven by the [`Trainer`]: Gluon's row_sparse weight on
+//! a distributed store (`Parameter(stype='row_sparse')`, `row_sparse_data(row_ids)` before the
+//! forward, `trainer.step` after the backward), with MXNet's server-side slicing of large
+//! arrays done by the workers themselves.
+//!
+//! A table is a key of the trainer's store made with [`KVStore::init_sharded`]: each worker
+//! holds only its block of rows ([`shard_range`](crate::shard_range)) and the optimizer state
+//! of those rows. Each step a worker pulls the rows its batch reads
+//! ([`Trainer::pull_rows`] / [`Trainer::pull_rows_for`]), computes with them as a leaf of the
+//! autograd graph, and `step` pushes their gradient to the rows' owners, who merge the
+//! workers' rows and update them with the trainer's optimizer (lazily where it is lazy), with
+//! the step's `rescale_grad` and learning rate like every other key. No worker ever holds the
+//! whole table, so a table larger than one machine's memory trains.
+
+use sparrow_core::{sparse, DType, Error, NDArray, Result, SType};
+
+use super::Trainer;
+
+/// A table made with [`Trainer::add_sharded_table`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableId(usize);
+
+/// One sharded table: its key in the store and the rows pulled for the step in progress.
+pub(super) struct Table {
+    key: usize,
+    name: String,
+    shape: Vec<usize>,
+    dtype: DType,
+    /// The row ids pulled this step (sorted, unique), their values (the leaf whose gradient
+    /// the step pushes) and the id of the gradient array they had when pulled: a backward
+    /// replaces it, so the same id at the step means no backward reached the rows.
+    pulled: Option<(Vec<i64>, NDArray, Option<u64>)>,
+}
+
+impl Trainer {
+    /// Add a table of `shape` (at least 2-d, rows first) that lives in the store split by
+    /// rows across the workers. `shard(lo, hi)` gives this worker's rows `lo..hi` as a dense
+    /// `[hi - lo, shape[1..]...]` array (draw them from a seed of your own: no worker ever
+    /// sees the others'). Needs update on the store ([`Trainer::set_kvstore_update`]), since
+    /// a row's owner runs its update. Collective: every worker adds the same tables in the
+    /// same order, before its first step.
+    ///
+    /// Per step: [`Trainer::pull_rows`] (or [`Trainer::pull_rows_for`] for a csr batch) once
+    /// per table before the forward, then the usual record / backward / `step(batch_size)`.
+    /// A worker whose batch needs no rows of a table pushes none (the owners still count the
+    /// update, as for every other key). The table's rows and optimizer states stay in the
+    /// workers' stores: [`Trainer::save_states`] covers the parameters only.
+    ///
+    /// ```text
+    /// let mut trainer = Trainer::new(params, Adam::new(0.01))?
+    ///     .with_kvstore_update(Box::new(dist_sync(timeout)?))?;
+    /// let emb = trainer.add_sharded_table("first.weight", &[features, 128], |lo, hi| {
+    ///     rng.uniform(-0.07, 0.07, &[hi - lo, 128], DType::F32)
+    /// })?;
+    /// // per batch (x: csr over `features` columns):
+    /// let (xc, rows) = trainer.pull_rows_for(emb, &x)?;      // x . table == xc . rows
+    /// let loss = autograd::record(|| loss_fn.forward(&rest.forward(&xc.dot(&rows)?)?, &y))?;
+    /// loss.backward()?;
+    /// trainer.step(batch_size)?;                             // rows' gradient to their owners
+    /// ```
+    pub fn add_sharded_table(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        shard: impl FnOnce(usize, usize) -> Result<NDArray>,
+    ) -> Result<TableId> {
+        const OP: &str = "Trainer::add_sharded_table";
+        if !self.update_on_kvstore {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "table '{name}': a sharded table is updated by its rows' owners, in the \
+                     store: call Trainer::set_kvstore_update first"
+                ),
+            ));
+        }
+        self.check_not_handed(OP)?;
+        let key = self.params.len() + self.tables.len();
+        let kv = self.kvstore.as_mut().ok_or_else(|| {
+            Error::arg(
+                OP,
+                format!("table '{name}': update on kvstore without a store"),
+            )
+        })?;
+        let rows = *shape
+            .first()
+            .ok_or_else(|| Error::shape(OP, format!("table '{name}': a table is at least 2-d")))?;
+        let (lo, hi) = crate::shard_range(rows, kv.rank(), kv.num_workers());
+        let value = shard(lo, hi)?;
+        kv.init_sharded(key, shape, &value)
+            .map_err(|e| Error::arg(OP, format!("table '{name}': {e}")))?;
+        self.tables.push(Table {
+            key,
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            dtype: value.dtype(),
+            pulled: None,
+        });
+        Ok(TableId(self.tables.len() - 1))
+    }
+
+    /// The rows `row_ids` (any order, repeats ignored) of a sharded table, fetched from their
+    /// owners: returns the sorted distinct ids and their rows (dense, one row per id), a
+    /// leaf whose gradient the next `step` pushes to the owners (Gluon's
+    /// `param.row_sparse_data(row_ids)`). Collective. One pull per table per step: a second
+    /// would leave the first one's gradient behind, so it is an error.
+    pub fn pull_rows(&mut self, table: TableId, row_ids: &[i64]) -> Result<(Vec<i64>, NDArray)> {
+        const OP: &str = "Trainer::pull_rows";
+        let t = self
+            .tables
+            .get(table.0)
+            .ok_or_else(|| Error::arg(OP, format!("no table {}", table.0)))?;
+        if t.pulled.is_some() {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "table '{}' was already pulled this step: pull every id it needs at once, \
+                     then step",
+                    t.name
+                ),
+            ));
+        }
+        let (key, shape, dtype) = (t.key, t.shape.clone(), t.dtype);
+        let kv = self
+            .kvstore
+            .as_mut()
+            .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
+        let out = NDArray::zeros_stype(&shape, dtype, SType::RowSparse)?;
+        kv.row_sparse_pull(key, std::slice::from_ref(&out), row_ids)?;
+        let (ids, rows) = out.row_sparse_parts()?;
+        // The rows' values are a handle of their own: the leaf the gradient comes to.
+        rows.attach_grad();
+        let before = rows.grad().map(|g| g.id());
+        let t = &mut self.tables[table.0];
+        t.pulled = Some((ids.clone(), rows.clone(), before));
+        Ok((ids, rows))
+    }
+
+    /// For a csr batch `x` over the table's rows as its columns: `x` renumbered to the
+    /// columns it uses and those rows pulled ([`Trainer::pull_rows`]), so that `x . table ==
+    /// xc . rows` (the first layer of the sparse tutorial's model on a sharded table).
+    pub fn pull_rows_for(&mut self, table: TableId, x: &NDArray) -> Result<(NDArray, NDArray)> {
+        const OP: &str = "Trainer::pull_rows_for";
+        let t = self
+            .tables
+            .get(table.0)
+            .ok_or_else(|| Error::arg(OP, format!("no table {}", table.0)))?;
+        let dims = x.dims();
+        if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != t.shape[0] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "table '{}' has {} rows, so the batch is a csr array with {} columns; got \
+                     {:?} {:?}",
+                    t.name,
+                    t.shape[0],
+                    t.shape[0],
+                    x.stype(),
+                    dims
+                ),
+            ));
+        }
+        let (cols, xc) = sparse::compact_columns(x)?;
+        let (_, rows) = self.pull_rows(table, &cols)?;
+        Ok((xc, rows))
+    }
+
+    /// The step's push of every table's pulled rows' gradient, in table order on every
+    /// worker. A table not pulled this step pushes no rows; so does one whose pulled rows got
+    /// no gradient, and that is then an error (after the pushes, so the other workers are not
+    /// left waiting in a collective) unless stale gradients are ignored.
+    pub(super) fn push_tables(&mut self) -> Result<()> {
+        const OP: &str = "Trainer::step";
+        let Some(kv) = self.kvstore.as_mut() else {
+            return Ok(());
+        };
+        let mut stale = Vec::new();
+        for t in &mut self.tables {
+            let pulled = t.pulled.take();
+            let was_pulled = pulled.is_some();
+            let fresh = pulled.and_then(|(ids, rows, before)| {
+                rows.grad()
+                    .filter(|g| Some(g.id()) != before)
+                    .map(|g| (ids, g))
+            });
+            let (ids, grad) = match fresh {
+                Some((ids, g)) => (ids, g.tostype(SType::Dense)?),
+                None => {
+                    if was_pulled {
+                        stale.push(t.name.clone());
+                    }
+                    (Vec::new(), empty_rows(t)?)
+                }
+            };
+            let g = NDArray::row_sparse_from_arrays(&grad, ids, &t.shape)?;
+            kv.push(t.key, std::slice::from_ref(&g))
+                .map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.name)))?;
+        }
+        if !stale.is_empty() && !self.ignore_stale_grad {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "tables {stale:?}: their pulled rows have no gradient (no backward since the                      pull), so this worker pushed none; set_ignore_stale_grad(true) to allow it"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// No rows of a table: `[0, shape[1..]...]`.
+fn empty_rows(t: &Table) -> Result<NDArray> {
+    let mut shape = t.shape.clone();
+    shape[0] = 0;
+    NDArray::zeros(&shape, t.dtype)
+}
