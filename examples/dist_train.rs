@@ -19,23 +19,23 @@
 //! (`/proc/net/dev`, all ranks; meaningful with `--mca btl tcp,self`, where the ranks talk
 //! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
 //! gradient dense, summed by an all-reduce each step. `--first-grad sharded` keeps the first
-//! layer's table (features x 128) as a sharded table of a second store: each rank holds and
-//! updates only its block of rows (SGD on the store, lazily); a step renumbers the batch to the
-//! columns it uses, pulls those rows from their owners, runs the forward on them, and pushes
-//! their gradient back to the owners. No rank holds the whole table. `--update-on-kvstore`
-//! gives the optimizer to the store (`Trainer::set_kvstore_update`, Gluon's
-//! `update_on_kvstore=True`): the store updates each weight and the trainer pulls it whole.
+//! layer's weight (features x 128) as a table of the trainer's store split by rows
+//! (`Trainer::add_sharded_table`; the store updates, as `--update-on-kvstore`): each rank
+//! holds and updates only its block of rows; a step pulls the rows the batch uses from their
+//! owners (`Trainer::pull_rows_for`, the batch renumbered to them), runs the forward on them,
+//! and `step` pushes their gradient back to the owners. No rank holds the whole table.
+//! `--update-on-kvstore` gives the optimizer to the store (`Trainer::set_kvstore_update`,
+//! Gluon's `update_on_kvstore=True`): the store updates each weight in place.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sparrow::core::random::Rng;
-use sparrow::core::sparse::compact_columns;
 use sparrow::core::{autograd, DType, Device, NDArray, SType};
 use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
 use sparrow::data::synthetic;
-use sparrow::kvstore::mpi::{dist_sync, MpiSession, MpiTransport};
-use sparrow::kvstore::{partition_libsvm, shard_range, SyncStore};
+use sparrow::kvstore::mpi::{dist_sync, MpiSession};
+use sparrow::kvstore::partition_libsvm;
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
 use sparrow::nn::{Block, Dense, Initializer, Parameter, Sequential};
 use sparrow::optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, Trainer};
@@ -105,9 +105,8 @@ fn parse() -> Result<Args, BoxError> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-    if a.sharded && a.optimizer != "sgd" {
-        return Err("--first-grad sharded trains with SGD (the table's store runs it)".into());
-    }
+    // The table's rows are updated by their owners, in the store.
+    a.update_on_kvstore |= a.sharded;
     if a.batch_size == 0 || a.epochs == 0 {
         return Err("--batch-size and --epochs must be >= 1".into());
     }
@@ -125,68 +124,6 @@ fn loopback_tx_bytes() -> Option<u64> {
         .nth(8)?
         .parse()
         .ok()
-}
-
-/// The first layer as a sharded table (`--first-grad sharded`): its own `dist_sync` store holds
-/// this rank's rows of the `features x 128` table and updates them (SGD, lazily) from the
-/// gradients pushed to it; the bias is an ordinary parameter the Trainer updates.
-struct ShardedFirst {
-    kv: SyncStore<MpiTransport>,
-    features: usize,
-    bias: Parameter,
-}
-
-impl ShardedFirst {
-    const KEY: usize = 0;
-    const UNITS: usize = 128;
-
-    /// This rank's block of rows, drawn as the Dense layer would draw them (uniform 0.07,
-    /// seeded by the rank), and the store's SGD with the step's `1 / global_batch` rescale.
-    fn new(features: usize, global_batch: usize) -> Result<ShardedFirst, BoxError> {
-        let mut kv = dist_sync(Duration::from_secs(300))?;
-        let (lo, hi) = shard_range(features, kv.rank(), kv.num_workers());
-        let shard = Rng::new(7 + kv.rank() as u64).uniform(
-            -0.07,
-            0.07,
-            &[hi - lo, Self::UNITS],
-            DType::F32,
-        )?;
-        kv.init_sharded(Self::KEY, &[features, Self::UNITS], &shard)?;
-        let mut sgd = Sgd::new(0.1);
-        sgd.options_mut().rescale_grad = 1.0 / global_batch as f64;
-        kv.set_optimizer(Box::new(sgd))?;
-        let bias = Parameter::new("first.bias", &[Self::UNITS]);
-        bias.initialize(&Initializer::Zero, Device::Cpu)?;
-        Ok(ShardedFirst { kv, features, bias })
-    }
-
-    /// One step's first layer: pull the rows the batch uses, `sigmoid(x . rows + bias)`, run
-    /// `rest` (the other layers and the loss) under `record`, backward, and push the rows'
-    /// gradient to their owners (who update them). Returns the loss.
-    fn step(
-        &mut self,
-        x: &NDArray,
-        rest: impl FnOnce(&NDArray) -> sparrow::core::Result<NDArray>,
-    ) -> Result<NDArray, BoxError> {
-        let shape = [self.features, Self::UNITS];
-        let (cols, xc) = compact_columns(x)?;
-        let pulled = NDArray::zeros_stype(&shape, DType::F32, SType::RowSparse)?;
-        self.kv
-            .row_sparse_pull(Self::KEY, std::slice::from_ref(&pulled), &cols)?;
-        let (ids, rows) = pulled.row_sparse_parts()?;
-        if ids != cols {
-            return Err("row_sparse_pull returned other rows than asked".into());
-        }
-        // The pulled rows' values (a handle of their own) are the leaf the gradient comes to.
-        rows.attach_grad();
-        let bias = self.bias.data()?;
-        let loss = autograd::record(|| rest(&xc.dot(&rows)?.add(&bias)?.sigmoid()?))?;
-        loss.backward()?;
-        let grad = rows.grad().ok_or("no gradient for the pulled rows")?;
-        let grad = NDArray::row_sparse_from_arrays(&grad.tostype(SType::Dense)?, cols, &shape)?;
-        self.kv.push(Self::KEY, std::slice::from_ref(&grad))?;
-        Ok(loss)
-    }
 }
 
 fn main() {
@@ -265,21 +202,19 @@ fn run() -> Result<(), BoxError> {
         steps = steps.min(m);
     }
 
+    const UNITS: usize = 128;
     let mut net = Sequential::new();
-    let first = Dense::new(128)
-        .in_units(args.features)
-        .activation("sigmoid");
-    let sharded = if args.sharded {
-        Some(ShardedFirst::new(args.features, args.batch_size * workers)?)
-    } else {
+    if !args.sharded {
+        let first = Dense::new(UNITS)
+            .in_units(args.features)
+            .activation("sigmoid");
         net.add(if args.dense_grad {
             first
         } else {
             first.grad_stype(SType::RowSparse)
         });
-        None
-    };
-    net.add(Dense::new(8).in_units(128).activation("sigmoid"));
+    }
+    net.add(Dense::new(8).in_units(UNITS).activation("sigmoid"));
     net.add(Dense::new(1).in_units(8).activation("sigmoid"));
     net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
     let opt: Box<dyn Optimizer> = match args.optimizer.as_str() {
@@ -292,8 +227,11 @@ fn run() -> Result<(), BoxError> {
         .iter()
         .map(|(_, p)| p.clone())
         .collect();
-    if let Some(s) = &sharded {
-        params.push(s.bias.clone());
+    // With a sharded first layer its bias is an ordinary parameter; its weight is a table.
+    let first_bias = Parameter::new("first.bias", &[UNITS]);
+    if args.sharded {
+        first_bias.initialize(&Initializer::Zero, Device::Cpu)?;
+        params.push(first_bias.clone());
     }
     let trainer = Trainer::with_boxed(params, opt)?;
     let mut trainer = if args.update_on_kvstore {
@@ -301,7 +239,17 @@ fn run() -> Result<(), BoxError> {
     } else {
         trainer.with_kvstore(Box::new(kv))?
     };
-    let mut sharded = sharded;
+    // Each rank draws its own block of rows (uniform 0.07, as the Dense layer would), seeded
+    // by its rank: no rank ever holds the whole table.
+    let table = if args.sharded {
+        Some(
+            trainer.add_sharded_table("first.weight", &[args.features, UNITS], |lo, hi| {
+                Rng::new(7 + rank as u64).uniform(-0.07, 0.07, &[hi - lo, UNITS], DType::F32)
+            })?,
+        )
+    } else {
+        None
+    };
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
 
     let mut timed = Duration::ZERO;
@@ -310,28 +258,26 @@ fn run() -> Result<(), BoxError> {
     let mut lo_bytes = 0u64;
     for epoch in 0..args.epochs + 1 {
         iter.reset();
-        // Both stores' bytes (the sharded first layer's store, if any, and the trainer's).
-        let bytes = |t: &Trainer, f: &Option<ShardedFirst>| {
-            t.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0)
-                + f.as_ref().and_then(|f| f.kv.bytes_sent()).unwrap_or(0)
-        };
-        let sent0 = bytes(&trainer, &sharded);
+        let bytes = |t: &Trainer| t.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0);
+        let sent0 = bytes(&trainer);
         let lo0 = loopback_tx_bytes().unwrap_or(0);
         let t0 = Instant::now();
         for batch in iter.by_ref().take(steps) {
             let batch = batch?;
             let y = batch.label.clone().ok_or("batch without labels")?;
-            let loss = match sharded.as_mut() {
-                None => {
-                    let loss =
-                        autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?;
-                    loss.backward()?;
-                    loss
-                }
-                Some(first) => {
-                    first.step(&batch.data, |h| loss_fn.forward(&net.forward(h)?, &y))?
+            let loss = match table {
+                None => autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?,
+                Some(table) => {
+                    // x . table == xc . rows: the batch over the columns it uses, their rows.
+                    let (xc, rows) = trainer.pull_rows_for(table, &batch.data)?;
+                    let b = first_bias.data()?;
+                    autograd::record(|| {
+                        let h = xc.dot(&rows)?.add(&b)?.sigmoid()?;
+                        loss_fn.forward(&net.forward(&h)?, &y)
+                    })?
                 }
             };
+            loss.backward()?;
             trainer.step(args.batch_size)?;
             if epoch == args.epochs {
                 loss_sum += loss.to_f64_vec().iter().sum::<f64>();
@@ -342,7 +288,7 @@ fn run() -> Result<(), BoxError> {
         if epoch > 0 {
             timed += t0.elapsed();
             timed_steps += steps;
-            sent += bytes(&trainer, &sharded) - sent0;
+            sent += bytes(&trainer) - sent0;
             lo_bytes += loopback_tx_bytes().unwrap_or(0) - lo0;
         }
     }
