@@ -8,7 +8,8 @@
 //!   through rsmpi; dense gradients by an all-reduce, row_sparse ones by exchanging their
 //!   (row ids, rows) only.
 //! - Sharded row_sparse tables ([`SyncStore::init_sharded`]): a table and its optimizer
-//!   state split by rows across the workers, each row updated by its owner.
+//!   state split by rows across the workers, each row updated by its owner; a
+//!   [`sparrow_optim::Trainer`] drives them with `add_sharded_table` / `pull_rows_for`.
 //!
 //! [`partition_libsvm`] makes a `LibSVMIter` read the worker's part of the data.
 
