@@ -5,6 +5,9 @@
 # rank would use) and bound to one core (`--bind-to core`: one core's worth, as each of the two
 # ranks has); the same with the first layer a sharded table (`--first-grad sharded`); then the
 # bytes per step of the first layer over TCP loopback, row_sparse exchange against the dense all-reduce of its 512 MB gradient (variant (b)).
+# With MLP=1, instead: the dense MLP (`--model mlp`, 784-512-512-10 on synthetic rows, 2.7 MB of
+# gradients all-reduced a step), 1 rank on one core against 2 ranks, with MPI's shared-memory
+# transport copying through its buffers (`none`) and reading the other rank's memory (`cma`).
 # Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
 # Needs: cargo build --release --features mpi --example dist_train
 set -euo pipefail
@@ -18,6 +21,16 @@ shm=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
 one_core=(mpirun --bind-to core --mca btl_vader_single_copy_mechanism none)
 tcp=(mpirun --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
 run=("$bin" --data-dir "$data" --batch-size "$batch" --epochs 10 --samples 20000)
+if [ "${MLP:-0}" = 1 ]; then
+  mlp=("$bin" --model mlp --batch-size "$batch" --samples 20480 --epochs 2)
+  for r in $(seq "$rounds"); do
+    echo "round $r: mlp, 1 rank on one core, 2 ranks (none), 2 ranks (cma)"
+    "${one_core[@]}" -np 1 "${mlp[@]}" | grep '^{'
+    "${shm[@]}" -np 2 "${mlp[@]}" | grep '^{'
+    mpirun --oversubscribe --mca btl_vader_single_copy_mechanism cma -np 2 "${mlp[@]}" | grep '^{'
+  done
+  exit 0
+fi
 for r in $(seq "$rounds"); do
   echo "round $r: 1 rank free, 1 rank on one core, 2 ranks"
   "${shm[@]}" -np 1 "${run[@]}" | grep '^{'
