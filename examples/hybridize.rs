@@ -568,7 +568,7 @@ fn main() -> Result<()> {
              {:.2} MB in {} ({} in place); every value kept {:.2} MB; heap above the plan {:.2} \
              MB ({n_g} allocations); {:?}",
             time_eager / tm,
-            plan.planned_activation_bytes(ts.graph()) as f64 / 1e6,
+            MemoryPlan::activation_bytes(ts.graph()) as f64 / 1e6,
             plan.activation_peak_bytes as f64 / 1e6,
             plan.planned_bytes() as f64 / 1e6,
             plan.slot_bytes.len(),

@@ -5,7 +5,7 @@
 //! recomputed from the inputs; and a deep MLP's planned activation memory at most half of the
 //! plan that keeps them all.
 
-use sparrow_core::graph::Recompute;
+use sparrow_core::graph::{MemoryPlan, Recompute};
 use sparrow_core::testing::test_csr;
 use sparrow_core::{autograd, DType, Device, NDArray, SType};
 use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
@@ -124,7 +124,7 @@ fn deep_mlp_plan_holds_at_most_half_the_activations() {
         let ts = step.train_step().expect("traced");
         let p = ts.plan();
         (
-            p.planned_activation_bytes(ts.graph()),
+            MemoryPlan::activation_bytes(ts.graph()),
             p.activation_peak_bytes,
         )
     };

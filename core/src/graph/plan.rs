@@ -148,9 +148,9 @@ impl MemoryPlan {
     }
 
     /// The planned bytes of `g`'s activations and temporaries: of a plan of `g` whose outputs
-    /// (a training step's gradients) take no buffer. (In the plan itself buffers are shared
+    /// (a training step's gradients) take no buffer. (In `g`'s own plan buffers are shared
     /// across sizes, so a gradient's buffer may hold activations before the gradient is made.)
-    pub fn planned_activation_bytes(&self, g: &Graph) -> usize {
+    pub fn activation_bytes(g: &Graph) -> usize {
         MemoryPlan::plan(g, true).planned_bytes()
     }
 
