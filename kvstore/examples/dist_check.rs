@@ -105,6 +105,7 @@ fn check(timeout: Duration) -> Result<bool> {
         }
     }
     ok &= sharded_matches_replicated(timeout)?;
+    ok &= trainer_table_matches_one_process(timeout)?;
     ok &= mismatches_fail_everywhere(timeout)?;
     if ok {
         println!("rank {rank}: all distributed checks passed");
@@ -153,6 +154,29 @@ fn sharded_matches_replicated(timeout: Duration) -> Result<bool> {
         if pass { "equal" } else { "MISMATCH" }
     );
     Ok(pass)
+}
+
+/// The check of `tests/trainer_sharded.rs` over MPI: the equivalence model's first layer as a
+/// table of the trainer's store split over the ranks (`Trainer::add_sharded_table`), batch
+/// `B` a rank, against one process with an ordinary Dense layer and batch `n * B`.
+fn trainer_table_matches_one_process(timeout: Duration) -> Result<bool> {
+    let mut ok = true;
+    for opt in equivalence::OPTIMIZERS {
+        let kv = dist_sync(timeout)?;
+        let (r, n) = (kv.rank(), kv.num_workers());
+        let reference = equivalence::reference_by_role(opt, n * B);
+        let got = equivalence::train_sharded(opt, Box::new(kv), r, n, B)?;
+        let d = equivalence::max_rel_diff(&got, &reference);
+        let pass = d <= 1e-6;
+        ok &= pass;
+        println!(
+            "rank {r}/{n}: {opt:<13} first layer a table sharded over {n} ranks x batch {B} vs 1 \
+             x batch {} with a Dense layer: max relative difference {d:.2e} {}",
+            n * B,
+            if pass { "ok" } else { "MISMATCH" }
+        );
+    }
+    Ok(ok)
 }
 
 /// A push of the wrong shape on one rank, then a push of an unknown key on one rank: every

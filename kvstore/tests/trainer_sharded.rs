@@ -5,118 +5,18 @@
 //! SGD with momentum, Adam (lazy and standard) and FTRL.
 
 #[path = "common/equivalence.rs"]
-#[allow(dead_code)] // the update-on-worker half of the shared model is not used here
 mod equivalence;
 
 use std::time::Duration;
 
-use equivalence::{batch, max_rel_diff, model, optimizer, train, FEATURES, OPTIMIZERS, STEPS};
-use sparrow_core::{autograd, Device, NDArray, Result};
+use equivalence::{initial, max_rel_diff, reference_by_role, train_sharded, OPTIMIZERS};
+use sparrow_core::{autograd, Device, NDArray};
 use sparrow_kvstore::local_group;
-use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
-use sparrow_nn::{Block, Dense, Initializer, Parameter};
-use sparrow_optim::{KVStore, Sgd, TableId, Trainer};
+use sparrow_nn::{Initializer, Parameter};
+use sparrow_optim::{Sgd, Trainer};
 
 const WORKERS: usize = 2;
 const B: usize = 4;
-const UNITS: usize = 8;
-
-/// The equivalence model's parameters by role (its first weight `[FEATURES, 8]`, first bias,
-/// second layer's weight and bias), as values.
-fn initial() -> Vec<Vec<f32>> {
-    let (_, params) = model().unwrap();
-    let by_shape = |shape: &[usize]| -> Vec<f32> {
-        params
-            .iter()
-            .find(|p| p.data().unwrap().shape() == shape)
-            .unwrap()
-            .data()
-            .unwrap()
-            .to_vec()
-            .unwrap()
-    };
-    vec![
-        by_shape(&[FEATURES, UNITS]),
-        by_shape(&[UNITS]),
-        by_shape(&[UNITS, 1]),
-        by_shape(&[1]),
-    ]
-}
-
-/// The reference's parameters in the same order as [`initial`].
-fn reference(opt: &str) -> Vec<Vec<f32>> {
-    let (_, params) = model().unwrap();
-    let shapes: Vec<Vec<usize>> = params.iter().map(|p| p.data().unwrap().shape()).collect();
-    let trained = train(opt, None, 0, 1, WORKERS * B).unwrap();
-    let pick = |shape: &[usize]| trained[shapes.iter().position(|s| s == shape).unwrap()].clone();
-    vec![
-        pick(&[FEATURES, UNITS]),
-        pick(&[UNITS]),
-        pick(&[UNITS, 1]),
-        pick(&[1]),
-    ]
-}
-
-/// Worker `rank` of `workers`: the first layer's weight a sharded table of the trainer's
-/// store, the rest ordinary parameters. Returns the whole table (pulled from its owners) and
-/// the other parameters, in [`initial`]'s order.
-fn train_sharded(
-    opt: &str,
-    kv: Box<dyn KVStore>,
-    rank: usize,
-    workers: usize,
-) -> Result<Vec<Vec<f32>>> {
-    let init = initial();
-    let bias = Parameter::new("first.bias", &[UNITS]);
-    bias.initialize(&Initializer::Zero, Device::Cpu)?;
-    bias.set_data(&NDArray::from_vec(init[1].clone(), &[UNITS])?)?;
-    let second = Dense::new(1).in_units(UNITS).activation("sigmoid");
-    second.initialize(&Initializer::Zero, Device::Cpu)?;
-    let second_params: Vec<Parameter> = second
-        .collect_params()?
-        .iter()
-        .map(|(_, p)| p.clone())
-        .collect();
-    for p in &second_params {
-        let shape = p.data()?.shape();
-        let v = if shape == [UNITS, 1] {
-            &init[2]
-        } else {
-            &init[3]
-        };
-        p.set_data(&NDArray::from_vec(v.clone(), &shape)?)?;
-    }
-    let mut params = vec![bias.clone()];
-    params.extend(second_params.iter().cloned());
-    let mut trainer = Trainer::with_boxed(params, optimizer(opt))?.with_kvstore_update(kv)?;
-    let table: TableId =
-        trainer.add_sharded_table("first.weight", &[FEATURES, UNITS], |lo, hi| {
-            NDArray::from_vec(init[0][lo * UNITS..hi * UNITS].to_vec(), &[hi - lo, UNITS])
-        })?;
-    let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
-    for step in 0..STEPS {
-        let (x, y) = batch(step * workers * B + rank * B, B)?;
-        let (xc, rows) = trainer.pull_rows_for(table, &x)?;
-        let b = bias.data()?;
-        let loss = autograd::record(|| {
-            let h = xc.dot(&rows)?.add(&b)?.sigmoid()?;
-            loss_fn.forward(&second.forward(&h)?, &y)
-        })?;
-        loss.backward()?;
-        trainer.step(B)?;
-    }
-    let all: Vec<i64> = (0..FEATURES as i64).collect();
-    let (ids, rows) = trainer.pull_rows(table, &all)?;
-    assert_eq!(ids, all);
-    let mut out = vec![rows.to_vec::<f32>()?, bias.data()?.to_vec::<f32>()?];
-    for p in &second_params {
-        out.push(p.data()?.to_vec::<f32>()?);
-    }
-    if second_params[0].data()?.shape() != [UNITS, 1] {
-        out.swap(2, 3);
-    }
-    Ok(out)
-}
 
 fn run_workers(opt: &str, workers: usize) -> Vec<Vec<Vec<f32>>> {
     let stores = local_group(workers, Duration::from_secs(60)).unwrap();
@@ -125,7 +25,7 @@ fn run_workers(opt: &str, workers: usize) -> Vec<Vec<Vec<f32>>> {
         .enumerate()
         .map(|(rank, kv)| {
             let opt = opt.to_string();
-            std::thread::spawn(move || train_sharded(&opt, Box::new(kv), rank, workers).unwrap())
+            std::thread::spawn(move || train_sharded(&opt, Box::new(kv), rank, workers, B).unwrap())
         })
         .collect();
     handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -135,7 +35,7 @@ fn run_workers(opt: &str, workers: usize) -> Vec<Vec<Vec<f32>>> {
 fn a_sharded_first_layer_matches_one_process_with_a_dense_layer() {
     let init = initial();
     for opt in OPTIMIZERS {
-        let want = reference(opt);
+        let want = reference_by_role(opt, WORKERS * B);
         assert!(
             max_rel_diff(&want, &init) > 1e-3,
             "{opt}: weights did not move"

@@ -5,13 +5,18 @@
 //! The model is the sparse tutorial's shape, scaled down: a csr batch, `Dense(8, sigmoid)`
 //! with a row_sparse weight gradient, `Dense(1, sigmoid)`, sigmoid binary cross-entropy.
 
+// Shared by several test binaries and examples/dist_check, each using a part of it.
+#![allow(dead_code)]
+
 use sparrow_core::{autograd, Device, NDArray, Result, SType};
 use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
 use sparrow_nn::{Block, Dense, Initializer, Parameter, Sequential};
-use sparrow_optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, Trainer};
+use sparrow_optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, TableId, Trainer};
 
 /// Features of the synthetic data.
 pub const FEATURES: usize = 500;
+/// Units of the first layer.
+pub const UNITS: usize = 8;
 /// Steps trained.
 pub const STEPS: usize = 6;
 
@@ -161,4 +166,103 @@ pub fn max_rel_diff(got: &[Vec<f32>], want: &[Vec<f32>]) -> f64 {
             diff / scale
         })
         .fold(0.0, f64::max)
+}
+
+/// The equivalence model's parameters by role (its first weight `[FEATURES, 8]`, first bias,
+/// second layer's weight and bias), as values.
+pub fn initial() -> Vec<Vec<f32>> {
+    let (_, params) = model().unwrap();
+    let by_shape = |shape: &[usize]| -> Vec<f32> {
+        params
+            .iter()
+            .find(|p| p.data().unwrap().shape() == shape)
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec()
+            .unwrap()
+    };
+    vec![
+        by_shape(&[FEATURES, UNITS]),
+        by_shape(&[UNITS]),
+        by_shape(&[UNITS, 1]),
+        by_shape(&[1]),
+    ]
+}
+
+/// One process's parameters after training with batch `b` and no store (an ordinary Dense
+/// first layer), in [`initial`]'s order.
+pub fn reference_by_role(opt: &str, b: usize) -> Vec<Vec<f32>> {
+    let (_, params) = model().unwrap();
+    let shapes: Vec<Vec<usize>> = params.iter().map(|p| p.data().unwrap().shape()).collect();
+    let trained = train(opt, None, 0, 1, b).unwrap();
+    let pick = |shape: &[usize]| trained[shapes.iter().position(|s| s == shape).unwrap()].clone();
+    vec![
+        pick(&[FEATURES, UNITS]),
+        pick(&[UNITS]),
+        pick(&[UNITS, 1]),
+        pick(&[1]),
+    ]
+}
+
+/// Worker `rank` of `workers`, batch `b` a step: the first layer's weight a sharded table of the trainer's
+/// store, the rest ordinary parameters. Returns the whole table (pulled from its owners) and
+/// the other parameters, in [`initial`]'s order.
+pub fn train_sharded(
+    opt: &str,
+    kv: Box<dyn KVStore>,
+    rank: usize,
+    workers: usize,
+    b: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let init = initial();
+    let bias = Parameter::new("first.bias", &[UNITS]);
+    bias.initialize(&Initializer::Zero, Device::Cpu)?;
+    bias.set_data(&NDArray::from_vec(init[1].clone(), &[UNITS])?)?;
+    let second = Dense::new(1).in_units(UNITS).activation("sigmoid");
+    second.initialize(&Initializer::Zero, Device::Cpu)?;
+    let second_params: Vec<Parameter> = second
+        .collect_params()?
+        .iter()
+        .map(|(_, p)| p.clone())
+        .collect();
+    for p in &second_params {
+        let shape = p.data()?.shape();
+        let v = if shape == [UNITS, 1] {
+            &init[2]
+        } else {
+            &init[3]
+        };
+        p.set_data(&NDArray::from_vec(v.clone(), &shape)?)?;
+    }
+    let mut params = vec![bias.clone()];
+    params.extend(second_params.iter().cloned());
+    let mut trainer = Trainer::with_boxed(params, optimizer(opt))?.with_kvstore_update(kv)?;
+    let table: TableId =
+        trainer.add_sharded_table("first.weight", &[FEATURES, UNITS], |lo, hi| {
+            NDArray::from_vec(init[0][lo * UNITS..hi * UNITS].to_vec(), &[hi - lo, UNITS])
+        })?;
+    let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
+    for step in 0..STEPS {
+        let (x, y) = batch(step * workers * b + rank * b, b)?;
+        let (xc, rows) = trainer.pull_rows_for(table, &x)?;
+        let bias_now = bias.data()?;
+        let loss = autograd::record(|| {
+            let h = xc.dot(&rows)?.add(&bias_now)?.sigmoid()?;
+            loss_fn.forward(&second.forward(&h)?, &y)
+        })?;
+        loss.backward()?;
+        trainer.step(b)?;
+    }
+    let all: Vec<i64> = (0..FEATURES as i64).collect();
+    let (ids, rows) = trainer.pull_rows(table, &all)?;
+    assert_eq!(ids, all);
+    let mut out = vec![rows.to_vec::<f32>()?, bias.data()?.to_vec::<f32>()?];
+    for p in &second_params {
+        out.push(p.data()?.to_vec::<f32>()?);
+    }
+    if second_params[0].data()?.shape() != [UNITS, 1] {
+        out.swap(2, 3);
+    }
+    Ok(out)
 }
