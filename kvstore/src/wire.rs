@@ -76,15 +76,35 @@ impl Writer {
     }
 }
 
-/// Append `vals` as little-endian bytes: the buffer grows once and each value is stored into
-/// its slot (a loop the compiler turns into wide copies), instead of one checked push per value.
-fn put_le<T: Copy, const N: usize>(out: &mut Vec<u8>, vals: &[T], le: impl Fn(T) -> [u8; N]) {
-    let start = out.len();
-    out.resize(start + vals.len() * N, 0);
-    for (dst, &v) in out[start..].chunks_exact_mut(N).zip(vals) {
-        dst.copy_from_slice(&le(v));
+/// Append `vals` as little-endian bytes. On a little-endian machine those are the values
+/// own bytes in memory, appended with one copy; zeroing the grown buffer first and then storing
+/// each value was a second pass over every message (a tenth of a sharded step).
+fn put_le<T: Plain, const N: usize>(out: &mut Vec<u8>, vals: &[T], le: impl Fn(T) -> [u8; N]) {
+    #[cfg(target_endian = "little")]
+    {
+        let _ = le;
+        // SAFETY: `T` is f32, f64 or i64 (`Plain` is implemented for those only): no padding,
+        // every byte initialized; the bytes live as long as `vals` and u8 needs no alignment.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(vals.as_ptr().cast::<u8>(), std::mem::size_of_val(vals))
+        };
+        out.extend_from_slice(bytes);
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        let start = out.len();
+        out.resize(start + vals.len() * N, 0);
+        for (dst, &v) in out[start..].chunks_exact_mut(N).zip(vals) {
+            dst.copy_from_slice(&le(v));
+        }
     }
 }
+
+/// The numbers [`put_le`] copies as bytes: fixed-size, no padding.
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for f64 {}
+impl Plain for i64 {}
 
 /// Reads the fields a [`Writer`] wrote; a short or malformed message is an error.
 pub(crate) struct Reader<'a> {

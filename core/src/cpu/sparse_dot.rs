@@ -210,6 +210,10 @@ impl CpuStorage {
 /// in L1 while a panel's entries scatter into or gather from them.
 const PANEL_BYTES: usize = 32 << 10;
 
+/// Elements of a row gather (`gather_rows`) below which it runs on the calling thread: smaller
+/// gathers finish before pool threads would have woken.
+const GATHER_PAR_MIN: usize = 1 << 16;
+
 /// The entries of a csr `x` bucketed by panels of its columns, each panel's entries in `x`'s
 /// row order (so ascending rows): the dense . csr kernels then visit one panel of a long row
 /// at a time (a cache-sized window) instead of jumping over the whole row for every non-zero.
@@ -544,13 +548,32 @@ impl SparseDotOps for CpuStorage {
     fn gather_rows(&self, ids: &Arc<Vec<i64>>, dim: usize) -> Result<Self> {
         let ids: &[i64] = ids;
         Ok(with_buffer!(self, tv => {
-            let mut out = vec![Default::default(); ids.len() * dim];
-            if dim > 0 {
+            let total = ids.len() * dim;
+            let out = if dim > 0 && total >= GATHER_PAR_MIN && rayon::current_num_threads() > 1 {
+                let mut out = vec![Default::default(); total];
                 out.par_chunks_mut(dim).with_min_len((4096 / dim).max(1)).zip(ids.par_iter()).for_each(|(o, &i)| {
                     let s = i as usize * dim;
                     o.copy_from_slice(&tv[s..s + dim]);
                 });
-            }
+                out
+            } else {
+                // One thread: the rows appended to an unzeroed vector (zeroing it first was a
+                // second pass over the output), each row asked for a few rows ahead: the rows
+                // lie at random places of a large table, so each is a cache (and often a TLB)
+                // miss the copy would otherwise wait for.
+                let mut out = Vec::with_capacity(total);
+                for (k, &i) in ids.iter().enumerate() {
+                    if let Some(&a) = ids.get(k + PREFETCH_AHEAD) {
+                        let a = a as usize * dim;
+                        if let Some(row) = tv.get(a..a + dim) {
+                            crate::cpu::rows::prefetch_row(row);
+                        }
+                    }
+                    let s = i as usize * dim;
+                    out.extend_from_slice(&tv[s..s + dim]);
+                }
+                out
+            };
             HostElement::into_buffer(out)
         }))
     }
