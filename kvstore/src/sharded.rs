@@ -182,11 +182,13 @@ pub(crate) fn push<T: Transport>(
 }
 
 /// The rows `ids` (sorted, unique, in range) of a sharded key, fetched from their owners, as
-/// a row_sparse array of the table's shape. Collective.
+/// a row_sparse array of the table's shape. Collective: `local` is this worker's error found
+/// before the call, if any, which fails the call on every worker.
 pub(crate) fn gather_rows<T: Transport>(
     store: &mut SyncStore<T>,
     key: usize,
     ids: &[i64],
+    local: Result<()>,
 ) -> Result<NDArray> {
     const OP: &str = "KVStore::row_sparse_pull";
     let n = store.transport.size();
@@ -195,8 +197,10 @@ pub(crate) fn gather_rows<T: Transport>(
     };
     let (shape, dtype, lo, value) = (s.shape.clone(), s.dtype, s.lo, s.value.clone());
     // Everyone agrees on the key first, so a worker pulling another key fails everywhere.
-    let mut header = Header::new("row_sparse_pull", key, Ok(&value));
-    header.shape = shape.iter().map(|&d| d as u64).collect();
+    let mut header = Header::new("row_sparse_pull", key, local.as_ref().map(|_| &value));
+    if local.is_ok() {
+        header.shape = shape.iter().map(|&d| d as u64).collect();
+    }
     store.agree(OP, header, true)?;
     // 1. Ask each owner for its rows among `ids`.
     let ranges = split_ids(ids, &owners(shape[0], n));

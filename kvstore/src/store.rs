@@ -595,7 +595,7 @@ impl<T: Transport> KVStore for SyncStore<T> {
             Some(Slot::Replicated(r)) => r.value.clone(),
             Some(Slot::Sharded(s)) => {
                 let all: Vec<i64> = (0..s.shape[0] as i64).collect();
-                crate::sharded::gather_rows(self, key, &all)?.tostype(SType::Dense)?
+                crate::sharded::gather_rows(self, key, &all, Ok(()))?.tostype(SType::Dense)?
             }
             None => return Err(unknown_key(OP, key)),
         };
@@ -612,22 +612,32 @@ impl<T: Transport> KVStore for SyncStore<T> {
 
     fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()> {
         const OP: &str = "KVStore::row_sparse_pull";
-        let (shape, dtype) = self.meta(OP, key)?;
-        for o in out {
-            check_out(OP, key, o, &shape, dtype)?;
-        }
-        if let Some(&bad) = row_ids.iter().find(|&&i| i < 0 || i as usize >= shape[0]) {
-            return Err(Error::index(
-                OP,
-                format!("key {key}: row id {bad} out of range for {} rows", shape[0]),
-            ));
-        }
+        let checked = self.meta(OP, key).and_then(|(shape, dtype)| {
+            for o in out {
+                check_out(OP, key, o, &shape, dtype)?;
+            }
+            match row_ids.iter().find(|&&i| i < 0 || i as usize >= shape[0]) {
+                Some(&bad) => Err(Error::index(
+                    OP,
+                    format!("key {key}: row id {bad} out of range for {} rows", shape[0]),
+                )),
+                None => Ok(shape),
+            }
+        });
         let mut ids = row_ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
         let rows = match self.slots.get(&key) {
-            Some(Slot::Replicated(r)) => rows_of(&r.value, ids, &shape)?,
-            Some(Slot::Sharded(_)) => crate::sharded::gather_rows(self, key, &ids)?,
+            // Collective: this worker's error goes to the others in its header, so every
+            // worker fails rather than waiting for this one.
+            Some(Slot::Sharded(_)) => {
+                let local = checked.map(|_| ());
+                if local.is_err() {
+                    ids.clear();
+                }
+                crate::sharded::gather_rows(self, key, &ids, local)?
+            }
+            Some(Slot::Replicated(r)) => rows_of(&r.value, ids, &checked?)?,
             None => return Err(unknown_key(OP, key)),
         };
         for o in out {

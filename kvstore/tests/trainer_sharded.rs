@@ -127,3 +127,60 @@ fn sharded_tables_refuse_misuse() {
         .unwrap();
     assert!(t.set_kvstore_update(Box::new(other)).is_err());
 }
+
+#[test]
+fn a_worker_that_fails_before_a_collective_fails_every_worker() {
+    // Worker 1's rows cannot be made; then worker 1 asks for a row out of range. Both calls
+    // are collective: worker 0 must get the error too, not wait for worker 1.
+    let stores = local_group(2, Duration::from_secs(30)).unwrap();
+    let handles: Vec<_> = stores
+        .into_iter()
+        .enumerate()
+        .map(|(rank, kv)| {
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let mut t = Trainer::new(Vec::<Parameter>::new(), Sgd::new(0.1))
+                    .unwrap()
+                    .with_kvstore_update(Box::new(kv))
+                    .unwrap();
+                let bad = t
+                    .add_sharded_table("t", &[6, 2], |lo, hi| {
+                        if rank == 1 {
+                            Err(sparrow_core::Error::arg("test", "no rows here"))
+                        } else {
+                            NDArray::zeros(&[hi - lo, 2], sparrow_core::DType::F32)
+                        }
+                    })
+                    .unwrap_err()
+                    .to_string();
+                let table = t
+                    .add_sharded_table("u", &[6, 2], |lo, hi| {
+                        NDArray::zeros(&[hi - lo, 2], sparrow_core::DType::F32)
+                    })
+                    .unwrap();
+                let ids: Vec<i64> = if rank == 1 { vec![1, 6] } else { vec![1, 4] };
+                let pull = t.pull_rows(table, &ids).unwrap_err().to_string();
+                // The next pull works on both.
+                let (got, _) = t.pull_rows(table, &[5, 0]).unwrap();
+                assert_eq!(got, vec![0, 5]);
+                (bad, pull, started.elapsed())
+            })
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        let (bad, pull, took) = h.join().unwrap();
+        if rank == 1 {
+            assert!(bad.contains("no rows here"), "{bad}");
+        } else {
+            assert!(bad.contains("failed on 1 of 2 workers"), "{bad}");
+        }
+        assert!(
+            pull.contains("failed on 1 of 2 workers") && pull.contains("row id 6"),
+            "worker {rank}: {pull}"
+        );
+        assert!(
+            took < Duration::from_secs(20),
+            "worker {rank} waited {took:?}"
+        );
+    }
+}

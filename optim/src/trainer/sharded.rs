@@ -86,7 +86,18 @@ impl Trainer {
             .first()
             .ok_or_else(|| Error::shape(OP, format!("table '{name}': a table is at least 2-d")))?;
         let (lo, hi) = crate::shard_range(rows, kv.rank(), kv.num_workers());
-        let value = shard(lo, hi)?;
+        let value = match shard(lo, hi) {
+            Ok(v) => v,
+            Err(e) => {
+                // The collective still runs, with a shard it refuses, so that every worker
+                // fails here instead of waiting for this one.
+                let _ = kv.init_sharded(key, shape, &NDArray::zeros(&[0], DType::F32)?);
+                return Err(Error::arg(
+                    OP,
+                    format!("table '{name}': making rows {lo}..{hi}: {e}"),
+                ));
+            }
+        };
         kv.init_sharded(key, shape, &value)
             .map_err(|e| Error::arg(OP, format!("table '{name}': {e}")))?;
         self.tables.push(Table {
