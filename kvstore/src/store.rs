@@ -588,14 +588,22 @@ impl<T: Transport> KVStore for SyncStore<T> {
     fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
         const OP: &str = "KVStore::pull";
         let (shape, dtype) = self.meta(OP, key)?;
-        for o in out {
-            check_out(OP, key, o, &shape, dtype)?;
-        }
+        let checked = out
+            .iter()
+            .try_for_each(|o| check_out(OP, key, o, &shape, dtype));
         let value = match self.slots.get(&key) {
-            Some(Slot::Replicated(r)) => r.value.clone(),
+            Some(Slot::Replicated(r)) => {
+                checked?;
+                r.value.clone()
+            }
+            // Collective: a wrong `out` here fails every worker (in this worker's header).
             Some(Slot::Sharded(s)) => {
-                let all: Vec<i64> = (0..s.shape[0] as i64).collect();
-                crate::sharded::gather_rows(self, key, &all, Ok(()))?.tostype(SType::Dense)?
+                let all: Vec<i64> = if checked.is_ok() {
+                    (0..s.shape[0] as i64).collect()
+                } else {
+                    Vec::new()
+                };
+                crate::sharded::gather_rows(self, key, &all, checked)?.tostype(SType::Dense)?
             }
             None => return Err(unknown_key(OP, key)),
         };

@@ -423,6 +423,15 @@ fn sharded_table_errors() {
             kv.push(0, &[NDArray::zeros(&[4, 3], DType::F32).unwrap()])
         ));
         errs.push(err(kv.init_sharded(0, &[4, 3], &shard)));
+        // A wrong pull on one worker fails the collective on both (not a wait for it).
+        let out = NDArray::zeros(&[if r == 1 { 5 } else { 4 }, 3], DType::F32).unwrap();
+        errs.push(err(kv.pull(0, one(&out))));
+        let out = NDArray::zeros_stype(&[4, 3], DType::F32, SType::RowSparse).unwrap();
+        let ids: &[i64] = if r == 0 { &[1, 9] } else { &[1] };
+        errs.push(err(kv.row_sparse_pull(0, one(&out), ids)));
+        // Then both work.
+        let out = NDArray::zeros(&[4, 3], DType::F32).unwrap();
+        kv.pull(0, one(&out)).unwrap();
         errs
     });
     for errs in got {
@@ -434,6 +443,10 @@ fn sharded_table_errors() {
         assert!(errs[1].contains("set_optimizer"), "{}", errs[1]);
         assert!(errs[2].contains("row_sparse"), "{}", errs[2]);
         assert!(errs[3].contains("already initialized"), "{}", errs[3]);
+        for e in &errs[4..6] {
+            assert!(e.contains("failed on 1 of 2 workers"), "{e}");
+        }
+        assert!(errs[5].contains("row id 9"), "{}", errs[5]);
     }
 }
 
