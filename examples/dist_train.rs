@@ -39,7 +39,7 @@ use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
 use sparrow::data::synthetic;
 use sparrow::kvstore::mpi::{dist_sync, MpiSession};
 use sparrow::kvstore::partition_libsvm;
-use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
+use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow::nn::{Block, Dense, Initializer, Parameter, Sequential};
 use sparrow::optim::{Adam, Ftrl, KVStore, Optimizer, Sgd, Trainer};
 
@@ -167,7 +167,7 @@ fn run() -> Result<(), BoxError> {
     let mut kv = dist_sync(Duration::from_secs(300))?;
     let (rank, workers) = (kv.rank(), kv.num_workers());
     if args.mlp {
-        return run_mlp(&args, kv);
+        return run_mlp(&args, Box::new(kv));
     }
 
     // Rank 0 writes the data set; everyone reads its part of it.
@@ -335,11 +335,7 @@ fn run() -> Result<(), BoxError> {
 /// store. The data-parallel case where a step's compute grows with the batch and the
 /// exchange does not (a fixed 2.7 MB of gradients), beside the sparse tutorial's, where both
 /// grow with the rows a batch touches.
-fn run_mlp(
-    args: &Args,
-    kv: sparrow::kvstore::SyncStore<sparrow::kvstore::mpi::MpiTransport>,
-) -> Result<(), BoxError> {
-    use sparrow::nn::loss::SoftmaxCrossEntropyLoss;
+fn run_mlp(args: &Args, kv: Box<dyn KVStore>) -> Result<(), BoxError> {
     const IN: usize = 784;
     let (rank, workers) = (kv.rank(), kv.num_workers());
     let b = args.batch_size;
@@ -366,7 +362,7 @@ fn run_mlp(
         .iter()
         .map(|(_, p)| p.clone())
         .collect();
-    let mut trainer = Trainer::new(params, Sgd::new(0.05))?.with_kvstore(Box::new(kv))?;
+    let mut trainer = Trainer::new(params, Sgd::new(0.05))?.with_kvstore(kv)?;
     let loss_fn = SoftmaxCrossEntropyLoss::new();
     let mut timed = Duration::ZERO;
     let (mut loss_sum, mut sent) = (0f64, 0u64);

@@ -39,14 +39,12 @@ impl Writer {
         let size = a.dtype().size_of();
         let start = self.0.len();
         let direct = match a.dtype() {
-            DType::F32 => a.with_slice::<f32, _>(|s| {
-                s.get(elems.clone())
-                    .map(|s| put_le(&mut self.0, s, f32::to_le_bytes))
-            }),
-            DType::F64 => a.with_slice::<f64, _>(|s| {
-                s.get(elems.clone())
-                    .map(|s| put_le(&mut self.0, s, f64::to_le_bytes))
-            }),
+            DType::F32 => {
+                a.with_slice::<f32, _>(|s| s.get(elems.clone()).map(|s| put_le(&mut self.0, s)))
+            }
+            DType::F64 => {
+                a.with_slice::<f64, _>(|s| s.get(elems.clone()).map(|s| put_le(&mut self.0, s)))
+            }
             _ => Err(Error::dtype("kvstore", "not a float array")),
         };
         if !matches!(direct, Ok(Some(()))) {
@@ -65,7 +63,7 @@ impl Writer {
     }
     pub(crate) fn ids(&mut self, ids: &[i64]) -> &mut Self {
         self.u64(ids.len() as u64);
-        put_le(&mut self.0, ids, i64::to_le_bytes);
+        put_le(&mut self.0, ids);
         self
     }
     /// A row_sparse array's (row ids, rows), in the layout [`decode_rows`] reads, written straight
@@ -79,10 +77,9 @@ impl Writer {
 /// Append `vals` as little-endian bytes. On a little-endian machine those are the values
 /// own bytes in memory, appended with one copy; zeroing the grown buffer first and then storing
 /// each value was a second pass over every message (a tenth of a sharded step).
-fn put_le<T: Plain, const N: usize>(out: &mut Vec<u8>, vals: &[T], le: impl Fn(T) -> [u8; N]) {
+fn put_le<T: Plain>(out: &mut Vec<u8>, vals: &[T]) {
     #[cfg(target_endian = "little")]
     {
-        let _ = le;
         // SAFETY: `T` is f32, f64 or i64 (`Plain` is implemented for those only): no padding,
         // every byte initialized; the bytes live as long as `vals` and u8 needs no alignment.
         let bytes = unsafe {
@@ -91,20 +88,32 @@ fn put_le<T: Plain, const N: usize>(out: &mut Vec<u8>, vals: &[T], le: impl Fn(T
         out.extend_from_slice(bytes);
     }
     #[cfg(not(target_endian = "little"))]
-    {
-        let start = out.len();
-        out.resize(start + vals.len() * N, 0);
-        for (dst, &v) in out[start..].chunks_exact_mut(N).zip(vals) {
-            dst.copy_from_slice(&le(v));
-        }
+    for &v in vals {
+        v.extend_le(out);
     }
 }
 
-/// The numbers [`put_le`] copies as bytes: fixed-size, no padding.
-trait Plain: Copy {}
-impl Plain for f32 {}
-impl Plain for f64 {}
-impl Plain for i64 {}
+/// The numbers [`put_le`] writes: fixed-size, no padding.
+trait Plain: Copy {
+    /// Append this value's little-endian bytes (the byte-order-swapping path).
+    #[cfg_attr(target_endian = "little", allow(dead_code))]
+    fn extend_le(self, out: &mut Vec<u8>);
+}
+impl Plain for f32 {
+    fn extend_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+impl Plain for f64 {
+    fn extend_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+impl Plain for i64 {
+    fn extend_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
 
 /// Reads the fields a [`Writer`] wrote; a short or malformed message is an error.
 pub(crate) struct Reader<'a> {

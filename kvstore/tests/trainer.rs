@@ -8,27 +8,17 @@ mod equivalence;
 
 use std::time::Duration;
 
-use equivalence::{max_rel_diff, model, train, train_with, Update, OPTIMIZERS};
-use sparrow_kvstore::local_group;
+use equivalence::{max_rel_diff, model, on_threads, train, train_with, Update, OPTIMIZERS};
 use sparrow_optim::{KVStore, Sgd, Trainer};
 
 const WORKERS: usize = 2;
 const B: usize = 4;
 
 fn data_parallel(opt: &str, update: Update) -> Vec<Vec<Vec<f32>>> {
-    let stores = local_group(WORKERS, Duration::from_secs(60)).unwrap();
-    let handles: Vec<_> = stores
-        .into_iter()
-        .enumerate()
-        .map(|(rank, kv)| {
-            let opt = opt.to_string();
-            std::thread::spawn(move || {
-                let kv: Box<dyn KVStore> = Box::new(kv);
-                train_with(&opt, Some(kv), update, rank, WORKERS, B).unwrap()
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let opt = opt.to_string();
+    on_threads(WORKERS, Duration::from_secs(60), move |rank, kv| {
+        train_with(&opt, Some(kv), update, rank, WORKERS, B).unwrap()
+    })
 }
 
 #[test]

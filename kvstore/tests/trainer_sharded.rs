@@ -9,7 +9,9 @@ mod equivalence;
 
 use std::time::Duration;
 
-use equivalence::{initial, max_rel_diff, reference_by_role, train_sharded, OPTIMIZERS};
+use equivalence::{
+    initial, max_rel_diff, on_threads, reference_by_role, train_sharded, OPTIMIZERS,
+};
 use sparrow_core::{autograd, Device, NDArray};
 use sparrow_kvstore::local_group;
 use sparrow_nn::{Initializer, Parameter};
@@ -19,16 +21,10 @@ const WORKERS: usize = 2;
 const B: usize = 4;
 
 fn run_workers(opt: &str, workers: usize) -> Vec<Vec<Vec<f32>>> {
-    let stores = local_group(workers, Duration::from_secs(60)).unwrap();
-    let handles: Vec<_> = stores
-        .into_iter()
-        .enumerate()
-        .map(|(rank, kv)| {
-            let opt = opt.to_string();
-            std::thread::spawn(move || train_sharded(&opt, Box::new(kv), rank, workers, B).unwrap())
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let opt = opt.to_string();
+    on_threads(workers, Duration::from_secs(60), move |rank, kv| {
+        train_sharded(&opt, kv, rank, workers, B).unwrap()
+    })
 }
 
 #[test]
@@ -132,43 +128,35 @@ fn sharded_tables_refuse_misuse() {
 fn a_worker_that_fails_before_a_collective_fails_every_worker() {
     // Worker 1's rows cannot be made; then worker 1 asks for a row out of range. Both calls
     // are collective: worker 0 must get the error too, not wait for worker 1.
-    let stores = local_group(2, Duration::from_secs(30)).unwrap();
-    let handles: Vec<_> = stores
-        .into_iter()
-        .enumerate()
-        .map(|(rank, kv)| {
-            std::thread::spawn(move || {
-                let started = std::time::Instant::now();
-                let mut t = Trainer::new(Vec::<Parameter>::new(), Sgd::new(0.1))
-                    .unwrap()
-                    .with_kvstore_update(Box::new(kv))
-                    .unwrap();
-                let bad = t
-                    .add_sharded_table("t", &[6, 2], |lo, hi| {
-                        if rank == 1 {
-                            Err(sparrow_core::Error::arg("test", "no rows here"))
-                        } else {
-                            NDArray::zeros(&[hi - lo, 2], sparrow_core::DType::F32)
-                        }
-                    })
-                    .unwrap_err()
-                    .to_string();
-                let table = t
-                    .add_sharded_table("u", &[6, 2], |lo, hi| {
-                        NDArray::zeros(&[hi - lo, 2], sparrow_core::DType::F32)
-                    })
-                    .unwrap();
-                let ids: Vec<i64> = if rank == 1 { vec![1, 6] } else { vec![1, 4] };
-                let pull = t.pull_rows(table, &ids).unwrap_err().to_string();
-                // The next pull works on both.
-                let (got, _) = t.pull_rows(table, &[5, 0]).unwrap();
-                assert_eq!(got, vec![0, 5]);
-                (bad, pull, started.elapsed())
+    let got = on_threads(2, Duration::from_secs(30), |rank, kv| {
+        let started = std::time::Instant::now();
+        let mut t = Trainer::new(Vec::<Parameter>::new(), Sgd::new(0.1))
+            .unwrap()
+            .with_kvstore_update(kv)
+            .unwrap();
+        let bad = t
+            .add_sharded_table("t", &[6, 2], |lo, hi| {
+                if rank == 1 {
+                    Err(sparrow_core::Error::arg("test", "no rows here"))
+                } else {
+                    NDArray::zeros(&[hi - lo, 2], sparrow_core::DType::F32)
+                }
             })
-        })
-        .collect();
-    for (rank, h) in handles.into_iter().enumerate() {
-        let (bad, pull, took) = h.join().unwrap();
+            .unwrap_err()
+            .to_string();
+        let table = t
+            .add_sharded_table("u", &[6, 2], |lo, hi| {
+                NDArray::zeros(&[hi - lo, 2], sparrow_core::DType::F32)
+            })
+            .unwrap();
+        let ids: Vec<i64> = if rank == 1 { vec![1, 6] } else { vec![1, 4] };
+        let pull = t.pull_rows(table, &ids).unwrap_err().to_string();
+        // The next pull works on both.
+        let (got, _) = t.pull_rows(table, &[5, 0]).unwrap();
+        assert_eq!(got, vec![0, 5]);
+        (bad, pull, started.elapsed())
+    });
+    for (rank, (bad, pull, took)) in got.into_iter().enumerate() {
         if rank == 1 {
             assert!(bad.contains("no rows here"), "{bad}");
         } else {

@@ -149,6 +149,25 @@ pub fn train_with(
     params.iter().map(|p| p.data()?.to_vec::<f32>()).collect()
 }
 
+/// Run `f(rank, store)` on `workers` threads, each with its worker of one `local` group (a
+/// collective that not every thread reaches fails after `timeout`); the results in rank order.
+pub fn on_threads<R: Send + 'static>(
+    workers: usize,
+    timeout: std::time::Duration,
+    f: impl Fn(usize, Box<dyn KVStore>) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
+    let stores = sparrow_kvstore::local_group(workers, timeout).unwrap();
+    let handles: Vec<_> = stores
+        .into_iter()
+        .enumerate()
+        .map(|(rank, kv)| {
+            let f = f.clone();
+            std::thread::spawn(move || f(rank, Box::new(kv)))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 /// The largest difference between `got` and `want`, relative to `want`'s largest magnitude
 /// (per parameter; the worst of them).
 pub fn max_rel_diff(got: &[Vec<f32>], want: &[Vec<f32>]) -> f64 {

@@ -117,10 +117,7 @@ impl Trainer {
     /// would leave the first one's gradient behind, so it is an error.
     pub fn pull_rows(&mut self, table: TableId, row_ids: &[i64]) -> Result<(Vec<i64>, NDArray)> {
         const OP: &str = "Trainer::pull_rows";
-        let t = self
-            .tables
-            .get(table.0)
-            .ok_or_else(|| Error::arg(OP, format!("no table {}", table.0)))?;
+        let t = self.table(OP, table)?;
         if t.pulled.is_some() {
             return Err(Error::arg(
                 OP,
@@ -152,10 +149,7 @@ impl Trainer {
     /// xc . rows` (the first layer of the sparse tutorial's model on a sharded table).
     pub fn pull_rows_for(&mut self, table: TableId, x: &NDArray) -> Result<(NDArray, NDArray)> {
         const OP: &str = "Trainer::pull_rows_for";
-        let t = self
-            .tables
-            .get(table.0)
-            .ok_or_else(|| Error::arg(OP, format!("no table {}", table.0)))?;
+        let t = self.table(OP, table)?;
         let dims = x.dims();
         if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != t.shape[0] {
             return Err(Error::shape(
@@ -174,6 +168,13 @@ impl Trainer {
         let (cols, xc) = sparse::compact_columns(x)?;
         let (_, rows) = self.pull_rows(table, &cols)?;
         Ok((xc, rows))
+    }
+
+    /// The table `id` names, or an error naming `op`.
+    fn table(&self, op: &'static str, id: TableId) -> Result<&Table> {
+        self.tables
+            .get(id.0)
+            .ok_or_else(|| Error::arg(op, format!("no table {}", id.0)))
     }
 
     /// The step's push of every table's pulled rows' gradient, in table order on every
@@ -195,6 +196,8 @@ impl Trainer {
                     .map(|g| (ids, g))
             });
             let (ids, grad) = match fresh {
+                // A dense leaf's gradient is dense; anything else is made so.
+                Some((ids, g)) if g.stype() == SType::Dense => (ids, g),
                 Some((ids, g)) => (ids, g.tostype(SType::Dense)?),
                 None => {
                     if was_pulled {
