@@ -17,12 +17,13 @@
 # GPU timings from the same run), OUT_DIR/torch_cuda.json (PyTorch CUDA on the same products,
 # when python3 has torch), OUT_DIR/summary.txt (one line per test binary: passed / failed /
 # skipped counts), OUT_DIR/skipped.txt (each test's skip line: an op without a CUDA kernel
-# yet), OUT_DIR/tutorial.txt (the main job on the GPU and the CPU, PyTorch CUDA's, and the
+# yet), OUT_DIR/cuda_graph.txt (a dense MLP's step eager, hybridized and
+# replayed as a CUDA graph, beside PyTorch's eager and CUDA-graph steps), OUT_DIR/tutorial.txt (the main job on the GPU and the CPU, PyTorch CUDA's, and the
 # over-budget table: (c) on the GPU with its first-layer weight on the device against the same
 # weight held in host memory under a 100 MB device budget) and OUT_DIR/tests.log (the output
 # of failing binaries), and exits non-zero when a test failed. Each test binary runs from its
 # crate's folder, as cargo runs it, under a limit of TEST_TIMEOUT seconds (300). PARTS
-# (default "bench tutorial staged tests") picks what runs, STAGED_ROUNDS (2) how many
+# (default "bench graph tutorial staged tests") picks what runs, STAGED_ROUNDS (2) how many
 # alternations of the staged pair; TESTS_ONLY=1 is PARTS=tests.
 # Kernels load from the prebuilt PTX (SPARROW_CUDA_PTX_DIR) unless NVRTC_LIB_DIR names a folder
 # holding libnvrtc.so.12, in which case they are compiled at first use as in production.
@@ -54,8 +55,8 @@ for line in sys.stdin:
     cp "$exe" "$dir/tests/$crate/"
   done
   cargo build --release --features cuda --example cuda_info --example cuda_bench \
-    --example sparse_gluon
-  cp target/release/examples/{cuda_info,cuda_bench,sparse_gluon} "$dir/bin/"
+    --example sparse_gluon --example cuda_graph
+  cp target/release/examples/{cuda_info,cuda_bench,sparse_gluon,cuda_graph} "$dir/bin/"
   # Prebuilt PTX for sm_80 (A100) and sm_90 (H100 / H200), through the runtime's NVRTC path.
   venv="${TMPDIR:-/tmp}/sparrow-cuda-venv"
   bash scripts/cuda_kernels_check.sh "$venv" >/dev/null
@@ -109,7 +110,7 @@ run)
   (nvidia-smi || echo "nvidia-smi not found") >"$out/nvidia-smi.txt" 2>&1
   "$dir/bin/cuda_info" 2>&1 | tee "$out/cuda_info.txt"
   failed=0
-  parts=" ${PARTS:-bench tutorial staged tests} "
+  parts=" ${PARTS:-bench graph tutorial staged tests} "
   if [ -n "${TESTS_ONLY:-}" ]; then parts=" tests "; fi
   has_torch=0
   python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && has_torch=1
@@ -119,6 +120,15 @@ run)
     "$dir/bin/cuda_bench" 2>&1 | tee "$out/cuda_bench.txt" || failed=1
     if [ "$has_torch" = 1 ]; then
       python3 scripts/bench_torch_cuda_spmm.py | tee "$out/torch_cuda.json" || failed=1
+    fi
+  fi
+  if [[ "$parts" == *" graph "* ]]; then
+    # A dense MLP's training step eager, hybridized, and captured as a CUDA graph, beside
+    # PyTorch's eager and CUDA-graph steps.
+    timeout 200 "$dir/bin/cuda_graph" 2>&1 | tee "$out/cuda_graph.txt" || failed=1
+    if [ "$has_torch" = 1 ]; then
+      timeout 200 python3 scripts/bench_torch_cuda_mlp.py 2>&1 | tee -a "$out/cuda_graph.txt" ||
+        failed=1
     fi
   fi
   if [[ "$parts" == *" tutorial "* ]]; then

@@ -156,7 +156,11 @@ impl CudaDev {
         // for synchronizing several streams are never needed (they cost two event records per
         // launch); called before any buffer of the context exists.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of its own, not the legacy default stream: only such a stream can be
+        // captured into a CUDA graph (`capture.rs`).
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| cuda_error("cuda", format!("a stream on device {ordinal}: {e}")))?;
         let dev = Arc::new(CudaDev {
             ordinal,
             ctx,

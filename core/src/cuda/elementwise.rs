@@ -4,8 +4,9 @@
 
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 
+use super::driver::CudaDev;
 use super::launch::{driver_err, grid, too_many_dims, MAX_DIMS};
-use super::storage::{with_cuda, CudaElement, CudaStorage};
+use super::storage::{read_ptr, with_cuda, write_ptr, CudaElement, CudaStorage};
 use crate::error::{Error, Result};
 use crate::ops::BinaryOp;
 use crate::storage::{CmpOp, ElementwiseOps, Map, MapGrad};
@@ -188,17 +189,73 @@ fn map_t<T: CudaElement>(x: &CudaStorage, op: Map) -> Result<CudaStorage> {
     let s = typed::<T>(name, x)?;
     let n = s.len();
     let mut out = CudaStorage::alloc::<T>(&x.dev, name, n)?;
-    if n > 0 {
-        let f = x.dev.function("elementwise.cu", kname("map", T::SUFFIX))?;
-        let (code, a, b) = map_code(op);
-        let n64 = n as u64;
-        let mut l = x.dev.stream.launch_builder(&f);
-        l.arg(s).arg(&mut out).arg(&n64).arg(&code).arg(&a).arg(&b);
-        // SAFETY: `map_T(const T* x, T* y, u64 n, int, double, double)` reads and writes `n`
-        // elements of buffers of `n`.
-        unsafe { l.launch(grid(n)) }.map_err(driver_err(name))?;
-    }
+    let (src, dst) = (read_ptr(s, &x.dev), write_ptr(&mut out, &x.dev));
+    map_launch::<T>(&x.dev, op, src, dst, n)?;
     Ok(x.with(out))
+}
+
+/// The map kernel from the `n` elements at device address `src` to those at `dst`. The same
+/// address for both runs in place: the kernel's one thread per element reads it before
+/// writing it.
+fn map_launch<T: CudaElement>(dev: &CudaDev, op: Map, src: u64, dst: u64, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let name = op.name();
+    let f = dev.function("elementwise.cu", kname("map", T::SUFFIX))?;
+    let (code, a, b) = map_code(op);
+    let n64 = n as u64;
+    let mut l = dev.stream.launch_builder(&f);
+    l.arg(&src).arg(&dst).arg(&n64).arg(&code).arg(&a).arg(&b);
+    // SAFETY: `map_T(const T* x, T* y, u64 n, int, double, double)` reads and writes `n`
+    // elements at addresses of buffers of `n` the callers hold (the output borrowed mutably).
+    unsafe { l.launch(grid(n)) }.map_err(driver_err(name))?;
+    Ok(())
+}
+
+/// `ops` applied one after the other to `x`, into `out` (`x` itself when `out` is `None`):
+/// each map a launch of the eager kernel, so the same bits as the maps one by one.
+fn map_chain_t<T: CudaElement>(
+    x: &mut CudaStorage,
+    ops: &[Map],
+    out: Option<&mut CudaStorage>,
+) -> Result<()> {
+    let Some((first, rest)) = ops.split_first() else {
+        return match out {
+            Some(o) => o.copy_from(x),
+            None => Ok(()),
+        };
+    };
+    let name = first.name();
+    let dev = x.dev.clone();
+    let dst = match out {
+        Some(o) => {
+            let s = typed::<T>(name, x)?;
+            let src = read_ptr(s, &dev);
+            let n = s.len();
+            let os = o.make_mut::<T>(name)?;
+            if os.len() != n {
+                return Err(Error::shape(
+                    name,
+                    format!("{n} values into a buffer of {}", os.len()),
+                ));
+            }
+            let dst = write_ptr(os, &dev);
+            map_launch::<T>(&dev, *first, src, dst, n)?;
+            (dst, n)
+        }
+        None => {
+            let s = x.make_mut::<T>(name)?;
+            let n = s.len();
+            let p = write_ptr(s, &dev);
+            map_launch::<T>(&dev, *first, p, p, n)?;
+            (p, n)
+        }
+    };
+    for op in rest {
+        map_launch::<T>(&dev, *op, dst.0, dst.0, dst.1)?;
+    }
+    Ok(())
 }
 
 fn map_grad_t<T: CudaElement>(
@@ -306,20 +363,23 @@ impl ElementwiseOps for CudaStorage {
         float_only!(self, op.name(), T => map_t::<T>(self, op))
     }
 
-    fn map_into(&self, op: Map, _out: &mut Self) -> Result<()> {
-        Err(super::launch::not_ported(op.name(), self.ordinal()))
+    fn map_into(&self, op: Map, out: &mut Self) -> Result<()> {
+        self.map_chain_into(&[op], out)
     }
 
     fn map_in_place(&mut self, op: Map) -> Result<()> {
-        Err(super::launch::not_ported(op.name(), self.ordinal()))
+        self.map_chain_in_place(&[op])
     }
 
-    fn map_chain_into(&self, _ops: &[Map], _out: &mut Self) -> Result<()> {
-        Err(super::launch::not_ported("map chain", self.ordinal()))
+    fn map_chain_into(&self, ops: &[Map], out: &mut Self) -> Result<()> {
+        same_dtype("map chain", self, out)?;
+        // A handle on the same buffer (no copy: it is only read).
+        let mut x = self.clone();
+        float_only!(self, "map chain", T => map_chain_t::<T>(&mut x, ops, Some(out)))
     }
 
-    fn map_chain_in_place(&mut self, _ops: &[Map]) -> Result<()> {
-        Err(super::launch::not_ported("map chain", self.ordinal()))
+    fn map_chain_in_place(&mut self, ops: &[Map]) -> Result<()> {
+        float_only!(self, "map chain", T => map_chain_t::<T>(self, ops, None))
     }
 
     fn map_grad(&self, saved: &Self, op: MapGrad) -> Result<Self> {

@@ -13,7 +13,7 @@ use cudarc::driver::PushKernelArg;
 
 use super::elementwise::{float_error, float_only, kname, same_dtype, typed};
 use super::launch::{driver_err, grid};
-use super::storage::{CudaElement, CudaStorage};
+use super::storage::{read_ptr, write_ptr, CudaElement, CudaStorage};
 use crate::error::{Error, Result};
 use crate::ops::fused::FusedAct;
 use crate::storage::{LinalgOps, MatMul};
@@ -166,27 +166,96 @@ fn bias_act_t<T: CudaElement>(
     units: usize,
     act: Option<FusedAct>,
 ) -> Result<CudaStorage> {
-    let (ys, bs) = (typed::<T>("bias_act", y)?, typed::<T>("bias_act", bias)?);
-    let n = ys.len();
+    let n = typed::<T>("bias_act", y)?.len();
+    let mut out = y.with(CudaStorage::alloc::<T>(&y.dev, "bias_act", n)?);
+    // A handle on the same buffer (no copy: it is only read).
+    bias_act_to::<T>(&mut y.clone(), bias, units, act, Some(&mut out))?;
+    Ok(out)
+}
+
+/// `act(y + bias)` into `out` (same length as `y`), or over `y` itself when `out` is `None`
+/// (the kernel's one thread per element reads it before writing it).
+fn bias_act_to<T: CudaElement>(
+    y: &mut CudaStorage,
+    bias: &CudaStorage,
+    units: usize,
+    act: Option<FusedAct>,
+    out: Option<&mut CudaStorage>,
+) -> Result<()> {
+    const OP: &str = "bias_act";
+    let bs = typed::<T>(OP, bias)?;
+    let n = typed::<T>(OP, y)?.len();
     if units == 0 || bs.len() != units || n % units != 0 {
         return Err(Error::shape(
-            "bias_act",
+            OP,
             format!("{n} values for a bias of {}", bs.len()),
         ));
     }
-    let mut out = CudaStorage::alloc::<T>(&y.dev, "bias_act", n)?;
+    let dev = y.dev.clone();
+    let (src, dst) = match out {
+        Some(o) => {
+            let src = read_ptr(typed::<T>(OP, y)?, &dev);
+            let os = o.make_mut::<T>(OP)?;
+            if os.len() != n {
+                return Err(Error::shape(
+                    OP,
+                    format!("{n} values into a buffer of {}", os.len()),
+                ));
+            }
+            (src, write_ptr(os, &dev))
+        }
+        None => {
+            let p = write_ptr(y.make_mut::<T>(OP)?, &dev);
+            (p, p)
+        }
+    };
     if n > 0 {
         let (n64, u64_, code) = (n as u64, units as u64, act_code(act));
-        launch!(y, "bias_act", T, n, |l| {
-            l.arg(ys)
-                .arg(bs)
-                .arg(&mut out)
-                .arg(&n64)
-                .arg(&u64_)
-                .arg(&code);
-        });
+        let f = dev.function("linalg.cu", kname(OP, T::SUFFIX))?;
+        let mut l = dev.stream.launch_builder(&f);
+        l.arg(&src)
+            .arg(bs)
+            .arg(&dst)
+            .arg(&n64)
+            .arg(&u64_)
+            .arg(&code);
+        // SAFETY: `bias_act_T(const T* y, const T* bias, T* out, u64 n, u64 units, int)`
+        // reads `n` values at `src` and `units` of the bias, and writes `n` at `dst`: buffers
+        // of those lengths (checked above), the output borrowed mutably.
+        unsafe { l.launch(grid(n)) }.map_err(driver_err(OP))?;
     }
-    Ok(y.with(out))
+    Ok(())
+}
+
+/// `out = a . b` as `mm` describes, into `out` (m x n elements).
+fn matmul_into_t<T: BlasElement>(
+    x: &CudaStorage,
+    rhs: &CudaStorage,
+    mm: &MatMul,
+    out: &mut CudaStorage,
+) -> Result<()>
+where
+    cudarc::cublas::CudaBlas: Gemm<T>,
+{
+    const OP: &str = "dot";
+    let (a, b) = (typed::<T>(OP, x)?, typed::<T>(OP, rhs)?);
+    let c = out.make_mut::<T>(OP)?;
+    if c.len() != mm.m * mm.n {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "a ({}, {}) product into a buffer of {}",
+                mm.m,
+                mm.n,
+                c.len()
+            ),
+        ));
+    }
+    if mm.k == 0 && !c.is_empty() {
+        // An empty inner dimension writes nothing through cuBLAS: the product is zeros.
+        return x.dev.stream.memset_zeros(c).map_err(driver_err(OP));
+    }
+    gemm_into(x, a, 0, b, 0, c, 0, mm)
 }
 
 fn column_sums_t<T: CudaElement>(g: &CudaStorage, units: usize) -> Result<CudaStorage> {
@@ -307,34 +376,36 @@ fn sigmoid_bce_grad_t<T: CudaElement>(
 }
 
 impl LinalgOps for CudaStorage {
-    fn matmul_into(&self, _rhs: &Self, _mm: &MatMul, _out: &mut Self) -> Result<()> {
-        Err(super::launch::not_ported(
-            "dot into a planned buffer",
-            self.ordinal(),
-        ))
+    fn matmul_into(&self, rhs: &Self, mm: &MatMul, out: &mut Self) -> Result<()> {
+        same_dtype("dot", self, rhs)?;
+        same_dtype("dot", self, out)?;
+        match self.dtype() {
+            crate::DType::F32 => matmul_into_t::<f32>(self, rhs, mm, out),
+            crate::DType::F64 => matmul_into_t::<f64>(self, rhs, mm, out),
+            _ => Err(float_error("dot", self)),
+        }
     }
     fn bias_act_in_place(
         &mut self,
-        _bias: &Self,
-        _units: usize,
-        _act: Option<FusedAct>,
+        bias: &Self,
+        units: usize,
+        act: Option<FusedAct>,
     ) -> Result<()> {
-        Err(super::launch::not_ported(
-            "bias_act in place",
-            self.ordinal(),
-        ))
+        same_dtype("bias_act", self, bias)?;
+        float_only!(self, "bias_act", T => bias_act_to::<T>(self, bias, units, act, None))
     }
     fn bias_act_into(
         &self,
-        _bias: &Self,
-        _units: usize,
-        _act: Option<FusedAct>,
-        _out: &mut Self,
+        bias: &Self,
+        units: usize,
+        act: Option<FusedAct>,
+        out: &mut Self,
     ) -> Result<()> {
-        Err(super::launch::not_ported(
-            "bias_act into a planned buffer",
-            self.ordinal(),
-        ))
+        same_dtype("bias_act", self, bias)?;
+        same_dtype("bias_act", self, out)?;
+        // A handle on the same buffer (no copy: it is only read).
+        let mut y = self.clone();
+        float_only!(self, "bias_act", T => bias_act_to::<T>(&mut y, bias, units, act, Some(out)))
     }
     fn matmul(&self, rhs: &Self, mm: &MatMul) -> Result<Self> {
         self.batched_matmul(rhs, mm, &[(0, 0)])

@@ -14,6 +14,7 @@
 //!   [`Error::Device`](crate::Error::Device) naming the operation and the device (never a
 //!   silent copy to the host, never a panic). ARCHITECTURE.md lists which families are ported.
 
+mod capture;
 mod compile;
 mod conv;
 mod driver;
@@ -31,6 +32,8 @@ mod sparse_merge;
 mod storage;
 mod update;
 
+pub use capture::DeviceGraph;
+pub(crate) use capture::{begin_capture, end_capture};
 pub use compile::{compile_ptx, kernel_sources, KernelSource};
 pub(crate) use driver::cuda_device_count;
 pub(crate) use index::CudaIndex;

@@ -261,11 +261,13 @@ impl ReduceOps for CudaStorage {
 
     fn softmax_into(
         &self,
-        _dims: (usize, usize, usize),
+        dims: (usize, usize, usize),
         op: SoftmaxOp,
-        _out: &mut Self,
+        out: &mut Self,
     ) -> Result<()> {
-        Err(super::launch::not_ported(op.name(), self.ordinal()))
+        // The eager kernel, then a copy: a planned buffer gets the same bits (a second device
+        // buffer is made and freed, which a captured CUDA graph turns into its own nodes).
+        out.copy_from(&self.softmax(dims, op)?)
     }
 
     fn argsort(&self, dims: (usize, usize, usize), k: usize, ascending: bool) -> Result<Self> {

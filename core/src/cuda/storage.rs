@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, PushKernelArg, ValidAsZeroBits,
+};
 
 use super::driver::{cuda_error, CudaDev};
 use super::launch::{driver_err, grid};
@@ -282,6 +284,55 @@ impl CudaStorage {
         Arc::get_mut(slot).ok_or_else(|| cuda_error(op, "buffer still shared after its copy"))
     }
 
+    /// The device address of the buffer (what a captured CUDA graph holds on to: a buffer at
+    /// another address is another buffer to it).
+    pub(crate) fn address(&self) -> u64 {
+        with_cuda!(&self.buf, s, _T => read_ptr(s.as_ref(), &self.dev))
+    }
+
+    /// True when no other storage shares this buffer (a write changes no one else's values).
+    pub(crate) fn is_unshared(&self) -> bool {
+        with_cuda!(&self.buf, s, _T => Arc::strong_count(s) == 1)
+    }
+
+    /// `src` copied into this buffer (same dtype and length; a shared buffer is copied first,
+    /// as any write does).
+    pub(crate) fn copy_from(&mut self, src: &CudaStorage) -> Result<()> {
+        const OP: &str = "copy into a planned buffer";
+        if src.len() != self.len() || src.dtype() != self.dtype() {
+            return Err(crate::Error::shape(
+                OP,
+                format!(
+                    "{} {} values into a buffer of {} {}",
+                    src.len(),
+                    src.dtype().name(),
+                    self.len(),
+                    self.dtype().name()
+                ),
+            ));
+        }
+        fn run<T: CudaElement>(dst: &mut CudaStorage, src: &CudaStorage) -> Result<()> {
+            let dev = dst.dev.clone();
+            let from = T::unwrap(&src.buf)
+                .ok_or_else(|| crate::Error::dtype_mismatch(OP, src.dtype(), T::DTYPE))?;
+            if from.is_empty() {
+                return Ok(());
+            }
+            let to = dst.make_mut::<T>(OP)?;
+            dev.stream
+                .memcpy_dtod(from.as_ref(), to)
+                .map_err(driver_err(OP))
+        }
+        match self.dtype() {
+            DType::F32 => run::<f32>(self, src),
+            DType::F64 => run::<f64>(self, src),
+            DType::I64 => run::<i64>(self, src),
+            DType::I32 => run::<i32>(self, src),
+            DType::U8 => run::<u8>(self, src),
+            DType::F16 | DType::BF16 => Err(half_not_ported(OP, self.ordinal())),
+        }
+    }
+
     /// Every element converted to `dtype` (`as` semantics through f64, as the CPU's cast).
     pub(crate) fn cast(&self, dtype: DType) -> Result<CudaStorage> {
         if dtype == self.dtype() {
@@ -357,6 +408,19 @@ impl CudaStorage {
         }
         with_cuda!(&self.buf, s, _T => run(self, s, &pos))
     }
+}
+
+/// The device address of `s`, for a kernel that reads it through a raw pointer.
+pub(crate) fn read_ptr<T>(s: &CudaSlice<T>, dev: &CudaDev) -> u64 {
+    // With event tracking off (see `driver.rs`) the guard waits for nothing.
+    let (p, _guard) = s.device_ptr(&dev.stream);
+    p
+}
+
+/// The device address of `s`, for a kernel that writes it through a raw pointer.
+pub(crate) fn write_ptr<T>(s: &mut CudaSlice<T>, dev: &CudaDev) -> u64 {
+    let (p, _guard) = s.device_ptr_mut(&dev.stream);
+    p
 }
 
 /// The kernel name `cast_<from>_<to>` (static: kernels are cached by name).

@@ -53,6 +53,11 @@ pub struct Executor {
     chains: Vec<Chain>,
     /// Per node: the chain it belongs to.
     chain_of: Vec<Option<usize>>,
+    /// The device of the planned buffers (that of the last run's operands).
+    device: Device,
+    /// Run `check_class_ids` nodes as copies: their inputs were checked by the caller (a
+    /// captured CUDA graph cannot read labels on the host; see [`Executor::host_checks`]).
+    checks_done: bool,
 }
 
 impl Executor {
@@ -67,13 +72,7 @@ impl Executor {
         for (k, p) in graph.params().iter().enumerate() {
             source[p.value] = Source::Param(k);
         }
-        let chains = map_chains(&graph, &forms, &plan);
-        let mut chain_of = vec![None; graph.nodes().len()];
-        for (k, c) in chains.iter().enumerate() {
-            for slot in &mut chain_of[c.head..=c.tail] {
-                *slot = Some(k);
-            }
-        }
+        let (chains, chain_of) = chains_of(&graph, &forms, &plan);
         Executor {
             chains,
             chain_of,
@@ -84,7 +83,90 @@ impl Executor {
             plan,
             forms,
             source,
+            device: Device::Cpu,
+            checks_done: false,
         }
+    }
+
+    /// Plan for `device` (the CPU's plan shares a buffer across sizes, a CUDA device's only
+    /// within one size) and drop the buffers of the last one.
+    fn plan_for(&mut self, device: Device) {
+        self.plan = match device {
+            Device::Cpu => MemoryPlan::of(&self.graph),
+            _ => MemoryPlan::exact_sizes(&self.graph),
+        };
+        (self.chains, self.chain_of) = chains_of(&self.graph, &self.forms, &self.plan);
+        self.handles = vec![None; self.graph.values().len()];
+        self.holder = vec![None; self.plan.slot_bytes.len()];
+        self.device = device;
+    }
+
+    /// The device the planned buffers are on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The label checks of the graph as (call input, classes, count): what a caller that runs
+    /// the graph without host reads ([`Executor::set_checks_done`]) checks itself first. An
+    /// error names a check whose operand is not a call input.
+    pub(crate) fn host_checks(&self) -> std::result::Result<Vec<(usize, usize, usize)>, String> {
+        let mut checks = Vec::new();
+        for (i, node) in self.graph.nodes().iter().enumerate() {
+            if let super::op::Op::CheckClassIds { classes, count } = node.op {
+                match self.source[node.inputs[0]] {
+                    Source::Input(k) => checks.push((k, classes, count)),
+                    _ => {
+                        return Err(format!(
+                            "node {i} checks labels that are not a call input on the host"
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(checks)
+    }
+
+    /// Run `check_class_ids` nodes as copies (`true`): the caller checked their inputs
+    /// ([`Executor::host_checks`]).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn set_checks_done(&mut self, done: bool) {
+        self.checks_done = done;
+    }
+
+    /// True when every output of the graph lives in a planned buffer (none is made by an
+    /// eager operator at each run).
+    pub(crate) fn outputs_planned(&self) -> bool {
+        self.graph
+            .outputs()
+            .iter()
+            .all(|&o| self.plan.slot_of[o].is_some())
+    }
+
+    /// True when no one but this executor holds an output of the last run or shares its
+    /// buffer: the next run may write them where they are.
+    pub(crate) fn outputs_free(&self) -> bool {
+        self.graph.outputs().iter().all(|&o| {
+            self.handles[o].as_ref().is_some_and(|h| {
+                Arc::strong_count(&h.inner) == 1
+                    && matches!(&*h.read(), ArrayData::Dense(d) if d.buf.is_unshared())
+            })
+        })
+    }
+
+    /// The outputs of a run made outside [`Executor::run`] (a replayed CUDA graph wrote the
+    /// planned buffers), handed out as [`Executor::run_to`] hands them.
+    pub(crate) fn outputs_to(
+        &mut self,
+        inputs: &[NDArray],
+        params: &[NDArray],
+        outs: &mut Vec<NDArray>,
+    ) -> Result<()> {
+        outs.clear();
+        for k in 0..self.graph.outputs().len() {
+            let o = self.output(k, inputs, params)?;
+            outs.push(o);
+        }
+        Ok(())
     }
 
     /// The graph.
@@ -166,18 +248,22 @@ impl Executor {
     fn execute(&mut self, inputs: &[NDArray], params: &[NDArray]) -> Result<()> {
         let graph = self.graph.clone();
         graph.check_call(inputs, params)?;
-        if let Some(a) = inputs
+        let device = inputs
             .iter()
             .chain(params)
-            .find(|a| a.device() != Device::Cpu)
-        {
+            .next()
+            .map_or(self.device, |a| a.device());
+        if let Some(a) = inputs.iter().chain(params).find(|a| a.device() != device) {
             return Err(Error::arg(
                 OP,
                 format!(
-                    "planned runs are on the CPU; an operand is on {:?}",
+                    "a planned run is on one device; operands are on {device:?} and {:?}",
                     a.device()
                 ),
             ));
+        }
+        if device != self.device {
+            self.plan_for(device);
         }
         let values = graph.values();
         for (i, node) in graph.nodes().iter().enumerate() {
@@ -219,7 +305,24 @@ impl Executor {
                             ArrayData::Dense(od) if self.plan.runs_in_place[i] => {
                                 form.run_in_place(&args, od)
                             }
-                            ArrayData::Dense(od) => form.write_into(&args, od),
+                            ArrayData::Dense(od) if self.checks_done && is_check(&form) => {
+                                with_dense(args[0], |x| x.buf.copy_into(&mut od.buf))
+                            }
+                            ArrayData::Dense(od)
+                                if self.device == Device::Cpu || form.has_device_kernels() =>
+                            {
+                                form.write_into(&args, od)
+                            }
+                            // Elsewhere a form without device kernels runs the eager
+                            // operator, whose result is copied into the planned buffer (the
+                            // same bits as eagerly).
+                            ArrayData::Dense(od) => {
+                                let owned: smallvec::SmallVec<[NDArray; 3]> =
+                                    args.iter().map(|a| (*a).clone()).collect();
+                                node.op.apply(&owned).and_then(|r| {
+                                    with_dense(&r, |rd| rd.buf.copy_into(&mut od.buf))
+                                })
+                            }
                             _ => Err(Error::arg(OP, "a planned buffer is not dense")),
                         }
                     };
@@ -336,7 +439,7 @@ impl Executor {
             // buffer in it, stay the caller's).
             self.handles[v] = Some(NDArray::from_data(ArrayData::Dense(DenseData {
                 shape: Shape::from_slice(&info.shape),
-                buf: Storage::zeros_on(info.dtype, 0, Device::Cpu)?,
+                buf: Storage::zeros_on(info.dtype, 0, self.device)?,
             })));
             if self.holder[slot] == Some(v) {
                 self.holder[slot] = None;
@@ -363,12 +466,12 @@ impl Executor {
                     }
                     None => {
                         // `u` was an output the caller still holds: it keeps that buffer.
-                        fill(hv, slot, &self.plan)?;
+                        fill(hv, slot, &self.plan, self.device)?;
                         self.handles[u] = None;
                     }
                 }
             }
-            None => fill(hv, slot, &self.plan)?,
+            None => fill(hv, slot, &self.plan, self.device)?,
         }
         self.holder[slot] = Some(v);
         // The buffer may be larger than the value (the plan shares buffers across sizes): the
@@ -377,7 +480,7 @@ impl Executor {
         let n: usize = info.shape.iter().product();
         let hv = self.handles[v].as_ref().expect("made above");
         if !set_len(hv, n)? {
-            fill(hv, slot, &self.plan)?;
+            fill(hv, slot, &self.plan, self.device)?;
             if !set_len(hv, n)? {
                 return Err(Error::arg(
                     OP,
@@ -397,14 +500,43 @@ fn set_len(h: &NDArray, n: usize) -> Result<bool> {
     }
 }
 
-/// Put a new buffer of `slot`'s size and dtype into `h`.
-fn fill(h: &NDArray, slot: usize, plan: &MemoryPlan) -> Result<()> {
+/// Put a new buffer of `slot`'s size and dtype on `device` into `h`.
+fn fill(h: &NDArray, slot: usize, plan: &MemoryPlan, device: Device) -> Result<()> {
     let dtype = plan.slot_dtype[slot];
     let n = plan.slot_bytes[slot] / dtype.size_of();
-    let buf = Storage::zeros_on(dtype, n, Device::Cpu)?;
+    let buf = Storage::zeros_on(dtype, n, device)?;
     match &mut *h.write() {
         ArrayData::Dense(d) => d.buf = buf,
         _ => return Err(Error::arg(OP, "a planned buffer is not dense")),
     }
     Ok(())
+}
+
+/// The fused map chains of a plan, and per node the chain it belongs to.
+fn chains_of(
+    graph: &Graph,
+    forms: &[Option<Form>],
+    plan: &MemoryPlan,
+) -> (Vec<Chain>, Vec<Option<usize>>) {
+    let chains = map_chains(graph, forms, plan);
+    let mut chain_of = vec![None; graph.nodes().len()];
+    for (k, c) in chains.iter().enumerate() {
+        for slot in &mut chain_of[c.head..=c.tail] {
+            *slot = Some(k);
+        }
+    }
+    (chains, chain_of)
+}
+
+/// A label check (run as a copy once its caller has checked the labels).
+fn is_check(form: &Form) -> bool {
+    matches!(form, Form::CheckClassIds { .. })
+}
+
+/// Run `f` on the dense storage of `a` (read-locked for the call).
+fn with_dense<R>(a: &NDArray, f: impl FnOnce(&DenseData) -> Result<R>) -> Result<R> {
+    match &*a.read() {
+        ArrayData::Dense(d) => f(d),
+        _ => Err(Error::arg(OP, "a planned node read a sparse value")),
+    }
 }

@@ -303,6 +303,17 @@ impl Form {
         }
     }
 
+    /// True when the form's kernels write into a planned buffer on every backend (the CUDA
+    /// backend too): dense products through the BLAS, the elementwise maps, bias +
+    /// activation, softmax and copies. Elsewhere than on the host the executor runs the other
+    /// forms' eager operators and copies their results into the planned buffers.
+    pub(crate) fn has_device_kernels(&self) -> bool {
+        matches!(
+            self,
+            Form::Map(_) | Form::BiasAct(_) | Form::Dot { .. } | Form::Softmax { .. } | Form::Copy
+        )
+    }
+
     /// True when the form can overwrite its input 0 (same size in and out, each output
     /// element computed from the input element at its place).
     pub(crate) fn in_place_capable(&self) -> bool {

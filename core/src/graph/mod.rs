@@ -19,6 +19,7 @@
 //!   an eager fallback with a message where a forward cannot be traced.
 
 mod cached;
+mod capture;
 mod exec;
 mod fuse;
 mod grad;

@@ -45,12 +45,19 @@ pub struct MemoryPlan {
 impl MemoryPlan {
     /// Plan `g`'s intermediate values.
     pub fn of(g: &Graph) -> MemoryPlan {
-        MemoryPlan::plan(g, false)
+        MemoryPlan::plan(g, false, false)
+    }
+
+    /// Plan `g`'s intermediate values for a device whose buffers cannot show a prefix of
+    /// themselves (CUDA): a buffer is shared only by values of its own size.
+    pub fn exact_sizes(g: &Graph) -> MemoryPlan {
+        MemoryPlan::plan(g, false, true)
     }
 
     /// The plan of `g`, with its outputs left out of the buffers when `skip_outputs` (what the
-    /// activations and temporaries alone would need).
-    fn plan(g: &Graph, skip_outputs: bool) -> MemoryPlan {
+    /// activations and temporaries alone would need), buffers shared only by values of one
+    /// size when `exact`.
+    fn plan(g: &Graph, skip_outputs: bool, exact: bool) -> MemoryPlan {
         let forms = node_forms(g);
         let values = g.values();
         let last = g.last_use();
@@ -95,7 +102,14 @@ impl MemoryPlan {
                         runs_in_place[i] = true;
                         slot_of[x].expect("checked above")
                     } else {
-                        match best_fit(&free, &slot_bytes, &slot_dtype, info.dtype, bytes) {
+                        let fit = if exact {
+                            free.iter().position(|&s| {
+                                slot_dtype[s] == info.dtype && slot_bytes[s] == bytes
+                            })
+                        } else {
+                            best_fit(&free, &slot_bytes, &slot_dtype, info.dtype, bytes)
+                        };
+                        match fit {
                             Some(k) => {
                                 let s = free.swap_remove(k);
                                 slot_bytes[s] = slot_bytes[s].max(bytes);
@@ -151,7 +165,7 @@ impl MemoryPlan {
     /// (a training step's gradients) take no buffer. (In `g`'s own plan buffers are shared
     /// across sizes, so a gradient's buffer may hold activations before the gradient is made.)
     pub fn activation_bytes(g: &Graph) -> usize {
-        MemoryPlan::plan(g, true).planned_bytes()
+        MemoryPlan::plan(g, true, false).planned_bytes()
     }
 
     /// Bytes of the outputs of fallback nodes (allocated by their operators at each run).

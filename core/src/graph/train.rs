@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use super::capture::{self, Capture};
 use super::exec::Executor;
 use super::grad::backward_graph;
 use super::ir::Graph;
@@ -28,6 +29,11 @@ pub struct TrainStep {
     args: Vec<NDArray>,
     /// The joint graph's outputs of the last step (capacity kept across steps).
     outs: Vec<NDArray>,
+    /// The CUDA graph of the step, when asked for ([`TrainStep::set_cuda_graph`]).
+    capture: Capture,
+    /// Steps run by replaying the CUDA graph, and captures made.
+    replays: usize,
+    captures: usize,
 }
 
 impl TrainStep {
@@ -62,7 +68,37 @@ impl TrainStep {
             head,
             args: Vec::new(),
             outs: Vec::new(),
+            capture: Capture::Off,
+            replays: 0,
+            captures: 0,
         })
+    }
+
+    /// Capture the step as a CUDA graph and replay it (`true`), as PyTorch's
+    /// `torch.cuda.graph` does by hand: on a CUDA device, the first step allocates the plan's
+    /// buffers, the second is captured, and later steps copy their inputs into the graph's own
+    /// and launch it (one launch for the whole step; small batches are bound by launches).
+    /// A step whose graph no longer fits (a parameter replaced by another buffer, an output
+    /// of the last step still held, an input on another device) runs normally and the graph
+    /// is captured again at the next one. Steps on the host run as before. A step that cannot
+    /// be captured (dense device inputs only; work that needs the host mid-step) runs
+    /// normally, with one message saying why ([`TrainStep::cuda_graph_refused`]).
+    pub fn set_cuda_graph(&mut self, on: bool) {
+        self.capture = if on { Capture::Warming } else { Capture::Off };
+    }
+
+    /// Steps run so far by replaying a captured CUDA graph (the capturing steps included),
+    /// and the number of captures made.
+    pub fn cuda_graph_runs(&self) -> (usize, usize) {
+        (self.replays, self.captures)
+    }
+
+    /// Why the step is not captured as a CUDA graph, when it was asked for and could not be.
+    pub fn cuda_graph_refused(&self) -> Option<&str> {
+        match &self.capture {
+            Capture::Refused(why) => Some(why),
+            _ => None,
+        }
     }
 
     /// The forward graph.
@@ -118,11 +154,18 @@ impl TrainStep {
         grads: &mut Vec<Option<NDArray>>,
     ) -> Result<NDArray> {
         grads.clear();
+        let device = inputs.first().map_or(crate::Device::Cpu, |x| x.device());
+        if self.head.device() != device {
+            self.head = self.head.to_device(device)?;
+        }
         self.args.clear();
         self.args.extend(inputs.iter().cloned());
         self.args.push(self.head.clone());
-        let (exec, args, outs) = (&mut self.exec, &self.args, &mut self.outs);
-        let r = crate::autograd::pause(|| exec.run_to(args, params, outs));
+        let r = if device == crate::Device::Cpu {
+            self.run_planned(params)
+        } else {
+            self.run_on_device(device, params)
+        };
         self.args.clear();
         r?;
         let loss = self
@@ -136,5 +179,80 @@ impl TrainStep {
         // buffers are free for the next step.
         self.outs.clear();
         Ok(loss)
+    }
+
+    /// The joint graph run by the executor on `self.args`.
+    fn run_planned(&mut self, params: &[NDArray]) -> Result<()> {
+        let (exec, args, outs) = (&mut self.exec, &self.args, &mut self.outs);
+        crate::autograd::pause(|| exec.run_to(args, params, outs))
+    }
+
+    /// A step on a device: replayed, captured or run as [`TrainStep::set_cuda_graph`] says.
+    fn run_on_device(&mut self, device: crate::Device, params: &[NDArray]) -> Result<()> {
+        match std::mem::take(&mut self.capture) {
+            Capture::Off => {
+                self.capture = Capture::Off;
+                self.run_planned(params)
+            }
+            Capture::Warming => {
+                let r = self.run_planned(params);
+                self.capture = if r.is_ok() && self.exec.device() == device {
+                    Capture::Armed
+                } else {
+                    Capture::Warming
+                };
+                r
+            }
+            Capture::Armed if !self.exec.outputs_free() => {
+                // An output of the last step is still held: capturing now would give the
+                // graph an allocation of its own for it. Captured at a later step.
+                self.capture = Capture::Armed;
+                self.run_planned(params)
+            }
+            Capture::Armed => {
+                let made =
+                    capture::capture(&mut self.exec, device, &self.args, params, &mut self.outs);
+                match made {
+                    Ok(c) => {
+                        self.capture = Capture::Ready(Box::new(c));
+                        self.captures += 1;
+                        self.replays += 1;
+                        Ok(())
+                    }
+                    Err(why) => {
+                        eprintln!("CUDA graph: the training step runs without one: {why}");
+                        self.capture = Capture::Refused(why);
+                        self.run_planned(params)
+                    }
+                }
+            }
+            Capture::Ready(c) => {
+                let replayed = if c.fits(&self.exec, &self.args, params) {
+                    c.replay(&mut self.exec, &self.args, params, &mut self.outs)
+                } else {
+                    Ok(false)
+                };
+                match replayed {
+                    Ok(true) => {
+                        self.replays += 1;
+                        self.capture = Capture::Ready(c);
+                        Ok(())
+                    }
+                    Ok(false) => {
+                        // Captured again at the next step, over the buffers this one leaves.
+                        self.capture = Capture::Armed;
+                        self.run_planned(params)
+                    }
+                    Err(e) => {
+                        self.capture = Capture::Ready(c);
+                        Err(e)
+                    }
+                }
+            }
+            Capture::Refused(why) => {
+                self.capture = Capture::Refused(why);
+                self.run_planned(params)
+            }
+        }
     }
 }

@@ -326,6 +326,24 @@ impl Storage {
             None => false,
         }
     }
+    /// True when no other storage shares this buffer (a write in place changes no one
+    /// else's values).
+    pub(crate) fn is_unshared(&self) -> bool {
+        match self {
+            Storage::Cpu(c) => crate::with_buffer!(c, v => std::sync::Arc::strong_count(v) == 1),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(c) => c.is_unshared(),
+        }
+    }
+    /// The device address of a device buffer (`None` for host memory): what a captured CUDA
+    /// graph reads and writes.
+    pub(crate) fn device_address(&self) -> Option<u64> {
+        match self {
+            Storage::Cpu(_) => None,
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(c) => Some(c.address()),
+        }
+    }
     /// Mutable host memory of this storage (see [`Storage::host`]).
     #[inline]
     pub(crate) fn host_mut(&mut self) -> Option<&mut CpuStorage> {

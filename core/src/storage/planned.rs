@@ -243,6 +243,8 @@ impl Storage {
     pub(crate) fn copy_into(&self, out: &mut Storage) -> Result<()> {
         match (self, out) {
             (Storage::Cpu(a), Storage::Cpu(o)) => a.copy_into(o),
+            #[cfg(feature = "cuda")]
+            (Storage::Cuda(a), Storage::Cuda(o)) if a.ordinal() == o.ordinal() => o.copy_from(a),
             #[allow(unreachable_patterns)]
             _ => Err(host_only("reshape")),
         }

@@ -56,6 +56,7 @@ pub struct HybridTrainStep<'a> {
     net: &'a dyn Block,
     loss: &'a dyn Loss,
     recompute: Recompute,
+    cuda_graph: bool,
     entries: Vec<(Vec<ValueInfo>, Entry)>,
 }
 
@@ -66,8 +67,23 @@ impl<'a> HybridTrainStep<'a> {
             net,
             loss,
             recompute: Recompute::Off,
+            cuda_graph: false,
             entries: Vec::new(),
         }
+    }
+
+    /// On a CUDA device, capture each signature's step as a CUDA graph and replay it
+    /// ([`TrainStep::set_cuda_graph`]): one launch a step instead of one per kernel, the same
+    /// values. The parameters must be updated in place between steps (the trainer's
+    /// optimizers do), or the graph is captured again. Steps on the host are unchanged.
+    pub fn with_cuda_graph(mut self, on: bool) -> HybridTrainStep<'a> {
+        self.cuda_graph = on;
+        for (_, e) in &mut self.entries {
+            if let Entry::Graph { step, .. } = e {
+                step.set_cuda_graph(on);
+            }
+        }
+        self
     }
 
     /// Recompute forward values in the backward instead of keeping them, as `mode` asks
@@ -184,7 +200,8 @@ impl<'a> HybridTrainStep<'a> {
                         p.name()
                     ));
                 }
-                let step = TrainStep::with_recompute(std::sync::Arc::new(g), self.recompute)?;
+                let mut step = TrainStep::with_recompute(std::sync::Arc::new(g), self.recompute)?;
+                step.set_cuda_graph(self.cuda_graph);
                 Ok((step, params))
             });
         let entry = match built {

@@ -1,0 +1,208 @@
+//! A planned training step captured as a CUDA graph and replayed (`TrainStep::set_cuda_graph`).
+//!
+//! The step's first run on a device allocates the plan's buffers (and cuBLAS its workspace);
+//! the second is recorded on the device's stream instead of run, over inputs copied into
+//! arrays the capture owns (the graph reads fixed addresses), and then launched. Later steps
+//! copy their inputs into those arrays and launch the graph: one launch instead of one per
+//! kernel. Nodes without device kernels of their own run their eager operator inside the
+//! capture; its allocations become the graph's own (freed by the graph on each replay).
+//!
+//! A replay is only right while the graph's addresses are the step's: each step checks that
+//! every parameter is still the buffer it was captured with (an optimizer that replaced one
+//! instead of updating it in place), that no one kept last step's outputs (the replay would
+//! overwrite them under their holder), and that the inputs match. Otherwise the step runs
+//! normally and the graph is captured again at the next one. Label checks (`check_class_ids`)
+//! read the labels on the host, which a capture cannot: the step checks its label inputs itself
+//! before each replay, with the eager operator's error.
+
+use super::exec::Executor;
+use crate::{ArrayData, Device, Error, NDArray, Result};
+
+const OP: &str = "CUDA graph";
+
+/// Where a training step stands with its CUDA graph.
+#[derive(Debug, Default)]
+pub(crate) enum Capture {
+    /// Not asked for.
+    #[default]
+    Off,
+    /// Asked for; the next step on a device runs normally (it allocates the plan's buffers).
+    Warming,
+    /// The next step is captured.
+    Armed,
+    /// Captured: later steps replay it.
+    Ready(Box<Captured>),
+    /// The step cannot be captured (why, printed once).
+    Refused(String),
+}
+
+/// A captured step and the addresses it was captured over.
+#[derive(Debug)]
+pub(crate) struct Captured {
+    #[cfg(feature = "cuda")]
+    graph: crate::cuda::DeviceGraph,
+    /// The arrays the graph reads its call inputs from (each step's inputs are copied in).
+    staging: Vec<NDArray>,
+    /// Their device addresses.
+    staging_at: Vec<Option<u64>>,
+    /// The parameters' device addresses at the capture.
+    params_at: Vec<Option<u64>>,
+    /// The label checks run on the host before each replay: (input, classes, count).
+    checks: Vec<(usize, usize, usize)>,
+}
+
+/// The device address of a dense array's buffer (`None` on the host or for sparse arrays).
+fn address(a: &NDArray) -> Option<u64> {
+    match &*a.read() {
+        ArrayData::Dense(d) => d.buf.device_address(),
+        _ => None,
+    }
+}
+
+/// `src`'s values copied into `dst` (dense, same length and dtype).
+fn copy_values(src: &NDArray, dst: &NDArray) -> Result<()> {
+    let s = src.read();
+    let mut d = dst.write();
+    match (&*s, &mut *d) {
+        (ArrayData::Dense(s), ArrayData::Dense(d)) => s.buf.copy_into(&mut d.buf),
+        _ => Err(Error::arg(OP, "a captured step's inputs are dense")),
+    }
+}
+
+/// Run the label checks of a captured step on its call inputs (the eager operator's errors).
+fn run_checks(checks: &[(usize, usize, usize)], inputs: &[NDArray]) -> Result<()> {
+    for &(k, classes, count) in checks {
+        inputs[k].check_class_ids(classes, count)?;
+    }
+    Ok(())
+}
+
+impl Captured {
+    /// Whether a replay over `inputs` and `params` is the step: the parameters are the
+    /// buffers captured, the inputs dense on the device of the capture and the executor's
+    /// outputs free to be written.
+    pub(crate) fn fits(&self, exec: &Executor, inputs: &[NDArray], params: &[NDArray]) -> bool {
+        params.len() == self.params_at.len()
+            && params
+                .iter()
+                .zip(&self.params_at)
+                .all(|(p, &at)| address(p) == at)
+            && inputs.len() == self.staging.len()
+            && inputs
+                .iter()
+                .zip(&self.staging)
+                .all(|(x, s)| x.device() == s.device() && address(x).is_some())
+            && exec.outputs_free()
+    }
+
+    /// One replay: the label checks, the inputs copied in, the graph launched; the outputs
+    /// (written by the graph) handed to `outs`. `false` (nothing launched) when an input's
+    /// copy had to move its staging buffer.
+    pub(crate) fn replay(
+        &self,
+        exec: &mut Executor,
+        inputs: &[NDArray],
+        params: &[NDArray],
+        outs: &mut Vec<NDArray>,
+    ) -> Result<bool> {
+        run_checks(&self.checks, inputs)?;
+        for (x, s) in inputs.iter().zip(&self.staging) {
+            copy_values(x, s)?;
+        }
+        if self
+            .staging
+            .iter()
+            .map(address)
+            .ne(self.staging_at.iter().copied())
+        {
+            return Ok(false);
+        }
+        self.launch()?;
+        exec.outputs_to(&self.staging, params, outs)?;
+        Ok(true)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn launch(&self) -> Result<()> {
+        self.graph.launch()
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn launch(&self) -> Result<()> {
+        Err(Error::arg(OP, "no CUDA backend in this build"))
+    }
+}
+
+/// Capture one run of `exec` over `inputs` and `params` on `device` and launch it: the
+/// outputs go to `outs`, the capture is returned. `Err(why)` when the step cannot be captured;
+/// then nothing ran (the caller runs the step normally).
+pub(crate) fn capture(
+    exec: &mut Executor,
+    device: Device,
+    inputs: &[NDArray],
+    params: &[NDArray],
+    outs: &mut Vec<NDArray>,
+) -> std::result::Result<Captured, String> {
+    let Device::Cuda(ordinal) = device else {
+        return Err(format!("CUDA graphs capture CUDA devices, not {device:?}"));
+    };
+    if !exec.outputs_planned() {
+        return Err("an output of the step is made by an eager operator".into());
+    }
+    let checks = exec.host_checks()?;
+    if let Some(x) = inputs.iter().find(|x| address(x).is_none()) {
+        return Err(format!(
+            "an input is {:?} on {:?}: a captured step takes dense device arrays",
+            x.stype(),
+            x.device()
+        ));
+    }
+    run_checks(&checks, inputs).map_err(|e| e.to_string())?;
+    let staging: Vec<NDArray> = inputs.iter().map(NDArray::copy).collect();
+    let staging_at: Vec<Option<u64>> = staging.iter().map(address).collect();
+    let params_at: Vec<Option<u64>> = params.iter().map(address).collect();
+    record(exec, ordinal, &staging, params, outs).map(|g| {
+        #[cfg(not(feature = "cuda"))]
+        let _ = g;
+        Captured {
+            #[cfg(feature = "cuda")]
+            graph: g,
+            staging,
+            staging_at,
+            params_at,
+            checks,
+        }
+    })
+}
+
+/// Record and launch one run (the CUDA part of [`capture`]).
+#[cfg(feature = "cuda")]
+fn record(
+    exec: &mut Executor,
+    ordinal: usize,
+    staging: &[NDArray],
+    params: &[NDArray],
+    outs: &mut Vec<NDArray>,
+) -> std::result::Result<crate::cuda::DeviceGraph, String> {
+    crate::cuda::begin_capture(ordinal).map_err(|e| e.to_string())?;
+    exec.set_checks_done(true);
+    let ran = crate::autograd::pause(|| exec.run_to(staging, params, outs));
+    exec.set_checks_done(false);
+    // The capture ends whatever the run did (a failed one leaves the stream capturing).
+    let graph = crate::cuda::end_capture(ordinal);
+    ran.map_err(|e| format!("the step failed while captured: {e}"))?;
+    let graph = graph.map_err(|e| e.to_string())?;
+    graph.launch().map_err(|e| e.to_string())?;
+    Ok(graph)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn record(
+    _: &mut Executor,
+    _: usize,
+    _: &[NDArray],
+    _: &[NDArray],
+    _: &mut Vec<NDArray>,
+) -> std::result::Result<(), String> {
+    Err("no CUDA backend in this build".into())
+}
