@@ -3,8 +3,9 @@
 //! momentum, updating the weights in place) eagerly, through `HybridTrainStep` (the joint
 //! graph out of its memory plan, on the device's buffers) and through `HybridTrainStep` with
 //! the step captured as a CUDA graph and replayed. Losses and weights must agree; on a CUDA
-//! device the captured copy must have replayed its graph, and a step whose last gradient is
-//! still held runs normally and captures again.
+//! device the captured copy must have replayed its graph; a loss or gradient held over a step
+//! keeps its values (the replay moves it to a copy), and a view of a gradient's buffer held
+//! over a step makes that step run normally and the next capture again.
 //!
 //! Tolerance: 1e-6 relative to each array's largest magnitude (the graph runs the eager
 //! kernels; on the host the results are the same bits, as `nn/tests/hybrid_train.rs` checks).
@@ -43,7 +44,7 @@ fn train_three(
     loss: &dyn Loss,
     y: &NDArray,
     steps: usize,
-    keep_grad_at: Option<usize>,
+    keep: Keep,
 ) -> Result<(usize, usize)> {
     let batch = y.shape()[0];
     let x = test_array(&[batch, 12], -1.0, 1.0, 7)
@@ -74,6 +75,7 @@ fn train_three(
     let mut hyb = HybridTrainStep::new(&nets[1], loss);
     let mut cap = HybridTrainStep::new(&nets[2], loss).with_cuda_graph(true);
     let mut kept = None;
+    let mut last_loss: Option<(Vec<f64>, NDArray)> = None;
     for s in 0..steps {
         let le = autograd::record(|| loss.forward(&nets[0].forward(&x)?, &y))?;
         le.backward()?;
@@ -92,15 +94,27 @@ fn train_three(
             &lc,
             &format!("loss, CUDA graph, step {s} on {device:?}"),
         );
-        if keep_grad_at == Some(s) {
-            // Hold a gradient across the next step: that step may not overwrite it.
-            let (_, p) = nets[2]
+        if let Some((values, l)) = &last_loss {
+            assert_eq!(
+                values,
+                &l.to_f64_vec(),
+                "a held loss changed under its holder"
+            );
+        }
+        // Hold this step's loss over the next step (as a training log does).
+        last_loss = Some((lc.to_f64_vec(), lc));
+        if s == 3 && keep != Keep::Nothing {
+            // Hold a gradient (or a view of its buffer) across the next step.
+            let p = nets[2]
                 .collect_params()?
                 .iter()
                 .next()
-                .map(|(n, p)| (n.to_string(), p.clone()))
-                .expect("a parameter");
-            let g = p.grad().expect("a gradient");
+                .map(|(_, p)| p.clone());
+            let g = p.expect("a parameter").grad().expect("a gradient");
+            let g = match keep {
+                Keep::View => g.reshape(&[g.size()])?,
+                _ => g,
+            };
             kept = Some((g.to_f64_vec(), g));
         }
     }
@@ -121,6 +135,16 @@ fn train_three(
         }
     }
     Ok(cap.train_step().map_or((0, 0), |t| t.cuda_graph_runs()))
+}
+
+/// What the test holds from step 3 on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Keep {
+    Nothing,
+    /// A gradient: the replay moves it to a copy first.
+    Gradient,
+    /// A view sharing a gradient's buffer: the next step cannot replay.
+    View,
 }
 
 fn labels(n: usize, classes: usize) -> NDArray {
@@ -146,8 +170,8 @@ fn hybridized_and_cuda_graph_steps_match_eager_on_every_device() {
                 ("l2", &l2, 3, &y_l2),
                 ("sigmoid bce", &bce, 1, &y_bce),
             ] {
-                let (replays, captures) =
-                    train_three(device, out, loss, y, 6, None).map_err(|e| e.to_string())?;
+                let (replays, captures) = train_three(device, out, loss, y, 6, Keep::Nothing)
+                    .map_err(|e| e.to_string())?;
                 eprintln!(
                     "{name} on {device:?}: CUDA graph replays {replays}, captures {captures}"
                 );
@@ -159,11 +183,15 @@ fn hybridized_and_cuda_graph_steps_match_eager_on_every_device() {
                     assert_eq!((replays, captures), (0, 0), "{name} on {device:?}");
                 }
             }
-            // A gradient held over step 4: that step runs normally, step 5 captures again.
-            let (replays, captures) =
-                train_three(device, 5, &ce, &y_ce, 6, Some(3)).map_err(|e| e.to_string())?;
+            // A gradient held over step 4 moves to a copy and the graph replays; a view of its
+            // buffer makes step 4 run normally and step 5 capture again.
+            let runs =
+                train_three(device, 5, &ce, &y_ce, 6, Keep::Gradient).map_err(|e| e.to_string())?;
+            let view_runs =
+                train_three(device, 5, &ce, &y_ce, 6, Keep::View).map_err(|e| e.to_string())?;
             if matches!(device, Device::Cuda(_)) {
-                assert_eq!((replays, captures), (3, 2), "kept gradient on {device:?}");
+                assert_eq!(runs, (4, 1), "kept gradient on {device:?}");
+                assert_eq!(view_runs, (3, 2), "kept view on {device:?}");
             }
             Ok(())
         });

@@ -9,6 +9,7 @@
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;
+use std::sync::atomic::Ordering;
 
 use super::driver::{cuda_error, CudaDev};
 use crate::error::Result;
@@ -36,13 +37,16 @@ pub(crate) fn begin_capture(ordinal: usize) -> Result<()> {
     let dev = CudaDev::get(ordinal)?;
     dev.stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-        .map_err(|e| cuda_error("CUDA graph capture", format!("begin: {e}")))
+        .map_err(|e| cuda_error("CUDA graph capture", format!("begin: {e}")))?;
+    dev.capturing.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// Stop recording device `ordinal`'s stream and instantiate what it recorded. An error when
 /// the capture was invalidated (work that needed the host) or the graph cannot be made.
 pub(crate) fn end_capture(ordinal: usize) -> Result<DeviceGraph> {
     let dev = CudaDev::get(ordinal)?;
+    dev.capturing.store(false, Ordering::Release);
     // Graph allocations (the eager operators' outputs inside the step) are freed by the
     // graph itself on each replay.
     let flags = CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;

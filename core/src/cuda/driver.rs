@@ -76,6 +76,9 @@ pub(crate) struct CudaDev {
     functions: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
     /// cuBLAS, made at the first product.
     blas: OnceLock<std::result::Result<CudaBlas, String>>,
+    /// True while the stream records a CUDA graph (`capture.rs`): a copy to the host then
+    /// would not run (the host would read whatever its buffer held), so it is an error.
+    pub(crate) capturing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for CudaDev {
@@ -169,6 +172,7 @@ impl CudaDev {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             blas: OnceLock::new(),
+            capturing: std::sync::atomic::AtomicBool::new(false),
         });
         map.insert(ordinal, dev.clone());
         Ok(dev)
@@ -220,6 +224,25 @@ impl CudaDev {
             .unwrap_or_else(|e| e.into_inner())
             .insert((file, name), f.clone());
         Ok(f)
+    }
+
+    /// `src` copied to the host, after the work queued before it; an error while the stream
+    /// records a CUDA graph (the copy would only be recorded, its values not yet there).
+    pub(crate) fn read_to_host<T, S>(&self, op: &'static str, src: &S) -> Result<Vec<T>>
+    where
+        T: cudarc::driver::DeviceRepr,
+        S: cudarc::driver::DevicePtr<T>,
+    {
+        if self.capturing.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(cuda_error(
+                op,
+                "reads device memory on the host, which a step captured as a CUDA graph cannot \
+                 do (the read would be recorded, not run)",
+            ));
+        }
+        self.stream
+            .clone_dtoh(src)
+            .map_err(|e| cuda_error(op, format!("CUDA: {e}")))
     }
 
     /// The cuBLAS handle on this device's stream (made at first use; a missing cuBLAS library

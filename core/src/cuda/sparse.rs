@@ -543,7 +543,7 @@ fn sparsify_t<T: CudaElement>(
         unsafe { b.launch(cfg) }.map_err(driver_err(OP))?;
     }
     let counts: Vec<i64> = if rows > 0 {
-        dev.stream.clone_dtoh(&counts).map_err(driver_err(OP))?
+        dev.read_to_host(OP, &counts)?
     } else {
         Vec::new()
     };
@@ -588,7 +588,7 @@ fn sparsify_t<T: CudaElement>(
         unsafe { b.launch(grid(rows)) }.map_err(driver_err(OP))?;
     }
     let idx_host: Vec<i64> = if nnz > 0 {
-        dev.stream.clone_dtoh(&idx).map_err(driver_err(OP))?
+        dev.read_to_host(OP, &idx)?
     } else {
         Vec::new()
     };

@@ -238,7 +238,7 @@ impl CudaStorage {
             let v = if s.is_empty() {
                 Vec::new()
             } else {
-                dev.stream.clone_dtoh(s).map_err(driver_err("to_device"))?
+                dev.read_to_host("to_device", s)?
             };
             Ok(crate::cpu::HostElement::into_buffer(v))
         }
@@ -254,10 +254,7 @@ impl CudaStorage {
                     format!("element {i} of a buffer of {}", s.len()),
                 ));
             }
-            let v = dev
-                .stream
-                .clone_dtoh(&s.slice(i..i + 1))
-                .map_err(driver_err("get"))?;
+            let v = dev.read_to_host("get", &s.slice(i..i + 1))?;
             Ok(v[0].to_f64())
         }
         with_cuda!(&self.buf, s, _T => one(&self.dev, s, i))

@@ -9,13 +9,15 @@
 //!
 //! A replay is only right while the graph's addresses are the step's: each step checks that
 //! every parameter is still the buffer it was captured with (an optimizer that replaced one
-//! instead of updating it in place), that no one kept last step's outputs (the replay would
-//! overwrite them under their holder), and that the inputs match. Otherwise the step runs
-//! normally and the graph is captured again at the next one. Label checks (`check_class_ids`)
-//! read the labels on the host, which a capture cannot: the step checks its label inputs itself
+//! instead of updating it in place) and that the inputs match; last step's outputs that the
+//! caller still holds (a loss kept for logging) keep their values in copies made before the
+//! replay overwrites the buffers (one device copy each; an output shared by a view the caller
+//! made cannot be moved). Otherwise the step runs normally and the graph is captured again at
+//! the next one. Label checks (`check_class_ids`, and `one_hot`'s check of whole numbers) read
+//! the labels on the host, which a capture cannot: the step checks its label inputs itself
 //! before each replay, with the eager operator's error.
 
-use super::exec::Executor;
+use super::exec::{Executor, HostCheck};
 use crate::{ArrayData, Device, Error, NDArray, Result};
 
 const OP: &str = "CUDA graph";
@@ -47,8 +49,8 @@ pub(crate) struct Captured {
     staging_at: Vec<Option<u64>>,
     /// The parameters' device addresses at the capture.
     params_at: Vec<Option<u64>>,
-    /// The label checks run on the host before each replay: (input, classes, count).
-    checks: Vec<(usize, usize, usize)>,
+    /// The label checks run on the host before each replay, by call input.
+    checks: Vec<(usize, HostCheck)>,
 }
 
 /// The device address of a dense array's buffer (`None` on the host or for sparse arrays).
@@ -70,18 +72,17 @@ fn copy_values(src: &NDArray, dst: &NDArray) -> Result<()> {
 }
 
 /// Run the label checks of a captured step on its call inputs (the eager operator's errors).
-fn run_checks(checks: &[(usize, usize, usize)], inputs: &[NDArray]) -> Result<()> {
-    for &(k, classes, count) in checks {
-        inputs[k].check_class_ids(classes, count)?;
+fn run_checks(checks: &[(usize, HostCheck)], inputs: &[NDArray]) -> Result<()> {
+    for (k, check) in checks {
+        check.run(&inputs[*k])?;
     }
     Ok(())
 }
 
 impl Captured {
     /// Whether a replay over `inputs` and `params` is the step: the parameters are the
-    /// buffers captured, the inputs dense on the device of the capture and the executor's
-    /// outputs free to be written.
-    pub(crate) fn fits(&self, exec: &Executor, inputs: &[NDArray], params: &[NDArray]) -> bool {
+    /// buffers captured and the inputs dense on the device of the capture.
+    pub(crate) fn fits(&self, inputs: &[NDArray], params: &[NDArray]) -> bool {
         params.len() == self.params_at.len()
             && params
                 .iter()
@@ -92,12 +93,12 @@ impl Captured {
                 .iter()
                 .zip(&self.staging)
                 .all(|(x, s)| x.device() == s.device() && address(x).is_some())
-            && exec.outputs_free()
     }
 
-    /// One replay: the label checks, the inputs copied in, the graph launched; the outputs
-    /// (written by the graph) handed to `outs`. `false` (nothing launched) when an input's
-    /// copy had to move its staging buffer.
+    /// One replay: the label checks, outputs of the last step still held moved to copies,
+    /// the inputs copied in, the graph launched; the outputs (written by the graph) handed to
+    /// `outs`. `false` (nothing launched) when an output's buffer is shared by a view or an
+    /// input's copy had to move its staging buffer.
     pub(crate) fn replay(
         &self,
         exec: &mut Executor,
@@ -106,6 +107,10 @@ impl Captured {
         outs: &mut Vec<NDArray>,
     ) -> Result<bool> {
         run_checks(&self.checks, inputs)?;
+        // Last step's outputs that the caller still holds move to copies first.
+        if !exec.reclaim_outputs()? {
+            return Ok(false);
+        }
         for (x, s) in inputs.iter().zip(&self.staging) {
             copy_values(x, s)?;
         }

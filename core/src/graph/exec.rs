@@ -11,8 +11,9 @@
 //! holds it (or any array sharing its buffer) when a later run would write that buffer, the
 //! executor leaves it to the caller and makes a new handle and buffer for itself (so a kept
 //! output never changes under its holder); a caller that lets go of its outputs before the next
-//! run gets runs without allocations. Chains of map nodes run fused (`fuse.rs`). Inference only: under `autograd::record` the graph runs
-//! through [`Graph::run`], whose operators record the tape.
+//! run gets runs without allocations. Chains of map nodes run fused (`fuse.rs`). Nothing is
+//! recorded: under `autograd::record` the graph runs through [`Graph::run`], whose operators
+//! record the tape.
 
 use std::sync::Arc;
 
@@ -106,28 +107,61 @@ impl Executor {
         self.device
     }
 
-    /// The label checks of the graph as (call input, classes, count): what a caller that runs
-    /// the graph without host reads ([`Executor::set_checks_done`]) checks itself first. An
-    /// error names a check whose operand is not a call input.
-    pub(crate) fn host_checks(&self) -> std::result::Result<Vec<(usize, usize, usize)>, String> {
+    /// The checks of the graph's label nodes that read the labels on the host
+    /// (`check_class_ids`, and `one_hot` of float ids, which checks they are whole numbers),
+    /// as the call input each checks: what a caller that runs the graph without host reads
+    /// ([`Executor::set_checks_done`]) checks itself first. An error names a node whose
+    /// operand is not a call input (nor the checked labels of one).
+    pub(crate) fn host_checks(&self) -> std::result::Result<Vec<(usize, HostCheck)>, String> {
+        let nodes = self.graph.nodes();
+        let mut producer = vec![None; self.graph.values().len()];
+        for (i, n) in nodes.iter().enumerate() {
+            producer[n.output] = Some(i);
+        }
         let mut checks = Vec::new();
-        for (i, node) in self.graph.nodes().iter().enumerate() {
-            if let super::op::Op::CheckClassIds { classes, count } = node.op {
-                match self.source[node.inputs[0]] {
-                    Source::Input(k) => checks.push((k, classes, count)),
-                    _ => {
-                        return Err(format!(
-                            "node {i} checks labels that are not a call input on the host"
-                        ))
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(&x) = node.inputs.first() else {
+                continue;
+            };
+            // The value checked on the host: a call input (before any reshapes, which keep
+            // the values), or `None` where a label check of a call input made it (checked).
+            let (checked, check) = match node.op {
+                super::op::Op::CheckClassIds { classes, count } => {
+                    (Some(x), HostCheck::ClassIds { classes, count })
+                }
+                super::op::Op::OneHot { .. } if self.graph.values()[x].dtype.is_float() => {
+                    let mut from = Some(x);
+                    while let Some(p) = from.and_then(|v| producer[v]) {
+                        match nodes[p].op {
+                            super::op::Op::Reshape(_) => from = Some(nodes[p].inputs[0]),
+                            super::op::Op::CheckClassIds { .. }
+                                if matches!(self.source[nodes[p].inputs[0]], Source::Input(_)) =>
+                            {
+                                from = None;
+                            }
+                            _ => break,
+                        }
                     }
+                    (from, HostCheck::WholeIds)
+                }
+                _ => continue,
+            };
+            match checked.map(|v| self.source[v]) {
+                None => {}
+                Some(Source::Input(k)) => checks.push((k, check)),
+                Some(_) => {
+                    return Err(format!(
+                        "node {i} ({}) reads values on the host that are not a call input",
+                        node.op.name()
+                    ))
                 }
             }
         }
         Ok(checks)
     }
 
-    /// Run `check_class_ids` nodes as copies (`true`): the caller checked their inputs
-    /// ([`Executor::host_checks`]).
+    /// Run `check_class_ids` nodes as copies and `one_hot` without its check of whole numbers
+    /// (`true`): the caller checked their inputs ([`Executor::host_checks`]).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn set_checks_done(&mut self, done: bool) {
         self.checks_done = done;
@@ -142,15 +176,40 @@ impl Executor {
             .all(|&o| self.plan.slot_of[o].is_some())
     }
 
-    /// True when no one but this executor holds an output of the last run or shares its
-    /// buffer: the next run may write them where they are.
-    pub(crate) fn outputs_free(&self) -> bool {
-        self.graph.outputs().iter().all(|&o| {
-            self.handles[o].as_ref().is_some_and(|h| {
-                Arc::strong_count(&h.inner) == 1
-                    && matches!(&*h.read(), ArrayData::Dense(d) if d.buf.is_unshared())
-            })
-        })
+    /// Make every output's buffer this executor's alone, so that the next run may write it
+    /// where it is (a captured CUDA graph writes fixed addresses): an output the caller still
+    /// holds keeps its values in a copy of the buffer (its array now shows the copy), and the
+    /// executor keeps the buffer itself under a new handle. `false` where an output's buffer
+    /// is shared by another array (a view the caller made): that run must take new buffers.
+    pub(crate) fn reclaim_outputs(&mut self) -> Result<bool> {
+        for &o in self.graph.outputs() {
+            let Some(h) = self.handles[o].as_ref() else {
+                return Ok(false);
+            };
+            if Arc::strong_count(&h.inner) == 1 {
+                let unshared = matches!(&*h.read(), ArrayData::Dense(d) if d.buf.is_unshared());
+                if unshared {
+                    continue;
+                }
+                return Ok(false);
+            }
+            let mine = {
+                let mut w = h.write();
+                let ArrayData::Dense(d) = &mut *w else {
+                    return Ok(false);
+                };
+                if !d.buf.is_unshared() {
+                    return Ok(false);
+                }
+                let copy = d.buf.duplicate()?;
+                DenseData {
+                    shape: d.shape.clone(),
+                    buf: std::mem::replace(&mut d.buf, copy),
+                }
+            };
+            self.handles[o] = Some(NDArray::from_data(ArrayData::Dense(mine)));
+        }
+        Ok(true)
     }
 
     /// The outputs of a run made outside [`Executor::run`] (a replayed CUDA graph wrote the
@@ -194,8 +253,10 @@ impl Executor {
     }
 
     /// Run the graph on `inputs` and `params` (in [`Graph::params`] order), as [`Graph::run`]
-    /// does (same checks, same values), writing into the planned buffers. Host arrays only:
-    /// arrays on another device are an error naming it (run those through [`Graph::run`]).
+    /// does (same checks, same values), writing into the planned buffers, on the device of the
+    /// operands (all on one device; buffers planned again when it changes). On a CUDA device
+    /// forms without device kernels (`Form::has_device_kernels`) run their eager operator
+    /// and copy its result into the planned buffer.
     pub fn run(&mut self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
         let mut outs = Vec::with_capacity(self.graph.outputs().len());
         self.run_to(inputs, params, &mut outs)?;
@@ -300,15 +361,23 @@ impl Executor {
                             .flatten()
                             .copied()
                             .collect();
+                        // What the caller checked (see `set_checks_done`) runs unchecked.
+                        let checked = if self.checks_done { Some(form) } else { None };
                         let mut w = out.write();
-                        match &mut *w {
-                            ArrayData::Dense(od) if self.plan.runs_in_place[i] => {
+                        match (&mut *w, checked) {
+                            (ArrayData::Dense(od), _) if self.plan.runs_in_place[i] => {
                                 form.run_in_place(&args, od)
                             }
-                            ArrayData::Dense(od) if self.checks_done && is_check(&form) => {
+                            (ArrayData::Dense(od), Some(Form::CheckClassIds { .. })) => {
                                 with_dense(args[0], |x| x.buf.copy_into(&mut od.buf))
                             }
-                            ArrayData::Dense(od)
+                            (ArrayData::Dense(od), Some(Form::OneHot { depth, on, off })) => {
+                                with_dense(args[0], |x| {
+                                    let dtype = od.buf.dtype();
+                                    x.buf.one_hot(depth, on, off, dtype)?.copy_into(&mut od.buf)
+                                })
+                            }
+                            (ArrayData::Dense(od), _)
                                 if self.device == Device::Cpu || form.has_device_kernels() =>
                             {
                                 form.write_into(&args, od)
@@ -316,13 +385,7 @@ impl Executor {
                             // Elsewhere a form without device kernels runs the eager
                             // operator, whose result is copied into the planned buffer (the
                             // same bits as eagerly).
-                            ArrayData::Dense(od) => {
-                                let owned: smallvec::SmallVec<[NDArray; 3]> =
-                                    args.iter().map(|a| (*a).clone()).collect();
-                                node.op.apply(&owned).and_then(|r| {
-                                    with_dense(&r, |rd| rd.buf.copy_into(&mut od.buf))
-                                })
-                            }
+                            (ArrayData::Dense(od), _) => unchecked(node, &args, od),
                             _ => Err(Error::arg(OP, "a planned buffer is not dense")),
                         }
                     };
@@ -528,9 +591,37 @@ fn chains_of(
     (chains, chain_of)
 }
 
-/// A label check (run as a copy once its caller has checked the labels).
-fn is_check(form: &Form) -> bool {
-    matches!(form, Form::CheckClassIds { .. })
+/// What a caller checks on the host for a graph run without host reads
+/// ([`Executor::host_checks`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum HostCheck {
+    /// `check_class_ids`: `count` whole numbers in `[0, classes)`.
+    ClassIds {
+        /// Number of classes.
+        classes: usize,
+        /// Number of labels.
+        count: usize,
+    },
+    /// `one_hot` of float ids: whole numbers.
+    WholeIds,
+}
+
+impl HostCheck {
+    /// Run the check on `x` (the eager operator's error).
+    pub(crate) fn run(&self, x: &NDArray) -> Result<()> {
+        match *self {
+            HostCheck::ClassIds { classes, count } => x.check_class_ids(classes, count).map(drop),
+            HostCheck::WholeIds => crate::ops::axis::index_values("one_hot", x).map(drop),
+        }
+    }
+}
+
+/// A node's eager operator on `args`, its result copied into the planned buffer `od` (a form
+/// without device kernels on a device).
+fn unchecked(node: &super::ir::Node, args: &[&NDArray], od: &mut DenseData) -> Result<()> {
+    let owned: smallvec::SmallVec<[NDArray; 3]> = args.iter().map(|a| (*a).clone()).collect();
+    let r = node.op.apply(&owned)?;
+    with_dense(&r, |rd| rd.buf.copy_into(&mut od.buf))
 }
 
 /// Run `f` on the dense storage of `a` (read-locked for the call).

@@ -203,9 +203,9 @@ impl TrainStep {
                 };
                 r
             }
-            Capture::Armed if !self.exec.outputs_free() => {
-                // An output of the last step is still held: capturing now would give the
-                // graph an allocation of its own for it. Captured at a later step.
+            // An output of the last step still held (and not movable to a copy): capturing
+            // now would give the graph an allocation of its own for it. Captured later.
+            Capture::Armed if !self.exec.reclaim_outputs()? => {
                 self.capture = Capture::Armed;
                 self.run_planned(params)
             }
@@ -227,7 +227,7 @@ impl TrainStep {
                 }
             }
             Capture::Ready(c) => {
-                let replayed = if c.fits(&self.exec, &self.args, params) {
+                let replayed = if c.fits(&self.args, params) {
                     c.replay(&mut self.exec, &self.args, params, &mut self.outs)
                 } else {
                     Ok(false)

@@ -1,9 +1,9 @@
 //! The kernels a planned graph runs into its own buffers for the nodes of a training step's
 //! backward and loss: gradient maps, broadcasting arithmetic, sums, broadcasts and copies, each
 //! the "write into `out`" twin of an eager kernel (same per-element functions, same summation
-//! order, so the same bits). Host only: a planned graph runs on the CPU (`graph::Executor`
-//! refuses other devices), so this family is implemented by the CPU storage alone and the
-//! forwarders name any other operand as not supported here.
+//! order, so the same bits). Host kernels: on a CUDA device the graph executor runs these
+//! nodes' eager operators and copies the results into its buffers, so only `copy_into` has a
+//! CUDA arm here; the forwarders name any other operand as not supported.
 
 use super::{CsrIndex, CsrView, IndexStorage, MapGrad, Storage};
 use crate::error::{Error, Result};
