@@ -18,7 +18,21 @@
 //! before each replay, with the eager operator's error.
 
 use super::exec::{Executor, HostCheck};
+#[cfg(feature = "cuda")]
+use crate::cuda::DeviceGraph;
 use crate::{ArrayData, Device, Error, NDArray, Result};
+
+/// Without the CUDA backend no array lives on a CUDA device, so nothing is ever captured.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug)]
+struct DeviceGraph;
+
+#[cfg(not(feature = "cuda"))]
+impl DeviceGraph {
+    fn launch(&self) -> Result<()> {
+        Err(Error::arg(OP, "no CUDA backend in this build"))
+    }
+}
 
 const OP: &str = "CUDA graph";
 
@@ -41,8 +55,7 @@ pub(crate) enum Capture {
 /// A captured step and the addresses it was captured over.
 #[derive(Debug)]
 pub(crate) struct Captured {
-    #[cfg(feature = "cuda")]
-    graph: crate::cuda::DeviceGraph,
+    graph: DeviceGraph,
     /// The arrays the graph reads its call inputs from (each step's inputs are copied in).
     staging: Vec<NDArray>,
     /// Their device addresses.
@@ -122,19 +135,9 @@ impl Captured {
         {
             return Ok(false);
         }
-        self.launch()?;
+        self.graph.launch()?;
         exec.outputs_to(&self.staging, params, outs)?;
         Ok(true)
-    }
-
-    #[cfg(feature = "cuda")]
-    fn launch(&self) -> Result<()> {
-        self.graph.launch()
-    }
-
-    #[cfg(not(feature = "cuda"))]
-    fn launch(&self) -> Result<()> {
-        Err(Error::arg(OP, "no CUDA backend in this build"))
     }
 }
 
@@ -166,17 +169,12 @@ pub(crate) fn capture(
     let staging: Vec<NDArray> = inputs.iter().map(NDArray::copy).collect();
     let staging_at: Vec<Option<u64>> = staging.iter().map(address).collect();
     let params_at: Vec<Option<u64>> = params.iter().map(address).collect();
-    record(exec, ordinal, &staging, params, outs).map(|g| {
-        #[cfg(not(feature = "cuda"))]
-        let _ = g;
-        Captured {
-            #[cfg(feature = "cuda")]
-            graph: g,
-            staging,
-            staging_at,
-            params_at,
-            checks,
-        }
+    record(exec, ordinal, &staging, params, outs).map(|graph| Captured {
+        graph,
+        staging,
+        staging_at,
+        params_at,
+        checks,
     })
 }
 
@@ -188,7 +186,7 @@ fn record(
     staging: &[NDArray],
     params: &[NDArray],
     outs: &mut Vec<NDArray>,
-) -> std::result::Result<crate::cuda::DeviceGraph, String> {
+) -> std::result::Result<DeviceGraph, String> {
     crate::cuda::begin_capture(ordinal).map_err(|e| e.to_string())?;
     exec.set_checks_done(true);
     let ran = crate::autograd::pause(|| exec.run_to(staging, params, outs));
@@ -208,6 +206,6 @@ fn record(
     _: &[NDArray],
     _: &[NDArray],
     _: &mut Vec<NDArray>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<DeviceGraph, String> {
     Err("no CUDA backend in this build".into())
 }
