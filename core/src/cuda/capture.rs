@@ -5,7 +5,8 @@
 //! The stream is the device's one stream (`driver.rs`), so everything the backend queues
 //! while capturing lands in the graph. Work that needs the host in the middle (a copy to the
 //! host, a synchronization) cannot be captured: it fails the capture, and the caller runs the
-//! work normally instead.
+//! work normally instead. Other threads' work on the same device while a capture runs would be
+//! recorded too (their copies to the host are refused): capture from one thread at a time.
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaGraph;

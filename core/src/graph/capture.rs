@@ -142,40 +142,61 @@ impl Captured {
 }
 
 /// Capture one run of `exec` over `inputs` and `params` on `device` and launch it: the
-/// outputs go to `outs`, the capture is returned. `Err(why)` when the step cannot be captured;
-/// then nothing ran (the caller runs the step normally).
+/// outputs go to `outs`, the capture is returned. `Ok(Err(why))` when the step cannot be
+/// captured; then nothing ran (the caller runs the step normally). `Err` is the step's own
+/// error (labels that fail their check, a device that cannot hold the input copies).
 pub(crate) fn capture(
     exec: &mut Executor,
     device: Device,
     inputs: &[NDArray],
     params: &[NDArray],
     outs: &mut Vec<NDArray>,
-) -> std::result::Result<Captured, String> {
+) -> Result<std::result::Result<Captured, String>> {
     let Device::Cuda(ordinal) = device else {
-        return Err(format!("CUDA graphs capture CUDA devices, not {device:?}"));
+        return Ok(Err(format!(
+            "CUDA graphs capture CUDA devices, not {device:?}"
+        )));
     };
     if !exec.outputs_planned() {
-        return Err("an output of the step is made by an eager operator".into());
+        return Ok(Err(
+            "an output of the step is made by an eager operator".into()
+        ));
     }
-    let checks = exec.host_checks()?;
+    let checks = match exec.host_checks() {
+        Ok(c) => c,
+        Err(why) => return Ok(Err(why)),
+    };
     if let Some(x) = inputs.iter().find(|x| address(x).is_none()) {
-        return Err(format!(
+        return Ok(Err(format!(
             "an input is {:?} on {:?}: a captured step takes dense device arrays",
             x.stype(),
             x.device()
-        ));
+        )));
     }
-    run_checks(&checks, inputs).map_err(|e| e.to_string())?;
-    let staging: Vec<NDArray> = inputs.iter().map(NDArray::copy).collect();
+    run_checks(&checks, inputs)?;
+    let staging = inputs.iter().map(deep_copy).collect::<Result<Vec<_>>>()?;
     let staging_at: Vec<Option<u64>> = staging.iter().map(address).collect();
     let params_at: Vec<Option<u64>> = params.iter().map(address).collect();
-    record(exec, ordinal, &staging, params, outs).map(|graph| Captured {
-        graph,
-        staging,
-        staging_at,
-        params_at,
-        checks,
-    })
+    Ok(
+        record(exec, ordinal, &staging, params, outs).map(|graph| Captured {
+            graph,
+            staging,
+            staging_at,
+            params_at,
+            checks,
+        }),
+    )
+}
+
+/// A copy of dense `x` in new memory of its device.
+fn deep_copy(x: &NDArray) -> Result<NDArray> {
+    match &*x.read() {
+        ArrayData::Dense(d) => Ok(NDArray::from_data(ArrayData::Dense(crate::DenseData {
+            shape: d.shape.clone(),
+            buf: d.buf.duplicate()?,
+        }))),
+        _ => Err(Error::arg(OP, "a captured step's inputs are dense")),
+    }
 }
 
 /// Record and launch one run (the CUDA part of [`capture`]).

@@ -271,13 +271,8 @@ impl Executor {
         params: &[NDArray],
         outs: &mut Vec<NDArray>,
     ) -> Result<()> {
-        outs.clear();
         self.execute(inputs, params)?;
-        for k in 0..self.graph.outputs().len() {
-            let o = self.output(k, inputs, params)?;
-            outs.push(o);
-        }
-        Ok(())
+        self.outputs_to(inputs, params, outs)
     }
 
     /// [`Executor::run`] returning the first output only (a block's forward): no list is

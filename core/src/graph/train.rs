@@ -78,11 +78,13 @@ impl TrainStep {
     /// `torch.cuda.graph` does by hand: on a CUDA device, the first step allocates the plan's
     /// buffers, the second is captured, and later steps copy their inputs into the graph's own
     /// and launch it (one launch for the whole step; small batches are bound by launches).
-    /// A step whose graph no longer fits (a parameter replaced by another buffer, an output
-    /// of the last step still held, an input on another device) runs normally and the graph
-    /// is captured again at the next one. Steps on the host run as before. A step that cannot
-    /// be captured (dense device inputs only; work that needs the host mid-step) runs
-    /// normally, with one message saying why ([`TrainStep::cuda_graph_refused`]).
+    /// Outputs of the last step that the caller still holds keep their values (moved to
+    /// copies before a replay writes their buffers). A step whose graph no longer fits (a
+    /// parameter replaced by another buffer, a view sharing an output's buffer, an input on
+    /// another device) runs normally and the graph is captured again at the next one. Steps on
+    /// the host run as before. A step that cannot be captured (dense device inputs only; work
+    /// that needs the host mid-step) runs normally, with one message saying why
+    /// ([`TrainStep::cuda_graph_refused`]).
     pub fn set_cuda_graph(&mut self, on: bool) {
         self.capture = if on { Capture::Warming } else { Capture::Off };
     }
@@ -203,15 +205,30 @@ impl TrainStep {
                 };
                 r
             }
-            // An output of the last step still held (and not movable to a copy): capturing
-            // now would give the graph an allocation of its own for it. Captured later.
-            Capture::Armed if !self.exec.reclaim_outputs()? => {
-                self.capture = Capture::Armed;
-                self.run_planned(params)
-            }
             Capture::Armed => {
+                // Outputs of the last step still held move to copies first; one that cannot
+                // (a view shares its buffer) would give the graph an allocation of its own:
+                // captured at a later step.
+                match self.exec.reclaim_outputs() {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.capture = Capture::Armed;
+                        return self.run_planned(params);
+                    }
+                    Err(e) => {
+                        self.capture = Capture::Armed;
+                        return Err(e);
+                    }
+                }
                 let made =
                     capture::capture(&mut self.exec, device, &self.args, params, &mut self.outs);
+                let made = match made {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.capture = Capture::Armed;
+                        return Err(e);
+                    }
+                };
                 match made {
                     Ok(c) => {
                         self.capture = Capture::Ready(Box::new(c));
