@@ -355,3 +355,92 @@ fn buffers_are_shared_across_sizes_with_the_same_bits() {
     assert_eq!(bits(&view), want1);
     assert_eq!(bits(&o2), want2);
 }
+
+#[test]
+fn exact_size_plans_share_buffers_only_within_one_size() {
+    // The plan a CUDA device runs: a device buffer cannot show a prefix of itself.
+    let p = vec![
+        f32s(&[6, 16], -0.5, 0.5, 21),
+        f32s(&[16, 4], -0.5, 0.5, 22),
+        f32s(&[4, 12], -0.5, 0.5, 23),
+        f32s(&[12, 2], -0.5, 0.5, 24),
+    ];
+    let g = graph_of(&funnel, &f32s(&[8, 6], -1.0, 1.0, 25), &p);
+    let plan = MemoryPlan::exact_sizes(&g);
+    for (v, slot) in plan.slot_of.iter().enumerate() {
+        if let Some(s) = slot {
+            let info = &g.values()[v];
+            let bytes = info.shape.iter().product::<usize>() * info.dtype.size_of();
+            assert_eq!(
+                plan.slot_bytes[*s], bytes,
+                "value {v} in slot {s}: {plan:?}"
+            );
+        }
+    }
+    // Four sizes (8 x 16, 4, 12, 2): at least a buffer each, more than the shared plan's two.
+    assert!(plan.slot_bytes.len() >= 4, "{plan:?}");
+    assert_eq!(plan.in_place, MemoryPlan::of(&g).in_place);
+}
+
+#[test]
+fn host_checks_name_the_label_inputs_a_captured_step_checks_itself() {
+    use super::exec::HostCheck;
+    let x = NDArray::from_vec((0..8).map(|i| (i % 5) as f32).collect(), &[8]).unwrap();
+    fn hot(a: &NDArray) -> crate::Result<NDArray> {
+        a.one_hot(5, 1.0, 0.0, crate::DType::F32)
+    }
+    let checks = |f: &Forward| Executor::new(graph_of(f, &x, &[])).host_checks();
+    // Labels checked, reshaped and one-hot encoded (a sparse-label loss): the check covers
+    // the encoding.
+    let loss_like: &Forward = &|x, _| Ok(vec![hot(&x.check_class_ids(5, 8)?.reshape(&[8])?)?]);
+    let want = HostCheck::ClassIds {
+        classes: 5,
+        count: 8,
+    };
+    assert_eq!(checks(loss_like).unwrap(), vec![(0, want)]);
+    // Ids encoded without a check need whole numbers.
+    assert_eq!(
+        checks(&|x, _| Ok(vec![hot(x)?])).unwrap(),
+        vec![(0, HostCheck::WholeIds)]
+    );
+    assert!(HostCheck::WholeIds.run(&x).is_ok());
+    let bad = NDArray::from_vec(vec![0.5f32; 8], &[8]).unwrap();
+    assert!(HostCheck::WholeIds.run(&bad).is_err());
+    assert!(want.run(&bad).is_err());
+    // Ids computed inside the graph cannot be checked before it runs.
+    let why = checks(&|x, _| Ok(vec![hot(&x.mul_scalar(1.0)?)?])).unwrap_err();
+    assert!(why.contains("one_hot"), "{why}");
+}
+
+#[test]
+fn reclaimed_outputs_keep_their_values_for_their_holder() {
+    let p = vec![
+        f32s(&[6, 16], -0.5, 0.5, 21),
+        f32s(&[16, 4], -0.5, 0.5, 22),
+        f32s(&[4, 12], -0.5, 0.5, 23),
+        f32s(&[12, 2], -0.5, 0.5, 24),
+    ];
+    let (x1, x2) = (f32s(&[8, 6], -1.0, 1.0, 25), f32s(&[8, 6], -1.0, 1.0, 26));
+    let mut e = Executor::new(graph_of(&funnel, &x1, &p));
+    let want1 = bits(&funnel(&x1, &p).unwrap()[0]);
+    let want2 = bits(&funnel(&x2, &p).unwrap()[0]);
+    // Held output: moved to a copy, and the next run (which would write the same buffer, as a
+    // replayed CUDA graph does) leaves it alone.
+    let o = e.run(std::slice::from_ref(&x1), &p).unwrap().remove(0);
+    assert!(e.reclaim_outputs().unwrap());
+    // The executor let go of the caller's array (it holds the buffer under a new handle).
+    assert_eq!(Arc::strong_count(&o.inner), 1);
+    let o2 = e.run(std::slice::from_ref(&x2), &p).unwrap().remove(0);
+    assert_eq!(bits(&o), want1);
+    assert_eq!(bits(&o2), want2);
+    drop(o2);
+    // Nothing held: nothing to move.
+    assert!(e.reclaim_outputs().unwrap());
+    // A view sharing the output's buffer cannot be moved.
+    let o = e.run(std::slice::from_ref(&x1), &p).unwrap().remove(0);
+    let view = o.detach();
+    drop(o);
+    assert!(!e.reclaim_outputs().unwrap());
+    let _ = e.run(std::slice::from_ref(&x2), &p).unwrap();
+    assert_eq!(bits(&view), want1);
+}
