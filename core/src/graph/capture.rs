@@ -174,7 +174,10 @@ pub(crate) fn capture(
         )));
     }
     run_checks(&checks, inputs)?;
-    let staging = inputs.iter().map(deep_copy).collect::<Result<Vec<_>>>()?;
+    let staging = inputs
+        .iter()
+        .map(NDArray::try_copy)
+        .collect::<Result<Vec<_>>>()?;
     let staging_at: Vec<Option<u64>> = staging.iter().map(address).collect();
     let params_at: Vec<Option<u64>> = params.iter().map(address).collect();
     Ok(
@@ -186,17 +189,6 @@ pub(crate) fn capture(
             checks,
         }),
     )
-}
-
-/// A copy of dense `x` in new memory of its device.
-fn deep_copy(x: &NDArray) -> Result<NDArray> {
-    match &*x.read() {
-        ArrayData::Dense(d) => Ok(NDArray::from_data(ArrayData::Dense(crate::DenseData {
-            shape: d.shape.clone(),
-            buf: d.buf.duplicate()?,
-        }))),
-        _ => Err(Error::arg(OP, "a captured step's inputs are dense")),
-    }
 }
 
 /// Record and launch one run (the CUDA part of [`capture`]).

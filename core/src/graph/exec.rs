@@ -186,13 +186,6 @@ impl Executor {
             let Some(h) = self.handles[o].as_ref() else {
                 return Ok(false);
             };
-            if Arc::strong_count(&h.inner) == 1 {
-                let unshared = matches!(&*h.read(), ArrayData::Dense(d) if d.buf.is_unshared());
-                if unshared {
-                    continue;
-                }
-                return Ok(false);
-            }
             let mine = {
                 let mut w = h.write();
                 let ArrayData::Dense(d) = &mut *w else {
@@ -200,6 +193,9 @@ impl Executor {
                 };
                 if !d.buf.is_unshared() {
                     return Ok(false);
+                }
+                if Arc::strong_count(&h.inner) == 1 {
+                    continue;
                 }
                 let copy = d.buf.duplicate()?;
                 DenseData {

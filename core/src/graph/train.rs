@@ -192,13 +192,11 @@ impl TrainStep {
     /// A step on a device: replayed, captured or run as [`TrainStep::set_cuda_graph`] says.
     fn run_on_device(&mut self, device: crate::Device, params: &[NDArray]) -> Result<()> {
         match std::mem::take(&mut self.capture) {
-            Capture::Off => {
-                self.capture = Capture::Off;
-                self.run_planned(params)
-            }
+            // `take` left `Off` in place.
+            Capture::Off => self.run_planned(params),
             Capture::Warming => {
                 let r = self.run_planned(params);
-                self.capture = if r.is_ok() && self.exec.device() == device {
+                self.capture = if r.is_ok() {
                     Capture::Armed
                 } else {
                     Capture::Warming

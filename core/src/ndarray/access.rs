@@ -191,15 +191,19 @@ impl NDArray {
     /// # Panics
     /// When a device cannot allocate the copy.
     pub fn copy(&self) -> NDArray {
-        let d = self.data();
-        let deep = match d {
+        self.try_copy().unwrap_or_else(|e| panic!("copy: {e}"))
+    }
+
+    /// [`NDArray::copy`], with a device that cannot allocate the copy as an error.
+    pub(crate) fn try_copy(&self) -> crate::Result<NDArray> {
+        let deep = match self.data() {
             ArrayData::Dense(mut dd) => {
-                dd.buf = dd.buf.duplicate().unwrap_or_else(|e| panic!("copy: {e}"));
+                dd.buf = dd.buf.duplicate()?;
                 ArrayData::Dense(dd)
             }
             other => other,
         };
-        NDArray::from_data(deep)
+        Ok(NDArray::from_data(deep))
     }
 }
 
