@@ -104,6 +104,44 @@ fn warm_graph_training_step_allocates_nothing() {
     assert_eq!(n, 0, "allocations in a warm L2 step");
 }
 
+/// Products large enough for the blocked GEMM (every `m * n * k` of this MLP, forward and
+/// backward, is at least 64^3), on the calling thread: their packing buffers are the thread's
+/// own, kept from the warm-up, so the step allocates nothing either. Where the CPU lacks
+/// AVX2+FMA the products go through matrixmultiply, which allocates its packing per call.
+#[test]
+fn warm_graph_step_with_blocked_gemm_products_allocates_nothing() {
+    #[cfg(target_arch = "x86_64")]
+    let blocked =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let blocked = false;
+    if !blocked {
+        println!(
+            "SKIPPED warm_graph_step_with_blocked_gemm_products_allocates_nothing: no AVX2+FMA"
+        );
+        return;
+    }
+    let (batch, inp, hidden) = (64, 96, 128);
+    let x = sparrow_core::testing::test_array(&[batch, inp], -1.0, 1.0, 4)
+        .astype(DType::F32)
+        .unwrap();
+    let y = NDArray::from_vec((0..batch).map(|i| (i % 64) as f32).collect(), &[batch]).unwrap();
+    let mut net = Sequential::new();
+    net.add(Dense::new(hidden).activation("relu"))
+        .add(Dense::new(hidden).activation("relu"))
+        .add(Dense::new(64));
+    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    autograd::pause(|| net.forward(&x)).unwrap();
+    let loss = SoftmaxCrossEntropyLoss::new();
+    let mut step = HybridTrainStep::new(&net, &loss);
+    for _ in 0..3 {
+        step.step(&x, &y).unwrap();
+    }
+    let (l, n) = allocations(|| step.step(&x, &y));
+    assert_eq!(l.unwrap().shape(), [batch]);
+    assert_eq!(n, 0, "allocations in a warm step of GEMM-sized products");
+}
+
 #[test]
 fn warm_recorded_step_writes_gradients_into_the_same_buffers() {
     // `record` + `backward()` through a hybridized block: the backward graph writes each

@@ -1,9 +1,10 @@
 //! Dense matrix products on host memory. Every dense product goes through `gemm_into`, which
 //! sends products with a tiny m or k to the memory-bound kernels of `skinny.rs` (f32, x86_64
-//! AVX2) and otherwise picks a GEMM crate by size: `gemm` for tiny products (its small-matrix
-//! path has the least call overhead), `matrixmultiply` for everything larger (its AVX2/FMA
-//! kernels are faster than gemm 0.19's on this class of machine), split over rayon's threads
-//! for large ones.
+//! AVX2) and otherwise picks a kernel by size: the `gemm` crate for tiny products (its
+//! small-matrix path has the least call overhead); for everything larger `packed.rs` in f32 on
+//! AVX2/FMA (as fast as matrixmultiply here, and its packing buffers are kept per thread, so a
+//! planned step's products allocate nothing) and `matrixmultiply` otherwise (f64, other CPUs);
+//! split over rayon's threads for large ones.
 
 use super::cast::{as_f32, as_f32_mut, SendPtr};
 use crate::dtype::Float;
@@ -72,8 +73,40 @@ macro_rules! gemm_scalar {
         }
     };
 }
-gemm_scalar!(f32, matrixmultiply::sgemm);
 gemm_scalar!(f64, matrixmultiply::dgemm);
+
+impl GemmScalar for f32 {
+    /// Through `packed.rs` where the CPU has AVX2+FMA (its packing buffers are kept per
+    /// thread, so a product allocates nothing once its thread has seen the size), else
+    /// matrixmultiply.
+    unsafe fn mm_gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const f32,
+        a_rs: isize,
+        a_cs: isize,
+        b: *const f32,
+        b_rs: isize,
+        b_cs: isize,
+        c: *mut f32,
+        c_rs: isize,
+        beta: f32,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if (beta == 0.0 || beta == 1.0) && super::packed::available() {
+            // SAFETY: forwarded from the caller's contract; AVX2+FMA checked.
+            unsafe {
+                super::packed::sgemm(m, k, n, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, beta == 1.0)
+            };
+            return;
+        }
+        // SAFETY: forwarded from the caller's contract; beta = 0 means c is only written.
+        unsafe {
+            matrixmultiply::sgemm(m, k, n, 1.0, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, c_rs, 1)
+        }
+    }
+}
 
 /// Whether every element `(r, c)`, `r < rows`, `c < cols`, at `r * rs + c * cs` lies inside a
 /// slice of `len` elements (no overflow, no negative offset). O(1): the extreme offsets are at
@@ -193,56 +226,68 @@ pub(crate) fn gemm_into<T: GemmScalar>(
     let len = if split_rows { m } else { n };
     let block = len.div_ceil(threads).next_multiple_of(SPLIT_ALIGN);
     let c = SendPtr(dst.as_mut_ptr());
-    rayon::scope(|s| {
-        for start in (0..len).step_by(block) {
-            let size = block.min(len - start);
-            s.spawn(move |_| {
-                let (ap, bp) = (a.as_ptr(), b.as_ptr());
-                // SAFETY: block `start..start + size` of rows (or columns) lies inside the
-                // m x n output and inside a's rows (or b's columns) (the slices cover the dims:
-                // asserted at the top of `gemm_into`), so every offset pointer
-                // stays in its slice; blocks are disjoint, so no two tasks write the same
-                // element, and the scope ends while dst is still mutably borrowed here.
-                unsafe {
-                    if split_rows {
-                        let a_blk = ap.offset(start as isize * a_rs);
-                        let c_blk = c.get().add(start * n);
-                        T::mm_gemm(
-                            size,
-                            k,
-                            n,
-                            a_blk,
-                            a_rs,
-                            a_cs,
-                            bp,
-                            b_rs,
-                            b_cs,
-                            c_blk,
-                            n as isize,
-                            <T as num_traits::Zero>::zero(),
-                        );
-                    } else {
-                        let b_blk = bp.offset(start as isize * b_cs);
-                        let c_blk = c.get().add(start);
-                        T::mm_gemm(
-                            m,
-                            k,
-                            size,
-                            ap,
-                            a_rs,
-                            a_cs,
-                            b_blk,
-                            b_rs,
-                            b_cs,
-                            c_blk,
-                            n as isize,
-                            <T as num_traits::Zero>::zero(),
-                        );
-                    }
-                }
-            });
+    let run_block = move |start: usize| {
+        let size = block.min(len - start);
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        // SAFETY: block `start..start + size` of rows (or columns) lies inside the m x n output
+        // and inside a's rows (or b's columns) (the slices cover the dims: asserted at the top
+        // of `gemm_into`), so every offset pointer stays in its slice; blocks are disjoint, so
+        // no two tasks write the same element, and every task ends before `gemm_into` returns
+        // while dst is still mutably borrowed here.
+        unsafe {
+            if split_rows {
+                let a_blk = ap.offset(start as isize * a_rs);
+                let c_blk = c.get().add(start * n);
+                T::mm_gemm(
+                    size,
+                    k,
+                    n,
+                    a_blk,
+                    a_rs,
+                    a_cs,
+                    bp,
+                    b_rs,
+                    b_cs,
+                    c_blk,
+                    n as isize,
+                    <T as num_traits::Zero>::zero(),
+                );
+            } else {
+                let b_blk = bp.offset(start as isize * b_cs);
+                let c_blk = c.get().add(start);
+                T::mm_gemm(
+                    m,
+                    k,
+                    size,
+                    ap,
+                    a_rs,
+                    a_cs,
+                    b_blk,
+                    b_rs,
+                    b_cs,
+                    c_blk,
+                    n as isize,
+                    <T as num_traits::Zero>::zero(),
+                );
+            }
         }
-    });
+    };
+    let blocks = len.div_ceil(block);
+    join_blocks(0, blocks, &|i| run_block(i * block));
+}
+
+/// Runs `f(i)` for every `i` in `lo..hi` over rayon's threads by halving the range with
+/// `rayon::join`, whose jobs live on the stack (a `rayon::scope` boxes every spawned task, an
+/// allocation per block of every product).
+fn join_blocks(lo: usize, hi: usize, f: &(dyn Fn(usize) + Sync)) {
+    match hi - lo {
+        0 => {}
+        1 => f(lo),
+        len => {
+            let mid = lo + len / 2;
+            rayon::join(|| join_blocks(lo, mid, f), || join_blocks(mid, hi, f));
+        }
+    }
 }
 
 /// `dst (+)= a(m x k, strides) * b(k x n, strides)` into a row-major `m x n` buffer on the

@@ -23,6 +23,8 @@ pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod map;
 pub(crate) mod mapped;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod packed;
 mod planned;
 pub(crate) mod pool;
 pub(crate) mod radix;
