@@ -459,6 +459,8 @@ fn main() -> Result<()> {
 
     // The tutorial's (c) model on a synthetic csr batch.
     let xc = sparrow::core::testing::test_csr(10, 1_000_000, 1e-5, 3, DType::F32);
+    // Grouped by column ahead, as `LibSVMIter` does for every batch on its producer thread.
+    xc.prepare_csr_transpose();
     let yc = NDArray::from_vec((0..10).map(|i| (i % 2) as f32).collect(), &[10])?;
     let tut = |h: bool| {
         let mut s = Sequential::new();

@@ -384,3 +384,57 @@ fn dot_csr_dense_rejects_bad_operands_with_errors() {
     assert!(e.contains("2-D"), "{e}");
 }
 }
+
+/// `zero_grad` of a row_sparse gradient hands back the empty table it made last time while
+/// only the array holds it (a trainer clears every consumed sparse gradient, each step), and
+/// makes a new one when the caller kept the last one or it gained rows.
+#[test]
+fn zero_grad_of_a_row_sparse_gradient_reuses_its_empty_table() {
+    let x = csr_f64(3, 20, 0.2, 17);
+    let w = test_array(&[20, 2], -1.0, 1.0, 18);
+    w.attach_grad_with(GradReq::Write, SType::RowSparse);
+    let backward = || {
+        autograd::record(|| x.dot(&w)).unwrap().backward().unwrap();
+        let g = w.grad().unwrap();
+        assert!(g.to_f64_vec().iter().any(|v| *v != 0.0), "the batch has rows");
+    };
+    let empty = |g: &NDArray| {
+        assert_eq!(g.stype(), SType::RowSparse);
+        assert_eq!(g.shape(), [20, 2]);
+        assert!(g.to_f64_vec().iter().all(|v| *v == 0.0));
+    };
+    backward();
+    w.zero_grad();
+    let first = w.grad().unwrap().id();
+    w.zero_grad();
+    assert_eq!(w.grad().unwrap().id(), first, "cleared twice: the same table");
+    backward();
+    w.zero_grad();
+    assert_eq!(w.grad().unwrap().id(), first, "after a backward: the same table");
+    // Kept by the caller: a new one, the kept one untouched.
+    let kept = w.grad().unwrap();
+    backward();
+    w.zero_grad();
+    let second = w.grad().unwrap();
+    assert_ne!(second.id(), first);
+    empty(&kept);
+    empty(&second);
+    drop((kept, second));
+    // Rows written into the empty table (an in-place replacement): not handed out again.
+    w.zero_grad();
+    let g = w.grad().unwrap();
+    let third = g.id();
+    let mut one_row = vec![0.0f64; 40];
+    one_row[6] = 1.0;
+    let rows = NDArray::from_vec(one_row, &[20, 2])
+        .unwrap()
+        .tostype(SType::RowSparse)
+        .unwrap();
+    g.assign(&rows);
+    assert!(g.nnz() > 0);
+    drop(g);
+    w.zero_grad();
+    let fresh = w.grad().unwrap();
+    assert_ne!(fresh.id(), third, "a table with rows is not reused");
+    empty(&fresh);
+}

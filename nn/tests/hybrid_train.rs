@@ -122,6 +122,75 @@ fn csr_tutorial_model_keeps_a_row_sparse_weight_gradient() {
     assert_eq!(w.grad().unwrap().stype(), SType::RowSparse);
 }
 
+/// The graph rewrites last step's row_sparse weight gradient in place when nobody holds it
+/// (its values buffer viewed at the new batch's row count), and makes a new one when the
+/// batch touches more rows than the buffer has or the caller kept the last one: over batches
+/// touching different numbers of columns every gradient is the eager one, bit for bit, and a
+/// gradient the caller kept keeps its values.
+#[test]
+fn row_sparse_gradient_rewritten_across_batches_and_kept_ones_left_alone() {
+    let y = NDArray::from_vec((0..10).map(|i| (i % 2) as f32).collect(), &[10]).unwrap();
+    let densities = [0.01, 0.04, 0.02, 0.04, 0.02, 0.01];
+    let batches: Vec<NDArray> = densities
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| {
+            let x = test_csr(10, 500, d, 20 + k as u64, DType::F32);
+            x.prepare_csr_transpose();
+            x
+        })
+        .collect();
+    let (eager, hyb) = (tutorial_model(), tutorial_model());
+    for n in [&eager, &hyb] {
+        n.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+        autograd::pause(|| n.forward(&batches[0])).unwrap();
+    }
+    copy_params(&eager, &hyb);
+    let loss = SigmoidBinaryCrossEntropyLoss::new();
+    let mut step = HybridTrainStep::new(&hyb, &loss);
+    let params = hyb.collect_params().unwrap();
+    let first = params
+        .iter()
+        .find(|(_, p)| p.grad_stype() == SType::RowSparse)
+        .map(|(_, p)| p.clone())
+        .expect("a row_sparse weight gradient");
+    let mut kept: Option<(NDArray, Vec<f64>)> = None;
+    let mut ids = Vec::new();
+    for (k, x) in batches.iter().enumerate() {
+        eager_step(&eager, &loss, x, &y);
+        step.step(x, &y).unwrap();
+        for ((n, ge), (_, gh)) in grads(&eager).iter().zip(grads(&hyb)) {
+            let (ge, gh) = (ge.as_ref().unwrap(), gh.as_ref().unwrap());
+            assert_eq!(ge.stype(), gh.stype(), "{n}, batch {k}");
+            assert_eq!(
+                ge.tostype(SType::Dense).unwrap().to_f64_vec(),
+                gh.tostype(SType::Dense).unwrap().to_f64_vec(),
+                "gradient of {n}, batch {k}"
+            );
+        }
+        if let Some((g, v)) = &kept {
+            assert_eq!(
+                &g.tostype(SType::Dense).unwrap().to_f64_vec(),
+                v,
+                "a kept gradient changed at batch {k}"
+            );
+        }
+        let g = first.grad().unwrap();
+        ids.push(g.id());
+        match k {
+            1 => kept = Some((g.clone(), g.tostype(SType::Dense).unwrap().to_f64_vec())),
+            3 => kept = None,
+            _ => {}
+        }
+    }
+    ids.dedup();
+    assert_eq!(
+        ids.len(),
+        batches.len(),
+        "every step's gradient is a new array: {ids:?}"
+    );
+}
+
 #[test]
 fn training_over_steps_matches_eager() {
     let x = arr(&[32, 10], -1.0, 1.0, 6);

@@ -67,6 +67,10 @@ pub(crate) struct AutogradMeta {
     pub grad_stype: SType,
     /// The operator that produced this array, when recorded.
     pub node: Option<Arc<Node>>,
+    /// The empty row_sparse gradient `zero_grad` last set, handed out again while it is still
+    /// empty and nobody else holds it: clearing a consumed gradient after every step (what a
+    /// trainer does) then allocates nothing.
+    pub empty_grad: Option<NDArray>,
 }
 
 impl NDArray {
@@ -133,8 +137,38 @@ impl NDArray {
     /// Reset the gradient to zeros of its storage type (a row_sparse gradient becomes empty).
     pub fn zero_grad(&self) {
         let mut m = self.inner.meta.lock().unwrap_or_else(|e| e.into_inner());
-        if m.attached {
-            m.grad = self.zero_grad_buffer(m.grad_stype);
+        if !m.attached {
+            return;
+        }
+        if m.grad_stype == SType::RowSparse {
+            let m = &mut *m;
+            // The last empty gradient again, if only this meta holds it (as its cache, and
+            // perhaps as the gradient) and it is still an empty table of this array's kind (a
+            // gradient accumulated in place would have rows).
+            let reusable = m.empty_grad.as_ref().is_some_and(|e| {
+                let holders = 1 + usize::from(m.grad.as_ref().is_some_and(|g| g.same_array(e)));
+                Arc::strong_count(&e.inner) == holders && self.is_empty_table(e)
+            });
+            if !reusable {
+                m.empty_grad = self.zero_grad_buffer(SType::RowSparse);
+            }
+            m.grad = m.empty_grad.clone();
+            return;
+        }
+        m.grad = self.zero_grad_buffer(m.grad_stype);
+    }
+
+    /// Whether `e` is a row_sparse array without rows of this array's shape, dtype and device.
+    fn is_empty_table(&self, e: &NDArray) -> bool {
+        let (d, ed) = (self.read(), e.read());
+        match &*ed {
+            crate::ndarray::ArrayData::RowSparse(r) => {
+                r.indices.is_empty()
+                    && r.shape.as_slice() == d.shape()
+                    && r.data.dtype() == d.dtype()
+                    && r.data.device() == d.device()
+            }
+            _ => false,
         }
     }
 

@@ -151,33 +151,58 @@ pub(crate) fn segment_sum_grouped<T: Float>(
     src: &[T],
     row_len: usize,
 ) -> Vec<T> {
+    let n = starts.len().saturating_sub(1) * row_len;
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    crate::sys::advise_huge_pages(out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+    segment_sum_grouped_to(
+        starts,
+        order,
+        srow,
+        w,
+        src,
+        row_len,
+        &mut out.spare_capacity_mut()[..n],
+    );
+    // SAFETY: `segment_sum_grouped_to` wrote every one of the n elements (its contract).
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// [`segment_sum_grouped`] into `out` (`(starts.len() - 1) * row_len` slots, every one
+/// written): the same kernels, so the same bits.
+pub(crate) fn segment_sum_grouped_to<T: Float>(
+    starts: &[usize],
+    order: &[usize],
+    srow: &[usize],
+    w: Option<&[T]>,
+    src: &[T],
+    row_len: usize,
+    out: &mut [MaybeUninit<T>],
+) {
     let groups = starts.len().saturating_sub(1);
+    debug_assert_eq!(out.len(), groups * row_len);
     let work = order.len() * row_len;
     if work < PAR_WORK && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() {
         // A small sum on this thread: the f32 AVX2 loop over all groups, if the CPU has it.
-        let n = groups * row_len;
-        let mut out: Vec<T> = Vec::with_capacity(n);
         // SAFETY: T is f32 (checked above), so these casts only rename the element type.
         let done = unsafe {
             let o = std::slice::from_raw_parts_mut(
-                out.spare_capacity_mut().as_mut_ptr() as *mut MaybeUninit<f32>,
-                n,
+                out.as_mut_ptr() as *mut MaybeUninit<f32>,
+                out.len(),
             );
             let s = std::slice::from_raw_parts(src.as_ptr() as *const f32, src.len());
             let w = w.map(|w| std::slice::from_raw_parts(w.as_ptr() as *const f32, w.len()));
             segment_rows_f32(o, s, row_len, starts, order, srow, w)
         };
         if done {
-            // SAFETY: `segment_rows_f32` wrote every one of the n elements.
-            unsafe { out.set_len(n) };
-            return out;
+            return;
         }
     }
     // A source that fits in L2 (the head gradient of a small batch) is read from cache anyway:
     // per-entry prefetch instructions would only cost time there.
     let far = std::mem::size_of_val(src) > PREFETCH_MIN_BYTES;
     let min_len = (4096 / row_len.max(1)).max(1);
-    fill_rows(groups, row_len, min_len, work, |g, orow| {
+    for_each_row(out, row_len, min_len, work, |g, orow| {
         let start = starts[g];
         gather_sum_row(
             orow,

@@ -11,7 +11,10 @@ use rayon::prelude::*;
 use super::cast::as_f32;
 use super::gather::{csr_rows_f32, gather_sum_row, PREFETCH_AHEAD};
 use super::rows::axpy;
-use super::segment::{fill_rows, for_each_row, segment_sum_grouped, segment_sum_rows, PAR_WORK};
+use super::segment::{
+    fill_rows, for_each_row, segment_sum_grouped, segment_sum_grouped_to, segment_sum_rows,
+    PAR_WORK,
+};
 use super::{with_buffer, CpuStorage, HostElement};
 use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
@@ -174,6 +177,51 @@ fn csr_dense_typed_to<T: Float>(
 }
 
 impl CpuStorage {
+    /// The stored rows of `x^T . g` ([`SparseDotOps::csr_t_dense`], `self` the csr's values)
+    /// written into `out`, a buffer of `groups * n` elements: what a planned graph runs to
+    /// rewrite last step's row_sparse weight gradient (same kernel, same bits).
+    pub(crate) fn csr_t_dense_into(
+        &self,
+        x: Csr<'_>,
+        g: &Self,
+        n: usize,
+        groups: &ColumnGroups,
+        out: &mut Self,
+    ) -> Result<()> {
+        const OP: &str = "dot";
+        let (nnz, _, _) = parts(&x);
+        let have = out.dtype();
+        float_dispatch!(self.dtype(), OP, T => {
+            let vals = values::<T>(OP, self, &x, nnz)?;
+            let gs = typed::<T>(OP, self, g)?;
+            let o = out
+                .writable::<T>(OP)?
+                .ok_or_else(|| Error::dtype_mismatch(OP, self.dtype(), have))?;
+            let rows = groups.starts.len().saturating_sub(1);
+            if o.len() != rows * n || gs.len() != x.shape[0] * n {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "csr^T {:?} . dense of {} into {} elements ({rows} rows of {n})",
+                        x.shape,
+                        gs.len(),
+                        o.len()
+                    ),
+                ));
+            }
+            segment_sum_grouped_to(
+                &groups.starts,
+                &groups.order,
+                &groups.rows,
+                Some(vals),
+                gs,
+                n,
+                crate::cpu::elementwise::as_slots(o),
+            )
+        });
+        Ok(())
+    }
+
     /// `csr . dense` ([`SparseDotOps::csr_dense`], `self` the csr's values) written into
     /// `out`, a buffer of `rows * n` elements: what a planned graph's forward `dot` of a csr
     /// batch runs.

@@ -43,8 +43,12 @@ pub struct Executor {
     plan: MemoryPlan,
     forms: Vec<Option<Form>>,
     source: Vec<Source>,
-    /// Per value defined by a node: its handle (kept across runs for planned values; released
-    /// after the last reader for fallback outputs).
+    /// Per value: a fallback node's output that the node can rewrite in place
+    /// ([`Op::apply_over`](super::Op::apply_over)); as a graph output its handle is kept
+    /// after the run, so the next run rewrites it if the caller let it go.
+    rewritable: Vec<bool>,
+    /// Per value defined by a node: its handle (kept across runs for planned values and
+    /// rewritable outputs; released after the last reader for other fallback outputs).
     handles: Vec<Option<NDArray>>,
     /// Per planned buffer: the value whose handle holds it now.
     holder: Vec<Option<usize>>,
@@ -74,7 +78,12 @@ impl Executor {
             source[p.value] = Source::Param(k);
         }
         let (chains, chain_of) = chains_of(&graph, &forms, &plan);
+        let mut rewritable = vec![false; graph.values().len()];
+        for (n, form) in graph.nodes().iter().zip(&forms) {
+            rewritable[n.output] = form.is_none() && n.op.rewrites_over();
+        }
         Executor {
+            rewritable,
             chains,
             chain_of,
             handles: vec![None; graph.values().len()],
@@ -289,7 +298,7 @@ impl Executor {
             }
         }
         let a = self.value(o, inputs, params, usize::MAX)?.clone();
-        if self.plan.slot_of[o].is_none() && self.source[o] == Source::Node {
+        if self.plan.slot_of[o].is_none() && self.source[o] == Source::Node && !self.rewritable[o] {
             // A fallback output is the caller's now.
             self.handles[o] = None;
         }
@@ -389,7 +398,24 @@ impl Executor {
                         let a = self.value(x, inputs, params, i)?.clone();
                         self.scratch.push(a);
                     }
-                    let r = node.op.apply(&self.scratch);
+                    // Last run's result, if nobody else holds it, is rewritten in place (a
+                    // new id: a new array to its readers).
+                    let mut prev = self.handles[v]
+                        .take()
+                        .filter(|h| Arc::strong_count(&h.inner) == 1);
+                    let over = match &prev {
+                        Some(p) => node.op.apply_over(&self.scratch, p),
+                        None => Ok(false),
+                    };
+                    if let (Ok(true), Some(p)) = (&over, prev.as_mut()) {
+                        self.scratch.clear();
+                        p.renew_id();
+                        self.handles[v] = prev;
+                        self.release(&graph, i..=i);
+                        continue;
+                    }
+                    drop(prev);
+                    let r = over.and_then(|_| node.op.apply(&self.scratch));
                     self.scratch.clear();
                     let out = r?;
                     if !values[v].matches(&out) {

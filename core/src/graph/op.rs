@@ -633,4 +633,26 @@ impl Op {
             Op::Grad(g) => g.apply(x),
         }
     }
+
+    /// Whether [`Op::apply_over`] can rewrite an earlier result of this operator.
+    pub(crate) fn rewrites_over(&self) -> bool {
+        matches!(self, Op::Grad(super::grad::GradFn::CsrTDense))
+    }
+
+    /// This operator's result on `x` written over `out`, an earlier result of it that nobody
+    /// else holds, reusing its buffers: `Ok(false)`, nothing written, for operators without
+    /// such a form or where `out` cannot take the result (the caller then applies the
+    /// operator). Today the row_sparse weight gradient `x^T g` of a csr batch, whose result
+    /// has no planned buffer (its row count depends on the batch).
+    pub(crate) fn apply_over(&self, x: &[NDArray], out: &NDArray) -> Result<bool> {
+        if !self.rewrites_over() {
+            return Ok(false);
+        }
+        match (self, x) {
+            (Op::Grad(super::grad::GradFn::CsrTDense), [xs, g]) => {
+                crate::sparse::csr_t_dense_over(xs, g, out)
+            }
+            _ => Ok(false),
+        }
+    }
 }

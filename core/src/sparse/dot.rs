@@ -12,7 +12,7 @@ use crate::autograd::record_op;
 use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData, DenseData, RowSparseData};
 use crate::storage::CsrIndex;
-use crate::{NDArray, SType};
+use crate::{Device, NDArray, SType};
 
 /// The structure of `c` as the storage seam takes it.
 pub(crate) fn csr_index(c: &CsrData) -> CsrIndex<'_> {
@@ -64,6 +64,57 @@ pub(crate) fn csr_t_dense_of(x: &NDArray, g: &NDArray) -> Result<NDArray> {
     let gd = crate::ndarray::dense_cow(gdata)?;
     check_2d(&gd, "dot")?;
     csr_t_dense_rsp(c, &gd, x.cached_groups_for(c))
+}
+
+/// [`csr_t_dense_of`] written over `out`, a row_sparse result of an earlier call that nobody
+/// else holds (a planned graph's weight gradient from its last step): the stored rows go into
+/// `out`'s values buffer, viewed at this product's length, and the row ids are the grouping's.
+/// `Ok(false)`, nothing written, where that cannot be done without a new buffer (operands not
+/// f32 / f64 on the host, `out` not a row_sparse of the result's shape and dtype, or its buffer
+/// shorter than this product's rows); the caller then makes a new result.
+pub(crate) fn csr_t_dense_over(x: &NDArray, g: &NDArray, out: &NDArray) -> Result<bool> {
+    if x.same_array(g) || out.same_array(x) || out.same_array(g) {
+        return Ok(false);
+    }
+    let (xg, gg) = (x.read(), g.read());
+    let (ArrayData::Csr(c), ArrayData::Dense(gd)) = (&*xg, &*gg) else {
+        return Ok(false);
+    };
+    let dtype = gd.buf.dtype();
+    if c.data.dtype() != dtype
+        || !matches!(dtype, crate::DType::F32 | crate::DType::F64)
+        || gd.buf.device() != Device::Cpu
+        || c.data.device() != Device::Cpu
+        || gd.shape.len() != 2
+        || gd.shape[0] != c.shape[0]
+    {
+        return Ok(false);
+    }
+    let (k, n) = (c.shape[1], gd.shape[1]);
+    let computed;
+    let gr = match x.cached_groups_for(c) {
+        Some(g) => g,
+        None => {
+            computed = Arc::new(ColumnGroups::compute(c));
+            computed
+        }
+    };
+    let mut w = out.write();
+    let ArrayData::RowSparse(r) = &mut *w else {
+        return Ok(false);
+    };
+    let len = gr.uniq.len() * n;
+    if r.shape != [k, n]
+        || r.data.dtype() != dtype
+        || r.data.device() != Device::Cpu
+        || !(r.data.len() == len || r.data.set_view_len(len))
+    {
+        return Ok(false);
+    }
+    c.data
+        .csr_t_dense_into(&csr_index(c), &gd.buf, n, &gr, &mut r.data)?;
+    r.indices = gr.uniq_on(Device::Cpu)?;
+    Ok(true)
 }
 
 /// `a` as a dense array: itself when dense, else densified (no graph).

@@ -9,7 +9,7 @@ pub(crate) use construct::{check_rsp, checked_csr};
 mod convert;
 mod dispatch;
 mod dot;
-pub(crate) use dot::{csr_index, csr_t_dense_of};
+pub(crate) use dot::{csr_index, csr_t_dense_of, csr_t_dense_over};
 mod dot_t;
 mod embedding;
 mod groups;

@@ -239,6 +239,37 @@ impl Storage {
             _ => Err(host_only("dot")),
         }
     }
+    /// The stored rows of `csr^T . dense` (`self` the csr's values, `x` its index, `groups`
+    /// its column grouping) into `out` (`groups * n`): the eager product's kernel
+    /// (`csr_t_dense`) rewriting a row_sparse result's buffer.
+    pub(crate) fn csr_t_dense_into(
+        &self,
+        x: &CsrIndex<'_>,
+        g: &Storage,
+        n: usize,
+        groups: &crate::sparse::ColumnGroups,
+        out: &mut Storage,
+    ) -> Result<()> {
+        match (x.indptr, x.indices, self, g, out) {
+            (
+                IndexStorage::Cpu(p),
+                IndexStorage::Cpu(i),
+                Storage::Cpu(v),
+                Storage::Cpu(g),
+                Storage::Cpu(o),
+            ) => {
+                let view = CsrView {
+                    shape: x.shape,
+                    indptr: p,
+                    indices: i,
+                    offset: x.offset,
+                };
+                v.csr_t_dense_into(view, g, n, groups, o)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(host_only("dot")),
+        }
+    }
     /// See [`PlannedOps::copy_into`].
     pub(crate) fn copy_into(&self, out: &mut Storage) -> Result<()> {
         match (self, out) {
