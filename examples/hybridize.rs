@@ -272,23 +272,27 @@ fn compare_graph_train(
         tg.step(batch)?;
     }
     let (mut t_e, mut t_g) = (Vec::new(), Vec::new());
+    // Allocations over every timed step (all threads; rayon's queue grows by a block now and
+    // then, so a single step's count would be 0 or 1 by chance).
     let (mut al_e, mut al_g, mut pk_e, mut pk_g) = (0, 0, 0, 0);
     for _ in 0..a.rounds {
-        let t0 = Instant::now();
+        let (t0, a0) = (Instant::now(), ALLOCS.load(Ordering::Relaxed));
         for _ in 0..a.steps {
             eager_step(&mut te)?;
         }
         t_e.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
-        let (r, n, p) = measure(|| eager_step(&mut te));
+        al_e += ALLOCS.load(Ordering::Relaxed) - a0;
+        let (r, _, p) = measure(|| eager_step(&mut te));
         r?;
-        (al_e, pk_e) = (n, p);
-        let t0 = Instant::now();
+        pk_e = p;
+        let (t0, a0) = (Instant::now(), ALLOCS.load(Ordering::Relaxed));
         for _ in 0..a.steps {
             step.step(x, y)?;
             tg.step(batch)?;
         }
         t_g.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
-        let (r, n, p) = measure(|| -> Result<()> {
+        al_g += ALLOCS.load(Ordering::Relaxed) - a0;
+        let (r, _, p) = measure(|| -> Result<()> {
             step.step(x, y)?;
             tg.step(batch)
         });
@@ -299,8 +303,10 @@ fn compare_graph_train(
             })?;
         }
         r?;
-        (al_g, pk_g) = (n, p);
+        pk_g = p;
     }
+    let steps = (a.rounds * a.steps) as f64;
+    let (al_e, al_g) = (al_e as f64 / steps, al_g as f64 / steps);
     if let Some(ts) = step.train_step() {
         let plan = ts.plan();
         println!(
@@ -327,8 +333,8 @@ fn compare_graph_train(
     };
     println!(
         "{name:9} graph training step us: eager {me:9.1} ({})  graph {mg:9.1} ({})  \
-         (eager/graph {:.3});  allocations/step: eager {al_e}, graph {al_g};  peak heap/step: \
-         eager {:.2} MB, graph {:.2} MB",
+         (eager/graph {:.3});  allocations/step (mean): eager {al_e:.1}, graph {al_g:.2};  peak \
+         heap/step: eager {:.2} MB, graph {:.2} MB",
         range(&t_e),
         range(&t_g),
         me / mg,

@@ -396,7 +396,10 @@ fn zero_grad_of_a_row_sparse_gradient_reuses_its_empty_table() {
     let backward = || {
         autograd::record(|| x.dot(&w)).unwrap().backward().unwrap();
         let g = w.grad().unwrap();
-        assert!(g.to_f64_vec().iter().any(|v| *v != 0.0), "the batch has rows");
+        assert!(
+            g.to_f64_vec().iter().any(|v| *v != 0.0),
+            "the batch has rows"
+        );
     };
     let empty = |g: &NDArray| {
         assert_eq!(g.stype(), SType::RowSparse);
@@ -407,10 +410,18 @@ fn zero_grad_of_a_row_sparse_gradient_reuses_its_empty_table() {
     w.zero_grad();
     let first = w.grad().unwrap().id();
     w.zero_grad();
-    assert_eq!(w.grad().unwrap().id(), first, "cleared twice: the same table");
+    assert_eq!(
+        w.grad().unwrap().id(),
+        first,
+        "cleared twice: the same table"
+    );
     backward();
     w.zero_grad();
-    assert_eq!(w.grad().unwrap().id(), first, "after a backward: the same table");
+    assert_eq!(
+        w.grad().unwrap().id(),
+        first,
+        "after a backward: the same table"
+    );
     // Kept by the caller: a new one, the kept one untouched.
     let kept = w.grad().unwrap();
     backward();
