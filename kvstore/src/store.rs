@@ -691,8 +691,13 @@ impl<T: Transport> KVStore for SyncStore<T> {
     fn optimizer_state(&self, key: usize) -> Option<&State> {
         match self.slots.get(&key) {
             Some(Slot::Replicated(r)) => r.state.as_ref(),
-            _ => None,
+            Some(Slot::Sharded(s)) => s.state.as_ref(),
+            None => None,
         }
+    }
+
+    fn table_shard(&self, key: usize) -> Result<(usize, usize, NDArray)> {
+        self.shard(key)
     }
 
     fn set_optimizer_state(&mut self, key: usize, state: State) -> Result<()> {
@@ -708,10 +713,11 @@ impl<T: Transport> KVStore for SyncStore<T> {
                 r.state = Some(state);
                 Ok(())
             }
-            Some(Slot::Sharded(_)) => Err(Error::arg(
-                OP,
-                format!("key {key} is a sharded table: its states live with its rows' owners"),
-            )),
+            // This worker's rows' state (the caller checked it against the shard).
+            Some(Slot::Sharded(s)) => {
+                s.state = Some(state);
+                Ok(())
+            }
             None => Err(unknown_key(OP, key)),
         }
     }

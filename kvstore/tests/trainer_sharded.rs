@@ -10,7 +10,8 @@ mod equivalence;
 use std::time::Duration;
 
 use equivalence::{
-    initial, max_rel_diff, on_threads, reference_by_role, train_sharded, OPTIMIZERS,
+    initial, max_rel_diff, on_threads, reference_by_role, train_sharded, train_sharded_with,
+    Checkpoint, OPTIMIZERS, STEPS,
 };
 use sparrow_core::{autograd, Device, NDArray};
 use sparrow_kvstore::local_group;
@@ -49,6 +50,66 @@ fn a_sharded_first_layer_matches_one_process_with_a_dense_layer() {
         }
         assert_eq!(got[0], got[1], "{opt}: workers disagree");
     }
+}
+
+/// A run saved after half its steps (each worker's table shard with its rows' optimizer
+/// state, the other parameters' states and values) and resumed by fresh trainers and stores
+/// from those files ends with the uninterrupted run's weights, bit for bit; a shard file
+/// loaded by the worker that does not own its rows, or into a table of another shape, is an
+/// error naming both.
+#[test]
+fn a_sharded_table_resumes_from_its_saved_shards() {
+    let dir = std::env::temp_dir().join(format!("sparrow-table-ck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for opt in OPTIMIZERS {
+        let at = STEPS / 2;
+        let run = |ck: &'static str| {
+            let (opt, dir) = (opt.to_string(), dir.clone());
+            on_threads(WORKERS, Duration::from_secs(60), move |rank, kv| {
+                let ck = match ck {
+                    "save" => Checkpoint::Save { dir: &dir, at },
+                    _ => Checkpoint::Resume { dir: &dir, at },
+                };
+                train_sharded_with(&opt, kv, rank, WORKERS, B, &ck).unwrap()
+            })
+        };
+        let whole = run("save");
+        let resumed = run("resume");
+        assert_eq!(whole, resumed, "{opt}: the resumed run differs");
+        assert_eq!(
+            whole[0],
+            run_workers(opt, WORKERS)[0],
+            "{opt}: saving changed the run"
+        );
+    }
+    // Worker 0's file holds rows 0..250; worker 1 owns 250..500.
+    let err = on_threads(WORKERS, Duration::from_secs(60), {
+        let dir = dir.clone();
+        move |rank, kv| {
+            // The files left are the last optimizer's.
+            let last = equivalence::optimizer(OPTIMIZERS[OPTIMIZERS.len() - 1]);
+            let mut t = Trainer::with_boxed(Vec::<Parameter>::new(), last)
+                .unwrap()
+                .with_kvstore_update(kv)
+                .unwrap();
+            let table = t
+                .add_sharded_table("first.weight", &[500, 8], |lo, hi| {
+                    NDArray::zeros(&[hi - lo, 8], sparrow_core::DType::F32)
+                })
+                .unwrap();
+            t.load_table(table, dir.join("table.0.safetensors"))
+                .map_err(|e| e.to_string())
+                .err()
+                .map(|e| (rank, e))
+        }
+    });
+    assert_eq!(err[0], None, "worker 0 loads its own shard");
+    let (_, e) = err[1].clone().expect("worker 1 refuses worker 0's rows");
+    assert!(
+        e.contains("rows 0..250") && e.contains("250..500") && e.contains("worker 1 of 2"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -106,6 +106,19 @@ pub trait KVStore: Send {
         ))
     }
 
+    /// This worker's shard of the sharded table `key` ([`KVStore::init_sharded`]): its rows
+    /// `lo..hi` and a handle of them (the store's own array: a value assigned to it is the
+    /// store's). Not collective. The default refuses (a store that cannot shard).
+    fn table_shard(&self, key: usize) -> Result<(usize, usize, NDArray)> {
+        Err(sparrow_core::Error::arg(
+            "KVStore::table_shard",
+            format!(
+                "the '{}' store keeps no sharded tables (key {key})",
+                self.kind()
+            ),
+        ))
+    }
+
     /// The rows `row_ids` (any order, repeats ignored) of `key`'s value, as a row_sparse array
     /// assigned to every `out` (each of the key's shape and dtype). Collective on stores whose
     /// rows live on other workers (sharded tables).

@@ -37,6 +37,58 @@ pub(crate) fn write_atomic(op: &'static str, path: &Path, bytes: &[u8]) -> Resul
     sparrow_core::fsio::write_atomic(path, |w| w.write_all(bytes)).map_err(|e| io_err(op, path, e))
 }
 
+/// Arrays and metadata a state file carries besides the states (a sharded table's rows and
+/// range, [`crate::Trainer::save_table`]), covered by the same checksums. Tensor names must
+/// not have the `<index>.<slot>` form of the states'.
+#[derive(Default)]
+pub(crate) struct Extra {
+    pub tensors: Vec<(String, NDArray)>,
+    pub meta: Vec<(String, String)>,
+}
+
+/// An array's safetensors dtype and little-endian bytes (the float dtypes states have).
+fn tensor_bytes(op: &'static str, a: &NDArray) -> Result<(Dtype, Vec<u8>)> {
+    Ok(match a.dtype() {
+        DType::F32 => (
+            Dtype::F32,
+            a.to_vec::<f32>()?
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        ),
+        DType::F64 => (
+            Dtype::F64,
+            a.to_vec::<f64>()?
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        ),
+        // Half states (a half weight without multi_precision), stored as they are.
+        h @ (DType::F16 | DType::BF16) => (
+            if h == DType::F16 {
+                Dtype::F16
+            } else {
+                Dtype::BF16
+            },
+            a.to_le_bytes()?,
+        ),
+        other => return Err(Error::dtype(op, format!("state dtype {}", other.name()))),
+    })
+}
+
+/// The array of a safetensors tensor of a float dtype.
+fn tensor_array(tv: &TensorView<'_>) -> std::result::Result<NDArray, String> {
+    let shape = tv.shape().to_vec();
+    match tv.dtype() {
+        Dtype::F32 => NDArray::from_vec(le_f32(tv.data()).collect::<Vec<_>>(), &shape),
+        Dtype::F64 => NDArray::from_vec(le_f64(tv.data()).collect::<Vec<_>>(), &shape),
+        Dtype::F16 => NDArray::from_le_bytes(tv.data(), DType::F16, &shape),
+        Dtype::BF16 => NDArray::from_le_bytes(tv.data(), DType::BF16, &shape),
+        other => return Err(format!("unsupported dtype {other:?}")),
+    }
+    .map_err(|e| e.to_string())
+}
+
 /// Serialize the states of all parameters.
 pub(crate) fn save_states(
     path: &Path,
@@ -45,9 +97,35 @@ pub(crate) fn save_states(
     names: &[String],
     states: &[Option<State>],
 ) -> Result<()> {
+    save_states_with(
+        path,
+        optimizer,
+        num_update,
+        names,
+        states,
+        &Extra::default(),
+    )
+}
+
+/// [`save_states`] with `extra` arrays and metadata in the same file.
+pub(crate) fn save_states_with(
+    path: &Path,
+    optimizer: &str,
+    num_update: u64,
+    names: &[String],
+    states: &[Option<State>],
+    extra: &Extra,
+) -> Result<()> {
     const OP: &str = "save_states";
     let mut blobs: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     let mut meta = HashMap::new();
+    for (k, v) in &extra.meta {
+        meta.insert(k.clone(), v.clone());
+    }
+    for (n, a) in &extra.tensors {
+        let (dt, bytes) = tensor_bytes(OP, a)?;
+        blobs.push((n.clone(), dt, a.shape(), bytes));
+    }
     meta.insert("format".to_string(), FORMAT_V2.to_string());
     meta.insert("optimizer".to_string(), optimizer.to_string());
     meta.insert("num_update".to_string(), num_update.to_string());
@@ -65,32 +143,7 @@ pub(crate) fn save_states(
             json!({"t": st.t, "slots": slots, "scalars": scalars}).to_string(),
         );
         for (slot, a) in &st.arrays {
-            let (dt, bytes) = match a.dtype() {
-                DType::F32 => (
-                    Dtype::F32,
-                    a.to_vec::<f32>()?
-                        .iter()
-                        .flat_map(|x| x.to_le_bytes())
-                        .collect(),
-                ),
-                DType::F64 => (
-                    Dtype::F64,
-                    a.to_vec::<f64>()?
-                        .iter()
-                        .flat_map(|x| x.to_le_bytes())
-                        .collect(),
-                ),
-                // Half states (a half weight without multi_precision), stored as they are.
-                h @ (DType::F16 | DType::BF16) => (
-                    if h == DType::F16 {
-                        Dtype::F16
-                    } else {
-                        Dtype::BF16
-                    },
-                    a.to_le_bytes()?,
-                ),
-                other => return Err(Error::dtype(OP, format!("state dtype {}", other.name()))),
-            };
+            let (dt, bytes) = tensor_bytes(OP, a)?;
             blobs.push((format!("{i}.{slot}"), dt, a.shape(), bytes));
         }
     }
@@ -122,6 +175,27 @@ pub(crate) fn load_states(
     names: &[String],
     shapes: &HashMap<usize, (Vec<usize>, Vec<usize>, DType)>,
 ) -> Result<(u64, Vec<Option<State>>)> {
+    let (num_update, states, _) = load_states_with(path, optimizer, names, shapes, &[])?;
+    Ok((num_update, states))
+}
+
+/// What [`load_states_with`] read: the update count, the states, and the file's metadata with
+/// the `extra` tensors asked for (in their order).
+pub(crate) type Loaded = (
+    u64,
+    Vec<Option<State>>,
+    (HashMap<String, String>, Vec<NDArray>),
+);
+
+/// [`load_states`], also reading the tensors `extra` names (each must be in the file) and
+/// handing back the metadata (checked by the same checksums) for the caller to check.
+pub(crate) fn load_states_with(
+    path: &Path,
+    optimizer: &str,
+    names: &[String],
+    shapes: &HashMap<usize, (Vec<usize>, Vec<usize>, DType)>,
+    extra: &[&str],
+) -> Result<Loaded> {
     const OP: &str = "load_states";
     let bytes = std::fs::read(path).map_err(|e| io_err(OP, path, e))?;
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| io_err(OP, path, e))?;
@@ -228,17 +302,7 @@ pub(crate) fn load_states(
                 _ => Ok(()),
             };
             checked.map_err(|m| bad(&m))?;
-            let arr = match tv.dtype() {
-                Dtype::F32 => NDArray::from_vec(le_f32(tv.data()).collect::<Vec<_>>(), &shape)
-                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
-                Dtype::F64 => NDArray::from_vec(le_f64(tv.data()).collect::<Vec<_>>(), &shape)
-                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
-                Dtype::F16 => NDArray::from_le_bytes(tv.data(), DType::F16, &shape)
-                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
-                Dtype::BF16 => NDArray::from_le_bytes(tv.data(), DType::BF16, &shape)
-                    .map_err(|e| bad(&format!("slot {slot}: {e}")))?,
-                other => return Err(bad(&format!("unsupported dtype {other:?}"))),
-            };
+            let arr = tensor_array(&tv).map_err(|e| bad(&format!("slot {slot}: {e}")))?;
             state.arrays.push((slot.to_string(), arr));
         }
         if optimizer == "cocob" {
@@ -264,7 +328,16 @@ pub(crate) fn load_states(
         }
         states.push(Some(state));
     }
-    Ok((num_update, states))
+    let mut extras = Vec::with_capacity(extra.len());
+    for name in extra {
+        let tv = st
+            .tensor(name)
+            .map_err(|e| io_err(OP, path, format!("tensor '{name}': {e}")))?;
+        extras.push(
+            tensor_array(&tv).map_err(|e| io_err(OP, path, format!("tensor '{name}': {e}")))?,
+        );
+    }
+    Ok((num_update, states, (meta, extras)))
 }
 
 /// State slots that hold sums of squares or other magnitudes (Adam's `var`, AdaGrad's

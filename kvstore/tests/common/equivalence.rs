@@ -234,6 +234,27 @@ pub fn train_sharded(
     workers: usize,
     b: usize,
 ) -> Result<Vec<Vec<f32>>> {
+    train_sharded_with(opt, kv, rank, workers, b, &Checkpoint::None)
+}
+
+/// Where [`train_sharded_with`] checkpoints: after `at` steps it saves (or, resuming, starts
+/// from) this worker's table shard (`Trainer::save_table`), the optimizer states of the
+/// replicated parameters and their values, in files of `dir` named by rank.
+pub enum Checkpoint<'a> {
+    None,
+    Save { dir: &'a std::path::Path, at: usize },
+    Resume { dir: &'a std::path::Path, at: usize },
+}
+
+/// [`train_sharded`], saving or resuming at a step (`ck`).
+pub fn train_sharded_with(
+    opt: &str,
+    kv: Box<dyn KVStore>,
+    rank: usize,
+    workers: usize,
+    b: usize,
+    ck: &Checkpoint<'_>,
+) -> Result<Vec<Vec<f32>>> {
     let init = initial();
     let bias = Parameter::new("first.bias", &[UNITS]);
     bias.initialize(&Initializer::Zero, Device::Cpu)?;
@@ -256,13 +277,46 @@ pub fn train_sharded(
     }
     let mut params = vec![bias.clone()];
     params.extend(second_params.iter().cloned());
-    let mut trainer = Trainer::with_boxed(params, optimizer(opt))?.with_kvstore_update(kv)?;
+    let mut trainer =
+        Trainer::with_boxed(params.clone(), optimizer(opt))?.with_kvstore_update(kv)?;
     let table: TableId =
         trainer.add_sharded_table("first.weight", &[FEATURES, UNITS], |lo, hi| {
             NDArray::from_vec(init[0][lo * UNITS..hi * UNITS].to_vec(), &[hi - lo, UNITS])
         })?;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
-    for step in 0..STEPS {
+    let files = |dir: &std::path::Path| {
+        (
+            dir.join(format!("table.{rank}.safetensors")),
+            dir.join(format!("states.{rank}.safetensors")),
+            dir.join(format!("params.{rank}.safetensors")),
+        )
+    };
+    let mut first = 0;
+    if let Checkpoint::Resume { dir, at } = ck {
+        let (table_file, states_file, params_file) = files(dir);
+        for (p, v) in params
+            .iter()
+            .zip(sparrow_core::io::load_list(&params_file)?)
+        {
+            p.set_data(&v)?;
+        }
+        trainer.load_states(&states_file)?;
+        trainer.load_table(table, &table_file)?;
+        first = *at;
+    }
+    for step in first..STEPS {
+        if let Checkpoint::Save { dir, at } = ck {
+            if step == *at {
+                let (table_file, states_file, params_file) = files(dir);
+                trainer.save_table(table, &table_file)?;
+                trainer.save_states(&states_file)?;
+                let values = params
+                    .iter()
+                    .map(|p| p.data())
+                    .collect::<Result<Vec<_>>>()?;
+                sparrow_core::io::save_list(&params_file, &values.iter().collect::<Vec<_>>())?;
+            }
+        }
         let (x, y) = batch(step * workers * b + rank * b, b)?;
         let (xc, rows) = trainer.pull_rows_for(table, &x)?;
         let bias_now = bias.data()?;

@@ -188,7 +188,8 @@ impl Trainer {
         })?;
         let loaded = std::mem::take(&mut self.states);
         self.states = vec![None; self.params.len()];
-        self.load_into_store(loaded)
+        self.load_into_store(loaded)?;
+        self.load_tables_into_store()
     }
 
     /// Hand states (loaded from a file) to the store, key by key.

@@ -12,9 +12,20 @@
 //! the step's `rescale_grad` and learning rate like every other key. No worker ever holds the
 //! whole table, so a table larger than one machine's memory trains.
 
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::json;
 use sparrow_core::{sparse, DType, Error, NDArray, Result, SType};
 
 use super::Trainer;
+use crate::optimizer::State;
+use crate::persist;
+
+/// The metadata key of a table shard file: the table's name, shape and this shard's rows.
+const TABLE_META: &str = "table";
+/// The tensor of a table shard file holding the shard's rows.
+const ROWS_TENSOR: &str = "table.rows";
 
 /// A table made with [`Trainer::add_sharded_table`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +41,9 @@ pub(super) struct Table {
     /// the step pushes) and the id of the gradient array they had when pulled: a backward
     /// replaces it, so the same id at the step means no backward reached the rows.
     pulled: Option<(Vec<i64>, NDArray, Option<u64>)>,
+    /// A state loaded ([`Trainer::load_table`]) before the optimizer went to the store, given
+    /// to the store with it.
+    pending: Option<State>,
 }
 
 impl Trainer {
@@ -44,7 +58,8 @@ impl Trainer {
     /// per table before the forward, then the usual record / backward / `step(batch_size)`.
     /// A worker whose batch needs no rows of a table pushes none (the owners still count the
     /// update, as for every other key). The table's rows and optimizer states stay in the
-    /// workers' stores: [`Trainer::save_states`] covers the parameters only.
+    /// workers' stores: [`Trainer::save_states`] covers the parameters, and
+    /// [`Trainer::save_table`] / [`Trainer::load_table`] each worker's shard of a table.
     ///
     /// ```text
     /// let mut trainer = Trainer::new(params, Adam::new(0.01))?
@@ -106,6 +121,7 @@ impl Trainer {
             shape: shape.to_vec(),
             dtype: value.dtype(),
             pulled: None,
+            pending: None,
         });
         Ok(TableId(self.tables.len() - 1))
     }
@@ -170,6 +186,149 @@ impl Trainer {
         Ok((xc, rows))
     }
 
+    /// Write this worker's shard of `table` to `path`: its rows and their optimizer state, in
+    /// the optimizer-state file format (safetensors, every array and the metadata
+    /// checksummed, written atomically), with the table's name and shape and the shard's
+    /// rows `lo..hi` in the metadata. Not collective: each worker writes its own file (name
+    /// them by rank), at the same step as the others and as [`Trainer::save_states`].
+    pub fn save_table(&self, table: TableId, path: impl AsRef<Path>) -> Result<()> {
+        const OP: &str = "Trainer::save_table";
+        let t = self.table(OP, table)?;
+        let kv = self
+            .kvstore
+            .as_ref()
+            .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
+        let (lo, hi, rows) = kv.table_shard(t.key)?;
+        let state = if self.handed {
+            kv.optimizer_state(t.key).cloned()
+        } else {
+            t.pending.clone()
+        };
+        let meta = json!({
+            "name": t.name,
+            "shape": t.shape,
+            "lo": lo,
+            "hi": hi,
+            "rank": kv.rank(),
+            "workers": kv.num_workers(),
+        });
+        let extra = persist::Extra {
+            tensors: vec![(ROWS_TENSOR.to_string(), rows)],
+            meta: vec![(TABLE_META.to_string(), meta.to_string())],
+        };
+        let optimizer = self.optimizer();
+        persist::save_states_with(
+            path.as_ref(),
+            optimizer.name(),
+            optimizer.options().num_update,
+            std::slice::from_ref(&t.name),
+            std::slice::from_ref(&state),
+            &extra,
+        )
+        .map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.name)))
+    }
+
+    /// Load this worker's shard of `table` from a file [`Trainer::save_table`] wrote: its rows
+    /// replace the shard's in the store, and their optimizer state this worker's (before the
+    /// first step it waits in the trainer and goes to the store with the optimizer). The file
+    /// must hold the same rows of a table of the same name, shape and dtype (saved by the
+    /// worker of the same rank among as many workers), saved with the same optimizer kind;
+    /// anything else is an error naming both. Not collective.
+    pub fn load_table(&mut self, table: TableId, path: impl AsRef<Path>) -> Result<()> {
+        const OP: &str = "Trainer::load_table";
+        let path = path.as_ref();
+        let t = self.table(OP, table)?;
+        let (key, name, shape) = (t.key, t.name.clone(), t.shape.clone());
+        let kv = self
+            .kvstore
+            .as_ref()
+            .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
+        let (rank, workers) = (kv.rank(), kv.num_workers());
+        let (lo, hi, rows) = kv.table_shard(key)?;
+        let optimizer = self.optimizer();
+        let dtype = if crate::optimizer::uses_master(optimizer.options(), rows.dtype()) {
+            DType::F32
+        } else {
+            rows.dtype()
+        };
+        let shapes = HashMap::from([(
+            0,
+            (optimizer.state_shape(&rows.shape()), rows.shape(), dtype),
+        )]);
+        let fail =
+            |what: String| Error::arg(OP, format!("table '{name}', {}: {what}", path.display()));
+        let (num_update, mut states, (meta, mut extras)) = persist::load_states_with(
+            path,
+            optimizer.name(),
+            std::slice::from_ref(&name),
+            &shapes,
+            &[ROWS_TENSOR],
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        let saved: serde_json::Value = meta
+            .get(TABLE_META)
+            .and_then(|m| serde_json::from_str(m).ok())
+            .ok_or_else(|| fail("no table metadata (not a file of save_table)".into()))?;
+        let want = json!({"name": name, "shape": shape, "lo": lo, "hi": hi});
+        let got = json!({
+            "name": saved["name"],
+            "shape": saved["shape"],
+            "lo": saved["lo"],
+            "hi": saved["hi"],
+        });
+        if got != want {
+            return Err(fail(format!(
+                "the file holds rows {}..{} of {} {} (worker {} of {}); this worker owns rows                  {lo}..{hi} of '{name}' {shape:?} (worker {rank} of {workers})",
+                saved["lo"], saved["hi"], saved["name"], saved["shape"], saved["rank"],
+                saved["workers"]
+            )));
+        }
+        let value = extras
+            .pop()
+            .ok_or_else(|| fail("no rows in the file".into()))?;
+        if value.shape() != rows.shape() || value.dtype() != rows.dtype() {
+            return Err(fail(format!(
+                "rows {:?} {}, the shard is {:?} {}",
+                value.shape(),
+                value.dtype().name(),
+                rows.shape(),
+                rows.dtype().name()
+            )));
+        }
+        if value.to_f64_vec().iter().any(|v| !v.is_finite()) {
+            return Err(fail("the rows hold non-finite values".into()));
+        }
+        // The store's own array: every holder of the shard sees the loaded rows.
+        rows.assign(&value);
+        let state = states.pop().flatten();
+        if self.handed {
+            if let Some(s) = state {
+                let kv = self
+                    .kvstore
+                    .as_mut()
+                    .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
+                kv.set_optimizer_state(key, s)?;
+            }
+        } else {
+            self.tables[table.0].pending = state;
+        }
+        self.optimizer_mut().options_mut().num_update = num_update;
+        Ok(())
+    }
+
+    /// Give the table states loaded before the first step to the store (with the optimizer).
+    pub(super) fn load_tables_into_store(&mut self) -> Result<()> {
+        let Some(kv) = self.kvstore.as_mut() else {
+            return Ok(());
+        };
+        for t in &mut self.tables {
+            if let Some(s) = t.pending.take() {
+                kv.set_optimizer_state(t.key, s)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The table `id` names, or an error naming `op`.
     fn table(&self, op: &'static str, id: TableId) -> Result<&Table> {
         self.tables
@@ -214,7 +373,8 @@ impl Trainer {
             return Err(Error::arg(
                 OP,
                 format!(
-                    "tables {stale:?}: their pulled rows have no gradient (no backward since the                      pull), so this worker pushed none; set_ignore_stale_grad(true) to allow it"
+                    "tables {stale:?}: their pulled rows have no gradient (no backward since the \
+                     pull), so this worker pushed none; set_ignore_stale_grad(true) to allow it"
                 ),
             ));
         }
