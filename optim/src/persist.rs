@@ -333,6 +333,18 @@ pub(crate) fn load_states_with(
         let tv = st
             .tensor(name)
             .map_err(|e| io_err(OP, path, format!("tensor '{name}': {e}")))?;
+        let finite = match tv.dtype() {
+            Dtype::F32 => le_f32(tv.data()).all(f32::is_finite),
+            Dtype::F64 => le_f64(tv.data()).all(f64::is_finite),
+            _ => true,
+        };
+        if !finite {
+            return Err(io_err(
+                OP,
+                path,
+                format!("tensor '{name}' holds non-finite values"),
+            ));
+        }
         extras.push(
             tensor_array(&tv).map_err(|e| io_err(OP, path, format!("tensor '{name}': {e}")))?,
         );

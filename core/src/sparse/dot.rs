@@ -91,13 +91,9 @@ pub(crate) fn csr_t_dense_over(x: &NDArray, g: &NDArray, out: &NDArray) -> Resul
         return Ok(false);
     }
     let (k, n) = (c.shape[1], gd.shape[1]);
-    let computed;
     let gr = match x.cached_groups_for(c) {
         Some(g) => g,
-        None => {
-            computed = Arc::new(ColumnGroups::compute(c));
-            computed
-        }
+        None => Arc::new(ColumnGroups::compute(c)),
     };
     let mut w = out.write();
     let ArrayData::RowSparse(r) = &mut *w else {
