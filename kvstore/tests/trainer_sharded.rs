@@ -54,9 +54,9 @@ fn a_sharded_first_layer_matches_one_process_with_a_dense_layer() {
 
 /// A run saved after half its steps (each worker's table shard with its rows' optimizer
 /// state, the other parameters' states and values) and resumed by fresh trainers and stores
-/// from those files ends with the uninterrupted run's weights, bit for bit; a shard file
-/// loaded by the worker that does not own its rows, or into a table of another shape, is an
-/// error naming both.
+/// from those files ends with the uninterrupted run's weights, bit for bit; resumed by 1 or 4
+/// workers (the rows re-cut from the 2 files) it ends where one process does; a shard file
+/// that does not hold a worker's rows is an error naming both.
 #[test]
 fn a_sharded_table_resumes_from_its_saved_shards() {
     let dir = std::env::temp_dir().join(format!("sparrow-table-ck-{}", std::process::id()));
@@ -81,6 +81,23 @@ fn a_sharded_table_resumes_from_its_saved_shards() {
             run_workers(opt, WORKERS)[0],
             "{opt}: saving changed the run"
         );
+        // Resumed by 1 and by 4 workers (the same 8 rows a step): each takes its rows from
+        // the files that hold them, and ends where one process with batch 8 does.
+        let want = reference_by_role(opt, WORKERS * B);
+        for workers in [1, 4] {
+            let (name, dir) = (opt.to_string(), dir.clone());
+            let got = on_threads(workers, Duration::from_secs(60), move |rank, kv| {
+                let ck = Checkpoint::Resume { dir: &dir, at };
+                train_sharded_with(&name, kv, rank, workers, WORKERS * B / workers, &ck).unwrap()
+            });
+            for (rank, w) in got.iter().enumerate() {
+                let d = max_rel_diff(w, &want);
+                assert!(
+                    d <= 1e-6,
+                    "{opt}: resumed by {workers} workers, worker {rank}: {d:e}"
+                );
+            }
+        }
     }
     // Worker 0's file holds rows 0..250; worker 1 owns 250..500.
     let err = on_threads(WORKERS, Duration::from_secs(60), {

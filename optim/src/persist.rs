@@ -187,6 +187,40 @@ pub(crate) type Loaded = (
     (HashMap<String, String>, Vec<NDArray>),
 );
 
+/// The metadata of a state file, read from its header alone (not its tensors) and checked
+/// against its metadata checksum: enough to decide whether the file is needed at all.
+pub(crate) fn read_meta(path: &Path) -> Result<HashMap<String, String>> {
+    use std::io::Read;
+    const OP: &str = "load_states";
+    let mut f = std::fs::File::open(path).map_err(|e| io_err(OP, path, e))?;
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len).map_err(|e| io_err(OP, path, e))?;
+    let n = u64::from_le_bytes(len);
+    let file_len = f.metadata().map_err(|e| io_err(OP, path, e))?.len();
+    if n > file_len.saturating_sub(8) || n > (100 << 20) {
+        return Err(io_err(
+            OP,
+            path,
+            format!("header of {n} bytes in a file of {file_len}"),
+        ));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).map_err(|e| io_err(OP, path, e))?;
+    let v: Value = serde_json::from_slice(&header).map_err(|e| io_err(OP, path, e))?;
+    let meta: HashMap<String, String> = v
+        .get("__metadata__")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .ok_or_else(|| io_err(OP, path, "no sparrow metadata in the header"))?;
+    if meta.get(META_CHECKSUM) != Some(&checksum_hex(checksum_pairs(&meta, META_CHECKSUM))) {
+        return Err(io_err(
+            OP,
+            path,
+            "metadata checksum mismatch (file corrupted)",
+        ));
+    }
+    Ok(meta)
+}
+
 /// [`load_states`], also reading the tensors `extra` names (each must be in the file) and
 /// handing back the metadata (checked by the same checksums) for the caller to check.
 pub(crate) fn load_states_with(

@@ -284,16 +284,19 @@ pub fn train_sharded_with(
             NDArray::from_vec(init[0][lo * UNITS..hi * UNITS].to_vec(), &[hi - lo, UNITS])
         })?;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
-    let files = |dir: &std::path::Path| {
+    let files_of = |dir: &std::path::Path, rank: usize| {
         (
             dir.join(format!("table.{rank}.safetensors")),
             dir.join(format!("states.{rank}.safetensors")),
             dir.join(format!("params.{rank}.safetensors")),
         )
     };
+    let files = |dir: &std::path::Path| files_of(dir, rank);
     let mut first = 0;
     if let Checkpoint::Resume { dir, at } = ck {
-        let (table_file, states_file, params_file) = files(dir);
+        // The replicated parameters and their states are the same on every worker: worker
+        // 0's. The table's rows come from every shard file, written by however many workers.
+        let (_, states_file, params_file) = files_of(dir, 0);
         for (p, v) in params
             .iter()
             .zip(sparrow_core::io::load_list(&params_file)?)
@@ -301,7 +304,16 @@ pub fn train_sharded_with(
             p.set_data(&v)?;
         }
         trainer.load_states(&states_file)?;
-        trainer.load_table(table, &table_file)?;
+        let mut shards: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| sparrow_core::Error::arg("resume", e.to_string()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("table."))
+            })
+            .collect();
+        shards.sort();
+        trainer.load_table_from(table, &shards)?;
         first = *at;
     }
     for step in first..STEPS {

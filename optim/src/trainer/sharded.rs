@@ -228,17 +228,24 @@ impl Trainer {
         .map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.name)))
     }
 
-    /// Load this worker's shard of `table` from a file [`Trainer::save_table`] wrote: its rows
-    /// replace the shard's in the store, and their optimizer state this worker's (before the
-    /// first step it waits in the trainer and goes to the store with the optimizer). The file
-    /// must hold the same rows of a table of the same name, shape and dtype (saved by the
-    /// worker of the same rank among as many workers), saved with the same optimizer kind,
-    /// with finite rows; anything else is an error naming both. Not collective. The file is
-    /// read whole: loading, like saving, holds about three times the shard's bytes at its
-    /// peak (the shard, its bytes, the file's image).
+    /// Load this worker's shard of `table` from a file [`Trainer::save_table`] wrote by the
+    /// worker that owned the same rows (same rank, as many workers): [`Trainer::load_table_from`]
+    /// with that one file.
     pub fn load_table(&mut self, table: TableId, path: impl AsRef<Path>) -> Result<()> {
+        self.load_table_from(table, &[path.as_ref()])
+    }
+
+    /// Load this worker's shard of `table` from the shard files [`Trainer::save_table`] wrote,
+    /// by any number of workers: the rows this worker owns now are taken from the files whose
+    /// rows overlap them (the others' headers alone are read), with their optimizer states
+    /// (every state array is per row, so it is cut and joined as the rows are). The rows
+    /// replace the shard's in the store, the state this worker's (before the first step it
+    /// waits in the trainer and goes to the store with the optimizer). The files must be of a
+    /// table of the same name, shape and dtype, saved with the same optimizer kind, and cover
+    /// this worker's rows once; anything else is an error naming the file. Not collective.
+    /// Each file read is read whole (about three times its rows' bytes at the peak).
+    pub fn load_table_from<P: AsRef<Path>>(&mut self, table: TableId, paths: &[P]) -> Result<()> {
         const OP: &str = "Trainer::load_table";
-        let path = path.as_ref();
         let t = self.table(OP, table)?;
         let (key, name, shape) = (t.key, t.name.clone(), t.shape.clone());
         let kv = self
@@ -247,59 +254,129 @@ impl Trainer {
             .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
         let (rank, workers) = (kv.rank(), kv.num_workers());
         let (lo, hi, rows) = kv.table_shard(key)?;
+        let fail = |path: &Path, what: String| {
+            Error::arg(OP, format!("table '{name}', {}: {what}", path.display()))
+        };
+        // Which files hold which of this worker's rows, from their headers.
+        let mut parts = Vec::new();
+        let mut seen = Vec::with_capacity(paths.len());
+        for path in paths {
+            let path = path.as_ref();
+            let meta = persist::read_meta(path).map_err(|e| fail(path, e.to_string()))?;
+            let (f_lo, f_hi) = table_range(&meta, &name, &shape)
+                .map_err(|what| fail(path, format!("{what}; this worker owns rows {lo}..{hi} of '{name}' {shape:?} (worker {rank} of {workers})")))?;
+            seen.push(format!("{f_lo}..{f_hi} ({})", path.display()));
+            let (a, b) = (f_lo.max(lo), f_hi.min(hi));
+            if a < b {
+                parts.push((a, b, f_lo, f_hi, path));
+            }
+        }
+        parts.sort_by_key(|p| p.0);
+        let mut next = lo;
+        for &(a, b, _, _, path) in &parts {
+            if a != next {
+                let what = if a < next {
+                    "holds rows another file gave"
+                } else {
+                    "leaves a gap"
+                };
+                return Err(fail(
+                    path,
+                    format!("{what}: rows {next}..{a} of this worker's {lo}..{hi}"),
+                ));
+            }
+            next = b;
+        }
+        if next != hi {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "table '{name}': this worker owns rows {lo}..{hi} (worker {rank} of \
+                     {workers}), and rows from {next} on are in none of the files; they hold \
+                     rows {}",
+                    seen.join(", ")
+                ),
+            ));
+        }
         let optimizer = self.optimizer();
-        let dtype = if crate::optimizer::uses_master(optimizer.options(), rows.dtype()) {
+        let state_dtype = if crate::optimizer::uses_master(optimizer.options(), rows.dtype()) {
             DType::F32
         } else {
             rows.dtype()
         };
-        let shapes = HashMap::from([(
-            0,
-            (optimizer.state_shape(&rows.shape()), rows.shape(), dtype),
-        )]);
-        let fail =
-            |what: String| Error::arg(OP, format!("table '{name}', {}: {what}", path.display()));
-        let (num_update, mut states, (meta, mut extras)) = persist::load_states_with(
-            path,
-            optimizer.name(),
-            std::slice::from_ref(&name),
-            &shapes,
-            &[ROWS_TENSOR],
-        )
-        .map_err(|e| fail(e.to_string()))?;
-        let saved: serde_json::Value = meta
-            .get(TABLE_META)
-            .and_then(|m| serde_json::from_str(m).ok())
-            .ok_or_else(|| fail("no table metadata (not a file of save_table)".into()))?;
-        let want = json!({"name": name, "shape": shape, "lo": lo, "hi": hi});
-        let got = json!({
-            "name": saved["name"],
-            "shape": saved["shape"],
-            "lo": saved["lo"],
-            "hi": saved["hi"],
-        });
-        if got != want {
-            return Err(fail(format!(
-                "the file holds rows {}..{} of {} {} (worker {} of {}); this worker owns rows                  {lo}..{hi} of '{name}' {shape:?} (worker {rank} of {workers})",
-                saved["lo"], saved["hi"], saved["name"], saved["shape"], saved["rank"],
-                saved["workers"]
-            )));
+        let mut values = Vec::with_capacity(parts.len());
+        let mut states: Vec<Option<State>> = Vec::with_capacity(parts.len());
+        let mut num_update = 0;
+        for &(a, b, f_lo, f_hi, path) in &parts {
+            let mut f_shape = rows.shape();
+            f_shape[0] = f_hi - f_lo;
+            let shapes = HashMap::from([(
+                0,
+                (
+                    optimizer.state_shape(&f_shape),
+                    f_shape.clone(),
+                    state_dtype,
+                ),
+            )]);
+            let (n, mut st, (_, mut extras)) = persist::load_states_with(
+                path,
+                optimizer.name(),
+                std::slice::from_ref(&name),
+                &shapes,
+                &[ROWS_TENSOR],
+            )
+            .map_err(|e| fail(path, e.to_string()))?;
+            num_update = n;
+            let v = extras
+                .pop()
+                .ok_or_else(|| fail(path, "no rows in the file".into()))?;
+            if v.shape() != f_shape || v.dtype() != rows.dtype() {
+                return Err(fail(
+                    path,
+                    format!(
+                        "rows {:?} {}, the table's {f_lo}..{f_hi} are {f_shape:?} {}",
+                        v.shape(),
+                        v.dtype().name(),
+                        rows.dtype().name()
+                    ),
+                ));
+            }
+            let cut = |x: &NDArray| -> Result<NDArray> {
+                if (a, b) == (f_lo, f_hi) {
+                    return Ok(x.clone());
+                }
+                x.slice_axis(0, Some((a - f_lo) as i64), Some((b - f_lo) as i64), 1)
+            };
+            values.push(cut(&v)?);
+            let s = st.pop().flatten();
+            states.push(match s {
+                Some(mut s) => {
+                    for (slot, arr) in &mut s.arrays {
+                        if arr.shape().first() != Some(&(f_hi - f_lo)) {
+                            return Err(fail(
+                                path,
+                                format!(
+                                    "state slot {slot} {:?} is not one row per table row",
+                                    arr.shape()
+                                ),
+                            ));
+                        }
+                        *arr = cut(arr)?;
+                    }
+                    Some(s)
+                }
+                None => None,
+            });
         }
-        let value = extras
-            .pop()
-            .ok_or_else(|| fail("no rows in the file".into()))?;
-        if value.shape() != rows.shape() || value.dtype() != rows.dtype() {
-            return Err(fail(format!(
-                "rows {:?} {}, the shard is {:?} {}",
-                value.shape(),
-                value.dtype().name(),
-                rows.shape(),
-                rows.dtype().name()
-            )));
-        }
+        let value = join_rows(&values)?;
+        let state = join_states(&states).map_err(|what| {
+            Error::arg(
+                OP,
+                format!("table '{name}': the files' optimizer states {what}"),
+            )
+        })?;
         // The store's own array: every holder of the shard sees the loaded rows.
         rows.assign(&value);
-        let state = states.pop().flatten();
         if self.handed {
             if let Some(s) = state {
                 let kv = self
@@ -379,6 +456,79 @@ impl Trainer {
         }
         Ok(())
     }
+}
+
+/// The rows `lo..hi` a table shard file holds, from its metadata, if it is a shard of the table
+/// `name` of `shape` (else what differs).
+fn table_range(
+    meta: &HashMap<String, String>,
+    name: &str,
+    shape: &[usize],
+) -> std::result::Result<(usize, usize), String> {
+    let saved: serde_json::Value = meta
+        .get(TABLE_META)
+        .and_then(|m| serde_json::from_str(m).ok())
+        .ok_or("no table metadata (not a file of save_table)")?;
+    let range = (saved["lo"].as_u64(), saved["hi"].as_u64());
+    let same = saved["name"] == json!(name) && saved["shape"] == json!(shape);
+    match range {
+        (Some(lo), Some(hi)) if same && lo <= hi && hi as usize <= shape[0] => {
+            Ok((lo as usize, hi as usize))
+        }
+        _ => Err(format!(
+            "the file holds rows {}..{} of {} {} (worker {} of {})",
+            saved["lo"],
+            saved["hi"],
+            saved["name"],
+            saved["shape"],
+            saved["rank"],
+            saved["workers"]
+        )),
+    }
+}
+
+/// Rows from several files, in order, as one array (the one itself when there is one).
+fn join_rows(parts: &[NDArray]) -> Result<NDArray> {
+    match parts {
+        [one] => Ok(one.clone()),
+        _ => NDArray::concat(&parts.iter().collect::<Vec<_>>(), 0),
+    }
+}
+
+/// The optimizer states of consecutive row ranges as one: their arrays joined by rows; the
+/// update count and scalars must agree (they are per table, not per row).
+fn join_states(parts: &[Option<State>]) -> std::result::Result<Option<State>, String> {
+    let Some(first) = parts.first() else {
+        return Ok(None);
+    };
+    let Some(first) = first else {
+        return match parts.iter().all(Option::is_none) {
+            true => Ok(None),
+            false => Err("are missing in some files".into()),
+        };
+    };
+    let mut out = first.clone();
+    if parts.len() == 1 {
+        return Ok(Some(out));
+    }
+    for (slot, arr) in &mut out.arrays {
+        let mut pieces = Vec::with_capacity(parts.len());
+        for p in parts {
+            let s = p.as_ref().ok_or("are missing in some files")?;
+            if s.t != first.t || s.scalars != first.scalars {
+                return Err("differ in their update counts or scalars".into());
+            }
+            let a = s
+                .arrays
+                .iter()
+                .find(|(n, _)| n == slot)
+                .map(|(_, a)| a)
+                .ok_or_else(|| format!("lack slot {slot} in some files"))?;
+            pieces.push(a);
+        }
+        *arr = NDArray::concat(&pieces, 0).map_err(|e| e.to_string())?;
+    }
+    Ok(Some(out))
 }
 
 /// No rows of a table: `[0, shape[1..]...]`.
