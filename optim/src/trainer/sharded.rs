@@ -498,34 +498,31 @@ fn join_rows(parts: &[NDArray]) -> Result<NDArray> {
 /// The optimizer states of consecutive row ranges as one: their arrays joined by rows; the
 /// update count and scalars must agree (they are per table, not per row).
 fn join_states(parts: &[Option<State>]) -> std::result::Result<Option<State>, String> {
-    let Some(first) = parts.first() else {
+    if parts.iter().all(Option::is_none) {
         return Ok(None);
-    };
-    let Some(first) = first else {
-        return match parts.iter().all(Option::is_none) {
-            true => Ok(None),
-            false => Err("are missing in some files".into()),
-        };
-    };
+    }
+    let states: Vec<&State> = parts
+        .iter()
+        .map(Option::as_ref)
+        .collect::<Option<_>>()
+        .ok_or("are missing in some files")?;
+    let first = states[0];
+    if states
+        .iter()
+        .any(|s| s.t != first.t || s.scalars != first.scalars)
+    {
+        return Err("differ in their update counts or scalars".into());
+    }
     let mut out = first.clone();
-    if parts.len() == 1 {
+    if states.len() == 1 {
         return Ok(Some(out));
     }
     for (slot, arr) in &mut out.arrays {
-        let mut pieces = Vec::with_capacity(parts.len());
-        for p in parts {
-            let s = p.as_ref().ok_or("are missing in some files")?;
-            if s.t != first.t || s.scalars != first.scalars {
-                return Err("differ in their update counts or scalars".into());
-            }
-            let a = s
-                .arrays
-                .iter()
-                .find(|(n, _)| n == slot)
-                .map(|(_, a)| a)
-                .ok_or_else(|| format!("lack slot {slot} in some files"))?;
-            pieces.push(a);
-        }
+        let pieces = states
+            .iter()
+            .map(|s| s.arrays.iter().find(|(n, _)| n == slot).map(|(_, a)| a))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| format!("lack slot {slot} in some files"))?;
         *arr = NDArray::concat(&pieces, 0).map_err(|e| e.to_string())?;
     }
     Ok(Some(out))
