@@ -7,8 +7,11 @@
 //! cargo run --release --features cuda --example cuda_graph -- [--steps 50] [--rounds 5]
 //! ```
 //!
-//! 784-512-512-10 (relu), softmax cross-entropy, batches of 32 and 256 (small batches are
-//! bound by kernel launches, which the graph replaces by one). The three copies start from the
+//! 784-512-512-10 (relu), batches of 32 and 256 (small batches are bound by kernel launches,
+//! which the graph replaces by one), with softmax cross-entropy (whose class labels are
+//! checked on the host each step, which waits for the device) and with L2 against one-hot
+//! targets (nothing read on the host). The optimizer's host time per step (its launches,
+//! outside the graph) is printed beside the captured step's. The three copies start from the
 //! same weights and see the same batches: their losses after the timed steps are printed and
 //! must agree (the run fails otherwise). Each figure is the median over rounds of the mean
 //! step time, the three ways alternating within each round; the GPU is synchronized after
@@ -17,7 +20,7 @@
 use std::time::Instant;
 
 use sparrow::core::{autograd, DType, Device, NDArray, Result};
-use sparrow::nn::loss::{Loss, SoftmaxCrossEntropyLoss};
+use sparrow::nn::loss::{L2Loss, Loss, SoftmaxCrossEntropyLoss};
 use sparrow::nn::{Block, Dense, HybridTrainStep, Initializer, Sequential};
 use sparrow::optim::{Sgd, Trainer};
 
@@ -78,13 +81,24 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn run(batch: usize, dev: Device, a: &Args) -> Result<()> {
+fn run(batch: usize, dev: Device, ce: bool, a: &Args) -> Result<()> {
     let x = sparrow::core::testing::test_array(&[batch, 784], -1.0, 1.0, 1)
         .astype(DType::F32)?
         .to_device(dev)?;
-    let y = NDArray::from_vec((0..batch).map(|i| (i % 10) as f32).collect(), &[batch])?
-        .to_device(dev)?;
-    let loss = SoftmaxCrossEntropyLoss::new();
+    let classes: Vec<f32> = (0..batch).map(|i| (i % 10) as f32).collect();
+    let (loss, y): (Box<dyn Loss>, NDArray) = if ce {
+        (
+            Box::new(SoftmaxCrossEntropyLoss::new()),
+            NDArray::from_vec(classes, &[batch])?,
+        )
+    } else {
+        let mut t = vec![0f32; batch * 10];
+        for (i, c) in classes.iter().enumerate() {
+            t[i * 10 + *c as usize] = 1.0;
+        }
+        (Box::new(L2Loss::new()), NDArray::from_vec(t, &[batch, 10])?)
+    };
+    let (loss, y) = (loss.as_ref(), y.to_device(dev)?);
     let nets = [mlp(), mlp(), mlp()];
     for n in &nets {
         n.initialize(&Initializer::xavier(), dev)?;
@@ -102,15 +116,17 @@ fn run(batch: usize, dev: Device, a: &Args) -> Result<()> {
     }
     let mut ways = [
         Way::Eager,
-        Way::Graph(HybridTrainStep::new(&nets[1], &loss)),
-        Way::Graph(HybridTrainStep::new(&nets[2], &loss).with_cuda_graph(true)),
+        Way::Graph(HybridTrainStep::new(&nets[1], loss)),
+        Way::Graph(HybridTrainStep::new(&nets[2], loss).with_cuda_graph(true)),
     ];
     let mut trainers = Vec::new();
     for n in &nets {
         trainers.push(Trainer::from_params(&n.collect_params()?, Sgd::new(0.01))?);
     }
     let mut last = [0.0f64; 3];
-    let step = |k: usize, way: &mut Way, tr: &mut Trainer| -> Result<NDArray> {
+    // Host time spent in the captured way's optimizer calls (launches; nothing waits).
+    let mut opt_host = 0.0f64;
+    let mut step = |k: usize, way: &mut Way, tr: &mut Trainer| -> Result<NDArray> {
         let l = match way {
             Way::Eager => {
                 let l = autograd::record(|| loss.forward(&nets[k].forward(&x)?, &y))?;
@@ -119,7 +135,11 @@ fn run(batch: usize, dev: Device, a: &Args) -> Result<()> {
             }
             Way::Graph(s) => s.step(&x, &y)?,
         };
+        let t0 = Instant::now();
         tr.step(batch)?;
+        if k == 2 {
+            opt_host += t0.elapsed().as_secs_f64();
+        }
         Ok(l)
     };
     // Warm-up: the graph ways trace, plan and capture here.
@@ -145,15 +165,17 @@ fn run(batch: usize, dev: Device, a: &Args) -> Result<()> {
             }
         }
     }
+    let opt_us = opt_host * 1e6 / (3 + a.rounds * a.steps) as f64;
     let [te, th, tc] = times.map(median);
     let runs = match &ways[2] {
         Way::Graph(s) => s.train_step().map(|t| t.cuda_graph_runs()),
         Way::Eager => None,
     };
+    let name = if ce { "softmax CE" } else { "L2" };
     println!(
-        "batch {batch:4}: step us: eager {te:8.1}  hybridized {th:8.1}  hybridized + CUDA graph \
-         {tc:8.1}  (eager / graph {:.2}x, hybridized / graph {:.2}x); graph replays, captures: \
-         {runs:?}",
+        "batch {batch:4}, {name:10}: step us: eager {te:8.1}  hybridized {th:8.1}  hybridized + \
+         CUDA graph {tc:8.1}  (eager / graph {:.2}x, hybridized / graph {:.2}x); graph replays, \
+         captures: {runs:?}; optimizer host us/step {opt_us:.1}",
         te / tc,
         th / tc
     );
@@ -171,6 +193,23 @@ fn run(batch: usize, dev: Device, a: &Args) -> Result<()> {
             format!("the three ways disagree: {last:?}"),
         ));
     }
+    // Where the captured step's time goes: the replay alone (forward + backward, no
+    // optimizer; the weights stay as they are), synchronized per block as above.
+    if let Way::Graph(s) = &mut ways[2] {
+        let mut alone = Vec::new();
+        for _ in 0..a.rounds {
+            let t0 = Instant::now();
+            for _ in 0..a.steps {
+                s.step(&x, &y)?;
+            }
+            sync(dev)?;
+            alone.push(t0.elapsed().as_secs_f64() * 1e6 / a.steps as f64);
+        }
+        println!(
+            "            captured forward + backward alone (no optimizer): {:.1} us/step",
+            median(alone)
+        );
+    }
     Ok(())
 }
 
@@ -182,7 +221,9 @@ fn main() -> Result<()> {
         return Ok(());
     }
     for batch in [32, 256] {
-        run(batch, dev, &a)?;
+        for ce in [true, false] {
+            run(batch, dev, ce, &a)?;
+        }
     }
     Ok(())
 }

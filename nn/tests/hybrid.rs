@@ -1,9 +1,13 @@
 //! Hybridized blocks and losses against eager ones: outputs, losses and gradients (with their
 //! storage types) for every covered layer and loss on dense and sparse inputs; signature
-//! caching; fallbacks with their messages; export and import.
+//! caching; fallbacks with their messages; export and import. The layer and loss tests run on
+//! every test device (the graph's executor runs on the operands' device): bit for bit on the
+//! CPU, to 1e-6 of each array's largest magnitude elsewhere (a device's fused kernels may
+//! round differently from its eager ones); every call after the tracing one must run out of
+//! the memory plan or as one recorded node, none replaying the operators.
 
 use sparrow_core::testing::test_csr;
-use sparrow_core::{autograd, DType, Device, NDArray, SType};
+use sparrow_core::{autograd, device_test, DType, Device, NDArray, SType};
 use sparrow_nn::loss::{L2Loss, Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow_nn::{
     Activation, BatchNorm, Block, Dense, Dropout, Embedding, Flatten, HybridBlock, HybridLoss,
@@ -17,11 +21,25 @@ fn arr(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
         .unwrap()
 }
 
-/// Same storage type, shape and values (bit for bit: the graph replays the same operators).
+/// Same storage type, shape and values: bit for bit on the CPU (the graph runs the same
+/// kernels), to 1e-6 of the largest magnitude on another device.
 fn assert_same(a: &NDArray, b: &NDArray, what: &str) {
     assert_eq!(a.stype(), b.stype(), "{what}: stype");
     assert_eq!(a.shape(), b.shape(), "{what}: shape");
-    assert_eq!(a.to_f64_vec(), b.to_f64_vec(), "{what}: values");
+    assert_eq!(a.device(), b.device(), "{what}: device");
+    let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
+    if a.device() == Device::Cpu {
+        assert_eq!(x, y, "{what}: values");
+        return;
+    }
+    let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
+    for (k, (u, v)) in x.iter().zip(&y).enumerate() {
+        assert!(
+            (u - v).abs() <= 1e-6 * scale,
+            "{what}: element {k}: {u} against {v} on {:?}",
+            a.device()
+        );
+    }
 }
 
 fn grads(b: &dyn Block) -> Vec<(String, Option<NDArray>)> {
@@ -46,7 +64,8 @@ fn assert_same_grads(a: &[(String, Option<NDArray>)], b: &[(String, Option<NDArr
 /// Eager against hybridized for each batch: inference output (first call traces, second runs
 /// the graph), then loss and gradients under autograd, twice again.
 fn check<B: Block, L: Loss>(net: HybridBlock<B>, batches: &[NDArray], loss: L, label: &NDArray) {
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    net.initialize(&Initializer::xavier(), Device::current())
+        .unwrap();
     let hloss = HybridLoss::new("loss", loss);
     for (i, x) in batches.iter().enumerate() {
         let e = autograd::pause(|| net.inner().forward(x)).unwrap();
@@ -82,6 +101,14 @@ fn check<B: Block, L: Loss>(net: HybridBlock<B>, batches: &[NDArray], loss: L, l
         hloss.fallback_reasons()
     );
     assert!(net.graph().is_some());
+    // Per batch: one inference call traced, one planned; the two calls under `record` after
+    // the one that traced the loss, recorded.
+    let (b, l) = (net.run_counts(), hloss.run_counts());
+    assert_eq!(b.replayed + l.replayed, 0, "block {b:?}, loss {l:?}");
+    assert!(
+        b.planned >= batches.len() && b.recorded >= batches.len(),
+        "{b:?}"
+    );
 }
 
 fn labels(n: usize, classes: usize) -> NDArray {
@@ -100,150 +127,155 @@ fn mlp(grad_stype: SType) -> Sequential {
     s
 }
 
-#[test]
-fn dense_layers_and_softmax_ce_on_dense_and_csr_batches() {
-    let dense = arr(&[8, 10], -1.0, 1.0, 1);
-    let csr = test_csr(8, 10, 0.3, 2, DType::F32);
-    // Dropout with p > 0 in training mode does not trace; use an MLP without it for autograd.
-    for gs in [SType::Dense, SType::RowSparse] {
-        let mut net = Sequential::new();
-        net.add(Dense::new(6).activation("relu").grad_stype(gs));
-        net.add(Dense::new(5).activation("tanh"));
-        net.add(Dense::new(3).activation("softrelu"));
-        net.add(Activation::new("softsign").unwrap());
-        net.add(Dense::new(3).use_bias(false));
-        check(
-            net.hybridize(),
-            &[dense.clone(), csr.clone()],
-            SoftmaxCrossEntropyLoss::new(),
-            &labels(8, 3),
-        );
-        let mut net = Sequential::new();
-        net.add(Dense::new(4).grad_stype(gs));
-        check(
-            net.hybridize(),
-            std::slice::from_ref(&csr),
-            L2Loss::new(),
-            &arr(&[8, 4], -1.0, 1.0, 3),
-        );
-    }
-}
-
-#[test]
-fn row_sparse_weight_gradient_stays_row_sparse() {
-    let csr = test_csr(8, 30, 0.1, 4, DType::F32);
-    let mut net = Sequential::new();
-    net.add(Dense::new(1).grad_stype(SType::RowSparse));
-    let net = net.hybridize();
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
-    let loss = HybridLoss::new("bce", SigmoidBinaryCrossEntropyLoss::new());
-    let y = labels(8, 2);
-    for _ in 0..2 {
-        let l = autograd::record(|| loss.forward(&net.forward(&csr)?, &y)?.sum_all()).unwrap();
-        l.backward().unwrap();
-        let g = net
-            .collect_params()
-            .unwrap()
-            .get("dense0.weight")
-            .unwrap()
-            .grad()
-            .unwrap();
-        assert_eq!(g.stype(), SType::RowSparse);
-    }
-    let g = net.graph().unwrap();
-    assert_eq!(
-        g.params()
-            .iter()
-            .find(|p| p.name == "dense0.weight")
-            .unwrap()
-            .grad_stype,
-        SType::RowSparse
-    );
-}
-
-#[test]
-fn inference_only_blocks_and_bce_l2() {
-    let x = arr(&[8, 2, 3, 2], -1.0, 1.0, 5);
-    let mut net = Sequential::new();
-    net.add(Flatten);
-    net.add(Dense::new(4).flatten(true));
-    let net = net.hybridize();
-    check(
-        net,
-        std::slice::from_ref(&x),
-        L2Loss::new(),
-        &arr(&[8, 4], -1.0, 1.0, 6),
-    );
-    // Sigmoid BCE: the per-sample fused path ((batch, 1) logits) and the general one.
-    let mut net = Sequential::new();
-    net.add(Dense::new(1));
-    check(
-        net.hybridize(),
-        std::slice::from_ref(&x),
-        SigmoidBinaryCrossEntropyLoss::new(),
-        &labels(8, 2),
-    );
-    let mut net = Sequential::new();
-    net.add(Dense::new(3));
-    let z = arr(&[8, 3], 0.0, 1.0, 7);
-    check(
-        net.hybridize(),
-        std::slice::from_ref(&x),
-        SigmoidBinaryCrossEntropyLoss::new(),
-        &z,
-    );
-    // The MLP with Dropout and every activation, in inference.
-    let net = mlp(SType::Dense).hybridize();
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
-    let xs = arr(&[8, 10], -1.0, 1.0, 8);
-    let e = autograd::pause(|| net.inner().forward(&xs)).unwrap();
-    for _ in 0..2 {
-        assert_same(&e, &autograd::pause(|| net.forward(&xs)).unwrap(), "mlp");
-    }
-    assert!(net.fallback_reasons().is_empty());
-}
-
-#[test]
-fn embeddings_and_batchnorm_in_inference() {
-    let ids = NDArray::from_vec(vec![1.0f32, 3.0, 3.0, 7.0, 0.0, 2.0, 9.0, 1.0], &[8]).unwrap();
-    for sparse in [false, true] {
-        let mut net = Sequential::new();
-        if sparse {
-            net.add(SparseEmbedding::new(10, 4));
-        } else {
-            net.add(Embedding::with_options(10, 4, true, DType::F32));
+device_test! {
+    fn dense_layers_and_softmax_ce_on_dense_and_csr_batches() {
+        let dense = arr(&[8, 10], -1.0, 1.0, 1);
+        let csr = test_csr(8, 10, 0.3, 2, DType::F32);
+        // Dropout with p > 0 in training mode does not trace; use an MLP without it for autograd.
+        for gs in [SType::Dense, SType::RowSparse] {
+            let mut net = Sequential::new();
+            net.add(Dense::new(6).activation("relu").grad_stype(gs));
+            net.add(Dense::new(5).activation("tanh"));
+            net.add(Dense::new(3).activation("softrelu"));
+            net.add(Activation::new("softsign").unwrap());
+            net.add(Dense::new(3).use_bias(false));
+            check(
+                net.hybridize(),
+                &[dense.clone(), csr.clone()],
+                SoftmaxCrossEntropyLoss::new(),
+                &labels(8, 3),
+            );
+            let mut net = Sequential::new();
+            net.add(Dense::new(4).grad_stype(gs));
+            check(
+                net.hybridize(),
+                std::slice::from_ref(&csr),
+                L2Loss::new(),
+                &arr(&[8, 4], -1.0, 1.0, 3),
+            );
         }
-        net.add(Dense::new(3));
+    }
+}
+
+device_test! {
+    fn row_sparse_weight_gradient_stays_row_sparse() {
+        let csr = test_csr(8, 30, 0.1, 4, DType::F32);
+        let mut net = Sequential::new();
+        net.add(Dense::new(1).grad_stype(SType::RowSparse));
+        let net = net.hybridize();
+        net.initialize(&Initializer::xavier(), Device::current())
+            .unwrap();
+        let loss = HybridLoss::new("bce", SigmoidBinaryCrossEntropyLoss::new());
+        let y = labels(8, 2);
+        for _ in 0..2 {
+            let l = autograd::record(|| loss.forward(&net.forward(&csr)?, &y)?.sum_all()).unwrap();
+            l.backward().unwrap();
+            let g = net
+                .collect_params()
+                .unwrap()
+                .get("dense0.weight")
+                .unwrap()
+                .grad()
+                .unwrap();
+            assert_eq!(g.stype(), SType::RowSparse);
+        }
+        let g = net.graph().unwrap();
+        assert_eq!(
+            g.params()
+                .iter()
+                .find(|p| p.name == "dense0.weight")
+                .unwrap()
+                .grad_stype,
+            SType::RowSparse
+        );
+    }
+}
+
+device_test! {
+    fn inference_only_blocks_and_bce_l2() {
+        let x = arr(&[8, 2, 3, 2], -1.0, 1.0, 5);
+        let mut net = Sequential::new();
+        net.add(Flatten);
+        net.add(Dense::new(4).flatten(true));
+        let net = net.hybridize();
+        check(
+            net,
+            std::slice::from_ref(&x),
+            L2Loss::new(),
+            &arr(&[8, 4], -1.0, 1.0, 6),
+        );
+        // Sigmoid BCE: the per-sample fused path ((batch, 1) logits) and the general one.
+        let mut net = Sequential::new();
+        net.add(Dense::new(1));
         check(
             net.hybridize(),
-            std::slice::from_ref(&ids),
-            SoftmaxCrossEntropyLoss::new(),
-            &labels(8, 3),
+            std::slice::from_ref(&x),
+            SigmoidBinaryCrossEntropyLoss::new(),
+            &labels(8, 2),
         );
-    }
-    let mut net = Sequential::new();
-    net.add(Dense::new(4));
-    net.add(BatchNorm::new());
-    net.add(Dense::new(2));
-    let net = net.hybridize();
-    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
-    let x = arr(&[6, 5], -1.0, 1.0, 9);
-    // Move the running statistics away from 0 / 1 first (eager training step).
-    autograd::record(|| net.inner().forward(&x)).unwrap();
-    let e = autograd::pause(|| net.inner().forward(&x)).unwrap();
-    for _ in 0..2 {
-        assert_same(
-            &e,
-            &autograd::pause(|| net.forward(&x)).unwrap(),
-            "batchnorm",
+        let mut net = Sequential::new();
+        net.add(Dense::new(3));
+        let z = arr(&[8, 3], 0.0, 1.0, 7);
+        check(
+            net.hybridize(),
+            std::slice::from_ref(&x),
+            SigmoidBinaryCrossEntropyLoss::new(),
+            &z,
         );
+        // The MLP with Dropout and every activation, in inference.
+        let net = mlp(SType::Dense).hybridize();
+        net.initialize(&Initializer::xavier(), Device::current()).unwrap();
+        let xs = arr(&[8, 10], -1.0, 1.0, 8);
+        let e = autograd::pause(|| net.inner().forward(&xs)).unwrap();
+        for _ in 0..2 {
+            assert_same(&e, &autograd::pause(|| net.forward(&xs)).unwrap(), "mlp");
+        }
+        assert!(net.fallback_reasons().is_empty());
     }
-    assert!(net.fallback_reasons().is_empty());
-    let g = net.graph().unwrap();
-    assert!(g
-        .params()
-        .iter()
-        .any(|p| p.name == "batchnorm0.running_mean"));
+}
+
+device_test! {
+    fn embeddings_and_batchnorm_in_inference() {
+        let ids = NDArray::from_vec(vec![1.0f32, 3.0, 3.0, 7.0, 0.0, 2.0, 9.0, 1.0], &[8]).unwrap();
+        for sparse in [false, true] {
+            let mut net = Sequential::new();
+            if sparse {
+                net.add(SparseEmbedding::new(10, 4));
+            } else {
+                net.add(Embedding::with_options(10, 4, true, DType::F32));
+            }
+            net.add(Dense::new(3));
+            check(
+                net.hybridize(),
+                std::slice::from_ref(&ids),
+                SoftmaxCrossEntropyLoss::new(),
+                &labels(8, 3),
+            );
+        }
+        let mut net = Sequential::new();
+        net.add(Dense::new(4));
+        net.add(BatchNorm::new());
+        net.add(Dense::new(2));
+        let net = net.hybridize();
+        net.initialize(&Initializer::xavier(), Device::current()).unwrap();
+        let x = arr(&[6, 5], -1.0, 1.0, 9);
+        // Move the running statistics away from 0 / 1 first (eager training step).
+        autograd::record(|| net.inner().forward(&x)).unwrap();
+        let e = autograd::pause(|| net.inner().forward(&x)).unwrap();
+        for _ in 0..2 {
+            assert_same(
+                &e,
+                &autograd::pause(|| net.forward(&x)).unwrap(),
+                "batchnorm",
+            );
+        }
+        assert!(net.fallback_reasons().is_empty());
+        let g = net.graph().unwrap();
+        assert!(g
+            .params()
+            .iter()
+            .any(|p| p.name == "batchnorm0.running_mean"));
+    }
 }
 
 #[test]

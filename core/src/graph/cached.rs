@@ -8,6 +8,7 @@
 //! record the tape.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::exec::Executor;
@@ -49,6 +50,37 @@ pub struct CompiledGraph {
     graph: Arc<Graph>,
     exec: Mutex<Option<Executor>>,
     recorded: Mutex<Vec<RecordedEntry>>,
+    /// Runs so far by way (see [`RunCounts`]).
+    planned: AtomicUsize,
+    recorded_runs: AtomicUsize,
+    replayed: AtomicUsize,
+}
+
+/// How a hybridized block's graph calls ran (after the tracing call): out of the executor's
+/// memory plan (inference), as the split forward with one tape node (under
+/// `autograd::record`), or by replaying the operators (a graph without a backward for what
+/// was asked, operands on several devices, the executor busy on another thread). A model
+/// whose calls replay gets none of the plan's buffers or fused kernels: this says whether
+/// that happens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Calls run by the planned executor.
+    pub planned: usize,
+    /// Calls under `record` run as the split forward (one tape node).
+    pub recorded: usize,
+    /// Calls that replayed the operators.
+    pub replayed: usize,
+}
+
+impl std::ops::Add for RunCounts {
+    type Output = RunCounts;
+    fn add(self, o: RunCounts) -> RunCounts {
+        RunCounts {
+            planned: self.planned + o.planned,
+            recorded: self.recorded + o.recorded,
+            replayed: self.replayed + o.replayed,
+        }
+    }
 }
 
 /// Which inputs and parameters need a gradient, and the split for them (`None`: no graph
@@ -63,7 +95,23 @@ impl CompiledGraph {
             graph,
             exec: Mutex::new(None),
             recorded: Mutex::new(Vec::new()),
+            planned: AtomicUsize::new(0),
+            recorded_runs: AtomicUsize::new(0),
+            replayed: AtomicUsize::new(0),
         }
+    }
+
+    /// How this graph's calls ran so far.
+    pub fn run_counts(&self) -> RunCounts {
+        RunCounts {
+            planned: self.planned.load(Ordering::Relaxed),
+            recorded: self.recorded_runs.load(Ordering::Relaxed),
+            replayed: self.replayed.load(Ordering::Relaxed),
+        }
+    }
+
+    fn count(counter: &AtomicUsize) {
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The graph.
@@ -73,10 +121,11 @@ impl CompiledGraph {
 
     /// Under `autograd::record`, with a gradient asked of an input or parameter: run the
     /// split forward and record one tape node whose backward runs the backward graph
-    /// (`recorded.rs`). `None` where that cannot be done (several outputs, arrays off the
-    /// host, no graph backward, the forward busy on another thread): the caller replays.
+    /// (`recorded.rs`). `None` where that cannot be done (several outputs, operands on
+    /// several devices, no graph backward, the forward busy on another thread): the caller
+    /// replays.
     fn run_recorded(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Option<NDArray>> {
-        if self.graph.outputs().len() != 1 || !on_host(inputs, params) {
+        if self.graph.outputs().len() != 1 || !one_device(inputs, params) {
             return Ok(None);
         }
         self.graph.check_call(inputs, params)?;
@@ -109,16 +158,21 @@ impl CompiledGraph {
                 }
             }
         };
-        match rec {
-            Some(r) => r.call(inputs, params),
-            None => Ok(None),
+        let out = match rec {
+            Some(r) => r.call(inputs, params)?,
+            None => None,
+        };
+        if out.is_some() {
+            Self::count(&self.recorded_runs);
         }
+        Ok(out)
     }
 
     /// Run the graph: out of its memory plan when nothing records (inference); under
     /// `record`, the split forward with one tape node (`recorded.rs`), or else the operators
-    /// (`Graph::run`: they build the tape for backward). A run while another thread holds the
-    /// executor, or on arrays off the host, replays too.
+    /// (`Graph::run`: they build the tape for backward). The executor runs on the operands'
+    /// device (CPU or CUDA); a run while another thread holds the executor, or on operands
+    /// on several devices (the eager operators' error), replays too.
     pub fn run(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
         if autograd::is_recording() {
             if let Some(out) = self.run_recorded(inputs, params)? {
@@ -126,10 +180,15 @@ impl CompiledGraph {
             }
         }
         match self.executor(inputs, params) {
-            Some(mut e) => e
-                .get_or_insert_with(|| Executor::new(self.graph.clone()))
-                .run(inputs, params),
-            None => self.graph.run(inputs, params),
+            Some(mut e) => {
+                Self::count(&self.planned);
+                e.get_or_insert_with(|| Executor::new(self.graph.clone()))
+                    .run(inputs, params)
+            }
+            None => {
+                Self::count(&self.replayed);
+                self.graph.run(inputs, params)
+            }
         }
     }
 
@@ -141,10 +200,15 @@ impl CompiledGraph {
             }
         }
         match self.executor(inputs, params) {
-            Some(mut e) => e
-                .get_or_insert_with(|| Executor::new(self.graph.clone()))
-                .run_first(inputs, params),
-            None => first(self.graph.run(inputs, params)?),
+            Some(mut e) => {
+                Self::count(&self.planned);
+                e.get_or_insert_with(|| Executor::new(self.graph.clone()))
+                    .run_first(inputs, params)
+            }
+            None => {
+                Self::count(&self.replayed);
+                first(self.graph.run(inputs, params)?)
+            }
         }
     }
 
@@ -157,19 +221,21 @@ impl CompiledGraph {
         if autograd::is_recording() {
             return None;
         }
-        if !on_host(inputs, params) {
+        if !one_device(inputs, params) {
             return None;
         }
         self.exec.try_lock().ok()
     }
 }
 
-/// True when every array is in host memory (planned runs are on the CPU).
-fn on_host(inputs: &[NDArray], params: &[NDArray]) -> bool {
-    inputs
-        .iter()
-        .chain(params)
-        .all(|a| a.device() == crate::Device::Cpu)
+/// True when every operand is on one device (a planned run is; operands on several devices
+/// replay, so that the eager operator gives its error).
+fn one_device(inputs: &[NDArray], params: &[NDArray]) -> bool {
+    let mut all = inputs.iter().chain(params).map(NDArray::device);
+    match all.next() {
+        Some(d) => all.all(|e| e == d),
+        None => true,
+    }
 }
 
 /// The first of a graph's outputs (a graph has at least one).
@@ -327,6 +393,18 @@ impl CachedGraph {
                 Entry::Graph(_) => None,
             })
             .collect()
+    }
+
+    /// How the calls of every cached graph ran so far (tracing calls and signatures that
+    /// run eagerly are not counted).
+    pub fn run_counts(&self) -> RunCounts {
+        self.lock_entries()
+            .values()
+            .filter_map(|e| match e {
+                Entry::Graph(c) => Some(c.run_counts()),
+                Entry::Eager(_) => None,
+            })
+            .fold(RunCounts::default(), |a, b| a + b)
     }
 
     /// Number of cached signatures (traced or eager).

@@ -33,7 +33,8 @@ mod trace;
 mod train;
 
 pub use cached::{
-    select_params, CachedGraph, CompiledGraph, ForwardFn, GraphParamsFn, ParamsFn, Signature,
+    select_params, CachedGraph, CompiledGraph, ForwardFn, GraphParamsFn, ParamsFn, RunCounts,
+    Signature,
 };
 pub use exec::Executor;
 pub use grad::{backward_graph, backward_graph_wrt, Backward, GradFn};

@@ -1,6 +1,6 @@
 //! Hybridized losses: a loss's computation traced and cached like a block's.
 
-use sparrow_core::graph::CachedGraph;
+use sparrow_core::graph::{CachedGraph, RunCounts};
 use sparrow_core::{NDArray, Result};
 
 use crate::loss::Loss;
@@ -41,6 +41,12 @@ impl<L: Loss> HybridLoss<L> {
         let mut v = self.plain.fallback_reasons();
         v.extend(self.weighted.fallback_reasons());
         v
+    }
+
+    /// How the calls of its graphs ran so far (planned, recorded, replayed; see
+    /// [`RunCounts`]).
+    pub fn run_counts(&self) -> RunCounts {
+        self.plain.run_counts() + self.weighted.run_counts()
     }
 }
 

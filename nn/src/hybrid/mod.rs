@@ -31,7 +31,7 @@ pub use train::HybridTrainStep;
 
 use std::sync::Arc;
 
-use sparrow_core::graph::{CachedGraph, Graph, MemoryPlan};
+use sparrow_core::graph::{CachedGraph, Graph, MemoryPlan, RunCounts};
 use sparrow_core::{NDArray, Result};
 
 use crate::block::{Block, SummaryRow};
@@ -167,6 +167,12 @@ impl<B: Block> HybridBlock<B> {
     /// For each signature that runs eagerly: which block and why.
     pub fn fallback_reasons(&self) -> Vec<String> {
         self.cache.fallback_reasons()
+    }
+
+    /// How the calls of its graphs ran so far: out of the memory plan, as one recorded tape
+    /// node, or replaying the operators ([`RunCounts`]).
+    pub fn run_counts(&self) -> RunCounts {
+        self.cache.run_counts()
     }
 
     /// Number of cached signatures.
