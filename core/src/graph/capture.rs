@@ -157,6 +157,13 @@ pub(crate) fn capture(
             "CUDA graphs capture CUDA devices, not {device:?}"
         )));
     };
+    if let Some(n) = exec.graph().nodes().iter().find(|n| n.op.is_random()) {
+        return Ok(Err(format!(
+            "the step draws random values ({}): a CUDA graph would replay the values of its \
+             capture at every step",
+            n.op.name()
+        )));
+    }
     if !exec.outputs_planned() {
         return Ok(Err(
             "an output of the step is made by an eager operator".into()

@@ -332,6 +332,7 @@ fn stops_gradient(op: &Op) -> bool {
         Op::Detach
             | Op::OneHot { .. }
             | Op::CheckClassIds { .. }
+            | Op::DropoutMask { .. }
             | Op::Compare(_)
             | Op::CompareScalar(..)
     )

@@ -177,6 +177,13 @@ pub enum Op {
         /// Number of labels expected.
         count: usize,
     },
+    /// `dropout_mask(x, p, stream)`: a new random mask at every run ([`Op::is_random`]).
+    DropoutMask {
+        /// Probability of a zero.
+        p: f64,
+        /// The layer's stream of masks (exported as its seed).
+        stream: std::sync::Arc<crate::ops::MaskStream>,
+    },
 }
 
 macro_rules! name_table {
@@ -330,6 +337,7 @@ impl Op {
             Op::Detach => "detach",
             Op::Embedding => "embedding",
             Op::CheckClassIds { .. } => "check_class_ids",
+            Op::DropoutMask { .. } => "dropout_mask",
             Op::Grad(g) => g.name(),
         }
     }
@@ -376,6 +384,11 @@ impl Op {
             Op::CheckClassIds { classes, count } => vec![
                 ("classes", AttrValue::Int(*classes as i64)),
                 ("count", AttrValue::Int(*count as i64)),
+            ],
+            // The seed's 64 bits as a whole number (read back with the same bits).
+            Op::DropoutMask { p, stream } => vec![
+                ("p", AttrValue::Float(*p)),
+                ("seed", AttrValue::Int(stream.seed() as i64)),
             ],
             Op::DotCsrDenseT | Op::SigmoidBce | Op::Where | Op::Detach | Op::Embedding => vec![],
             Op::Grad(g) => g.attrs(),
@@ -500,6 +513,16 @@ impl Op {
                 classes: count("classes")?,
                 count: count("count")?,
             },
+            "dropout_mask" => {
+                let p = float("p")?;
+                if !(0.0..1.0).contains(&p) {
+                    return Err(bad("p", "a rate in [0, 1)"));
+                }
+                Op::DropoutMask {
+                    p,
+                    stream: crate::ops::MaskStream::new(int("seed")? as u64),
+                }
+            }
             other => {
                 return Err(Error::arg(
                     OP,
@@ -630,8 +653,16 @@ impl Op {
             Op::Detach => Ok(x[0].detach()),
             Op::Embedding => crate::sparse::embedding(&x[0], &x[1]),
             Op::CheckClassIds { classes, count } => x[0].check_class_ids(*classes, *count),
+            Op::DropoutMask { p, stream } => x[0].dropout_mask(*p, stream),
             Op::Grad(g) => g.apply(x),
         }
+    }
+
+    /// True for operators that draw new values at every run (dropout's mask): a graph must
+    /// run such a node exactly once per run, so it is never recomputed in the backward, and
+    /// a CUDA graph, which would replay the values of its capture, is not made of it.
+    pub fn is_random(&self) -> bool {
+        matches!(self, Op::DropoutMask { .. })
     }
 
     /// Whether [`Op::apply_over`] can rewrite an earlier result of this operator.

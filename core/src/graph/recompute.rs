@@ -14,8 +14,10 @@
 //! about `sqrt(n)` checkpoints and recomputes one segment of about `sqrt(n)` layers at a time,
 //! so it holds about `2 sqrt(n)` activations instead of `n`, for about one more forward.
 //!
-//! Every operator of the graph IR is deterministic (no random operator is traced), so a
-//! recomputed value has the bits of the original and the step's results do not change.
+//! Values of random operators (dropout's mask, [`Op::is_random`](super::Op::is_random)) are
+//! always kept, never recomputed (a second draw would be another mask); every other operator
+//! is deterministic, so a recomputed value has the bits of the original and the step's
+//! results do not change.
 
 use super::ir::{Graph, Node};
 
@@ -73,8 +75,11 @@ pub fn with_recompute(
             read_back[x] |= producer[x].is_some();
         }
     }
+    let random: Vec<bool> = (0..nv)
+        .map(|v| producer[v].is_some_and(|i| nodes[i].op.is_random()))
+        .collect();
     // The values the backward reads that could be dropped, and their bytes.
-    let candidate = |v: usize| read_back[v] && !is_output[v];
+    let candidate = |v: usize| read_back[v] && !is_output[v] && !random[v];
     let cand_bytes: Vec<usize> = nodes[..forward_nodes]
         .iter()
         .map(|n| n.output)
@@ -100,9 +105,10 @@ pub fn with_recompute(
         return Ok((joint.clone(), unchanged(budget)));
     }
 
-    // Kept: everything the forward does not produce, outputs, and the checkpoints.
+    // Kept: everything the forward does not produce, outputs, random draws, and the
+    // checkpoints.
     let mut keep: Vec<bool> = (0..nv)
-        .map(|v| producer[v].is_none() || is_output[v])
+        .map(|v| producer[v].is_none() || is_output[v] || random[v])
         .collect();
     let (mut acc, mut kept, mut dropped) = (0usize, 0usize, 0usize);
     for n in &nodes[..forward_nodes] {

@@ -269,6 +269,28 @@ fn attributes_round_trip() {
             .collect();
         assert_eq!(Op::from_attrs(op.name(), &attrs).unwrap(), op);
     }
+    // A dropout mask comes back with its rate and seed, as a stream of its own (streams
+    // compare by identity), all 64 bits of the seed kept.
+    let stream = crate::ops::MaskStream::new(u64::MAX - 5);
+    let op = Op::DropoutMask {
+        p: 0.25,
+        stream: stream.clone(),
+    };
+    let attrs: Vec<(String, AttrValue)> = op
+        .attrs()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    match Op::from_attrs(op.name(), &attrs).unwrap() {
+        Op::DropoutMask { p, stream: s } => {
+            assert_eq!((p, s.seed(), s.drawn()), (0.25, stream.seed(), 0));
+            assert!(!std::sync::Arc::ptr_eq(&s, &stream));
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad = [("p".to_string(), AttrValue::Float(1.0)), attrs[1].clone()];
+    let err = Op::from_attrs("dropout_mask", &bad).unwrap_err().to_string();
+    assert!(err.contains("'p'"), "{err}");
     let err = Op::from_attrs("reshape", &[]).unwrap_err().to_string();
     assert!(err.contains("needs attribute 'shape'"), "{err}");
     let err = Op::from_attrs("launch_missiles", &[])

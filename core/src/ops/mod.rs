@@ -6,6 +6,7 @@ pub(crate) mod axis;
 pub(crate) mod broadcast;
 mod check;
 pub(crate) mod conv;
+mod dropout;
 pub use crate::cpu::expf;
 pub mod fused;
 mod index;
@@ -27,6 +28,7 @@ pub use crate::cpu::map::sigmoid;
 pub use arith::BinaryOp;
 pub use broadcast::broadcast_shapes;
 pub use conv::ConvParams;
+pub use dropout::MaskStream;
 pub use pool::{PoolParams, PoolType};
 pub use reduce::sum_to_shape;
 

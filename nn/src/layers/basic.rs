@@ -1,21 +1,23 @@
 //! Parameter-free layers: `Dropout`, `Flatten`, `Identity`, `Lambda`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sparrow_core::{autograd, float_dispatch, Error, NDArray, Result};
+use sparrow_core::ops::MaskStream;
+use sparrow_core::{autograd, Error, NDArray, Result};
 
 use crate::block::Block;
 use crate::init;
 
 /// Dropout (Gluon's `nn.Dropout`): in training mode (`autograd::is_training()`, true inside
 /// `autograd::record`) each element is zeroed with probability `rate` and the survivors are
-/// scaled by `1 / (1 - rate)`; in predict mode the input passes unchanged.
+/// scaled by `1 / (1 - rate)`; in predict mode the input passes unchanged. The mask is the
+/// operator [`NDArray::dropout_mask`] from the layer's own [`MaskStream`] (seeded from
+/// [`init::next_seed`]): hybridized, each run of the graph draws the mask the eager layer
+/// would have drawn at that call.
 #[derive(Debug)]
 pub struct Dropout {
     rate: f64,
-    seed: u64,
-    calls: AtomicU64,
+    stream: Arc<MaskStream>,
 }
 
 impl Dropout {
@@ -29,9 +31,13 @@ impl Dropout {
         }
         Ok(Dropout {
             rate,
-            seed: init::next_seed(),
-            calls: AtomicU64::new(0),
+            stream: MaskStream::new(init::next_seed()),
         })
+    }
+
+    /// The layer's stream of masks (its seed, and how many masks it has drawn).
+    pub fn mask_stream(&self) -> &Arc<MaskStream> {
+        &self.stream
     }
 }
 
@@ -40,26 +46,7 @@ impl Block for Dropout {
         if !autograd::is_training() || self.rate == 0.0 {
             return Ok(x.clone());
         }
-        sparrow_core::graph::not_traceable("Dropout", "training mode draws a random mask");
-        let n = x.size();
-        let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        let seed = self.seed ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let keep = 1.0 / (1.0 - self.rate);
-        let p = self.rate;
-        // Half inputs: the f32 mask rounded (0 and 1 / (1 - p) in the input's dtype).
-        let mask_dtype = if x.dtype().is_half() {
-            sparrow_core::DType::F32
-        } else {
-            x.dtype()
-        };
-        let mask = float_dispatch!(mask_dtype, "Dropout", T => {
-            let mut u = vec![0.0 as T; n];
-            init::fill_uniform(&mut u, 0.0, 1.0, seed);
-            let (pt, kt) = (p as T, keep as T);
-            let m: Vec<T> = u.iter().map(|&v| if v < pt { 0.0 } else { kt }).collect();
-            NDArray::from_vec(m, &x.shape())?
-        });
-        x.mul(&mask.astype(x.dtype())?)
+        x.mul(&x.dropout_mask(self.rate, &self.stream)?)
     }
     fn kind(&self) -> &'static str {
         "dropout"
