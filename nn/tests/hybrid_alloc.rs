@@ -69,14 +69,19 @@ fn allocations_of_at_least<R>(min: usize, f: impl FnOnce() -> R) -> (R, usize) {
     (r, COUNT.with(Cell::get))
 }
 
-/// Three graph steps of a small MLP against `loss`, then the allocations of a fourth.
-fn warm_step_allocations(loss: &dyn Loss, y: &NDArray) -> usize {
+/// Three graph steps of a small MLP against `loss` (with a Dropout(0.5) in training mode
+/// after its first layer when `dropout`), then the allocations of a fourth.
+fn warm_step_allocations(loss: &dyn Loss, y: &NDArray, dropout: bool) -> usize {
     let x = sparrow_core::testing::test_array(&[8, 12], -1.0, 1.0, 1)
         .astype(DType::F32)
         .unwrap();
     let mut net = Sequential::new();
-    net.add(Dense::new(16).activation("relu"))
-        .add(Dense::new(16).activation("tanh"))
+    net.add(Dense::new(16).activation("relu"));
+    if dropout {
+        // Its mask is drawn into a planned buffer at each step.
+        net.add(sparrow_nn::Dropout::new(0.5).unwrap());
+    }
+    net.add(Dense::new(16).activation("tanh"))
         .add(Dense::new(5));
     net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
     autograd::pause(|| net.forward(&x)).unwrap();
@@ -95,12 +100,14 @@ fn warm_step_allocations(loss: &dyn Loss, y: &NDArray) -> usize {
 #[test]
 fn warm_graph_training_step_allocates_nothing() {
     let classes = NDArray::from_vec((0..8).map(|i| (i % 5) as f32).collect(), &[8]).unwrap();
-    let n = warm_step_allocations(&SoftmaxCrossEntropyLoss::new(), &classes);
+    let n = warm_step_allocations(&SoftmaxCrossEntropyLoss::new(), &classes, false);
     assert_eq!(n, 0, "allocations in a warm softmax cross-entropy step");
+    let n = warm_step_allocations(&SoftmaxCrossEntropyLoss::new(), &classes, true);
+    assert_eq!(n, 0, "allocations in a warm step with dropout");
     let targets = sparrow_core::testing::test_array(&[8, 5], -1.0, 1.0, 2)
         .astype(DType::F32)
         .unwrap();
-    let n = warm_step_allocations(&L2Loss::new(), &targets);
+    let n = warm_step_allocations(&L2Loss::new(), &targets, false);
     assert_eq!(n, 0, "allocations in a warm L2 step");
 }
 

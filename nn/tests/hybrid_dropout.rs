@@ -8,7 +8,9 @@
 use sparrow_core::graph::Recompute;
 use sparrow_core::{autograd, device_test, Device, NDArray, SType};
 use sparrow_nn::loss::{Loss, SoftmaxCrossEntropyLoss};
-use sparrow_nn::{init, Block, Dense, Dropout, HybridTrainStep, Hybridize, Initializer, Sequential};
+use sparrow_nn::{
+    init, Block, Dense, Dropout, HybridTrainStep, Hybridize, Initializer, Sequential,
+};
 
 mod hybrid_util;
 use hybrid_util::{arr, grads};
@@ -39,13 +41,20 @@ fn same(a: &NDArray, b: &NDArray, what: &str) {
     }
     let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
     for (k, (u, v)) in x.iter().zip(&y).enumerate() {
-        assert!((u - v).abs() <= 1e-6 * scale, "{what}[{k}]: {u} against {v}");
+        assert!(
+            (u - v).abs() <= 1e-6 * scale,
+            "{what}[{k}]: {u} against {v}"
+        );
     }
 }
 
 fn same_grads(a: &dyn Block, b: &dyn Block, what: &str) {
     for ((n, ga), (_, gb)) in grads(a).iter().zip(&grads(b)) {
-        same(ga.as_ref().unwrap(), gb.as_ref().unwrap(), &format!("{what}: {n}"));
+        same(
+            ga.as_ref().unwrap(),
+            gb.as_ref().unwrap(),
+            &format!("{what}: {n}"),
+        );
     }
 }
 
@@ -169,4 +178,23 @@ fn a_mask_keeps_the_rate_and_scales_the_survivors() {
     assert!(x.dropout_mask(1.0, &stream).is_err());
     let ids = NDArray::from_vec(vec![1i64, 2], &[2]).unwrap();
     assert!(ids.dropout_mask(0.5, &stream).is_err());
+}
+
+#[test]
+fn masks_larger_than_a_fill_chunk_match_eager() {
+    // 70,000 elements: the planned buffer is filled in parallel chunks of 65,536, each from
+    // its own stream, as the eager draw is.
+    let x = arr(&[70, 1000], -1.0, 1.0, 3);
+    x.attach_grad();
+    init::seed(21);
+    let eager = Dropout::new(0.4).unwrap();
+    init::seed(21);
+    let hyb = Dropout::new(0.4).unwrap().hybridize();
+    for call in 0..3 {
+        let e = autograd::record(|| eager.forward(&x)).unwrap();
+        let h = autograd::record(|| hyb.forward(&x)).unwrap();
+        same(&e, &h, &format!("call {call}"));
+    }
+    let runs = hyb.run_counts();
+    assert_eq!((runs.recorded, runs.replayed), (2, 0), "{runs:?}");
 }

@@ -248,6 +248,32 @@ impl PlannedOps for CpuStorage {
         Ok(())
     }
 
+    fn dropout_mask_into(&mut self, p: f64, key: u64) -> Result<()> {
+        use rand::RngExt;
+        const OP: &str = "dropout_mask";
+        // The eager operator's values: its Bernoulli draws of a kept element (probability
+        // `1 - p`, the same chunked streams of `key`), each times `1 / (1 - p)` in `T`.
+        let (q, keep) = (1.0 - p, 1.0 / (1.0 - p));
+        match self.dtype() {
+            crate::DType::F32 => {
+                let (one, k) = (1.0f32, keep as f32);
+                let o = dst::<f32>(OP, self, self.len())?;
+                super::random::fill_into(key, o, |r| if r.random_bool(q) { one * k } else { 0.0 });
+            }
+            crate::DType::F64 => {
+                let o = dst::<f64>(OP, self, self.len())?;
+                super::random::fill_into(key, o, |r| if r.random_bool(q) { keep } else { 0.0 });
+            }
+            other => {
+                return Err(Error::dtype(
+                    OP,
+                    format!("a planned mask is float32 or float64, not {}", other.name()),
+                ))
+            }
+        }
+        Ok(())
+    }
+
     fn one_hot_into(&self, depth: usize, on: f64, off: f64, out: &mut Self) -> Result<()> {
         const OP: &str = "one_hot";
         float_dispatch!(self.dtype(), OP, T => {

@@ -29,8 +29,7 @@ where
     let mut out: Vec<T> = super::alloc::try_with_capacity(op, n)?;
     crate::sys::advise_huge_pages(out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
     let fill_chunk = |(c, dst): (usize, &mut [std::mem::MaybeUninit<T>])| {
-        // splitmix inside seed_from_u64 decorrelates neighbouring chunk seeds.
-        let mut r = Core::seed_from_u64(key ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut r = chunk_rng(key, c);
         for x in dst.iter_mut() {
             x.write(draw(&mut r));
         }
@@ -44,6 +43,32 @@ where
     // SAFETY: the chunks cover all n slots and each slot was written above; capacity >= n.
     unsafe { out.set_len(n) };
     Ok(out)
+}
+
+/// The stream of chunk `c` of a fill from `key` (splitmix inside `seed_from_u64`
+/// decorrelates neighbouring chunk seeds).
+fn chunk_rng(key: u64, c: usize) -> Core {
+    Core::seed_from_u64(key ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// [`fill`] into an existing slice: the same values for the same key and draw, chunk by
+/// chunk (a planned buffer's fill, which allocates nothing).
+pub(super) fn fill_into<T, F>(key: u64, dst: &mut [T], draw: F)
+where
+    T: Send,
+    F: Fn(&mut Core) -> T + Sync,
+{
+    let fill_chunk = |(c, d): (usize, &mut [T])| {
+        let mut r = chunk_rng(key, c);
+        for x in d.iter_mut() {
+            *x = draw(&mut r);
+        }
+    };
+    if dst.len() > CHUNK {
+        dst.par_chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
+    } else {
+        dst.chunks_mut(CHUNK).enumerate().for_each(fill_chunk);
+    }
 }
 
 /// A distribution's parameters refused (the operator checks them first, so this is the

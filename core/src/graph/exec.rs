@@ -377,6 +377,18 @@ impl Executor {
                                     x.buf.one_hot(depth, on, off, dtype)?.copy_into(&mut od.buf)
                                 })
                             }
+                            // The mask's key comes from the node's stream, one per run.
+                            (ArrayData::Dense(od), _)
+                                if self.device == Device::Cpu
+                                    && matches!(form, Form::DropoutMask { .. }) =>
+                            {
+                                match &node.op {
+                                    super::op::Op::DropoutMask { p, stream } => {
+                                        od.buf.dropout_mask_into(*p, stream.next_key())
+                                    }
+                                    _ => Err(Error::arg(OP, "a mask form on another operator")),
+                                }
+                            }
                             (ArrayData::Dense(od), _)
                                 if self.device == Device::Cpu || form.has_device_kernels() =>
                             {

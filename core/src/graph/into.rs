@@ -81,6 +81,12 @@ pub(crate) enum Form {
         /// Number of classes.
         classes: usize,
     },
+    /// Dropout's mask (float32 / float64), drawn from the node's stream by the executor
+    /// (`Executor` passes the key: a form holds no stream).
+    DropoutMask {
+        /// Probability of a zero.
+        p: f64,
+    },
     /// `one_hot` of float ids into their own dtype.
     OneHot {
         /// Number of classes.
@@ -250,6 +256,11 @@ impl Form {
             }
             Op::CheckClassIds { classes, count } if elems(ins[0]) == *count && same_shape() => {
                 Some(Form::CheckClassIds { classes: *classes })
+            }
+            Op::DropoutMask { p, .. }
+                if same_shape() && matches!(out.dtype, crate::DType::F32 | crate::DType::F64) =>
+            {
+                Some(Form::DropoutMask { p: *p })
             }
             Op::OneHot { depth, on, off, .. } if elems(out) == elems(ins[0]) * depth => {
                 Some(Form::OneHot {
@@ -462,6 +473,11 @@ impl Form {
             Form::CheckClassIds { classes } => with_dense(args[0], |x| {
                 x.buf.check_class_ids_into(classes, &mut out.buf)
             }),
+            // The executor draws the key and writes the mask itself (`Executor::run_to`).
+            Form::DropoutMask { .. } => Err(Error::arg(
+                OP,
+                "a dropout mask is written by the executor, which draws its key",
+            )),
             Form::OneHot { depth, on, off } => with_dense(args[0], |x| {
                 x.buf.one_hot_into(depth, on, off, &mut out.buf)
             }),

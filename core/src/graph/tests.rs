@@ -289,7 +289,9 @@ fn attributes_round_trip() {
         other => panic!("{other:?}"),
     }
     let bad = [("p".to_string(), AttrValue::Float(1.0)), attrs[1].clone()];
-    let err = Op::from_attrs("dropout_mask", &bad).unwrap_err().to_string();
+    let err = Op::from_attrs("dropout_mask", &bad)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("'p'"), "{err}");
     let err = Op::from_attrs("reshape", &[]).unwrap_err().to_string();
     assert!(err.contains("needs attribute 'shape'"), "{err}");

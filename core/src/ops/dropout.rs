@@ -40,7 +40,7 @@ impl MaskStream {
 
     /// The key of the next mask: the seed and the mask's number, well mixed (SplitMix64's
     /// finaliser), so consecutive masks come from unrelated streams.
-    fn next_key(&self) -> u64 {
+    pub(crate) fn next_key(&self) -> u64 {
         let n = self.drawn.fetch_add(1, Ordering::Relaxed);
         let mut z = self.seed ^ n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -58,6 +58,9 @@ pub(crate) trait PlannedOps: Sized {
     /// `one_hot` of the float ids `self` into `out` (`self`'s length times `depth`, the ids'
     /// dtype), with the eager operator's check that each id is a whole number.
     fn one_hot_into(&self, depth: usize, on: f64, off: f64, out: &mut Self) -> Result<()>;
+    /// Dropout's mask for drop rate `p` from `key` written over `self` (float32 / float64):
+    /// the values `NDArray::dropout_mask` draws from the same key.
+    fn dropout_mask_into(&mut self, p: f64, key: u64) -> Result<()>;
 }
 
 /// The error for operands that are not all host storage.
@@ -194,6 +197,14 @@ impl Storage {
             (Storage::Cpu(a), Storage::Cpu(o)) => a.check_class_ids_into(classes, o),
             #[allow(unreachable_patterns)]
             _ => Err(host_only("check_class_ids")),
+        }
+    }
+    /// See [`PlannedOps::dropout_mask_into`].
+    pub(crate) fn dropout_mask_into(&mut self, p: f64, key: u64) -> Result<()> {
+        match self {
+            Storage::Cpu(o) => o.dropout_mask_into(p, key),
+            #[allow(unreachable_patterns)]
+            _ => Err(host_only("dropout_mask")),
         }
     }
     /// See [`PlannedOps::one_hot_into`].
