@@ -153,6 +153,24 @@ impl<T: Transport> SyncStore<T> {
         Ok(headers)
     }
 
+    /// The error of a pull of `key`, which this worker does not have. Where other workers
+    /// hold it as a sharded table their pull is collective and waits in its header gather, so
+    /// with several workers this one joins that gather with its error: every worker fails at
+    /// once, naming it, instead of the others waiting for the watchdog's timeout. (Where no
+    /// worker has the key, all fail together; where the others hold it replicated, their
+    /// pull is local and the gather meets their next call, which fails on the error.)
+    fn unknown_pulled_key(&mut self, op: &'static str, key: usize) -> Error {
+        let e = unknown_key(op, key);
+        if self.transport.size() < 2 {
+            return e;
+        }
+        // The op name a sharded key's pull gathers under (`sharded::gather_rows`).
+        match self.agree(op, Header::new("row_sparse_pull", key, Err(&e)), true) {
+            Err(all) => all,
+            Ok(_) => e,
+        }
+    }
+
     /// The (shape, dtype) of `key`, or the error of an unknown key.
     pub(crate) fn meta(&self, op: &'static str, key: usize) -> Result<(Vec<usize>, DType)> {
         match self.slots.get(&key) {
@@ -587,6 +605,9 @@ impl<T: Transport> KVStore for SyncStore<T> {
 
     fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
         const OP: &str = "KVStore::pull";
+        if !self.slots.contains_key(&key) {
+            return Err(self.unknown_pulled_key(OP, key));
+        }
         let (shape, dtype) = self.meta(OP, key)?;
         let checked = out
             .iter()
@@ -605,7 +626,7 @@ impl<T: Transport> KVStore for SyncStore<T> {
                 };
                 crate::sharded::gather_rows(self, key, &all, checked)?.tostype(SType::Dense)?
             }
-            None => return Err(unknown_key(OP, key)),
+            None => return Err(self.unknown_pulled_key(OP, key)),
         };
         for o in out {
             o.assign(&value);
@@ -646,7 +667,7 @@ impl<T: Transport> KVStore for SyncStore<T> {
                 crate::sharded::gather_rows(self, key, &ids, local)?
             }
             Some(Slot::Replicated(r)) => rows_of(&r.value, ids, &checked?)?,
-            None => return Err(unknown_key(OP, key)),
+            None => return Err(self.unknown_pulled_key(OP, key)),
         };
         for o in out {
             o.assign(&rows);

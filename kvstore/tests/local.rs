@@ -451,6 +451,43 @@ fn sharded_table_errors() {
 }
 
 #[test]
+fn a_key_unknown_on_one_worker_fails_a_sharded_pull_on_all_at_once() {
+    // Worker 1 pulls a key it does not have while worker 0 pulls a sharded table (a
+    // collective): both fail at once naming worker 1's key, not after the group's 20 s.
+    let started = std::time::Instant::now();
+    let got = on_workers(2, |r, kv| {
+        let (lo, hi) = shard_range(4, r, 2);
+        kv.init_sharded(
+            0,
+            &[4, 3],
+            &NDArray::zeros(&[hi - lo, 3], DType::F32).unwrap(),
+        )
+        .unwrap();
+        let key = if r == 0 { 0 } else { 7 };
+        let rsp_out = NDArray::zeros_stype(&[4, 3], DType::F32, SType::RowSparse).unwrap();
+        let dense_out = NDArray::zeros(&[4, 3], DType::F32).unwrap();
+        let errs = [
+            err(kv.row_sparse_pull(key, one(&rsp_out), &[1, 2])),
+            err(kv.pull(key, one(&dense_out))),
+        ];
+        // Then both pull the table.
+        kv.pull(0, one(&dense_out)).unwrap();
+        errs
+    });
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for errs in got {
+        for e in errs {
+            assert!(
+                e.contains("failed on 1 of 2 workers")
+                    && e.contains("worker 1")
+                    && e.contains("unknown key 7"),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
 fn shard_ranges_cover_the_rows_once() {
     for (rows, n) in [(10, 3), (7, 7), (3, 5), (1_000_001, 16)] {
         let mut next = 0;
