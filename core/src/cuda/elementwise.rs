@@ -188,7 +188,8 @@ fn map_t<T: CudaElement>(x: &CudaStorage, op: Map) -> Result<CudaStorage> {
     let name = op.name();
     let s = typed::<T>(name, x)?;
     let n = s.len();
-    let mut out = CudaStorage::alloc::<T>(&x.dev, name, n)?;
+    // Every element written by the map kernel.
+    let mut out = CudaStorage::alloc_overwritten::<T>(&x.dev, name, n)?;
     let (src, dst) = (read_ptr(s, &x.dev), write_ptr(&mut out, &x.dev));
     map_launch::<T>(&x.dev, op, src, dst, n)?;
     Ok(x.with(out))
@@ -272,7 +273,7 @@ fn map_grad_t<T: CudaElement>(
             format!("{n} gradients for {} saved values", ss.len()),
         ));
     }
-    let mut out = CudaStorage::alloc::<T>(&g.dev, name, n)?;
+    let mut out = CudaStorage::alloc_overwritten::<T>(&g.dev, name, n)?;
     if n > 0 {
         let f = g
             .dev
@@ -301,7 +302,7 @@ fn broadcast_t<T: CudaElement>(
     let (a, b) = (typed::<T>(name, x)?, typed::<T>(name, y)?);
     let n: usize = out.iter().product();
     let bc = Bcast::new(name, xs, ys, out)?;
-    let mut o = CudaStorage::alloc::<T>(&x.dev, name, n)?;
+    let mut o = CudaStorage::alloc_overwritten::<T>(&x.dev, name, n)?;
     if n > 0 {
         let f = x.dev.function("elementwise.cu", kname(base, T::SUFFIX))?;
         let same = i32::from(bc.is_none());
@@ -326,7 +327,7 @@ fn broadcast_t<T: CudaElement>(
 fn compare_scalar_t<T: CudaElement>(x: &CudaStorage, s: f64, op: CmpOp) -> Result<CudaStorage> {
     let a = typed::<T>("compare", x)?;
     let n = a.len();
-    let mut o = CudaStorage::alloc::<T>(&x.dev, "compare", n)?;
+    let mut o = CudaStorage::alloc_overwritten::<T>(&x.dev, "compare", n)?;
     if n > 0 {
         let f = x
             .dev

@@ -130,7 +130,12 @@ where
 {
     let (a, b) = (typed::<T>("dot", x)?, typed::<T>("dot", rhs)?);
     let per = mm.m * mm.n;
-    let mut out = CudaStorage::alloc::<T>(&x.dev, "dot", per * offsets.len())?;
+    // Written over by the products, except over an empty inner dimension (zeros).
+    let mut out = if mm.k > 0 {
+        CudaStorage::alloc_overwritten::<T>(&x.dev, "dot", per * offsets.len())?
+    } else {
+        CudaStorage::alloc::<T>(&x.dev, "dot", per * offsets.len())?
+    };
     for (i, &(ao, bo)) in offsets.iter().enumerate() {
         gemm_into(x, a, ao, b, bo, &mut out, i * per, mm)?;
     }
@@ -167,7 +172,7 @@ fn bias_act_t<T: CudaElement>(
     act: Option<FusedAct>,
 ) -> Result<CudaStorage> {
     let n = typed::<T>("bias_act", y)?.len();
-    let mut out = y.with(CudaStorage::alloc::<T>(&y.dev, "bias_act", n)?);
+    let mut out = y.with(CudaStorage::alloc_overwritten::<T>(&y.dev, "bias_act", n)?);
     // A handle on the same buffer (no copy: it is only read).
     bias_act_to::<T>(&mut y.clone(), bias, units, act, Some(&mut out))?;
     Ok(out)
@@ -267,7 +272,7 @@ fn column_sums_t<T: CudaElement>(g: &CudaStorage, units: usize) -> Result<CudaSt
         ));
     }
     let rows = gs.len() / units;
-    let mut out = CudaStorage::alloc::<T>(&g.dev, "bias_act backward", units)?;
+    let mut out = CudaStorage::alloc_overwritten::<T>(&g.dev, "bias_act backward", units)?;
     let (r64, u64_) = (rows as u64, units as u64);
     launch!(g, "column_sums", T, units, |l| {
         l.arg(gs).arg(&mut out).arg(&r64).arg(&u64_);
@@ -291,7 +296,7 @@ fn act_grad_t<T: CudaElement>(
             format!("{n} gradients for {} outputs", ys.len()),
         ));
     }
-    let mut out = CudaStorage::alloc::<T>(&g.dev, "bias_act backward", n)?;
+    let mut out = CudaStorage::alloc_overwritten::<T>(&g.dev, "bias_act backward", n)?;
     if n > 0 {
         let (n64, code) = (n as u64, act_code(Some(act)));
         launch!(g, "act_grad", T, n, |l| {
@@ -304,7 +309,7 @@ fn act_grad_t<T: CudaElement>(
 fn act_derivative_t<T: CudaElement>(y: &CudaStorage, act: FusedAct) -> Result<CudaStorage> {
     let ys = typed::<T>("bias_act backward", y)?;
     let n = ys.len();
-    let mut out = CudaStorage::alloc::<T>(&y.dev, "bias_act backward", n)?;
+    let mut out = CudaStorage::alloc_overwritten::<T>(&y.dev, "bias_act backward", n)?;
     if n > 0 {
         let (n64, code) = (n as u64, act_code(Some(act)));
         launch!(y, "act_derivative", T, n, |l| {
@@ -325,7 +330,7 @@ fn sigmoid_bce_t<T: CudaElement>(x: &CudaStorage, z: &CudaStorage) -> Result<Cud
             format!("{n} logits for {} labels", zs.len()),
         ));
     }
-    let mut out = CudaStorage::alloc::<T>(&x.dev, BCE, n)?;
+    let mut out = CudaStorage::alloc_overwritten::<T>(&x.dev, BCE, n)?;
     if n > 0 {
         let n64 = n as u64;
         launch!(x, "sigmoid_bce", T, n, |l| {
@@ -357,7 +362,7 @@ fn sigmoid_bce_grad_t<T: CudaElement>(
             ),
         ));
     }
-    let mut dx = CudaStorage::alloc::<T>(&g.dev, BCE, n)?;
+    let mut dx = CudaStorage::alloc_overwritten::<T>(&g.dev, BCE, n)?;
     // Without `need_dz` the kernel never writes `dz`; a one-element buffer stands in.
     let mut dz = CudaStorage::alloc::<T>(&g.dev, BCE, if need_dz { n } else { 1 })?;
     if n > 0 {

@@ -174,6 +174,24 @@ impl CudaStorage {
         }
     }
 
+    /// `n` elements of `T` on `dev`, not initialized: only for an operator's output whose
+    /// kernel writes every element before anything reads it. [`CudaStorage::alloc`] zeroes
+    /// its buffer with a memset, one more call on the stream for every operator that
+    /// overwrites it anyway.
+    pub(crate) fn alloc_overwritten<T: CudaElement>(
+        dev: &CudaDev,
+        op: &'static str,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        if n == 0 {
+            return dev.stream.null::<T>().map_err(driver_err(op));
+        }
+        // SAFETY: device memory of `n` elements that no host reference sees; the caller's
+        // kernel writes all of it before any read (this function's contract), so unset bytes
+        // are never observed.
+        unsafe { dev.stream.alloc::<T>(n) }.map_err(driver_err(op))
+    }
+
     /// `n` zeros of `T` on `dev` (an empty buffer for `n == 0`, which the driver cannot
     /// allocate).
     pub(crate) fn alloc<T: CudaElement>(
