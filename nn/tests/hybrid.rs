@@ -14,6 +14,9 @@ use sparrow_nn::{
     Hybridize, Initializer, Sequential, SparseEmbedding, SymbolBlock,
 };
 
+mod hybrid_util;
+use hybrid_util::same_on_device;
+
 /// A seeded f32 array with values in `[lo, hi)`.
 fn arr(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
     sparrow_core::testing::test_array(shape, lo, hi, seed)
@@ -21,25 +24,12 @@ fn arr(shape: &[usize], lo: f64, hi: f64, seed: u64) -> NDArray {
         .unwrap()
 }
 
-/// Same storage type, shape and values: bit for bit on the CPU (the graph runs the same
-/// kernels), to 1e-6 of the largest magnitude on another device.
+/// Same storage type, shape, device and values (`same_on_device`).
 fn assert_same(a: &NDArray, b: &NDArray, what: &str) {
     assert_eq!(a.stype(), b.stype(), "{what}: stype");
     assert_eq!(a.shape(), b.shape(), "{what}: shape");
     assert_eq!(a.device(), b.device(), "{what}: device");
-    let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
-    if a.device() == Device::Cpu {
-        assert_eq!(x, y, "{what}: values");
-        return;
-    }
-    let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
-    for (k, (u, v)) in x.iter().zip(&y).enumerate() {
-        assert!(
-            (u - v).abs() <= 1e-6 * scale,
-            "{what}: element {k}: {u} against {v} on {:?}",
-            a.device()
-        );
-    }
+    same_on_device(a, b, what);
 }
 
 fn grads(b: &dyn Block) -> Vec<(String, Option<NDArray>)> {

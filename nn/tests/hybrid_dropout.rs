@@ -6,14 +6,14 @@
 //! step still runs, correctly, without it.
 
 use sparrow_core::graph::Recompute;
-use sparrow_core::{autograd, device_test, Device, NDArray, SType};
+use sparrow_core::{autograd, device_test, Device, NDArray};
 use sparrow_nn::loss::{Loss, SoftmaxCrossEntropyLoss};
 use sparrow_nn::{
     init, Block, Dense, Dropout, HybridTrainStep, Hybridize, Initializer, Sequential,
 };
 
 mod hybrid_util;
-use hybrid_util::{arr, grads};
+use hybrid_util::{arr, grads, same_on_device};
 
 /// Dense(16, relu) -> Dropout(0.5) -> Dense(12, tanh) -> Dropout(0.25) -> Dense(3), its
 /// dropout layers seeded from `seed` (two nets made from one seed draw the same masks).
@@ -28,24 +28,9 @@ fn net(seed: u64) -> Sequential {
     s
 }
 
-/// Bit for bit on the CPU; within 1e-6 of the largest magnitude on another device.
 fn same(a: &NDArray, b: &NDArray, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}: shape");
-    let (x, y) = (
-        a.tostype(SType::Dense).unwrap().to_f64_vec(),
-        b.tostype(SType::Dense).unwrap().to_f64_vec(),
-    );
-    if a.device() == Device::Cpu {
-        assert_eq!(x, y, "{what}");
-        return;
-    }
-    let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
-    for (k, (u, v)) in x.iter().zip(&y).enumerate() {
-        assert!(
-            (u - v).abs() <= 1e-6 * scale,
-            "{what}[{k}]: {u} against {v}"
-        );
-    }
+    same_on_device(a, b, what);
 }
 
 fn same_grads(a: &dyn Block, b: &dyn Block, what: &str) {

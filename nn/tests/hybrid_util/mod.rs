@@ -30,6 +30,28 @@ pub fn ulp_close(a: &NDArray, b: &NDArray, what: &str) {
     }
 }
 
+/// Same values: bit for bit on the CPU (a graph runs the eager kernels there), within 1e-6 of
+/// the largest magnitude on another device (whose fused kernels may round differently from
+/// its eager ones).
+pub fn same_on_device(a: &NDArray, b: &NDArray, what: &str) {
+    let (x, y) = (
+        a.tostype(SType::Dense).unwrap().to_f64_vec(),
+        b.tostype(SType::Dense).unwrap().to_f64_vec(),
+    );
+    if a.device() == sparrow_core::Device::Cpu {
+        assert_eq!(x, y, "{what}: values");
+        return;
+    }
+    let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
+    for (k, (u, v)) in x.iter().zip(&y).enumerate() {
+        assert!(
+            (u - v).abs() <= 1e-6 * scale,
+            "{what}: element {k}: {u} against {v} on {:?}",
+            a.device()
+        );
+    }
+}
+
 pub fn grads(b: &dyn Block) -> Vec<(String, Option<NDArray>)> {
     b.collect_params()
         .unwrap()
