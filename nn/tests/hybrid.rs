@@ -10,8 +10,9 @@ use sparrow_core::testing::test_csr;
 use sparrow_core::{autograd, device_test, DType, Device, NDArray, SType};
 use sparrow_nn::loss::{L2Loss, Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow_nn::{
-    Activation, BatchNorm, Block, Dense, Dropout, Embedding, Flatten, HybridBlock, HybridLoss,
-    Hybridize, Initializer, Sequential, SparseEmbedding, SymbolBlock,
+    Activation, BatchNorm, Block, Conv2D, Conv2DTranspose, Dense, Dropout, Embedding, Flatten,
+    HybridBlock, HybridLoss, HybridTrainStep, Hybridize, Initializer, Sequential, SparseEmbedding,
+    SymbolBlock,
 };
 
 mod hybrid_util;
@@ -266,6 +267,80 @@ device_test! {
             .iter()
             .any(|p| p.name == "batchnorm0.running_mean"));
     }
+}
+
+/// A convolutional net: Conv2D (relu, padded), a strided Conv2D, Flatten, Dense.
+fn conv_net() -> Sequential {
+    let mut net = Sequential::new();
+    net.add(Conv2D::new(4, &[3]).padding(&[1]).activation("relu"));
+    net.add(Conv2D::new(3, &[3]).strides(&[2]));
+    net.add(Flatten);
+    net.add(Dense::new(3));
+    net
+}
+
+device_test! {
+    fn convolution_layers_trace_and_train_as_eager() {
+        let x = arr(&[4, 2, 7, 7], -1.0, 1.0, 31);
+        check(conv_net().hybridize(), std::slice::from_ref(&x), SoftmaxCrossEntropyLoss::new(), &labels(4, 3));
+        // Grouped, dilated, no bias; then a transposed convolution (strided, output padding,
+        // with bias: traced as the transposed convolution and a broadcast add).
+        let mut net = Sequential::new();
+        net.add(Conv2D::new(4, &[3, 2]).padding(&[1, 0]).dilation(&[2, 1]).groups(2).use_bias(false));
+        net.add(Conv2DTranspose::new(3, &[3]).strides(&[2]).padding(&[1]).output_padding(&[1]).activation("tanh"));
+        net.add(Flatten);
+        net.add(Dense::new(2));
+        check(net.hybridize(), std::slice::from_ref(&x), L2Loss::new(), &arr(&[4, 2], -1.0, 1.0, 32));
+        // One planned training step equals eager's.
+        let (a, b) = (conv_net(), conv_net());
+        for n in [&a, &b] {
+            n.initialize(&Initializer::xavier(), Device::current()).unwrap();
+            autograd::pause(|| n.forward(&x)).unwrap();
+        }
+        let (pa, pb) = (a.collect_params().unwrap(), b.collect_params().unwrap());
+        for (name, p) in pa.iter() {
+            pb.get(name).unwrap().set_data(&p.data().unwrap().copy()).unwrap();
+        }
+        let (ce, y) = (SoftmaxCrossEntropyLoss::new(), labels(4, 3));
+        let mut step = HybridTrainStep::new(&b, &ce);
+        for s in 0..3 {
+            let le = autograd::record(|| ce.forward(&a.forward(&x)?, &y)).unwrap();
+            le.backward().unwrap();
+            let lb = step.step(&x, &y).unwrap();
+            assert_same(&le, &lb, &format!("step {s} loss"));
+            assert_same_grads(&grads(&a), &grads(&b));
+        }
+        assert!(step.fallback_reasons().is_empty(), "{:?}", step.fallback_reasons());
+    }
+}
+
+#[test]
+fn convolution_graphs_export_and_import() {
+    let dir = tmp("export_conv");
+    let (gp, pp) = (dir.join("net.json"), dir.join("net.safetensors"));
+    let x = arr(&[2, 2, 7, 7], -1.0, 1.0, 33);
+    let net = conv_net().hybridize();
+    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    let want = autograd::pause(|| net.forward(&x)).unwrap();
+    net.export(&gp, &pp).unwrap();
+    let imported = SymbolBlock::import(&gp, &pp).unwrap();
+    assert_same(
+        &want,
+        &autograd::pause(|| imported.forward(&x)).unwrap(),
+        "imported prediction",
+    );
+    let names: Vec<&str> = imported
+        .graph()
+        .nodes()
+        .iter()
+        .map(|n| n.op.name())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|&&n| n == "convolution").count(),
+        2,
+        "{names:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

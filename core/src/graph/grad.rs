@@ -22,7 +22,7 @@ const OP: &str = "graph backward";
 
 /// A backward step that runs a kernel of the eager backward directly (no public operator
 /// computes it).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum GradFn {
     /// `g * act'(y)` from the output `y` of `bias_act` and its head gradient `g`
     /// (inputs `y, g`): the fused kernel's input gradient.
@@ -55,6 +55,25 @@ pub enum GradFn {
         vocab: usize,
         /// Columns of the table.
         dim: usize,
+    },
+    /// The data gradient of a convolution of an `x_shape` input (inputs: the output's
+    /// gradient, the weight): the eager backward's transposed convolution.
+    ConvData {
+        /// The convolution's parameters.
+        params: crate::ops::ConvParams,
+        /// The shape of its input (a strided convolution maps several to one output size).
+        x_shape: Vec<usize>,
+    },
+    /// The weight gradient of a convolution (inputs: an array shaped as its input, one
+    /// shaped as its output) or, `transposed`, of a transposed convolution (inputs: its
+    /// output's gradient, its input).
+    ConvWeight {
+        /// The convolution's parameters.
+        params: crate::ops::ConvParams,
+        /// The weight's shape.
+        w_shape: Vec<usize>,
+        /// Of a transposed convolution.
+        transposed: bool,
     },
 }
 
@@ -93,6 +112,8 @@ impl GradFn {
             GradFn::LeakyReluSlope(_) => "leaky_relu_slope",
             GradFn::InsideMask(..) => "inside_mask",
             GradFn::Embedding { .. } => "embedding_grad",
+            GradFn::ConvData { .. } => "convolution_grad_data",
+            GradFn::ConvWeight { .. } => "convolution_grad_weight",
         }
     }
 
@@ -119,6 +140,15 @@ impl GradFn {
     /// Compute the step on `x` (as many arrays as [`GradFn::arity`]).
     pub fn apply(&self, x: &[NDArray]) -> Result<NDArray> {
         match *self {
+            GradFn::ConvData {
+                ref params,
+                ref x_shape,
+            } => crate::ops::conv::conv_data_grad(&x[0], &x[1], params, x_shape),
+            GradFn::ConvWeight {
+                ref params,
+                ref w_shape,
+                transposed,
+            } => crate::ops::conv::conv_weight_grad(&x[0], &x[1], params, w_shape, transposed),
             GradFn::LeakyReluSlope(s) => x[0].map_raw(Map::LeakyReluSlope(s)),
             GradFn::InsideMask(lo, hi) => x[0].map_raw(Map::InsideMask(lo, hi)),
             GradFn::Embedding { vocab, dim } => {
@@ -949,6 +979,99 @@ pub fn backward_graph_wrt(
                     gi,
                 );
                 b.add_grad(ins[0], gw)?;
+            }
+            Op::Conv { params, bias } => {
+                let (x, w) = (info(0), info(1));
+                if x.stype != SType::Dense || w.stype != SType::Dense {
+                    return refuse("sparse operands");
+                }
+                // As the eager backward: the transposed convolution for the data, the weight
+                // kernel for the weight, the bias's sums over each plane and then the batch.
+                if needs(0) {
+                    let gx = b.push(
+                        Op::Grad(GradFn::ConvData {
+                            params: params.clone(),
+                            x_shape: x.shape.clone(),
+                        }),
+                        vec![g, ins[1]],
+                        dense_info(&x.shape, &x),
+                    );
+                    b.add_grad(ins[0], gx)?;
+                }
+                if needs(1) {
+                    let gw = b.push(
+                        Op::Grad(GradFn::ConvWeight {
+                            params: params.clone(),
+                            w_shape: w.shape.clone(),
+                            transposed: false,
+                        }),
+                        vec![ins[0], g],
+                        dense_info(&w.shape, &w),
+                    );
+                    b.add_grad(ins[1], gw)?;
+                }
+                if *bias && needs(2) {
+                    let gs = b.values[g].shape.clone();
+                    if gs.len() < 3 {
+                        return refuse("an output without spatial dims");
+                    }
+                    let (n, c) = (gs[0], gs[1]);
+                    let plane: usize = gs[2..].iter().product();
+                    let r = b.reshape(g, &[n, c, plane]);
+                    let like = b.values[g].clone();
+                    let per_plane = b.push(
+                        Op::Sum {
+                            axes: Some(vec![2]),
+                            keepdims: false,
+                        },
+                        vec![r],
+                        dense_info(&[n, c], &like),
+                    );
+                    let gb = b.push(
+                        Op::Sum {
+                            axes: Some(vec![0]),
+                            keepdims: false,
+                        },
+                        vec![per_plane],
+                        dense_info(&[c], &like),
+                    );
+                    b.add_grad(ins[2], gb)?;
+                }
+            }
+            Op::ConvTranspose(params) => {
+                let (x, w) = (info(0), info(1));
+                if x.stype != SType::Dense || w.stype != SType::Dense {
+                    return refuse("sparse operands");
+                }
+                // As the eager backward: the convolution of the gradient for the data, the
+                // weight kernel with the roles of input and output exchanged for the weight.
+                if needs(0) {
+                    let conv = crate::ops::ConvParams {
+                        output_padding: Vec::new(),
+                        ..params.clone()
+                    };
+                    let gx = b.push(
+                        Op::Conv {
+                            params: conv,
+                            bias: false,
+                        },
+                        vec![g, ins[1]],
+                        dense_info(&x.shape, &x),
+                    );
+                    b.add_grad(ins[0], gx)?;
+                }
+                if needs(1) {
+                    let gw = b.push(
+                        Op::Grad(GradFn::ConvWeight {
+                            params: params.clone(),
+                            w_shape: w.shape.clone(),
+                            transposed: true,
+                        }),
+                        vec![g, ins[0]],
+                        dense_info(&w.shape, &w),
+                    );
+                    b.add_grad(ins[1], gw)?;
+                }
             }
             _ => return refuse("no rule for it yet"),
         }

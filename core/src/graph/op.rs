@@ -177,6 +177,15 @@ pub enum Op {
         /// Number of labels expected.
         count: usize,
     },
+    /// `convolution(x, w, b, params)`; inputs `x, w` and, with `bias`, `b`.
+    Conv {
+        /// Strides, padding, dilation, groups.
+        params: crate::ops::ConvParams,
+        /// Whether a bias is the third input.
+        bias: bool,
+    },
+    /// `conv_transpose(x, w, None, params)`; inputs `x, w` (a bias is traced as its add).
+    ConvTranspose(crate::ops::ConvParams),
     /// `dropout_mask(x, p, stream)`: a new random mask at every run ([`Op::is_random`]).
     DropoutMask {
         /// Probability of a zero.
@@ -284,6 +293,17 @@ fn usizes(v: &[usize]) -> AttrValue {
     AttrValue::Ints(v.iter().map(|&d| d as i64).collect())
 }
 
+/// A convolution's parameters in the exported format (empty lists: the defaults).
+fn conv_attrs(p: &crate::ops::ConvParams) -> Vec<(&'static str, AttrValue)> {
+    vec![
+        ("stride", usizes(&p.stride)),
+        ("padding", usizes(&p.padding)),
+        ("dilation", usizes(&p.dilation)),
+        ("groups", AttrValue::Int(p.groups as i64)),
+        ("output_padding", usizes(&p.output_padding)),
+    ]
+}
+
 impl Op {
     /// The number of inputs the operator takes.
     pub fn arity(&self) -> usize {
@@ -297,6 +317,8 @@ impl Op {
             | Op::SigmoidBceTo(_)
             | Op::Embedding => 2,
             Op::Where => 3,
+            Op::Conv { bias, .. } => 2 + usize::from(*bias),
+            Op::ConvTranspose(_) => 2,
             Op::Grad(g) => g.arity(),
             _ => 1,
         }
@@ -338,6 +360,8 @@ impl Op {
             Op::Embedding => "embedding",
             Op::CheckClassIds { .. } => "check_class_ids",
             Op::DropoutMask { .. } => "dropout_mask",
+            Op::Conv { .. } => "convolution",
+            Op::ConvTranspose(_) => "conv_transpose",
             Op::Grad(g) => g.name(),
         }
     }
@@ -385,6 +409,12 @@ impl Op {
                 ("classes", AttrValue::Int(*classes as i64)),
                 ("count", AttrValue::Int(*count as i64)),
             ],
+            Op::Conv { params, bias } => {
+                let mut a = conv_attrs(params);
+                a.push(("bias", AttrValue::Bool(*bias)));
+                a
+            }
+            Op::ConvTranspose(params) => conv_attrs(params),
             // The seed's 64 bits as a whole number (read back with the same bits).
             Op::DropoutMask { p, stream } => vec![
                 ("p", AttrValue::Float(*p)),
@@ -513,6 +543,23 @@ impl Op {
                 classes: count("classes")?,
                 count: count("count")?,
             },
+            "convolution" | "conv_transpose" => {
+                let params = crate::ops::ConvParams {
+                    stride: shape("stride")?,
+                    padding: shape("padding")?,
+                    dilation: shape("dilation")?,
+                    groups: count("groups")?,
+                    output_padding: shape("output_padding")?,
+                };
+                if name == "convolution" {
+                    Op::Conv {
+                        params,
+                        bias: boolean("bias")?,
+                    }
+                } else {
+                    Op::ConvTranspose(params)
+                }
+            }
             "dropout_mask" => {
                 let p = float("p")?;
                 if !(0.0..1.0).contains(&p) {
@@ -654,6 +701,8 @@ impl Op {
             Op::Embedding => crate::sparse::embedding(&x[0], &x[1]),
             Op::CheckClassIds { classes, count } => x[0].check_class_ids(*classes, *count),
             Op::DropoutMask { p, stream } => x[0].dropout_mask(*p, stream),
+            Op::Conv { params, .. } => x[0].convolution(&x[1], x.get(2), params),
+            Op::ConvTranspose(params) => x[0].conv_transpose(&x[1], None, params),
             Op::Grad(g) => g.apply(x),
         }
     }

@@ -260,6 +260,19 @@ fn attributes_round_trip() {
             count: 7,
         },
         Op::Unary(UnaryFn::Softrelu),
+        Op::Conv {
+            params: crate::ops::ConvParams::new()
+                .stride(&[2, 1])
+                .padding(&[1])
+                .dilation(&[1, 2])
+                .groups(2),
+            bias: true,
+        },
+        Op::ConvTranspose(
+            crate::ops::ConvParams::new()
+                .stride(&[2])
+                .output_padding(&[1]),
+        ),
     ];
     for op in ops {
         let attrs: Vec<(String, AttrValue)> = op

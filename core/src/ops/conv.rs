@@ -420,6 +420,51 @@ fn conv_weight_op(x: &NDArray, dy: &NDArray, g: ConvGeom, nd: usize) -> Result<N
     NDArray::from_buffer(ds[0].buf.conv_weight_grad(&ds[1].buf, &g)?, &wshape)
 }
 
+/// The data gradient of `x.convolution(w, _, params)` for an `x` of `x_shape`, from its
+/// output gradient `dy`: the eager backward's kernel (a graph's backward node).
+pub(crate) fn conv_data_grad(
+    dy: &NDArray,
+    w: &NDArray,
+    params: &ConvParams,
+    x_shape: &[usize],
+) -> Result<NDArray> {
+    const OP: &str = "convolution data gradient";
+    let (g, y) = geometry(OP, x_shape, &w.shape(), params, false)?;
+    if dy.shape() != y {
+        return Err(Error::shape(
+            OP,
+            format!("output gradient {:?} for an output {y:?}", dy.shape()),
+        ));
+    }
+    conv_data_op(dy, w, g, x_shape.len() - 2)
+}
+
+/// The weight gradient of a convolution of `x` (`transposed`: of a transposed convolution
+/// whose input is `y`) with a `w_shape` weight: `conv_weight(x, y)` of the eager backward,
+/// `x` shaped as the convolution's input and `y` as its output (a graph's backward node).
+pub(crate) fn conv_weight_grad(
+    x: &NDArray,
+    y: &NDArray,
+    params: &ConvParams,
+    w_shape: &[usize],
+    transposed: bool,
+) -> Result<NDArray> {
+    const OP: &str = "convolution weight gradient";
+    let (g, out) = if transposed {
+        geometry(OP, &y.shape(), w_shape, params, true)?
+    } else {
+        geometry(OP, &x.shape(), w_shape, params, false)?
+    };
+    let (other, want) = if transposed { (x, out) } else { (y, out) };
+    if other.shape() != want {
+        return Err(Error::shape(
+            OP,
+            format!("gradient {:?} where {want:?} is needed", other.shape()),
+        ));
+    }
+    conv_weight_op(x, y, g, w_shape.len() - 2)
+}
+
 /// An error unless `b` is a `(channels,)` bias.
 fn check_bias(op: &'static str, b: Option<&NDArray>, channels: usize) -> Result<()> {
     if let Some(b) = b {
@@ -455,6 +500,22 @@ impl NDArray {
         params: &ConvParams,
     ) -> Result<NDArray> {
         const OP: &str = "convolution";
+        let conv = |bias| crate::graph::Op::Conv {
+            params: params.clone(),
+            bias,
+        };
+        match bias {
+            Some(b) => crate::graph::traced!(
+                conv(true),
+                [self, weight, b],
+                self.convolution(weight, bias, params)
+            ),
+            None => crate::graph::traced!(
+                conv(false),
+                [self, weight],
+                self.convolution(weight, None, params)
+            ),
+        }
         let (g, _) = geometry(OP, &self.shape(), &weight.shape(), params, false)?;
         check_bias(OP, bias, g.out_channels)?;
         conv_op(self, weight, bias, g, self.ndim() - 2)
@@ -481,13 +542,21 @@ impl NDArray {
         params: &ConvParams,
     ) -> Result<NDArray> {
         const OP: &str = "conv_transpose";
+        // Traced as the transposed convolution without bias, then the bias's broadcast add.
+        if bias.is_none() {
+            crate::graph::traced!(
+                Op::ConvTranspose(params.clone()),
+                [self, weight],
+                self.conv_transpose(weight, None, params)
+            );
+        }
         let (g, shape) = geometry(OP, &self.shape(), &weight.shape(), params, true)?;
         check_bias(OP, bias, shape[1])?;
         let nd = self.ndim() - 2;
-        let z = conv_data_op(self, weight, g, nd)?;
         match bias {
-            None => Ok(z),
+            None => conv_data_op(self, weight, g, nd),
             Some(b) => {
+                let z = self.conv_transpose(weight, None, params)?;
                 let mut bshape = vec![1; nd + 2];
                 bshape[1] = shape[1];
                 z.add(&b.reshape(&bshape)?)
