@@ -10,9 +10,9 @@ use sparrow_core::testing::test_csr;
 use sparrow_core::{autograd, device_test, DType, Device, NDArray, SType};
 use sparrow_nn::loss::{L2Loss, Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow_nn::{
-    Activation, BatchNorm, Block, Conv2D, Conv2DTranspose, Dense, Dropout, Embedding, Flatten,
-    HybridBlock, HybridLoss, HybridTrainStep, Hybridize, Initializer, Sequential, SparseEmbedding,
-    SymbolBlock,
+    Activation, AvgPool2D, BatchNorm, Block, Conv2D, Conv2DTranspose, Dense, Dropout, Embedding,
+    Flatten, GlobalAvgPool2D, HybridBlock, HybridLoss, HybridTrainStep, Hybridize, Initializer,
+    MaxPool2D, Sequential, SparseEmbedding, SymbolBlock,
 };
 
 mod hybrid_util;
@@ -269,10 +269,12 @@ device_test! {
     }
 }
 
-/// A convolutional net: Conv2D (relu, padded), a strided Conv2D, Flatten, Dense.
+/// A convolutional net: Conv2D (relu, padded), max pooling (ceil mode), a strided Conv2D,
+/// Flatten, Dense.
 fn conv_net() -> Sequential {
     let mut net = Sequential::new();
     net.add(Conv2D::new(4, &[3]).padding(&[1]).activation("relu"));
+    net.add(MaxPool2D::new(&[2]).strides(&[1]).ceil_mode(true));
     net.add(Conv2D::new(3, &[3]).strides(&[2]));
     net.add(Flatten);
     net.add(Dense::new(3));
@@ -280,7 +282,7 @@ fn conv_net() -> Sequential {
 }
 
 device_test! {
-    fn convolution_layers_trace_and_train_as_eager() {
+    fn convolution_and_pooling_layers_trace_and_train_as_eager() {
         let x = arr(&[4, 2, 7, 7], -1.0, 1.0, 31);
         check(conv_net().hybridize(), std::slice::from_ref(&x), SoftmaxCrossEntropyLoss::new(), &labels(4, 3));
         // Grouped, dilated, no bias; then a transposed convolution (strided, output padding,
@@ -288,6 +290,13 @@ device_test! {
         let mut net = Sequential::new();
         net.add(Conv2D::new(4, &[3, 2]).padding(&[1, 0]).dilation(&[2, 1]).groups(2).use_bias(false));
         net.add(Conv2DTranspose::new(3, &[3]).strides(&[2]).padding(&[1]).output_padding(&[1]).activation("tanh"));
+        net.add(
+            AvgPool2D::new(&[3])
+                .strides(&[2])
+                .padding(&[1])
+                .count_include_pad(false),
+        );
+        net.add(GlobalAvgPool2D::new());
         net.add(Flatten);
         net.add(Dense::new(2));
         check(net.hybridize(), std::slice::from_ref(&x), L2Loss::new(), &arr(&[4, 2], -1.0, 1.0, 32));
@@ -315,7 +324,7 @@ device_test! {
 }
 
 #[test]
-fn convolution_graphs_export_and_import() {
+fn convolution_and_pooling_graphs_export_and_import() {
     let dir = tmp("export_conv");
     let (gp, pp) = (dir.join("net.json"), dir.join("net.safetensors"));
     let x = arr(&[2, 2, 7, 7], -1.0, 1.0, 33);
@@ -340,6 +349,7 @@ fn convolution_graphs_export_and_import() {
         2,
         "{names:?}"
     );
+    assert!(names.contains(&"pooling"), "{names:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -64,6 +64,9 @@ pub enum GradFn {
         /// The shape of its input (a strided convolution maps several to one output size).
         x_shape: Vec<usize>,
     },
+    /// The input gradient of a pooling (inputs: its input, the output's gradient): the eager
+    /// backward's kernel.
+    PoolInput(crate::ops::PoolParams),
     /// The weight gradient of a convolution (inputs: an array shaped as its input, one
     /// shaped as its output) or, `transposed`, of a transposed convolution (inputs: its
     /// output's gradient, its input).
@@ -114,6 +117,7 @@ impl GradFn {
             GradFn::Embedding { .. } => "embedding_grad",
             GradFn::ConvData { .. } => "convolution_grad_data",
             GradFn::ConvWeight { .. } => "convolution_grad_weight",
+            GradFn::PoolInput(_) => "pooling_grad",
         }
     }
 
@@ -149,6 +153,9 @@ impl GradFn {
                 ref w_shape,
                 transposed,
             } => crate::ops::conv::conv_weight_grad(&x[0], &x[1], params, w_shape, transposed),
+            GradFn::PoolInput(ref params) => {
+                crate::ops::pool::pool_input_grad(&x[0], &x[1], params)
+            }
             GradFn::LeakyReluSlope(s) => x[0].map_raw(Map::LeakyReluSlope(s)),
             GradFn::InsideMask(lo, hi) => x[0].map_raw(Map::InsideMask(lo, hi)),
             GradFn::Embedding { vocab, dim } => {
@@ -1037,6 +1044,18 @@ pub fn backward_graph_wrt(
                     );
                     b.add_grad(ins[2], gb)?;
                 }
+            }
+            Op::Pool(params) => {
+                let x = info(0);
+                if x.stype != SType::Dense {
+                    return refuse("a sparse input");
+                }
+                let gx = b.push(
+                    Op::Grad(GradFn::PoolInput(params.clone())),
+                    vec![ins[0], g],
+                    dense_info(&x.shape, &x),
+                );
+                b.add_grad(ins[0], gx)?;
             }
             Op::ConvTranspose(params) => {
                 let (x, w) = (info(0), info(1));

@@ -186,6 +186,8 @@ pub enum Op {
     },
     /// `conv_transpose(x, w, None, params)`; inputs `x, w` (a bias is traced as its add).
     ConvTranspose(crate::ops::ConvParams),
+    /// `pool(x, params)`: max or average pooling.
+    Pool(crate::ops::PoolParams),
     /// `dropout_mask(x, p, stream)`: a new random mask at every run ([`Op::is_random`]).
     DropoutMask {
         /// Probability of a zero.
@@ -362,6 +364,7 @@ impl Op {
             Op::DropoutMask { .. } => "dropout_mask",
             Op::Conv { .. } => "convolution",
             Op::ConvTranspose(_) => "conv_transpose",
+            Op::Pool(_) => "pooling",
             Op::Grad(g) => g.name(),
         }
     }
@@ -415,6 +418,24 @@ impl Op {
                 a
             }
             Op::ConvTranspose(params) => conv_attrs(params),
+            Op::Pool(p) => vec![
+                (
+                    "pool_type",
+                    AttrValue::Str(
+                        match p.kind {
+                            crate::ops::PoolType::Max => "max",
+                            crate::ops::PoolType::Avg => "avg",
+                        }
+                        .into(),
+                    ),
+                ),
+                ("kernel", usizes(&p.kernel)),
+                ("stride", usizes(&p.stride)),
+                ("padding", usizes(&p.padding)),
+                ("ceil_mode", AttrValue::Bool(p.ceil_mode)),
+                ("count_include_pad", AttrValue::Bool(p.count_include_pad)),
+                ("global", AttrValue::Bool(p.global)),
+            ],
             // The seed's 64 bits as a whole number (read back with the same bits).
             Op::DropoutMask { p, stream } => vec![
                 ("p", AttrValue::Float(*p)),
@@ -560,6 +581,19 @@ impl Op {
                     Op::ConvTranspose(params)
                 }
             }
+            "pooling" => Op::Pool(crate::ops::PoolParams {
+                kind: match string("pool_type")?.as_str() {
+                    "max" => crate::ops::PoolType::Max,
+                    "avg" => crate::ops::PoolType::Avg,
+                    _ => return Err(bad("pool_type", "max or avg")),
+                },
+                kernel: shape("kernel")?,
+                stride: shape("stride")?,
+                padding: shape("padding")?,
+                ceil_mode: boolean("ceil_mode")?,
+                count_include_pad: boolean("count_include_pad")?,
+                global: boolean("global")?,
+            }),
             "dropout_mask" => {
                 let p = float("p")?;
                 if !(0.0..1.0).contains(&p) {
@@ -703,6 +737,7 @@ impl Op {
             Op::DropoutMask { p, stream } => x[0].dropout_mask(*p, stream),
             Op::Conv { params, .. } => x[0].convolution(&x[1], x.get(2), params),
             Op::ConvTranspose(params) => x[0].conv_transpose(&x[1], None, params),
+            Op::Pool(params) => x[0].pool(params),
             Op::Grad(g) => g.apply(x),
         }
     }

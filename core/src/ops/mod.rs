@@ -14,7 +14,7 @@ mod linalg;
 pub(crate) use linalg::dot_geometry;
 mod matmul;
 pub(crate) mod nd_index;
-mod pool;
+pub(crate) mod pool;
 pub(crate) mod reduce;
 mod reduce_more;
 pub mod rnn;

@@ -183,6 +183,20 @@ fn pool_grad_op(x: &NDArray, dy: &NDArray, g: &PoolGeom, xshape: &[usize]) -> Re
     NDArray::from_buffer(xd.buf.pool_grad(&dyd.buf, g)?, xshape)
 }
 
+/// The input gradient of `x.pool(params)` for head gradient `dy`: the eager backward's
+/// kernel (a graph's backward node).
+pub(crate) fn pool_input_grad(x: &NDArray, dy: &NDArray, params: &PoolParams) -> Result<NDArray> {
+    let shape = x.shape();
+    let (g, out_shape) = geometry(&shape, params)?;
+    if dy.shape() != out_shape {
+        return Err(Error::shape(
+            "pooling backward",
+            format!("gradient {:?} for an output {out_shape:?}", dy.shape()),
+        ));
+    }
+    pool_grad_op(x, dy, &g, &shape)
+}
+
 impl NDArray {
     /// Max or average pooling of `self`, a `(batch, channels, spatial...)` array with 1 to 3
     /// spatial dims, as [`PoolParams`] describes (Gluon's `MaxPool{1,2,3}D`,
@@ -196,6 +210,7 @@ impl NDArray {
     /// assert_eq!(y.shape(), vec![2, 3, 4, 4]);
     /// ```
     pub fn pool(&self, params: &PoolParams) -> Result<NDArray> {
+        crate::graph::traced!(Op::Pool(params.clone()), [self], self.pool(params));
         let shape = self.shape();
         let (g, out_shape) = geometry(&shape, params)?;
         crate::sparse::densifying("pooling", &[self])?;
