@@ -370,6 +370,7 @@ fn stops_gradient(op: &Op) -> bool {
             | Op::OneHot { .. }
             | Op::CheckClassIds { .. }
             | Op::DropoutMask { .. }
+            | Op::RunningUpdate { .. }
             | Op::Compare(_)
             | Op::CompareScalar(..)
     )

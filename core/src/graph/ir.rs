@@ -192,14 +192,15 @@ impl Graph {
                 &mut param_value,
             )?);
         }
-        // Dead-node elimination: keep what the outputs need.
+        // Dead-node elimination: keep what the outputs need, and every node that must run
+        // once per run (`Op::runs_once`: a running statistic's update has no reader).
         let mut live = vec![false; values.len()];
         for &o in &outs {
             live[o] = true;
         }
         let mut keep = vec![false; nodes.len()];
         for (i, n) in nodes.iter().enumerate().rev() {
-            if live[n.output] {
+            if live[n.output] || n.op.runs_once() {
                 keep[i] = true;
                 for &x in &n.inputs {
                     live[x] = true;

@@ -186,6 +186,12 @@ pub enum Op {
     },
     /// `conv_transpose(x, w, None, params)`; inputs `x, w` (a bias is traced as its add).
     ConvTranspose(crate::ops::ConvParams),
+    /// `update_running(stat, batch, momentum)`: a running statistic moved toward the batch's,
+    /// in place ([`Op::runs_once`]).
+    RunningUpdate {
+        /// Weight of the old value.
+        momentum: f64,
+    },
     /// `pool(x, params)`: max or average pooling.
     Pool(crate::ops::PoolParams),
     /// `dropout_mask(x, p, stream)`: a new random mask at every run ([`Op::is_random`]).
@@ -320,6 +326,7 @@ impl Op {
             | Op::Embedding => 2,
             Op::Where => 3,
             Op::Conv { bias, .. } => 2 + usize::from(*bias),
+            Op::RunningUpdate { .. } => 2,
             Op::ConvTranspose(_) => 2,
             Op::Grad(g) => g.arity(),
             _ => 1,
@@ -365,6 +372,7 @@ impl Op {
             Op::Conv { .. } => "convolution",
             Op::ConvTranspose(_) => "conv_transpose",
             Op::Pool(_) => "pooling",
+            Op::RunningUpdate { .. } => "update_running",
             Op::Grad(g) => g.name(),
         }
     }
@@ -418,6 +426,7 @@ impl Op {
                 a
             }
             Op::ConvTranspose(params) => conv_attrs(params),
+            Op::RunningUpdate { momentum } => vec![("momentum", AttrValue::Float(*momentum))],
             Op::Pool(p) => vec![
                 (
                     "pool_type",
@@ -581,6 +590,9 @@ impl Op {
                     Op::ConvTranspose(params)
                 }
             }
+            "update_running" => Op::RunningUpdate {
+                momentum: float("momentum")?,
+            },
             "pooling" => Op::Pool(crate::ops::PoolParams {
                 kind: match string("pool_type")?.as_str() {
                     "max" => crate::ops::PoolType::Max,
@@ -738,6 +750,7 @@ impl Op {
             Op::Conv { params, .. } => x[0].convolution(&x[1], x.get(2), params),
             Op::ConvTranspose(params) => x[0].conv_transpose(&x[1], None, params),
             Op::Pool(params) => x[0].pool(params),
+            Op::RunningUpdate { momentum } => x[0].update_running(&x[1], *momentum),
             Op::Grad(g) => g.apply(x),
         }
     }
@@ -747,6 +760,13 @@ impl Op {
     /// a CUDA graph, which would replay the values of its capture, is not made of it.
     pub fn is_random(&self) -> bool {
         matches!(self, Op::DropoutMask { .. })
+    }
+
+    /// True for operators whose every run must happen exactly once per graph run: random
+    /// draws ([`Op::is_random`]) and updates of an input in place (a running statistic).
+    /// Recomputation never clones them.
+    pub fn runs_once(&self) -> bool {
+        self.is_random() || matches!(self, Op::RunningUpdate { .. })
     }
 
     /// Whether [`Op::apply_over`] can rewrite an earlier result of this operator.

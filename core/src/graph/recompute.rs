@@ -14,9 +14,10 @@
 //! about `sqrt(n)` checkpoints and recomputes one segment of about `sqrt(n)` layers at a time,
 //! so it holds about `2 sqrt(n)` activations instead of `n`, for about one more forward.
 //!
-//! Values of random operators (dropout's mask, [`Op::is_random`](super::Op::is_random)) are
-//! always kept, never recomputed (a second draw would be another mask); every other operator
-//! is deterministic, so a recomputed value has the bits of the original and the step's
+//! Values of operators that must run once per run (dropout's mask, a running statistic's
+//! update: [`Op::runs_once`](super::Op::runs_once)) are always kept, never recomputed (a second
+//! draw would be another mask, a second update another statistic); every other operator is
+//! deterministic, so a recomputed value has the bits of the original and the step's
 //! results do not change.
 
 use super::ir::{Graph, Node};
@@ -76,7 +77,7 @@ pub fn with_recompute(
         }
     }
     let random: Vec<bool> = (0..nv)
-        .map(|v| producer[v].is_some_and(|i| nodes[i].op.is_random()))
+        .map(|v| producer[v].is_some_and(|i| nodes[i].op.runs_once()))
         .collect();
     // The values the backward reads that could be dropped, and their bytes.
     let candidate = |v: usize| read_back[v] && !is_output[v] && !random[v];

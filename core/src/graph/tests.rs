@@ -273,6 +273,15 @@ fn attributes_round_trip() {
                 .stride(&[2])
                 .output_padding(&[1]),
         ),
+        Op::Pool(
+            crate::ops::PoolParams::new(crate::ops::PoolType::Avg, &[3, 2])
+                .stride(&[2])
+                .padding(&[1])
+                .ceil_mode(true)
+                .count_include_pad(false),
+        ),
+        Op::Pool(crate::ops::PoolParams::global(crate::ops::PoolType::Max)),
+        Op::RunningUpdate { momentum: 0.9 },
     ];
     for op in ops {
         let attrs: Vec<(String, AttrValue)> = op

@@ -18,6 +18,7 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 mod reduce_more;
 pub mod rnn;
+mod running;
 mod shape;
 mod softmax;
 mod sort;

@@ -93,21 +93,14 @@ impl Block for BatchNorm {
         let cs = channel_shape(nd, ax, c);
         let red: Vec<i64> = (0..nd).filter(|&i| i != ax).map(|i| i as i64).collect();
         let (mean, var) = if autograd::is_training() {
-            sparrow_core::graph::not_traceable(
-                "BatchNorm",
-                "training mode updates the running statistics",
-            );
             let mean = x.mean(Some(&red), true)?;
             let var = x.sub(&mean)?.square()?.mean(Some(&red), true)?;
-            // Running statistics: `m * running + (1 - m) * batch`, outside the graph and with
-            // operators (no copy through host memory), so they stay where the parameters live.
-            let m = self.momentum;
+            // Running statistics: `m * running + (1 - m) * batch`, in place by an operator
+            // (traced: a hybridized BatchNorm updates them at every graph run), on the device
+            // the parameters live on.
             autograd::pause(|| -> Result<()> {
                 for (p, b) in [(&self.running_mean, &mean), (&self.running_var, &var)] {
-                    let cur = p.data()?;
-                    let batch = b.reshape(&[c])?.astype(cur.dtype())?;
-                    let new = cur.mul_scalar(m)?.add(&batch.mul_scalar(1.0 - m)?)?;
-                    p.set_data(&new)?;
+                    p.data()?.update_running(&b.reshape(&[c])?, self.momentum)?;
                 }
                 Ok(())
             })?;
