@@ -53,6 +53,15 @@ pub struct Rng {
 
 static GLOBAL: Mutex<Option<Rng>> = Mutex::new(None);
 
+/// A well-spread 64-bit seed from a base `a` and a counter `b` (SplitMix64's finaliser): the
+/// seeds of consecutive counters are unrelated (per-initializer and per-mask seeds).
+pub fn mix_seed(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Reset the global generator to `seed`.
 pub fn seed(seed: u64) {
     *GLOBAL.lock().unwrap_or_else(|e| e.into_inner()) = Some(Rng::new(seed));

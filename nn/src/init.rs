@@ -1,7 +1,7 @@
 //! Initializers (MXNet/Gluon definitions) with a fast, parallel, seeded fill.
 //!
 //! Random fills split the array into fixed chunks of [`CHUNK`] elements; chunk `i` draws from
-//! its own generator seeded with `mix(seed, i)`. The result depends only on the seed, never on
+//! its own generator seeded with `random::mix_seed(seed, i)`. The result depends only on the seed, never on
 //! the number of threads, and a 1,000,000 x 128 f32 weight fills in parallel at memory speed.
 //!
 //! Seeds: every `initialize` call takes the next seed of a per-thread sequence started by
@@ -37,16 +37,8 @@ pub fn next_seed() -> u64 {
     SEED.with(|c| {
         let (base, n) = c.get();
         c.set((base, n + 1));
-        mix(base, n)
+        sparrow_core::random::mix_seed(base, n)
     })
-}
-
-/// SplitMix64 finaliser of `a` combined with `b`: well-spread seeds from counters.
-fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// How Xavier draws: uniform in `[-s, s]` or normal with deviation `s`.
@@ -465,7 +457,10 @@ fn par_seeded<T: Send>(
     f: impl Fn(&mut Xoshiro256PlusPlus, &mut [T]) + Sync,
 ) {
     out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| {
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(seed, (first + i) as u64));
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(sparrow_core::random::mix_seed(
+            seed,
+            (first + i) as u64,
+        ));
         f(&mut rng, c)
     });
 }

@@ -344,6 +344,28 @@ impl Builder {
     }
 
     /// `g` reshaped to `shape` (no node when it already has it).
+    /// The weight gradient of a convolution (`transposed`: of a transposed one) from
+    /// `inputs` (see [`GradFn::ConvWeight`]), added to the gradient of the weight `w_id`.
+    fn conv_weight_grad(
+        &mut self,
+        params: &crate::ops::ConvParams,
+        w: &ValueInfo,
+        transposed: bool,
+        inputs: [usize; 2],
+        w_id: usize,
+    ) -> std::result::Result<(), String> {
+        let gw = self.push(
+            Op::Grad(GradFn::ConvWeight {
+                params: params.clone(),
+                w_shape: w.shape.clone(),
+                transposed,
+            }),
+            inputs.to_vec(),
+            dense_info(&w.shape, w),
+        );
+        self.add_grad(w_id, gw)
+    }
+
     fn reshape(&mut self, g: usize, shape: &[usize]) -> usize {
         if self.values[g].shape == shape {
             return g;
@@ -1007,16 +1029,7 @@ pub fn backward_graph_wrt(
                     b.add_grad(ins[0], gx)?;
                 }
                 if needs(1) {
-                    let gw = b.push(
-                        Op::Grad(GradFn::ConvWeight {
-                            params: params.clone(),
-                            w_shape: w.shape.clone(),
-                            transposed: false,
-                        }),
-                        vec![ins[0], g],
-                        dense_info(&w.shape, &w),
-                    );
-                    b.add_grad(ins[1], gw)?;
+                    b.conv_weight_grad(params, &w, false, [ins[0], g], ins[1])?;
                 }
                 if *bias && needs(2) {
                     let gs = b.values[g].shape.clone();
@@ -1081,16 +1094,7 @@ pub fn backward_graph_wrt(
                     b.add_grad(ins[0], gx)?;
                 }
                 if needs(1) {
-                    let gw = b.push(
-                        Op::Grad(GradFn::ConvWeight {
-                            params: params.clone(),
-                            w_shape: w.shape.clone(),
-                            transposed: true,
-                        }),
-                        vec![g, ins[0]],
-                        dense_info(&w.shape, &w),
-                    );
-                    b.add_grad(ins[1], gw)?;
+                    b.conv_weight_grad(params, &w, true, [g, ins[0]], ins[1])?;
                 }
             }
             _ => return refuse("no rule for it yet"),

@@ -76,11 +76,11 @@ pub fn with_recompute(
             read_back[x] |= producer[x].is_some();
         }
     }
-    let random: Vec<bool> = (0..nv)
+    let once: Vec<bool> = (0..nv)
         .map(|v| producer[v].is_some_and(|i| nodes[i].op.runs_once()))
         .collect();
     // The values the backward reads that could be dropped, and their bytes.
-    let candidate = |v: usize| read_back[v] && !is_output[v] && !random[v];
+    let candidate = |v: usize| read_back[v] && !is_output[v] && !once[v];
     let cand_bytes: Vec<usize> = nodes[..forward_nodes]
         .iter()
         .map(|n| n.output)
@@ -106,10 +106,10 @@ pub fn with_recompute(
         return Ok((joint.clone(), unchanged(budget)));
     }
 
-    // Kept: everything the forward does not produce, outputs, random draws, and the
-    // checkpoints.
+    // Kept: everything the forward does not produce, outputs, values of nodes that run once,
+    // and the checkpoints.
     let mut keep: Vec<bool> = (0..nv)
-        .map(|v| producer[v].is_none() || is_output[v] || random[v])
+        .map(|v| producer[v].is_none() || is_output[v] || once[v])
         .collect();
     let (mut acc, mut kept, mut dropped) = (0usize, 0usize, 0usize);
     for n in &nodes[..forward_nodes] {

@@ -38,14 +38,10 @@ impl MaskStream {
         self.drawn.load(Ordering::Relaxed)
     }
 
-    /// The key of the next mask: the seed and the mask's number, well mixed (SplitMix64's
-    /// finaliser), so consecutive masks come from unrelated streams.
+    /// The key of the next mask: the seed and the mask's number, well mixed, so consecutive
+    /// masks come from unrelated streams.
     pub(crate) fn next_key(&self) -> u64 {
-        let n = self.drawn.fetch_add(1, Ordering::Relaxed);
-        let mut z = self.seed ^ n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        crate::random::mix_seed(self.seed, self.drawn.fetch_add(1, Ordering::Relaxed))
     }
 }
 
