@@ -11,6 +11,8 @@
 //! * `tutorial`: the sparse tutorial's variant (c) model on a synthetic csr batch (10 rows of
 //!   1,000,000 features, 10 non-zeros a row): Dense(128, sigmoid, row_sparse weight gradient),
 //!   Dense(8, sigmoid), Dense(1, sigmoid), sigmoid BCE, lazy SGD.
+//! * `lstm`: LSTM(128) over 35 steps of 128 features (`NTC`), batch 32, then Dense(10) over
+//!   the flattened output, softmax cross-entropy and SGD.
 //! * `mlp20`: a 20-layer MLP (512 wide, relu), batch 256: peak heap bytes above the
 //!   parameters of one inference forward and of one training step, eager and hybridized, and
 //!   the graph's memory plan (intermediates kept by a run that holds them all, the peak with
@@ -36,7 +38,9 @@ use std::time::Instant;
 use sparrow::core::graph::{Executor, Graph, MemoryPlan, Recompute};
 use sparrow::core::{autograd, DType, Device, NDArray, Result, SType};
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
-use sparrow::nn::{Block, Dense, HybridTrainStep, Hybridize, Initializer, Sequential};
+use sparrow::nn::{
+    Block, Dense, HybridTrainStep, Hybridize, Initializer, Layout, Sequential, LSTM,
+};
 use sparrow::optim::{Sgd, Trainer};
 
 /// The system allocator, counting allocations and live bytes (and their peak).
@@ -506,6 +510,30 @@ fn main() -> Result<()> {
         &yc,
         &a,
     )?;
+
+    // A recurrent model: LSTM(128) over 35 steps (NTC), a Dense head over its flattened
+    // output.
+    let (n, t, width) = (32, 35, 128);
+    let xl = sparrow::core::testing::test_array(&[n, t, width], -1.0, 1.0, 4).astype(DType::F32)?;
+    let yl = NDArray::from_vec((0..n).map(|i| (i % 10) as f32).collect(), &[n])?;
+    let lstm = || {
+        let mut s = Sequential::new();
+        s.add(LSTM::new(width).input_size(width).layout(Layout::Ntc));
+        s.add(Dense::new(10));
+        s
+    };
+    let le = lstm();
+    let lh = lstm().hybridize();
+    for n in [&le as &dyn Block, &lh] {
+        n.initialize(&Initializer::Uniform { scale: 0.08 }, Device::Cpu)?;
+        autograd::pause(|| n.forward(&xl))?;
+    }
+    copy_params(&le, &lh)?;
+    compare_inference("lstm", &le, &lh, lh.graph(), &xl, &a)?;
+    let ce = SoftmaxCrossEntropyLoss::new();
+    compare("lstm", &le, &lh, &ce, &xl, &yl, &a)?;
+    copy_params(&le, &lh)?;
+    compare_graph_train("lstm", &le, lh.inner(), &ce, &xl, &yl, &a)?;
 
     // Memory of a 20-layer MLP.
     let widths = [512; 20];

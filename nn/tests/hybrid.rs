@@ -437,11 +437,11 @@ fn untraceable_blocks_fall_back_with_a_message() {
     net.forward(&x).unwrap();
     assert!(net.fallback_reasons()[0].contains("neither an input, a parameter"));
     // An operator without a graph hook, named.
-    let net = sparrow_nn::layers::Lambda::new(|x| x.transpose(None)?.relu()).hybridize();
+    let net = sparrow_nn::layers::Lambda::new(|x| x.repeat(2, Some(1))?.relu()).hybridize();
     net.forward(&x).unwrap();
     let r = net.fallback_reasons();
     assert!(
-        r[0].contains("operator 'transpose' is not traced"),
+        r[0].contains("operator 'repeat' is not traced"),
         "{}",
         r[0]
     );

@@ -78,6 +78,31 @@ pub enum GradFn {
         /// Of a transposed convolution.
         transposed: bool,
     },
+    /// The input gradient of a slice (input: the slice's gradient): zeros of `in_shape` with
+    /// the gradient at the slice's positions, as the eager backward scatters it.
+    SliceAxis {
+        /// The sliced axis.
+        axis: usize,
+        /// First position.
+        begin: usize,
+        /// Distance between positions.
+        step: i64,
+        /// Number of positions.
+        len: usize,
+        /// The sliced array's shape.
+        in_shape: Vec<usize>,
+    },
+    /// The operands' gradients of a recurrent sequence (inputs: the gradient of its saved
+    /// array, the saved array, the recurrent weight), flattened and concatenated in operand
+    /// order into one 1-D array (`ops::rnn::rnn_saved_grads_flat`).
+    Rnn {
+        /// The recurrence.
+        mode: crate::ops::rnn::RnnMode,
+        /// The reversed direction.
+        reverse: bool,
+        /// No state operands (no state gradients).
+        zero_state: bool,
+    },
 }
 
 /// The fused backward kernel of an activation, and whether it reads the output (else the
@@ -96,8 +121,11 @@ impl GradFn {
     /// Number of inputs.
     pub fn arity(&self) -> usize {
         match self {
-            GradFn::ColumnSums | GradFn::LeakyReluSlope(_) | GradFn::InsideMask(..) => 1,
-            GradFn::SigmoidBce => 3,
+            GradFn::ColumnSums
+            | GradFn::LeakyReluSlope(_)
+            | GradFn::InsideMask(..)
+            | GradFn::SliceAxis { .. } => 1,
+            GradFn::SigmoidBce | GradFn::Rnn { .. } => 3,
             _ => 2,
         }
     }
@@ -118,6 +146,8 @@ impl GradFn {
             GradFn::ConvData { .. } => "convolution_grad_data",
             GradFn::ConvWeight { .. } => "convolution_grad_weight",
             GradFn::PoolInput(_) => "pooling_grad",
+            GradFn::SliceAxis { .. } => "slice_axis_grad",
+            GradFn::Rnn { .. } => "rnn_sequence_grad",
         }
     }
 
@@ -156,6 +186,18 @@ impl GradFn {
             GradFn::PoolInput(ref params) => {
                 crate::ops::pool::pool_input_grad(&x[0], &x[1], params)
             }
+            GradFn::SliceAxis {
+                axis,
+                begin,
+                step,
+                len,
+                ref in_shape,
+            } => crate::ops::index::slice_run_grad(&x[0], in_shape, axis, begin, step, len),
+            GradFn::Rnn {
+                mode,
+                reverse,
+                zero_state,
+            } => crate::ops::rnn::rnn_saved_grads_flat(&x[0], &x[1], &x[2], mode, reverse, zero_state),
             GradFn::LeakyReluSlope(s) => x[0].map_raw(Map::LeakyReluSlope(s)),
             GradFn::InsideMask(lo, hi) => x[0].map_raw(Map::InsideMask(lo, hi)),
             GradFn::Embedding { vocab, dim } => {
@@ -1057,6 +1099,102 @@ pub fn backward_graph_wrt(
                         dense_info(&[c], &like),
                     );
                     b.add_grad(ins[2], gb)?;
+                }
+            }
+            // As the eager backwards: the inverse permutation; each part's slice of the
+            // gradient; the gradient scattered into zeros at the slice's positions.
+            Op::Transpose(perm) => {
+                let x = info(0);
+                if x.stype != SType::Dense {
+                    return refuse("a sparse input");
+                }
+                let mut inv = vec![0; perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    inv[p] = i;
+                }
+                let gx = b.push(Op::Transpose(inv), vec![g], dense_info(&x.shape, &x));
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Concat { axis, .. } => {
+                let mut begin = 0;
+                for k in 0..ins.len() {
+                    let x = info(k);
+                    if x.stype != SType::Dense {
+                        return refuse("sparse parts");
+                    }
+                    let len = x.shape[*axis];
+                    if needs(k) {
+                        let part = Op::SliceAxis {
+                            axis: *axis,
+                            begin,
+                            step: 1,
+                            len,
+                        };
+                        let gx = b.push(part, vec![g], dense_info(&x.shape, &x));
+                        b.add_grad(ins[k], gx)?;
+                    }
+                    begin += len;
+                }
+            }
+            Op::SliceAxis {
+                axis,
+                begin,
+                step,
+                len,
+            } => {
+                let x = info(0);
+                if x.stype != SType::Dense || b.values[g].stype != SType::Dense {
+                    return refuse("a sparse input or gradient");
+                }
+                let grad = GradFn::SliceAxis {
+                    axis: *axis,
+                    begin: *begin,
+                    step: *step,
+                    len: *len,
+                    in_shape: x.shape.clone(),
+                };
+                let gx = b.push(Op::Grad(grad), vec![g], dense_info(&x.shape, &x));
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::RnnSequence {
+                mode,
+                reverse,
+                zero_state,
+            } => {
+                if (0..ins.len()).any(|k| info(k).stype != SType::Dense) {
+                    return refuse("sparse operands");
+                }
+                // One backward over the whole sequence (reading the workspace saved in the
+                // forward's value), then each operand's gradient sliced out of it.
+                let (xs, saved) = (info(0).shape, b.values[node.output].clone());
+                let shapes =
+                    crate::ops::rnn::saved_grad_shapes(*mode, xs[0], xs[1], saved.shape[2], *zero_state);
+                let total = shapes.iter().map(|s| s.iter().product::<usize>()).sum::<usize>();
+                let grad = GradFn::Rnn {
+                    mode: *mode,
+                    reverse: *reverse,
+                    zero_state: *zero_state,
+                };
+                let flat = b.push(
+                    Op::Grad(grad),
+                    vec![g, node.output, ins[1]],
+                    dense_info(&[total], &saved),
+                );
+                let mut begin = 0;
+                for (k, shape) in shapes.iter().enumerate() {
+                    let len: usize = shape.iter().product();
+                    if needs(k) {
+                        let part = Op::SliceAxis {
+                            axis: 0,
+                            begin,
+                            step: 1,
+                            len,
+                        };
+                        let p = b.push(part, vec![flat], dense_info(&[len], &saved));
+                        let gk = b.reshape(p, shape);
+                        b.add_grad(ins[k], gk)?;
+                    }
+                    begin += len;
                 }
             }
             Op::Pool(params) => {

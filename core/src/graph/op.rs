@@ -194,6 +194,39 @@ pub enum Op {
     },
     /// `pool(x, params)`: max or average pooling.
     Pool(crate::ops::PoolParams),
+    /// `transpose(x, perm)` (also `swapaxes`).
+    Transpose(Vec<usize>),
+    /// `concat(xs, axis)` of `n` inputs.
+    Concat {
+        /// The joined axis.
+        axis: usize,
+        /// Number of inputs.
+        n: usize,
+    },
+    /// `slice_axis(x, axis, ...)` with its bounds resolved: `len` positions `begin, begin +
+    /// step, ...` along `axis`.
+    SliceAxis {
+        /// The sliced axis.
+        axis: usize,
+        /// First position.
+        begin: usize,
+        /// Distance between positions (negative: backwards).
+        step: i64,
+        /// Number of positions.
+        len: usize,
+    },
+    /// One direction of a recurrent layer over a sequence with its workspace
+    /// (`ops::rnn::rnn_sequence_saved`): inputs `xproj, w_hh, b_hh` and, unless `zero_state`,
+    /// `h0` (and `c0` for the LSTM); a traced `rnn_sequence` is this node and the slice of its
+    /// packed rows.
+    RnnSequence {
+        /// The recurrence.
+        mode: crate::ops::rnn::RnnMode,
+        /// The reversed direction of a bidirectional layer.
+        reverse: bool,
+        /// Starts from zero states (no state inputs).
+        zero_state: bool,
+    },
     /// `dropout_mask(x, p, stream)`: a new random mask at every run ([`Op::is_random`]).
     DropoutMask {
         /// Probability of a zero.
@@ -328,6 +361,16 @@ impl Op {
             Op::Conv { bias, .. } => 2 + usize::from(*bias),
             Op::RunningUpdate { .. } => 2,
             Op::ConvTranspose(_) => 2,
+            Op::Concat { n, .. } => *n,
+            Op::RnnSequence {
+                mode, zero_state, ..
+            } => {
+                if *zero_state {
+                    3
+                } else {
+                    3 + mode.states()
+                }
+            }
             Op::Grad(g) => g.arity(),
             _ => 1,
         }
@@ -373,6 +416,10 @@ impl Op {
             Op::ConvTranspose(_) => "conv_transpose",
             Op::Pool(_) => "pooling",
             Op::RunningUpdate { .. } => "update_running",
+            Op::Transpose(_) => "transpose",
+            Op::Concat { .. } => "concat",
+            Op::SliceAxis { .. } => "slice_axis",
+            Op::RnnSequence { .. } => "rnn_sequence",
             Op::Grad(g) => g.name(),
         }
     }
@@ -427,6 +474,31 @@ impl Op {
             }
             Op::ConvTranspose(params) => conv_attrs(params),
             Op::RunningUpdate { momentum } => vec![("momentum", AttrValue::Float(*momentum))],
+            Op::Transpose(perm) => vec![("axes", usizes(perm))],
+            Op::Concat { axis, n } => vec![
+                ("axis", AttrValue::Int(*axis as i64)),
+                ("num_args", AttrValue::Int(*n as i64)),
+            ],
+            Op::SliceAxis {
+                axis,
+                begin,
+                step,
+                len,
+            } => vec![
+                ("axis", AttrValue::Int(*axis as i64)),
+                ("begin", AttrValue::Int(*begin as i64)),
+                ("step", AttrValue::Int(*step)),
+                ("len", AttrValue::Int(*len as i64)),
+            ],
+            Op::RnnSequence {
+                mode,
+                reverse,
+                zero_state,
+            } => vec![
+                ("mode", AttrValue::Str(mode.name().into())),
+                ("reverse", AttrValue::Bool(*reverse)),
+                ("zero_state", AttrValue::Bool(*zero_state)),
+            ],
             Op::Pool(p) => vec![
                 (
                     "pool_type",
@@ -590,6 +662,52 @@ impl Op {
                     Op::ConvTranspose(params)
                 }
             }
+            "transpose" => {
+                let perm = shape("axes")?;
+                let mut seen = vec![false; perm.len()];
+                if perm
+                    .iter()
+                    .any(|&a| a >= perm.len() || std::mem::replace(&mut seen[a], true))
+                {
+                    return Err(bad("axes", "a permutation of 0..n"));
+                }
+                Op::Transpose(perm)
+            }
+            "concat" => {
+                let n = count("num_args")?;
+                if n == 0 {
+                    return Err(bad("num_args", "at least 1"));
+                }
+                Op::Concat {
+                    axis: count("axis")?,
+                    n,
+                }
+            }
+            "slice_axis" => {
+                let step = int("step")?;
+                if step == 0 {
+                    return Err(bad("step", "a non-zero whole number"));
+                }
+                Op::SliceAxis {
+                    axis: count("axis")?,
+                    begin: count("begin")?,
+                    step,
+                    len: count("len")?,
+                }
+            }
+            "rnn_sequence" => {
+                use crate::ops::rnn::RnnMode;
+                let mode = string("mode")?;
+                let mode = [RnnMode::RnnTanh, RnnMode::RnnRelu, RnnMode::Lstm, RnnMode::Gru]
+                    .into_iter()
+                    .find(|m| m.name() == mode)
+                    .ok_or_else(|| bad("mode", "rnn_tanh, rnn_relu, lstm or gru"))?;
+                Op::RnnSequence {
+                    mode,
+                    reverse: boolean("reverse")?,
+                    zero_state: boolean("zero_state")?,
+                }
+            }
             "update_running" => Op::RunningUpdate {
                 momentum: float("momentum")?,
             },
@@ -751,6 +869,22 @@ impl Op {
             Op::ConvTranspose(params) => x[0].conv_transpose(&x[1], None, params),
             Op::Pool(params) => x[0].pool(params),
             Op::RunningUpdate { momentum } => x[0].update_running(&x[1], *momentum),
+            Op::Transpose(perm) => x[0].transpose(Some(perm)),
+            Op::Concat { axis, .. } => NDArray::concat(&x.iter().collect::<Vec<_>>(), *axis as i64),
+            Op::SliceAxis {
+                axis,
+                begin,
+                step,
+                len,
+            } => x[0].slice_run(*axis, *begin, *step, *len),
+            Op::RnnSequence {
+                mode,
+                reverse,
+                zero_state,
+            } => {
+                let states = (!*zero_state).then(|| (&x[3], x.get(4)));
+                crate::ops::rnn::rnn_sequence_saved(*mode, &x[0], &x[1], &x[2], states, *reverse)
+            }
             Op::Grad(g) => g.apply(x),
         }
     }

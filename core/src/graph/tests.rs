@@ -282,6 +282,24 @@ fn attributes_round_trip() {
         ),
         Op::Pool(crate::ops::PoolParams::global(crate::ops::PoolType::Max)),
         Op::RunningUpdate { momentum: 0.9 },
+        Op::Transpose(vec![1, 0, 2]),
+        Op::Concat { axis: 2, n: 3 },
+        Op::SliceAxis {
+            axis: 1,
+            begin: 4,
+            step: -2,
+            len: 3,
+        },
+        Op::RnnSequence {
+            mode: crate::ops::rnn::RnnMode::Gru,
+            reverse: true,
+            zero_state: false,
+        },
+        Op::RnnSequence {
+            mode: crate::ops::rnn::RnnMode::RnnRelu,
+            reverse: false,
+            zero_state: true,
+        },
     ];
     for op in ops {
         let attrs: Vec<(String, AttrValue)> = op
@@ -317,6 +335,26 @@ fn attributes_round_trip() {
     assert!(err.contains("'p'"), "{err}");
     let err = Op::from_attrs("reshape", &[]).unwrap_err().to_string();
     assert!(err.contains("needs attribute 'shape'"), "{err}");
+    // Attributes a file could hold but no traced operator has.
+    let int = |k: &str, v: i64| (k.to_string(), AttrValue::Int(v));
+    let err = Op::from_attrs("transpose", &[("axes".into(), AttrValue::Ints(vec![0, 0]))])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("permutation"), "{err}");
+    let slice = [int("axis", 0), int("begin", 0), int("step", 0), int("len", 2)];
+    let err = Op::from_attrs("slice_axis", &slice).unwrap_err().to_string();
+    assert!(err.contains("'step'"), "{err}");
+    let err = Op::from_attrs("concat", &[int("axis", 0), int("num_args", 0)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'num_args'"), "{err}");
+    let rnn = [
+        ("mode".to_string(), AttrValue::Str("elman".into())),
+        ("reverse".to_string(), AttrValue::Bool(false)),
+        ("zero_state".to_string(), AttrValue::Bool(true)),
+    ];
+    let err = Op::from_attrs("rnn_sequence", &rnn).unwrap_err().to_string();
+    assert!(err.contains("'mode'"), "{err}");
     let err = Op::from_attrs("launch_missiles", &[])
         .unwrap_err()
         .to_string();
@@ -438,4 +476,51 @@ fn recorded_split_keeps_only_what_the_backward_reads_and_matches_the_joint_graph
     }
     // No gradient asked for anything: no split.
     assert!(super::recorded::Recorded::new(&g, &[false, false]).is_err());
+}
+
+#[test]
+fn shape_and_sequence_nodes_refuse_operands_they_do_not_fit() {
+    // A graph file can name any slice run or saved sequence: each is checked, not trusted.
+    let x = arr(&[0.0; 4], &[4]);
+    let run = |axis, begin, step, len| {
+        Op::SliceAxis {
+            axis,
+            begin,
+            step,
+            len,
+        }
+        .apply(std::slice::from_ref(&x))
+    };
+    assert_eq!(run(0, 3, -1, 4).unwrap().shape(), vec![4]);
+    for (axis, begin, step, len) in [(0, 3, 1, 2), (0, 1, -1, 3), (1, 0, 1, 1), (0, 4, 1, 1)] {
+        let err = run(axis, begin, step, len).unwrap_err().to_string();
+        assert!(err.contains("slice_axis"), "{err}");
+    }
+    let grad = GradFn::SliceAxis {
+        axis: 0,
+        begin: 0,
+        step: 1,
+        len: 3,
+        in_shape: vec![4],
+    };
+    assert!(grad.apply(std::slice::from_ref(&x)).is_err());
+    // A saved sequence must be (T + S + T * U, N, H) for its mode.
+    let rnn = GradFn::Rnn {
+        mode: crate::ops::rnn::RnnMode::Lstm,
+        reverse: false,
+        zero_state: true,
+    };
+    let saved = arr(&[0.0; 17 * 2], &[17, 1, 2]);
+    let w = arr(&[0.0; 16], &[8, 2]);
+    let err = rnn.apply(&[saved.clone(), saved.clone(), w.clone()]).unwrap_err().to_string();
+    assert!(err.contains("sequence with its workspace"), "{err}");
+    let saved = arr(&[0.0; 18 * 2], &[18, 1, 2]); // T = 2: 2 + 2 + 2 * 7
+    let g = arr(&[0.0; 17 * 2], &[17, 1, 2]);
+    let err = rnn.apply(&[g, saved.clone(), w]).unwrap_err().to_string();
+    assert!(err.contains("head gradient"), "{err}");
+    let err = rnn
+        .apply(&[saved.clone(), saved, arr(&[0.0; 8], &[4, 2])])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("recurrent weight"), "{err}");
 }

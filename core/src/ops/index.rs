@@ -69,14 +69,15 @@ impl Positions {
     }
 }
 
-/// Python slice semantics: the positions `begin:end:step` selects from an axis of length `n`.
+/// Python slice semantics: the run `(first, step, count)` that `begin:end:step` selects from
+/// an axis of length `n`.
 fn slice_positions(
     op: &'static str,
     n: usize,
     begin: Option<i64>,
     end: Option<i64>,
     step: i64,
-) -> Result<Positions> {
+) -> Result<(usize, i64, usize)> {
     if step == 0 {
         return Err(Error::arg(op, "slice step must be non-zero"));
     }
@@ -91,11 +92,58 @@ fn slice_positions(
         let e = end.map(norm).unwrap_or(-1).clamp(-1, n - 1);
         (b, if b > e { (b - e - step - 1) / -step } else { 0 })
     };
+    Ok((if len > 0 { b as usize } else { 0 }, step, len as usize))
+}
+
+/// The run `begin, begin + step, ...` (`len` positions) along `axis` of `shape`, checked to
+/// lie inside the axis (a graph read from a file names any run).
+fn run_positions(
+    op: &'static str,
+    shape: &[usize],
+    axis: usize,
+    begin: usize,
+    step: i64,
+    len: usize,
+) -> Result<Positions> {
+    let n = *shape.get(axis).ok_or_else(|| {
+        Error::arg(op, format!("axis {axis} is out of range for shape {shape:?}"))
+    })?;
+    let last = begin as i128 + (len as i128 - 1) * step as i128;
+    if step == 0 || (len > 0 && (begin >= n || last < 0 || last >= n as i128)) {
+        return Err(Error::arg(
+            op,
+            format!("{len} positions from {begin} by {step} leave axis {axis} of {shape:?}"),
+        ));
+    }
     Ok(Positions::Run {
-        begin: if len > 0 { b as usize } else { 0 },
+        begin,
         step: step as isize,
-        len: len as usize,
+        len,
     })
+}
+
+/// The gradient of [`NDArray::slice_run`] for an input of `in_shape`: `g` scattered into
+/// zeros at the run's positions, as the slice's eager backward does (a graph's backward node).
+pub(crate) fn slice_run_grad(
+    g: &NDArray,
+    in_shape: &[usize],
+    axis: usize,
+    begin: usize,
+    step: i64,
+    len: usize,
+) -> Result<NDArray> {
+    const OP: &str = "slice_axis backward";
+    let pos = run_positions(OP, in_shape, axis, begin, step, len)?;
+    let mut want = in_shape.to_vec();
+    want[axis] = len;
+    if g.shape() != want {
+        return Err(Error::shape(
+            OP,
+            format!("gradient {:?} for a slice of shape {want:?}", g.shape()),
+        ));
+    }
+    let positions = pos.to_array(g.device())?;
+    scatter_grad("slice_axis", g, in_shape, axis, &positions)
 }
 
 /// Gather `pos` along `axis` of `a` (shape `shape[..axis] + idx_shape + shape[axis + 1..]`),
@@ -179,14 +227,37 @@ impl NDArray {
     ) -> Result<NDArray> {
         let shape = self.shape();
         let ax = norm_axis("slice_axis", axis, shape.len())?;
-        let pos = slice_positions("slice_axis", shape[ax], begin, end, step)?;
-        if ax == 0 && self.stype() == crate::SType::Csr && pos.consecutive() {
+        let (first, step, len) = slice_positions("slice_axis", shape[ax], begin, end, step)?;
+        self.slice_run(ax, first, step, len)
+    }
+
+    /// The `len` positions `begin, begin + step, ...` along `axis` (all inside it): a slice
+    /// with its bounds resolved, the form a graph records and replays
+    /// ([`crate::graph::Op::SliceAxis`]).
+    pub(crate) fn slice_run(
+        &self,
+        axis: usize,
+        begin: usize,
+        step: i64,
+        len: usize,
+    ) -> Result<NDArray> {
+        crate::graph::traced!(
+            Op::SliceAxis {
+                axis,
+                begin,
+                step,
+                len
+            },
+            [self],
+            self.slice_run(axis, begin, step, len)
+        );
+        let pos = run_positions("slice_axis", &self.shape(), axis, begin, step, len)?;
+        if axis == 0 && self.stype() == crate::SType::Csr && pos.consecutive() {
             // Consecutive rows of a csr array: a csr row slice sharing its buffers.
             let start = pos.first().unwrap_or(0);
             return crate::sparse::slice_rows_recorded(self, start, start + pos.len());
         }
-        let m = pos.len();
-        gather_positions("slice_axis", self, ax, pos, &[m])
+        gather_positions("slice_axis", self, axis, pos, &[len])
     }
 
     /// Reverse the order of elements along `axis`. Differentiable.

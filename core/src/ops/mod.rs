@@ -9,7 +9,7 @@ pub(crate) mod conv;
 mod dropout;
 pub use crate::cpu::expf;
 pub mod fused;
-mod index;
+pub(crate) mod index;
 mod linalg;
 pub(crate) use linalg::dot_geometry;
 mod matmul;

@@ -13,9 +13,7 @@ use crate::NDArray;
 impl NDArray {
     /// Permute the axes (`None` reverses them, as NumPy's `transpose`). Differentiable.
     pub fn transpose(&self, axes: Option<&[usize]>) -> Result<NDArray> {
-        crate::sparse::densifying("transpose", &[self])?;
-        let d = self.dense_data()?;
-        let nd = d.shape.len();
+        let nd = self.ndim();
         let perm: Vec<usize> = match axes {
             None => (0..nd).rev().collect(),
             Some(p) => {
@@ -28,13 +26,20 @@ impl NDArray {
                         "transpose",
                         format!(
                             "axes {p:?} are not a permutation of 0..{nd} for shape {:?}",
-                            d.shape
+                            self.shape()
                         ),
                     ));
                 }
                 p.to_vec()
             }
         };
+        crate::graph::traced!(
+            Op::Transpose(perm.clone()),
+            [self],
+            self.transpose(Some(&perm))
+        );
+        crate::sparse::densifying("transpose", &[self])?;
+        let d = self.dense_data()?;
         let oshape: Vec<usize> = perm.iter().map(|&p| d.shape[p]).collect();
         let buf = d.buf.permute(&d.shape, &perm)?;
         let out = NDArray::from_buffer(buf, &oshape)?;
@@ -97,6 +102,18 @@ impl NDArray {
         let op = "concat";
         if arrays.is_empty() {
             return Err(Error::arg(op, "needs at least one array"));
+        }
+        if crate::graph::tracing_outer() {
+            let ax = norm_axis(op, axis, arrays[0].ndim())?;
+            let node = crate::graph::Op::Concat {
+                axis: ax,
+                n: arrays.len(),
+            };
+            return crate::graph::record_call(
+                || node,
+                arrays,
+                || NDArray::concat(arrays, ax as i64),
+            );
         }
         // csr parts along rows: a csr result (`sparse::concat_rows`), recorded.
         if arrays.iter().all(|a| a.stype() == crate::SType::Csr) && norm_axis(op, axis, 2)? == 0 {

@@ -6,7 +6,7 @@
 //! (`(T*N, I) x (I, G*H)`) and one call of core's `rnn_sequence`, whose kernel runs the time
 //! loop (per step one recurrent product and one fused gate pass) and its backward.
 
-use sparrow_core::ops::rnn::{rnn_sequence, RnnMode};
+use sparrow_core::ops::rnn::{rnn_sequence, rnn_sequence_zero_state, RnnMode};
 use sparrow_core::{DType, Error, NDArray, Result};
 
 use super::project::{input_projection, RnnParams};
@@ -157,14 +157,19 @@ impl Layer {
             }
             None => None,
         };
-        let dtype = x.dtype();
-        let initial = |k: usize, which: usize| -> Result<NDArray> {
-            match states {
-                Some(st) => st[which]
+        // The states of layer and direction `k` (`None`: zeros, which the sequence
+        // operator makes itself, so a traced forward has no constant to capture).
+        let initial = |k: usize| -> Result<Option<(NDArray, Option<NDArray>)>> {
+            let Some(st) = states else {
+                return Ok(None);
+            };
+            let one = |which: usize| -> Result<NDArray> {
+                st[which]
                     .slice_axis(0, Some(k as i64), Some(k as i64 + 1), 1)?
-                    .reshape(&[n, h]),
-                None => NDArray::zeros(&[n, h], dtype),
-            }
+                    .reshape(&[n, h])
+            };
+            let c0 = if s == 2 { Some(one(1)?) } else { None };
+            Ok(Some((one(0)?, c0)))
         };
         let mut finals: Vec<Vec<NDArray>> = vec![Vec::with_capacity(ld); s];
         let mut input = x;
@@ -179,18 +184,21 @@ impl Layer {
                 let xproj = input_projection(&flat, p)?.reshape(&[t, n, gh])?;
                 let w = p.h2h_weight.data_for_shape(&[gh, h])?;
                 let b = p.h2h_bias.data_for_shape(&[gh])?;
-                let h0 = initial(k, 0)?;
-                let c0 = if s == 2 { Some(initial(k, 1)?) } else { None };
-                let packed = rnn_sequence(
-                    self.mode,
-                    &xproj,
-                    &w,
-                    &b,
-                    &h0,
-                    c0.as_ref(),
-                    valid_lengths,
-                    dir == 1,
-                )?;
+                let packed = match initial(k)? {
+                    Some((h0, c0)) => rnn_sequence(
+                        self.mode,
+                        &xproj,
+                        &w,
+                        &b,
+                        &h0,
+                        c0.as_ref(),
+                        valid_lengths,
+                        dir == 1,
+                    )?,
+                    None => {
+                        rnn_sequence_zero_state(self.mode, &xproj, &w, &b, valid_lengths, dir == 1)?
+                    }
+                };
                 outs.push(packed.slice_axis(0, Some(0), Some(t as i64), 1)?);
                 for (which, f) in finals.iter_mut().enumerate() {
                     let row = (t + which) as i64;
