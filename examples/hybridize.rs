@@ -39,7 +39,7 @@ use sparrow::core::graph::{Executor, Graph, MemoryPlan, Recompute};
 use sparrow::core::{autograd, DType, Device, NDArray, Result, SType};
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
 use sparrow::nn::{
-    Block, Dense, HybridTrainStep, Hybridize, Initializer, Layout, Sequential, LSTM,
+    Block, Dense, HybridTrainStep, Hybridize, Initializer, Layout as SeqLayout, Sequential, LSTM,
 };
 use sparrow::optim::{Sgd, Trainer};
 
@@ -518,7 +518,7 @@ fn main() -> Result<()> {
     let yl = NDArray::from_vec((0..n).map(|i| (i % 10) as f32).collect(), &[n])?;
     let lstm = || {
         let mut s = Sequential::new();
-        s.add(LSTM::new(width).input_size(width).layout(Layout::Ntc));
+        s.add(LSTM::new(width).input_size(width).layout(SeqLayout::Ntc));
         s.add(Dense::new(10));
         s
     };

@@ -440,11 +440,7 @@ fn untraceable_blocks_fall_back_with_a_message() {
     let net = sparrow_nn::layers::Lambda::new(|x| x.repeat(2, Some(1))?.relu()).hybridize();
     net.forward(&x).unwrap();
     let r = net.fallback_reasons();
-    assert!(
-        r[0].contains("operator 'repeat' is not traced"),
-        "{}",
-        r[0]
-    );
+    assert!(r[0].contains("operator 'repeat' is not traced"), "{}", r[0]);
 }
 
 #[test]

@@ -162,7 +162,11 @@ fn check(what: &str, make: &dyn Fn() -> Whole, x: &NDArray) {
         "{what}: no rnn_sequence node"
     );
     // Planned training steps, the eager step's loss and gradients each time.
-    for recompute in [Recompute::Off, Recompute::Sqrt, Recompute::Budget(usize::MAX)] {
+    for recompute in [
+        Recompute::Off,
+        Recompute::Sqrt,
+        Recompute::Budget(usize::MAX),
+    ] {
         let stepped = make();
         init(&stepped);
         copy_params(&eager, &stepped);
@@ -293,10 +297,7 @@ fn valid_lengths_run_eagerly_with_a_message() {
     let net = w.hybridize();
     let got = net.forward(&x).unwrap();
     let r = net.fallback_reasons();
-    assert!(
-        r.len() == 1 && r[0].contains("valid lengths"),
-        "{r:?}"
-    );
+    assert!(r.len() == 1 && r[0].contains("valid lengths"), "{r:?}");
     // The eager result with those lengths: the second example's output past step 2 is zero.
     let full = eager_out.forward(&x).unwrap();
     assert_eq!(got.shape(), full.shape());

@@ -51,12 +51,37 @@ fn forward_typed<T: GemmScalar>(
     c0: Option<&[T]>,
     d: &RnnDims,
 ) -> (Vec<T>, Vec<T>) {
+    let (out_len, ws_len) = saved_lens(d);
+    let mut out = vec![T::zero(); out_len];
+    let mut ws = vec![T::zero(); ws_len];
+    forward_into(x, w, b, h0, c0, d, &mut out, &mut ws);
+    (out, ws)
+}
+
+/// Elements of the packed output and of the workspace of a sequence.
+fn saved_lens(d: &RnnDims) -> (usize, usize) {
+    let (steps, n, h) = (d.steps, d.batch, d.hidden);
+    (
+        (steps + d.mode.states()) * n * h,
+        steps * n * d.mode.workspace_units() * h,
+    )
+}
+
+/// The forward into zeroed `out` (the packed output) and `ws` (the workspace).
+#[allow(clippy::too_many_arguments)]
+fn forward_into<T: GemmScalar>(
+    x: &[T],
+    w: &[T],
+    b: &[T],
+    h0: &[T],
+    c0: Option<&[T]>,
+    d: &RnnDims,
+    out: &mut [T],
+    ws: &mut [T],
+) {
     let (steps, n, h) = (d.steps, d.batch, d.hidden);
     let gh = d.mode.gates() * h;
-    let wu = d.mode.workspace_units() * h;
     let zero = T::zero();
-    let mut out = vec![zero; (steps + d.mode.states()) * n * h];
-    let mut ws = vec![zero; steps * n * wu];
     let mut hs = h0.to_vec();
     let mut cs = c0.map(<[T]>::to_vec).unwrap_or_default();
     let mut hh = vec![zero; n * gh];
@@ -70,14 +95,13 @@ fn forward_typed<T: GemmScalar>(
             hh: &hh,
             b,
         };
-        gate_pass(&rows, &mut hs, &mut cs, &mut ws, &mut out);
+        gate_pass(&rows, &mut hs, &mut cs, ws, out);
     }
     let tail = steps * n * h;
     out[tail..tail + n * h].copy_from_slice(&hs);
     if d.mode == RnnMode::Lstm {
         out[tail + n * h..].copy_from_slice(&cs);
     }
-    (out, ws)
 }
 
 /// What one forward step's gate pass reads.
@@ -490,6 +514,84 @@ impl RnnOps for CpuStorage {
                 dc0: r.dc0.map(T::into_buffer),
             }
         }))
+    }
+}
+
+impl CpuStorage {
+    /// [`RnnOps::rnn_forward`] with the packed output and the workspace in one buffer, the
+    /// output first (`ops::rnn::rnn_sequence_saved`'s array, written without a copy); `None`
+    /// for half-precision operands (computed in f32 by the two-buffer form).
+    pub(crate) fn rnn_forward_saved(
+        &self,
+        w: &Self,
+        b: &Self,
+        h0: &Self,
+        c0: Option<&Self>,
+        dims: &RnnDims,
+    ) -> Result<Option<Self>> {
+        if crate::cpu::half::half_of(&[self.dtype(), w.dtype(), b.dtype(), h0.dtype()]).is_some() {
+            return Ok(None);
+        }
+        Ok(Some(float_dispatch!(self.dtype(), "rnn", T => {
+            let x = typed::<T>(self, "the input projection")?;
+            let c0 = match c0 {
+                Some(c) => Some(typed::<T>(c, "the initial cell state")?),
+                None => None,
+            };
+            let (out_len, ws_len) = saved_lens(dims);
+            let mut all = vec![T::default(); out_len + ws_len];
+            let (out, ws) = all.split_at_mut(out_len);
+            forward_into(
+                x,
+                typed::<T>(w, "the recurrent weight")?,
+                typed::<T>(b, "the recurrent bias")?,
+                typed::<T>(h0, "the initial hidden state")?,
+                c0,
+                dims,
+                out,
+                ws,
+            );
+            T::into_buffer(all)
+        })))
+    }
+
+    /// [`RnnOps::rnn_backward`] reading the workspace out of `saved`, the array of
+    /// [`CpuStorage::rnn_forward_saved`] (no copy); `None` for half-precision operands.
+    pub(crate) fn rnn_backward_saved(
+        &self,
+        saved: &Self,
+        w: &Self,
+        dims: &RnnDims,
+    ) -> Result<Option<RnnGrads<Self>>> {
+        if crate::cpu::half::half_of(&[self.dtype(), saved.dtype(), w.dtype()]).is_some() {
+            return Ok(None);
+        }
+        let (out_len, ws_len) = saved_lens(dims);
+        if self.len() != out_len || saved.len() != out_len + ws_len {
+            return Err(Error::shape(
+                "rnn backward",
+                format!(
+                    "a gradient of {} and a saved array of {} elements for {out_len} + {ws_len}",
+                    self.len(),
+                    saved.len()
+                ),
+            ));
+        }
+        Ok(Some(float_dispatch!(self.dtype(), "rnn backward", T => {
+            let r = backward_typed(
+                typed::<T>(self, "the output gradient")?,
+                &typed::<T>(saved, "the saved sequence")?[out_len..],
+                typed::<T>(w, "the recurrent weight")?,
+                dims,
+            );
+            RnnGrads {
+                dxproj: T::into_buffer(r.dxproj),
+                dweight: T::into_buffer(r.dweight),
+                dbias: T::into_buffer(r.dbias),
+                dh0: T::into_buffer(r.dh0),
+                dc0: r.dc0.map(T::into_buffer),
+            }
+        })))
     }
 }
 

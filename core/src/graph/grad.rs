@@ -197,7 +197,9 @@ impl GradFn {
                 mode,
                 reverse,
                 zero_state,
-            } => crate::ops::rnn::rnn_saved_grads_flat(&x[0], &x[1], &x[2], mode, reverse, zero_state),
+            } => crate::ops::rnn::rnn_saved_grads_flat(
+                &x[0], &x[1], &x[2], mode, reverse, zero_state,
+            ),
             GradFn::LeakyReluSlope(s) => x[0].map_raw(Map::LeakyReluSlope(s)),
             GradFn::InsideMask(lo, hi) => x[0].map_raw(Map::InsideMask(lo, hi)),
             GradFn::Embedding { vocab, dim } => {
@@ -521,6 +523,11 @@ pub fn backward_graph_wrt(
     b.grad.push(None);
     if need[loss] {
         b.grad[loss] = Some(head);
+    }
+    // The node defining each value (inputs and parameters: none).
+    let mut producer: Vec<Option<usize>> = vec![None; nv];
+    for (k, n) in fwd.nodes().iter().enumerate() {
+        producer[n.output] = Some(k);
     }
     for node in fwd.nodes().iter().rev() {
         let Some(g) = b.grad[node.output] else {
@@ -1146,6 +1153,20 @@ pub fn backward_graph_wrt(
                 if x.stype != SType::Dense || b.values[g].stype != SType::Dense {
                     return refuse("a sparse input or gradient");
                 }
+                // The packed rows of a recurrent sequence's saved array (its only reader, as
+                // traced): the sequence's backward takes their gradient as it is, instead of
+                // scattered into zeros over the workspace rows, which carry no gradient.
+                let packed_of_sequence = match producer[ins[0]].map(|k| &fwd.nodes()[k].op) {
+                    Some(Op::RnnSequence { mode, .. }) => {
+                        (*axis, *begin, *step) == (0, 0, 1)
+                            && crate::ops::rnn::packed_rows(*mode, x.shape[0]) == Some(*len)
+                    }
+                    _ => false,
+                };
+                if packed_of_sequence {
+                    b.add_grad(ins[0], g)?;
+                    continue;
+                }
                 let grad = GradFn::SliceAxis {
                     axis: *axis,
                     begin: *begin,
@@ -1167,9 +1188,17 @@ pub fn backward_graph_wrt(
                 // One backward over the whole sequence (reading the workspace saved in the
                 // forward's value), then each operand's gradient sliced out of it.
                 let (xs, saved) = (info(0).shape, b.values[node.output].clone());
-                let shapes =
-                    crate::ops::rnn::saved_grad_shapes(*mode, xs[0], xs[1], saved.shape[2], *zero_state);
-                let total = shapes.iter().map(|s| s.iter().product::<usize>()).sum::<usize>();
+                let shapes = crate::ops::rnn::saved_grad_shapes(
+                    *mode,
+                    xs[0],
+                    xs[1],
+                    saved.shape[2],
+                    *zero_state,
+                );
+                let total = shapes
+                    .iter()
+                    .map(|s| s.iter().product::<usize>())
+                    .sum::<usize>();
                 let grad = GradFn::Rnn {
                     mode: *mode,
                     reverse: *reverse,

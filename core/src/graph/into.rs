@@ -326,9 +326,10 @@ impl Form {
     }
 
     /// True when the form can overwrite its input 0 (same size in and out, each output
-    /// element computed from the input element at its place).
+    /// element computed from the input element at its place; a copy, such as a reshape, then
+    /// has nothing left to do).
     pub(crate) fn in_place_capable(&self) -> bool {
-        matches!(self, Form::Map(_) | Form::BiasAct(_))
+        matches!(self, Form::Map(_) | Form::BiasAct(_) | Form::Copy)
     }
 
     /// Compute the node from `args` (its inputs, in order) into `out`, a dense buffer of the
@@ -499,6 +500,8 @@ impl Form {
     pub(crate) fn run_in_place(&self, args: &[&NDArray], out: &mut DenseData) -> Result<()> {
         match *self {
             Form::Map(m) => out.buf.map_in_place(m),
+            // The buffer holds the input's values, which are the output's.
+            Form::Copy => Ok(()),
             Form::BiasAct(act) => {
                 if out.shape.len() != 2 {
                     return Err(Error::shape(OP, "bias_act in place needs a 2-D buffer"));

@@ -698,10 +698,15 @@ impl Op {
             "rnn_sequence" => {
                 use crate::ops::rnn::RnnMode;
                 let mode = string("mode")?;
-                let mode = [RnnMode::RnnTanh, RnnMode::RnnRelu, RnnMode::Lstm, RnnMode::Gru]
-                    .into_iter()
-                    .find(|m| m.name() == mode)
-                    .ok_or_else(|| bad("mode", "rnn_tanh, rnn_relu, lstm or gru"))?;
+                let mode = [
+                    RnnMode::RnnTanh,
+                    RnnMode::RnnRelu,
+                    RnnMode::Lstm,
+                    RnnMode::Gru,
+                ]
+                .into_iter()
+                .find(|m| m.name() == mode)
+                .ok_or_else(|| bad("mode", "rnn_tanh, rnn_relu, lstm or gru"))?;
                 Op::RnnSequence {
                     mode,
                     reverse: boolean("reverse")?,

@@ -214,11 +214,24 @@ fn best_fit(
 /// Per node: its "write into" form, or `None` (the eager operator runs).
 pub(crate) fn node_forms(g: &Graph) -> Vec<Option<Form>> {
     let values = g.values();
-    g.nodes()
-        .iter()
-        .map(|n| {
-            let ins: Vec<&super::ir::ValueInfo> = n.inputs.iter().map(|&x| &values[x]).collect();
-            Form::of(&n.op, &ins, &values[n.output])
-        })
-        .collect()
+    let outs = g.is_output();
+    // Per value: whether a node with a form defines it (`None`: an input or a parameter).
+    let mut planned: Vec<Option<bool>> = vec![None; values.len()];
+    let mut forms = Vec::with_capacity(g.nodes().len());
+    for n in g.nodes() {
+        let ins: Vec<&super::ir::ValueInfo> = n.inputs.iter().map(|&x| &values[x]).collect();
+        let mut form = Form::of(&n.op, &ins, &values[n.output]);
+        // A reshape of a value no plan holds (a node without a form made it, fresh each run)
+        // shares that value's buffer as the eager reshape does, instead of copying it into a
+        // planned one. Graph outputs stay planned (a CUDA graph's replay writes them).
+        if matches!(n.op, super::op::Op::Reshape(_))
+            && planned[n.inputs[0]] == Some(false)
+            && !outs[n.output]
+        {
+            form = None;
+        }
+        planned[n.output] = Some(form.is_some());
+        forms.push(form);
+    }
+    forms
 }

@@ -341,8 +341,15 @@ fn attributes_round_trip() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("permutation"), "{err}");
-    let slice = [int("axis", 0), int("begin", 0), int("step", 0), int("len", 2)];
-    let err = Op::from_attrs("slice_axis", &slice).unwrap_err().to_string();
+    let slice = [
+        int("axis", 0),
+        int("begin", 0),
+        int("step", 0),
+        int("len", 2),
+    ];
+    let err = Op::from_attrs("slice_axis", &slice)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("'step'"), "{err}");
     let err = Op::from_attrs("concat", &[int("axis", 0), int("num_args", 0)])
         .unwrap_err()
@@ -353,7 +360,9 @@ fn attributes_round_trip() {
         ("reverse".to_string(), AttrValue::Bool(false)),
         ("zero_state".to_string(), AttrValue::Bool(true)),
     ];
-    let err = Op::from_attrs("rnn_sequence", &rnn).unwrap_err().to_string();
+    let err = Op::from_attrs("rnn_sequence", &rnn)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("'mode'"), "{err}");
     let err = Op::from_attrs("launch_missiles", &[])
         .unwrap_err()
@@ -512,7 +521,10 @@ fn shape_and_sequence_nodes_refuse_operands_they_do_not_fit() {
     };
     let saved = arr(&[0.0; 17 * 2], &[17, 1, 2]);
     let w = arr(&[0.0; 16], &[8, 2]);
-    let err = rnn.apply(&[saved.clone(), saved.clone(), w.clone()]).unwrap_err().to_string();
+    let err = rnn
+        .apply(&[saved.clone(), saved.clone(), w.clone()])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("sequence with its workspace"), "{err}");
     let saved = arr(&[0.0; 18 * 2], &[18, 1, 2]); // T = 2: 2 + 2 + 2 * 7
     let g = arr(&[0.0; 17 * 2], &[17, 1, 2]);

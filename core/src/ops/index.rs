@@ -106,7 +106,10 @@ fn run_positions(
     len: usize,
 ) -> Result<Positions> {
     let n = *shape.get(axis).ok_or_else(|| {
-        Error::arg(op, format!("axis {axis} is out of range for shape {shape:?}"))
+        Error::arg(
+            op,
+            format!("axis {axis} is out of range for shape {shape:?}"),
+        )
     })?;
     let last = begin as i128 + (len as i128 - 1) * step as i128;
     if step == 0 || (len > 0 && (begin >= n || last < 0 || last >= n as i128)) {

@@ -204,14 +204,24 @@ fn traced_sequence(
         return Ok(None);
     }
     let saved = rnn_sequence_saved(mode, xproj, w_hh, b_hh, states, dims.reverse)?;
-    Ok(Some(saved.slice_run(0, 0, 1, dims.steps + mode.states())?))
+    Ok(Some(saved.slice_run(
+        0,
+        0,
+        1,
+        dims.steps + mode.states(),
+    )?))
 }
 
 /// Zero `h0` (and `c0` for the LSTM) of `(N, H)` on `xproj`'s device.
 fn zero_states(xproj: &NDArray, dims: &RnnDims) -> Result<(NDArray, Option<NDArray>)> {
     let (dtype, device) = (xproj.dtype(), xproj.device());
     let shape = [dims.batch, dims.hidden];
-    let zeros = || NDArray::from_buffer(Storage::zeros_on(dtype, dims.batch * dims.hidden, device)?, &shape);
+    let zeros = || {
+        NDArray::from_buffer(
+            Storage::zeros_on(dtype, dims.batch * dims.hidden, device)?,
+            &shape,
+        )
+    };
     let c0 = if dims.mode == RnnMode::Lstm {
         Some(zeros()?)
     } else {
@@ -304,7 +314,7 @@ pub(crate) fn rnn_sequence_saved(
         h0.dense_data()?,
     );
     let cd = c0.map(NDArray::dense_data).transpose()?;
-    let (out, ws) = xd.buf.rnn_forward(
+    let saved = xd.buf.rnn_forward_saved(
         &wd.buf,
         &bd.buf,
         &hd.buf,
@@ -312,7 +322,6 @@ pub(crate) fn rnn_sequence_saved(
         &dims,
     )?;
     let ws_rows = t * mode.workspace_units();
-    let saved = Storage::concat(&[&out, &ws], &[t + s, ws_rows], 1, n * h)?;
     let keep = saved.clone();
     let out = NDArray::from_buffer(saved, &[t + s + ws_rows, n, h])?;
     let w = w_hh.detach();
@@ -353,34 +362,48 @@ fn saved_dims(mode: RnnMode, saved: &[usize], reverse: bool) -> Result<RnnDims> 
     })
 }
 
-/// The gradients of a sequence's operands from the head gradient `g` of its saved array (the
-/// workspace rows' part is ignored: nothing differentiable reads them) and the saved array.
-fn saved_backward(g: &NDArray, saved: &Storage, w: &NDArray, dims: &RnnDims) -> Result<RnnGradArrays> {
+/// The gradients of a sequence's operands from the saved array and a head gradient `g` of
+/// either the saved array (its workspace rows are ignored: nothing differentiable reads them)
+/// or of its packed rows alone (what a training graph hands over, see [`packed_rows`]).
+fn saved_backward(
+    g: &NDArray,
+    saved: &Storage,
+    w: &NDArray,
+    dims: &RnnDims,
+) -> Result<RnnGradArrays> {
     let (t, n, h) = (dims.steps, dims.batch, dims.hidden);
-    let packed = (t + dims.mode.states()) * n * h;
-    let rows = t + dims.mode.states() + t * dims.mode.workspace_units();
+    let packed_rows = t + dims.mode.states();
+    let rows = packed_rows + t * dims.mode.workspace_units();
     let gd = g.dense_data()?;
-    if gd.shape[..] != [rows, n, h] || saved.len() != rows * n * h {
+    let of_packed = gd.shape[..] == [packed_rows, n, h];
+    if !(of_packed || gd.shape[..] == [rows, n, h]) || saved.len() != rows * n * h {
         return Err(Error::shape(
             "rnn_sequence backward",
             format!(
-                "head gradient must be {:?}, got {:?}",
+                "head gradient must be {:?} or {:?}, got {:?}",
+                [packed_rows, n, h],
                 [rows, n, h],
                 gd.shape.to_vec()
             ),
         ));
     }
-    let head = gd.buf.copy_range(0, packed)?;
-    let ws = saved.copy_range(packed, saved.len())?;
     let wd = w.dense_data()?;
-    let r = head.rnn_backward(&ws, &wd.buf, dims)?;
+    let r = if of_packed {
+        gd.buf.rnn_backward_saved(saved, &wd.buf, dims)?
+    } else {
+        let head = gd.buf.copy_range(0, packed_rows * n * h)?;
+        head.rnn_backward_saved(saved, &wd.buf, dims)?
+    };
     let gh = dims.mode.gates() * h;
     Ok(RnnGradArrays {
         dxproj: NDArray::from_buffer(r.dxproj, &[t, n, gh])?,
         dweight: NDArray::from_buffer(r.dweight, &[gh, h])?,
         dbias: NDArray::from_buffer(r.dbias, &[gh])?,
         dh0: NDArray::from_buffer(r.dh0, &[n, h])?,
-        dc0: r.dc0.map(|c| NDArray::from_buffer(c, &[n, h])).transpose()?,
+        dc0: r
+            .dc0
+            .map(|c| NDArray::from_buffer(c, &[n, h]))
+            .transpose()?,
     })
 }
 
@@ -425,16 +448,31 @@ pub(crate) fn rnn_saved_grads_flat(
         parts.push(r.dh0);
         parts.extend(r.dc0);
     }
-    let data: Vec<_> = parts.iter().map(|a| a.dense_data()).collect::<Result<_>>()?;
+    let data: Vec<_> = parts
+        .iter()
+        .map(|a| a.dense_data())
+        .collect::<Result<_>>()?;
     let bufs: Vec<&Storage> = data.iter().map(|d| &d.buf).collect();
     let sizes: Vec<usize> = data.iter().map(|d| d.buf.len()).collect();
     let total = sizes.iter().sum();
     NDArray::from_buffer(Storage::concat(&bufs, &sizes, 1, 1)?, &[total])
 }
 
+/// The packed rows of a saved array of `rows` rows (`T + S` of `T + S + T * U`), if it is one.
+pub(crate) fn packed_rows(mode: RnnMode, rows: usize) -> Option<usize> {
+    let (s, u) = (mode.states(), mode.workspace_units());
+    (rows >= s && (rows - s).is_multiple_of(1 + u)).then(|| (rows - s) / (1 + u) + s)
+}
+
 /// The sizes of the gradients [`rnn_saved_grads_flat`] concatenates, in its order, for a
 /// sequence of `t` steps, `n` examples and `h` units.
-pub(crate) fn saved_grad_shapes(mode: RnnMode, t: usize, n: usize, h: usize, zero_state: bool) -> Vec<Vec<usize>> {
+pub(crate) fn saved_grad_shapes(
+    mode: RnnMode,
+    t: usize,
+    n: usize,
+    h: usize,
+    zero_state: bool,
+) -> Vec<Vec<usize>> {
     let gh = mode.gates() * h;
     let mut shapes = vec![vec![t, n, gh], vec![gh, h], vec![gh]];
     if !zero_state {

@@ -160,6 +160,63 @@ impl Storage {
             (x, w, ..) => Err(Error::device_mismatch(OP, x.device(), w.device())),
         }
     }
+    /// [`Storage::rnn_forward`] as one buffer, the packed output then the workspace (the
+    /// array of `ops::rnn::rnn_sequence_saved`): written in place by the CPU, joined by a
+    /// copy elsewhere.
+    pub(crate) fn rnn_forward_saved(
+        &self,
+        w: &Storage,
+        b: &Storage,
+        h0: &Storage,
+        c0: Option<&Storage>,
+        dims: &RnnDims,
+    ) -> Result<Storage> {
+        // Irrefutable without the CUDA backend.
+        #[allow(irrefutable_let_patterns)]
+        if let (Storage::Cpu(x), Storage::Cpu(wc), Storage::Cpu(bc), Storage::Cpu(hc)) =
+            (self, w, b, h0)
+        {
+            let cc = match c0 {
+                None => Some(None),
+                Some(Storage::Cpu(c)) => Some(Some(c)),
+                #[allow(unreachable_patterns)]
+                Some(_) => None,
+            };
+            if let Some(cc) = cc {
+                if let Some(all) = x.rnn_forward_saved(wc, bc, hc, cc, dims)? {
+                    return Ok(Storage::from(all));
+                }
+            }
+        }
+        let (out, ws) = self.rnn_forward(w, b, h0, c0, dims)?;
+        let (n, h) = (dims.batch, dims.hidden);
+        let rows = [out.len() / (n * h).max(1), ws.len() / (n * h).max(1)];
+        Storage::concat(&[&out, &ws], &rows, 1, n * h)
+    }
+    /// [`Storage::rnn_backward`] for the head gradient `self` of the packed output, reading
+    /// the workspace out of `saved` (see [`Storage::rnn_forward_saved`]): in place on the
+    /// CPU, from a copy elsewhere.
+    pub(crate) fn rnn_backward_saved(
+        &self,
+        saved: &Storage,
+        w: &Storage,
+        dims: &RnnDims,
+    ) -> Result<RnnGrads<Storage>> {
+        #[allow(irrefutable_let_patterns)]
+        if let (Storage::Cpu(g), Storage::Cpu(s), Storage::Cpu(wc)) = (self, saved, w) {
+            if let Some(r) = g.rnn_backward_saved(s, wc, dims)? {
+                return Ok(RnnGrads {
+                    dxproj: Storage::from(r.dxproj),
+                    dweight: Storage::from(r.dweight),
+                    dbias: Storage::from(r.dbias),
+                    dh0: Storage::from(r.dh0),
+                    dc0: r.dc0.map(Storage::from),
+                });
+            }
+        }
+        let ws = saved.copy_range(self.len(), saved.len())?;
+        self.rnn_backward(&ws, w, dims)
+    }
     /// See [`RnnOps::rnn_backward`].
     pub(crate) fn rnn_backward(
         &self,
