@@ -309,3 +309,67 @@ fn valid_lengths_run_eagerly_with_a_message() {
         }
     }
 }
+
+device_test! {
+    fn a_hybridized_layer_takes_states_and_returns_them() {
+        // Gluon's `out, states = lstm(x, states)` on a hybridized LSTM: several inputs and
+        // outputs, planned in inference and one tape node (over the joined outputs) under
+        // `record`, with the gradients of the inputs (states too) and parameters eager's.
+        let (t, n, h) = (5, 3, 4);
+        let make = || LSTM::new(h).num_layers(2).bidirectional(true).input_size(2);
+        let eager = make();
+        init(&eager);
+        let hyb = make().hybridize();
+        init(&hyb);
+        copy_params(&eager, &hyb);
+        let inputs = || {
+            vec![
+                arr(&[t, n, 2], -1.0, 1.0, 31),
+                arr(&[4, n, h], -0.5, 0.5, 32),
+                arr(&[4, n, h], -0.5, 0.5, 33),
+            ]
+        };
+        let want = autograd::pause(|| eager.forward_multi(&inputs())).unwrap();
+        for call in 0..2 {
+            let got = autograd::pause(|| hyb.forward_multi(&inputs())).unwrap();
+            assert_eq!(got.len(), 3);
+            for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+                same_on_device(w, g, &format!("output {k}, call {call}"));
+            }
+        }
+        // Every output feeds the loss, each with its own weight.
+        let run = |b: &dyn Block| {
+            let xs = inputs();
+            for x in &xs {
+                x.attach_grad();
+            }
+            let l = autograd::record(|| {
+                let outs = b.forward_multi(&xs)?;
+                let mut total = outs[0].square()?.sum_all()?;
+                for (k, o) in outs[1..].iter().enumerate() {
+                    total = total.add(&o.mul_scalar(k as f64 + 2.0)?.sum_all()?)?;
+                }
+                Ok::<_, sparrow_core::Error>(total)
+            })
+            .unwrap();
+            l.backward().unwrap();
+            let ig: Vec<NDArray> = xs.iter().map(|x| x.grad().unwrap()).collect();
+            (l, ig)
+        };
+        let (le, ie) = run(&eager);
+        let ge = grads(&eager);
+        for call in 0..2 {
+            let (lh, ih) = run(&hyb);
+            same_on_device(&le, &lh, &format!("loss, call {call}"));
+            for (k, (a, b)) in ie.iter().zip(&ih).enumerate() {
+                same_on_device(a, b, &format!("input {k} gradient, call {call}"));
+            }
+            assert_same_grads(&ge, &grads(&hyb));
+        }
+        assert!(hyb.fallback_reasons().is_empty(), "{:?}", hyb.fallback_reasons());
+        let runs = hyb.run_counts();
+        assert_eq!(runs.replayed, 0, "{runs:?}");
+        assert!(runs.planned >= 1 && runs.recorded >= 1, "{runs:?}");
+        assert_eq!(hyb.graph().unwrap().outputs().len(), 3);
+    }
+}

@@ -121,11 +121,11 @@ impl CompiledGraph {
 
     /// Under `autograd::record`, with a gradient asked of an input or parameter: run the
     /// split forward and record one tape node whose backward runs the backward graph
-    /// (`recorded.rs`). `None` where that cannot be done (several outputs, operands on
-    /// several devices, no graph backward, the forward busy on another thread): the caller
-    /// replays.
-    fn run_recorded(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Option<NDArray>> {
-        if self.graph.outputs().len() != 1 || !one_device(inputs, params) {
+    /// (`recorded.rs`). `None` where that cannot be done (operands on several devices, no
+    /// graph backward, outputs of several dtypes, the forward busy on another thread): the
+    /// caller replays.
+    fn run_recorded(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Option<Vec<NDArray>>> {
+        if !one_device(inputs, params) {
             return Ok(None);
         }
         self.graph.check_call(inputs, params)?;
@@ -175,8 +175,8 @@ impl CompiledGraph {
     /// on several devices (the eager operators' error), replays too.
     pub fn run(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
         if autograd::is_recording() {
-            if let Some(out) = self.run_recorded(inputs, params)? {
-                return Ok(vec![out]);
+            if let Some(outs) = self.run_recorded(inputs, params)? {
+                return Ok(outs);
             }
         }
         match self.executor(inputs, params) {
@@ -195,8 +195,8 @@ impl CompiledGraph {
     /// [`CompiledGraph::run`]'s first output (without making a list of outputs).
     pub fn run_first(&self, inputs: &[NDArray], params: &[NDArray]) -> Result<NDArray> {
         if autograd::is_recording() {
-            if let Some(out) = self.run_recorded(inputs, params)? {
-                return Ok(out);
+            if let Some(outs) = self.run_recorded(inputs, params)? {
+                return first(outs);
             }
         }
         match self.executor(inputs, params) {
@@ -321,7 +321,12 @@ impl CachedGraph {
                 let (outs, log) = trace(|| forward(inputs))?;
                 let outs = outs?;
                 let all = params()?;
-                let entry = match Graph::from_trace(log, &self.input_names, inputs, &outs, &all) {
+                let names: Vec<String> = if inputs.len() == self.input_names.len() {
+                    self.input_names.clone()
+                } else {
+                    (0..inputs.len()).map(|k| format!("data{k}")).collect()
+                };
+                let entry = match Graph::from_trace(log, &names, inputs, &outs, &all) {
                     Ok(g) => {
                         let g = Arc::new(g);
                         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(g.clone());

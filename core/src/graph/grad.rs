@@ -296,8 +296,9 @@ impl GradFn {
 /// gradient is among its outputs.
 #[derive(Debug, Clone)]
 pub struct Backward {
-    /// Inputs: the forward's, then `head_grad` (the loss output's gradient); outputs: the
-    /// forward's output, then the inputs' gradients, then the parameters'.
+    /// Inputs: the forward's, then one head gradient per forward output (`head_grad`, or
+    /// `head_grad{k}` for several); outputs: the forward's outputs, then the inputs'
+    /// gradients, then the parameters'.
     pub graph: Graph,
     /// Per forward input: the index among the joint graph's outputs of its gradient (`None`:
     /// not asked for, or the output does not depend on it).
@@ -468,6 +469,12 @@ fn reduced_keep_shape(shape: &[usize], axes: &Option<Vec<i64>>) -> Result<Vec<us
 /// for a head gradient given as an extra input, with respect to every parameter. An operator
 /// on the gradient path without a rule is an `Err` naming it.
 pub fn backward_graph(fwd: &Graph) -> std::result::Result<Backward, String> {
+    if fwd.outputs().len() != 1 {
+        return Err(format!(
+            "a training graph has one output (the loss), this one has {}",
+            fwd.outputs().len()
+        ));
+    }
     let params = vec![true; fwd.params().len()];
     backward_graph_wrt(fwd, &vec![false; fwd.inputs().len()], &params)
 }
@@ -490,13 +497,6 @@ pub fn backward_graph_wrt(
             fwd.params().len()
         ));
     }
-    if fwd.outputs().len() != 1 {
-        return Err(format!(
-            "a training graph has one output (the loss), this one has {}",
-            fwd.outputs().len()
-        ));
-    }
-    let loss = fwd.outputs()[0];
     let nv = fwd.values().len();
     // Which values depend on a parameter (and so need a gradient).
     let mut need = vec![false; nv];
@@ -509,20 +509,26 @@ pub fn backward_graph_wrt(
     for n in fwd.nodes() {
         need[n.output] = !stops_gradient(&n.op) && n.inputs.iter().any(|&x| need[x]);
     }
+    let outs = fwd.outputs().to_vec();
     let mut b = Builder {
         values: fwd.values().to_vec(),
         nodes: fwd.nodes().to_vec(),
         grad: vec![None; nv],
     };
-    let head = b.values.len();
-    let linfo = &fwd.values()[loss];
-    if linfo.stype != SType::Dense || !linfo.dtype.is_float() {
-        return Err("the loss output must be a dense float array".into());
-    }
-    b.values.push(dense_info(&linfo.shape.clone(), linfo));
-    b.grad.push(None);
-    if need[loss] {
-        b.grad[loss] = Some(head);
+    // One head gradient per output (an output listed twice sums its two).
+    let mut heads = Vec::with_capacity(outs.len());
+    for &o in &outs {
+        let info = fwd.values()[o].clone();
+        if info.stype != SType::Dense || !info.dtype.is_float() {
+            return Err("every output must be a dense float array to get a gradient".into());
+        }
+        let head = b.values.len();
+        b.values.push(dense_info(&info.shape, &info));
+        b.grad.push(None);
+        heads.push(head);
+        if need[o] {
+            b.add_grad(o, head)?;
+        }
     }
     // The node defining each value (inputs and parameters: none).
     let mut producer: Vec<Option<usize>> = vec![None; nv];
@@ -1268,7 +1274,7 @@ pub fn backward_graph_wrt(
         }
     }
     let forward_nodes = fwd.nodes().len();
-    let mut outputs = vec![loss];
+    let mut outputs = outs.clone();
     let mut grad_output = |v: usize, wanted: bool| match b.grad[v] {
         Some(g) if wanted => {
             outputs.push(g);
@@ -1289,9 +1295,13 @@ pub fn backward_graph_wrt(
         .map(|(p, &w)| grad_output(p.value, w))
         .collect();
     let mut input_names = fwd.input_names().to_vec();
-    input_names.push("head_grad".into());
+    if heads.len() == 1 {
+        input_names.push("head_grad".into());
+    } else {
+        input_names.extend((0..heads.len()).map(|k| format!("head_grad{k}")));
+    }
     let mut inputs = fwd.inputs().to_vec();
-    inputs.push(head);
+    inputs.extend(heads);
     let params: Vec<ParamInfo> = fwd.params().to_vec();
     let graph = Graph::new(b.values, input_names, inputs, params, b.nodes, outputs)
         .map_err(|e| e.to_string())?;

@@ -215,6 +215,21 @@ impl<B: Block> Block for HybridBlock<B> {
             &|ins| Ok(vec![self.inner.forward(&ins[0])?]),
         )
     }
+    /// Several inputs (a recurrent layer's `[x, states..]`) to the inner block's outputs:
+    /// traced, cached per signature of all the inputs and run like [`Block::forward`] (under
+    /// `record`, one tape node over the outputs joined; see `graph::CompiledGraph`). One
+    /// input is [`Block::forward`]'s one output.
+    fn forward_multi(&self, inputs: &[NDArray]) -> Result<Vec<NDArray>> {
+        if let [x] = inputs {
+            return Ok(vec![self.forward(x)?]);
+        }
+        self.cache.call(
+            inputs,
+            &|| self.param_arrays(),
+            &|g| self.params_of(g),
+            &|ins| self.inner.forward_multi(ins),
+        )
+    }
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
