@@ -1130,13 +1130,15 @@ pub fn backward_graph_wrt(
             }
             Op::Concat { axis, .. } => {
                 let mut begin = 0;
-                for k in 0..ins.len() {
+                for (k, &v) in ins.iter().enumerate() {
                     let x = info(k);
                     if x.stype != SType::Dense {
                         return refuse("sparse parts");
                     }
-                    let len = x.shape[*axis];
-                    if needs(k) {
+                    let Some(&len) = x.shape.get(*axis) else {
+                        return refuse("an axis past a part's dimensions");
+                    };
+                    if need[v] {
                         let part = Op::SliceAxis {
                             axis: *axis,
                             begin,
@@ -1144,7 +1146,7 @@ pub fn backward_graph_wrt(
                             len,
                         };
                         let gx = b.push(part, vec![g], dense_info(&x.shape, &x));
-                        b.add_grad(ins[k], gx)?;
+                        b.add_grad(v, gx)?;
                     }
                     begin += len;
                 }
@@ -1165,7 +1167,10 @@ pub fn backward_graph_wrt(
                 let packed_of_sequence = match producer[ins[0]].map(|k| &fwd.nodes()[k].op) {
                     Some(Op::RnnSequence { mode, .. }) => {
                         (*axis, *begin, *step) == (0, 0, 1)
-                            && crate::ops::rnn::packed_rows(*mode, x.shape[0]) == Some(*len)
+                            && x.shape
+                                .first()
+                                .and_then(|&r| crate::ops::rnn::packed_rows(*mode, r))
+                                == Some(*len)
                     }
                     _ => false,
                 };
@@ -1194,6 +1199,9 @@ pub fn backward_graph_wrt(
                 // One backward over the whole sequence (reading the workspace saved in the
                 // forward's value), then each operand's gradient sliced out of it.
                 let (xs, saved) = (info(0).shape, b.values[node.output].clone());
+                if xs.len() != 3 || saved.shape.len() != 3 {
+                    return refuse("operands that are not (T, N, G * H) sequences");
+                }
                 let shapes = crate::ops::rnn::saved_grad_shapes(
                     *mode,
                     xs[0],
