@@ -499,21 +499,7 @@ impl RnnOps for CpuStorage {
 
     fn rnn_backward(&self, ws: &Self, w: &Self, dims: &RnnDims) -> Result<RnnGrads<Self>> {
         crate::cpu::half::via_f32!(dy = self, wss = ws, ww = w => dy.rnn_backward(wss, ww, dims));
-        Ok(float_dispatch!(self.dtype(), "rnn backward", T => {
-            let r = backward_typed(
-                typed::<T>(self, "the output gradient")?,
-                typed::<T>(ws, "the workspace")?,
-                typed::<T>(w, "the recurrent weight")?,
-                dims,
-            );
-            RnnGrads {
-                dxproj: T::into_buffer(r.dxproj),
-                dweight: T::into_buffer(r.dweight),
-                dbias: T::into_buffer(r.dbias),
-                dh0: T::into_buffer(r.dh0),
-                dc0: r.dc0.map(T::into_buffer),
-            }
-        }))
+        self.backward_from(ws, 0, w, dims)
     }
 }
 
@@ -577,10 +563,22 @@ impl CpuStorage {
                 ),
             ));
         }
-        Ok(Some(float_dispatch!(self.dtype(), "rnn backward", T => {
+        self.backward_from(saved, out_len, w, dims).map(Some)
+    }
+
+    /// The backward (f32 / f64) for the head gradient `self`, the workspace being `ws` from
+    /// element `from` on.
+    fn backward_from(
+        &self,
+        ws: &Self,
+        from: usize,
+        w: &Self,
+        dims: &RnnDims,
+    ) -> Result<RnnGrads<Self>> {
+        Ok(float_dispatch!(self.dtype(), "rnn backward", T => {
             let r = backward_typed(
                 typed::<T>(self, "the output gradient")?,
-                &typed::<T>(saved, "the saved sequence")?[out_len..],
+                &typed::<T>(ws, "the workspace")?[from..],
                 typed::<T>(w, "the recurrent weight")?,
                 dims,
             );
@@ -591,7 +589,7 @@ impl CpuStorage {
                 dh0: T::into_buffer(r.dh0),
                 dc0: r.dc0.map(T::into_buffer),
             }
-        })))
+        }))
     }
 }
 
