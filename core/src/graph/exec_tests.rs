@@ -444,3 +444,48 @@ fn reclaimed_outputs_keep_their_values_for_their_holder() {
     let _ = e.run(std::slice::from_ref(&x2), &p).unwrap();
     assert_eq!(bits(&view), want1);
 }
+
+/// Reshapes of a dying planned value, of a value made by a node without a form (a transpose),
+/// and of a value read again afterwards.
+fn reshapes(x: &NDArray, _p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    // Over a dying planned value: in place (the buffer already holds it).
+    let a = x.tanh()?.reshape(&[6, 8])?.relu()?;
+    // Over a value a node without a form made: the eager reshape's shared buffer.
+    let t = x.transpose(None)?;
+    let b = t.reshape(&[48])?.sigmoid()?;
+    // Over a value read again later: a copy.
+    let c = x.exp()?;
+    let d = c.reshape(&[4, 12])?.neg()?;
+    Ok(vec![a, b, d, c.add_scalar(1.0)?])
+}
+
+#[test]
+fn reshapes_run_in_place_share_or_copy_as_their_input_allows() {
+    let x = f32s(&[8, 6], -1.0, 1.0, 21);
+    let g = graph_of(&reshapes, &x, &[]);
+    let mut e = Executor::new(g.clone());
+    let plan = e.plan().clone();
+    let names: Vec<&str> = g.nodes().iter().map(|n| n.op.name()).collect();
+    let node = |name: &str, k: usize| {
+        names
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n == name)
+            .nth(k)
+            .map(|(i, _)| i)
+            .unwrap()
+    };
+    let (r0, r1, r2) = (node("reshape", 0), node("reshape", 1), node("reshape", 2));
+    assert!(plan.runs_in_place[r0], "{names:?}");
+    assert!(plan.fallback.contains(&r1), "{names:?} {:?}", plan.fallback);
+    assert!(!plan.runs_in_place[r2] && !plan.fallback.contains(&r2));
+    for seed in 21..24 {
+        let x = f32s(&[8, 6], -1.0, 1.0, seed);
+        let eager = reshapes(&x, &[]).unwrap();
+        let planned = e.run(std::slice::from_ref(&x), &[]).unwrap();
+        for (a, b) in planned.iter().zip(&eager) {
+            assert_eq!(a.shape(), b.shape());
+            assert_eq!(bits(a), bits(b));
+        }
+    }
+}
