@@ -1,7 +1,7 @@
 //! `rnn_sequence`: finite-difference gradient checks for every mode, direction and valid
 //! lengths; the valid-length semantics against truncated single-example runs; shape errors.
 
-use sparrow_core::ops::rnn::{rnn_sequence, RnnMode};
+use sparrow_core::ops::rnn::{rnn_sequence, rnn_sequence_zero_state, RnnMode};
 use sparrow_core::testing::{check_grad_on_devices, test_array};
 use sparrow_core::{device_test, DType, NDArray, Result};
 
@@ -49,6 +49,42 @@ fn rnn_sequence_grads() {
                     panic!("{mode:?} reverse={reverse} lengths={lengths:?}: {e}");
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn rnn_sequence_zero_state_grads() {
+    // From zero states, the operands are xproj, w, b only: finite differences of those, and
+    // the same values as `rnn_sequence` given zero states.
+    let lens: [usize; 3] = [3, 1, 2];
+    for mode in MODES {
+        for (reverse, lengths) in [(false, None), (true, Some(&lens[..]))] {
+            let xs: Vec<NDArray> = inputs(mode, 3, 3, 2, 9).into_iter().take(3).collect();
+            let r = check_grad_on_devices(
+                |x| rnn_sequence_zero_state(mode, &x[0], &x[1], &x[2], lengths, reverse),
+                &xs,
+                1e-6,
+                1e-4,
+                1e-6,
+            );
+            if let Err(e) = r {
+                panic!("{mode:?} reverse={reverse}: {e}");
+            }
+            let zero = NDArray::zeros(&[3, 2], DType::F64).unwrap();
+            let c0 = (mode == RnnMode::Lstm).then(|| zero.clone());
+            let given = rnn_sequence(
+                mode,
+                &xs[0],
+                &xs[1],
+                &xs[2],
+                &zero,
+                c0.as_ref(),
+                lengths,
+                reverse,
+            );
+            let from_zero = rnn_sequence_zero_state(mode, &xs[0], &xs[1], &xs[2], lengths, reverse);
+            assert_eq!(given.unwrap().to_f64_vec(), from_zero.unwrap().to_f64_vec());
         }
     }
 }
