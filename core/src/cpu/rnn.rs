@@ -290,6 +290,63 @@ fn gru_row<T: Float>(
 
 /// The backward of one direction, see [`RnnOps::rnn_backward`].
 fn backward_typed<T: GemmScalar>(g: &[T], ws: &[T], w: &[T], d: &RnnDims) -> RnnGrads<Vec<T>> {
+    let gh = d.mode.gates() * d.hidden;
+    let mut dx = vec![T::zero(); d.steps * d.batch * gh];
+    let mut dweight = vec![T::zero(); gh * d.hidden];
+    let mut dbias = vec![T::zero(); gh];
+    let (dh, dc) = backward_into(g, ws, w, d, &mut dx, &mut dweight, &mut dbias);
+    RnnGrads {
+        dxproj: dx,
+        dweight,
+        dbias,
+        dh0: dh,
+        dc0: (d.mode == RnnMode::Lstm).then_some(dc),
+    }
+}
+
+/// [`backward_typed`] into one buffer: the gradients of `xproj`, `w`, `b` and, `with_states`,
+/// of `h0` (and `c0`), flattened and concatenated in that order (one allocation).
+fn backward_flat<T: GemmScalar>(
+    g: &[T],
+    ws: &[T],
+    w: &[T],
+    d: &RnnDims,
+    with_states: bool,
+) -> Vec<T> {
+    let (n, h) = (d.batch, d.hidden);
+    let gh = d.mode.gates() * h;
+    let (lx, lw) = (d.steps * n * gh, gh * h);
+    let states = if with_states {
+        d.mode.states() * n * h
+    } else {
+        0
+    };
+    let mut all = vec![T::zero(); lx + lw + gh + states];
+    let (dx, rest) = all.split_at_mut(lx);
+    let (dweight, rest) = rest.split_at_mut(lw);
+    let (dbias, rest) = rest.split_at_mut(gh);
+    let (dh, dc) = backward_into(g, ws, w, d, dx, dweight, dbias);
+    if with_states {
+        rest[..n * h].copy_from_slice(&dh);
+        if d.mode == RnnMode::Lstm {
+            rest[n * h..].copy_from_slice(&dc);
+        }
+    }
+    all
+}
+
+/// The backward writing the input projection's, weight's and bias's gradients into zeroed
+/// `dx`, `dweight`, `dbias`; returns the gradients of `h0` and of `c0` (empty but for the
+/// LSTM).
+fn backward_into<T: GemmScalar>(
+    g: &[T],
+    ws: &[T],
+    w: &[T],
+    d: &RnnDims,
+    dx: &mut [T],
+    dweight: &mut [T],
+    dbias: &mut [T],
+) -> (Vec<T>, Vec<T>) {
     let (steps, n, h) = (d.steps, d.batch, d.hidden);
     let gh = d.mode.gates() * h;
     let wu = d.mode.workspace_units() * h;
@@ -297,7 +354,6 @@ fn backward_typed<T: GemmScalar>(g: &[T], ws: &[T], w: &[T], d: &RnnDims) -> Rnn
     let one = T::one();
     let gru = d.mode == RnnMode::Gru;
     let lstm = d.mode == RnnMode::Lstm;
-    let mut dx = vec![zero; steps * n * gh];
     // The GRU's recurrent gate gradients differ from its input ones in the `n` gate (the
     // reset gate scales the recurrent part); the others share `dx`.
     let mut drec_all = if gru {
@@ -417,10 +473,9 @@ fn backward_typed<T: GemmScalar>(g: &[T], ws: &[T], w: &[T], d: &RnnDims) -> Rnn
             }
         }
     }
-    let drec_rows: &[T] = if gru { &drec_all } else { &dx };
+    let drec_rows: &[T] = if gru { &drec_all } else { &*dx };
     // dW = sum over (time, example) rows of drec^T h_prev: one product over all steps, the
     // hidden states read in place from the workspace (last `h` of each row).
-    let mut dweight = vec![zero; gh * h];
     let rows = steps * n;
     if rows > 0 {
         gemm_into(
@@ -433,22 +488,15 @@ fn backward_typed<T: GemmScalar>(g: &[T], ws: &[T], w: &[T], d: &RnnDims) -> Rnn
             &ws[wu - h..],
             wu as isize,
             1,
-            &mut dweight,
+            dweight,
         );
     }
-    let mut dbias = vec![zero; gh];
     for row in drec_rows.chunks_exact(gh.max(1)) {
         for (a, &v) in dbias.iter_mut().zip(row) {
             *a = *a + v;
         }
     }
-    RnnGrads {
-        dxproj: dx,
-        dweight,
-        dbias,
-        dh0: dh,
-        dc0: lstm.then_some(dc),
-    }
+    (dh, dc)
 }
 
 /// `s` typed as `T`, or a dtype error naming the operand.
@@ -564,6 +612,41 @@ impl CpuStorage {
             ));
         }
         self.backward_from(saved, out_len, w, dims).map(Some)
+    }
+
+    /// [`CpuStorage::rnn_backward_saved`] with the gradients in one buffer, as
+    /// `ops::rnn::rnn_saved_grads_flat` returns them (`with_states`: `h0`'s and `c0`'s too);
+    /// `None` for half-precision operands.
+    pub(crate) fn rnn_backward_saved_flat(
+        &self,
+        saved: &Self,
+        w: &Self,
+        dims: &RnnDims,
+        with_states: bool,
+    ) -> Result<Option<Self>> {
+        if crate::cpu::half::half_of(&[self.dtype(), saved.dtype(), w.dtype()]).is_some() {
+            return Ok(None);
+        }
+        let (out_len, ws_len) = saved_lens(dims);
+        if self.len() != out_len || saved.len() != out_len + ws_len {
+            return Err(Error::shape(
+                "rnn backward",
+                format!(
+                    "a gradient of {} and a saved array of {} elements for {out_len} + {ws_len}",
+                    self.len(),
+                    saved.len()
+                ),
+            ));
+        }
+        Ok(Some(float_dispatch!(self.dtype(), "rnn backward", T => {
+            T::into_buffer(backward_flat(
+                typed::<T>(self, "the output gradient")?,
+                &typed::<T>(saved, "the saved sequence")?[out_len..],
+                typed::<T>(w, "the recurrent weight")?,
+                dims,
+                with_states,
+            ))
+        })))
     }
 
     /// The backward (f32 / f64) for the head gradient `self`, the workspace being `ws` from

@@ -362,21 +362,17 @@ fn saved_dims(mode: RnnMode, saved: &[usize], reverse: bool) -> Result<RnnDims> 
     })
 }
 
-/// The gradients of a sequence's operands from the saved array and a head gradient `g` of
-/// either the saved array (its workspace rows are ignored: nothing differentiable reads them)
-/// or of its packed rows alone (what a training graph hands over, see [`packed_rows`]).
-fn saved_backward(
-    g: &NDArray,
-    saved: &Storage,
-    w: &NDArray,
-    dims: &RnnDims,
-) -> Result<RnnGradArrays> {
+/// The head gradient of a sequence's packed output out of `g`, a gradient of either its saved
+/// array of `saved_len` elements (the workspace rows' part is ignored: nothing differentiable
+/// reads them) or of its packed rows alone (what a training graph hands over, see
+/// [`packed_rows`]).
+fn packed_head(g: &NDArray, saved_len: usize, dims: &RnnDims) -> Result<Storage> {
     let (t, n, h) = (dims.steps, dims.batch, dims.hidden);
     let packed_rows = t + dims.mode.states();
     let rows = packed_rows + t * dims.mode.workspace_units();
     let gd = g.dense_data()?;
     let of_packed = gd.shape[..] == [packed_rows, n, h];
-    if !(of_packed || gd.shape[..] == [rows, n, h]) || saved.len() != rows * n * h {
+    if !(of_packed || gd.shape[..] == [rows, n, h]) || saved_len != rows * n * h {
         return Err(Error::shape(
             "rnn_sequence backward",
             format!(
@@ -387,13 +383,25 @@ fn saved_backward(
             ),
         ));
     }
-    let wd = w.dense_data()?;
-    let r = if of_packed {
-        gd.buf.rnn_backward_saved(saved, &wd.buf, dims)?
+    if of_packed {
+        Ok(gd.buf.clone())
     } else {
-        let head = gd.buf.copy_range(0, packed_rows * n * h)?;
-        head.rnn_backward_saved(saved, &wd.buf, dims)?
-    };
+        gd.buf.copy_range(0, packed_rows * n * h)
+    }
+}
+
+/// The gradients of a sequence's operands from the saved array and a head gradient (see
+/// [`packed_head`]).
+fn saved_backward(
+    g: &NDArray,
+    saved: &Storage,
+    w: &NDArray,
+    dims: &RnnDims,
+) -> Result<RnnGradArrays> {
+    let (t, n, h) = (dims.steps, dims.batch, dims.hidden);
+    let head = packed_head(g, saved.len(), dims)?;
+    let wd = w.dense_data()?;
+    let r = head.rnn_backward_saved(saved, &wd.buf, dims)?;
     let gh = dims.mode.gates() * h;
     Ok(RnnGradArrays {
         dxproj: NDArray::from_buffer(r.dxproj, &[t, n, gh])?,
@@ -442,20 +450,11 @@ pub(crate) fn rnn_saved_grads_flat(
         ));
     }
     let sd = saved.dense_data()?;
-    let r = saved_backward(g, &sd.buf, w, &dims)?;
-    let mut parts = vec![r.dxproj, r.dweight, r.dbias];
-    if !zero_state {
-        parts.push(r.dh0);
-        parts.extend(r.dc0);
-    }
-    let data: Vec<_> = parts
-        .iter()
-        .map(|a| a.dense_data())
-        .collect::<Result<_>>()?;
-    let bufs: Vec<&Storage> = data.iter().map(|d| &d.buf).collect();
-    let sizes: Vec<usize> = data.iter().map(|d| d.buf.len()).collect();
-    let total = sizes.iter().sum();
-    NDArray::from_buffer(Storage::concat(&bufs, &sizes, 1, 1)?, &[total])
+    let head = packed_head(g, sd.buf.len(), &dims)?;
+    let wd = w.dense_data()?;
+    let flat = head.rnn_backward_saved_flat(&sd.buf, &wd.buf, &dims, !zero_state)?;
+    let total = flat.len();
+    NDArray::from_buffer(flat, &[total])
 }
 
 /// The packed rows of a saved array of `rows` rows (`T + S` of `T + S + T * U`), if it is one.

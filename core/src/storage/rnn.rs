@@ -217,6 +217,31 @@ impl Storage {
         let ws = saved.copy_range(self.len(), saved.len())?;
         self.rnn_backward(&ws, w, dims)
     }
+    /// [`Storage::rnn_backward_saved`] with the gradients of `xproj`, `w`, `b` and,
+    /// `with_states`, `h0` (and `c0`) flattened and concatenated into one buffer: written
+    /// there by the CPU, joined by a copy elsewhere.
+    pub(crate) fn rnn_backward_saved_flat(
+        &self,
+        saved: &Storage,
+        w: &Storage,
+        dims: &RnnDims,
+        with_states: bool,
+    ) -> Result<Storage> {
+        #[allow(irrefutable_let_patterns)]
+        if let (Storage::Cpu(g), Storage::Cpu(s), Storage::Cpu(wc)) = (self, saved, w) {
+            if let Some(flat) = g.rnn_backward_saved_flat(s, wc, dims, with_states)? {
+                return Ok(Storage::from(flat));
+            }
+        }
+        let r = self.rnn_backward_saved(saved, w, dims)?;
+        let mut parts = vec![r.dxproj, r.dweight, r.dbias];
+        if with_states {
+            parts.push(r.dh0);
+            parts.extend(r.dc0);
+        }
+        let sizes: Vec<usize> = parts.iter().map(Storage::len).collect();
+        Storage::concat(&parts.iter().collect::<Vec<_>>(), &sizes, 1, 1)
+    }
     /// See [`RnnOps::rnn_backward`].
     pub(crate) fn rnn_backward(
         &self,
