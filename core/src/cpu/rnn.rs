@@ -597,20 +597,9 @@ impl CpuStorage {
         w: &Self,
         dims: &RnnDims,
     ) -> Result<Option<RnnGrads<Self>>> {
-        if crate::cpu::half::half_of(&[self.dtype(), saved.dtype(), w.dtype()]).is_some() {
+        let Some(out_len) = self.saved_offset(saved, w, dims)? else {
             return Ok(None);
-        }
-        let (out_len, ws_len) = saved_lens(dims);
-        if self.len() != out_len || saved.len() != out_len + ws_len {
-            return Err(Error::shape(
-                "rnn backward",
-                format!(
-                    "a gradient of {} and a saved array of {} elements for {out_len} + {ws_len}",
-                    self.len(),
-                    saved.len()
-                ),
-            ));
-        }
+        };
         self.backward_from(saved, out_len, w, dims).map(Some)
     }
 
@@ -624,6 +613,24 @@ impl CpuStorage {
         dims: &RnnDims,
         with_states: bool,
     ) -> Result<Option<Self>> {
+        let Some(out_len) = self.saved_offset(saved, w, dims)? else {
+            return Ok(None);
+        };
+        Ok(Some(float_dispatch!(self.dtype(), "rnn backward", T => {
+            T::into_buffer(backward_flat(
+                typed::<T>(self, "the output gradient")?,
+                &typed::<T>(saved, "the saved sequence")?[out_len..],
+                typed::<T>(w, "the recurrent weight")?,
+                dims,
+                with_states,
+            ))
+        })))
+    }
+
+    /// Where the workspace starts in `saved` for the head gradient `self` (checked to be the
+    /// packed output's size, `saved` the packed output's and workspace's); `None` for
+    /// half-precision operands.
+    fn saved_offset(&self, saved: &Self, w: &Self, dims: &RnnDims) -> Result<Option<usize>> {
         if crate::cpu::half::half_of(&[self.dtype(), saved.dtype(), w.dtype()]).is_some() {
             return Ok(None);
         }
@@ -638,15 +645,7 @@ impl CpuStorage {
                 ),
             ));
         }
-        Ok(Some(float_dispatch!(self.dtype(), "rnn backward", T => {
-            T::into_buffer(backward_flat(
-                typed::<T>(self, "the output gradient")?,
-                &typed::<T>(saved, "the saved sequence")?[out_len..],
-                typed::<T>(w, "the recurrent weight")?,
-                dims,
-                with_states,
-            ))
-        })))
+        Ok(Some(out_len))
     }
 
     /// The backward (f32 / f64) for the head gradient `self`, the workspace being `ws` from
