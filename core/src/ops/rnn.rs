@@ -230,6 +230,31 @@ fn zero_states(xproj: &NDArray, dims: &RnnDims) -> Result<(NDArray, Option<NDArr
     Ok((zeros()?, c0))
 }
 
+/// `f` over the dense buffers of a sequence's operands (`c0`'s if given).
+fn with_buffers<R>(
+    xproj: &NDArray,
+    w_hh: &NDArray,
+    b_hh: &NDArray,
+    h0: &NDArray,
+    c0: Option<&NDArray>,
+    f: impl FnOnce(&Storage, &Storage, &Storage, &Storage, Option<&Storage>) -> Result<R>,
+) -> Result<R> {
+    let (xd, wd, bd, hd) = (
+        xproj.dense_data()?,
+        w_hh.dense_data()?,
+        b_hh.dense_data()?,
+        h0.dense_data()?,
+    );
+    let cd = c0.map(NDArray::dense_data).transpose()?;
+    f(
+        &xd.buf,
+        &wd.buf,
+        &bd.buf,
+        &hd.buf,
+        cd.as_ref().map(|c| &c.buf),
+    )
+}
+
 /// The eager operator: the packed output, recorded with a backward holding the workspace.
 fn eager(
     xproj: &NDArray,
@@ -241,20 +266,9 @@ fn eager(
 ) -> Result<NDArray> {
     let mode = dims.mode;
     let (steps, batch, hidden) = (dims.steps, dims.batch, dims.hidden);
-    let (xd, wd, bd, hd) = (
-        xproj.dense_data()?,
-        w_hh.dense_data()?,
-        b_hh.dense_data()?,
-        h0.dense_data()?,
-    );
-    let cd = c0.map(NDArray::dense_data).transpose()?;
-    let (out, ws) = xd.buf.rnn_forward(
-        &wd.buf,
-        &bd.buf,
-        &hd.buf,
-        cd.as_ref().map(|c| &c.buf),
-        &dims,
-    )?;
+    let (out, ws) = with_buffers(xproj, w_hh, b_hh, h0, c0, |x, w, b, h, c| {
+        x.rnn_forward(w, b, h, c, &dims)
+    })?;
     let out = NDArray::from_buffer(out, &[steps + mode.states(), batch, hidden])?;
     let ws = NDArray::from_buffer(ws, &[steps, batch, mode.workspace_units() * hidden])?;
     let mut inputs = vec![xproj, w_hh, b_hh, h0];
@@ -307,20 +321,9 @@ pub(crate) fn rnn_sequence_saved(
         }
     };
     let (t, n, h, s) = (dims.steps, dims.batch, dims.hidden, mode.states());
-    let (xd, wd, bd, hd) = (
-        xproj.dense_data()?,
-        w_hh.dense_data()?,
-        b_hh.dense_data()?,
-        h0.dense_data()?,
-    );
-    let cd = c0.map(NDArray::dense_data).transpose()?;
-    let saved = xd.buf.rnn_forward_saved(
-        &wd.buf,
-        &bd.buf,
-        &hd.buf,
-        cd.as_ref().map(|c| &c.buf),
-        &dims,
-    )?;
+    let saved = with_buffers(xproj, w_hh, b_hh, h0, c0, |x, w, b, h, c| {
+        x.rnn_forward_saved(w, b, h, c, &dims)
+    })?;
     let ws_rows = t * mode.workspace_units();
     let keep = saved.clone();
     let out = NDArray::from_buffer(saved, &[t + s + ws_rows, n, h])?;
