@@ -698,11 +698,11 @@ impl<T: Transport> KVStore for SyncStore<T> {
         self.optimizer.is_some()
     }
 
-    fn optimizer(&self) -> Option<&dyn Optimizer> {
+    fn optimizer(&self) -> Option<&(dyn Optimizer + 'static)> {
         self.optimizer.as_deref()
     }
 
-    fn optimizer_mut(&mut self) -> Option<&mut dyn Optimizer> {
+    fn optimizer_mut(&mut self) -> Option<&mut (dyn Optimizer + 'static)> {
         match self.optimizer.as_mut() {
             Some(o) => Some(o.as_mut()),
             None => None,

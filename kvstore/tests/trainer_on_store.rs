@@ -57,10 +57,10 @@ impl KVStore for Copying {
     fn has_optimizer(&self) -> bool {
         self.0.has_optimizer()
     }
-    fn optimizer(&self) -> Option<&dyn Optimizer> {
+    fn optimizer(&self) -> Option<&(dyn Optimizer + 'static)> {
         self.0.optimizer()
     }
-    fn optimizer_mut(&mut self) -> Option<&mut dyn Optimizer> {
+    fn optimizer_mut(&mut self) -> Option<&mut (dyn Optimizer + 'static)> {
         self.0.optimizer_mut()
     }
     fn barrier(&mut self) -> Result<()> {

@@ -1,8 +1,9 @@
 //! A Trainer driving a table sharded across the workers (`add_sharded_table`, `pull_rows_for`,
-//! `step`): the first layer of the equivalence model kept as a table split by rows over 2
-//! threads of a `local` store, each thread training on its 4 rows of a step, ends with the
-//! weights one trainer gets on the step's 8 rows with an ordinary Dense layer (no store), for
-//! SGD with momentum, Adam (lazy and standard) and FTRL.
+//! `step`; or `shard_parameter`, the model's own loop): the first layer of the equivalence
+//! model kept as a table split by rows over 2 threads of a `local` store, each thread training
+//! on its 4 rows of a step, ends with the weights one trainer gets on the step's 8 rows with
+//! an ordinary Dense layer (no store), for SGD with momentum, Adam (lazy and standard) and
+//! FTRL.
 
 #[path = "common/equivalence.rs"]
 mod equivalence;
@@ -10,13 +11,14 @@ mod equivalence;
 use std::time::Duration;
 
 use equivalence::{
-    initial, max_rel_diff, on_threads, reference_by_role, train_sharded, train_sharded_with,
-    Checkpoint, OPTIMIZERS, STEPS,
+    initial, max_rel_diff, on_threads, reference_by_role, train_sharded, train_sharded_param,
+    train_sharded_with, Checkpoint, OPTIMIZERS, STEPS,
 };
-use sparrow_core::{autograd, Device, NDArray};
+use sparrow_core::{autograd, DType, Device, NDArray, SType};
 use sparrow_kvstore::local_group;
-use sparrow_nn::{Initializer, Parameter};
-use sparrow_optim::{Sgd, Trainer};
+use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
+use sparrow_nn::{Block, Dense, Embedding, Initializer, Parameter, Sequential};
+use sparrow_optim::{Adam, Sgd, Trainer};
 
 const WORKERS: usize = 2;
 const B: usize = 4;
@@ -164,7 +166,7 @@ fn sharded_tables_refuse_misuse() {
             NDArray::from_vec(vec![1f32; (hi - lo) * 2], &[hi - lo, 2])
         })
         .unwrap();
-    // Rows out of range, a batch of the wrong width, a second pull in one step.
+    // Rows out of range, a batch of the wrong width.
     assert!(t.pull_rows(table, &[4]).is_err());
     let x = NDArray::csr_from_coo(&[0], &[1], &[1f32], [1, 5]).unwrap();
     let err = t.pull_rows_for(table, &x).unwrap_err().to_string();
@@ -172,11 +174,6 @@ fn sharded_tables_refuse_misuse() {
     let (ids, rows) = t.pull_rows(table, &[3, 1, 3]).unwrap();
     assert_eq!(ids, vec![1, 3]);
     assert_eq!(rows.shape(), vec![2, 2]);
-    assert!(t
-        .pull_rows(table, &[0])
-        .unwrap_err()
-        .to_string()
-        .contains("already pulled"));
     // Rows pulled but no backward: the step says so (after pushing nothing).
     let loss = autograd::record(|| p.data()?.sum_all()).unwrap();
     loss.backward().unwrap();
@@ -249,4 +246,198 @@ fn a_worker_that_fails_before_a_collective_fails_every_worker() {
             "worker {rank} waited {took:?}"
         );
     }
+}
+
+/// `Trainer::shard_parameter`: the equivalence model's own training loop (`net.forward` on the
+/// csr batch, backward, step), its first Dense weight sharded over 2 workers, ends where one
+/// process with an ordinary Dense layer does, for every optimizer of the check.
+#[test]
+fn a_sharded_parameter_trains_with_the_single_process_loop() {
+    for opt in OPTIMIZERS {
+        let want = reference_by_role(opt, WORKERS * B);
+        let name = opt.to_string();
+        let got = on_threads(WORKERS, Duration::from_secs(60), move |rank, kv| {
+            train_sharded_param(&name, kv, rank, WORKERS, B).unwrap()
+        });
+        for (rank, w) in got.iter().enumerate() {
+            let d = max_rel_diff(w, &want);
+            assert!(
+                d <= 1e-6,
+                "{opt}: worker {rank} of {WORKERS} (sharded parameter) differs from one \
+                 process with batch {} by {d:e}",
+                WORKERS * B
+            );
+        }
+        assert_eq!(got[0], got[1], "{opt}: workers disagree");
+    }
+}
+
+/// A sharded table read twice in one recorded step (an Embedding applied to two id arrays)
+/// pushes the sum of both reads' gradients; a forward outside `record` (evaluation) pulls
+/// rows without leaving a gradient to push. Two workers end where one process with an
+/// ordinary Embedding does.
+#[test]
+fn a_sharded_embedding_read_twice_a_step_pushes_both_gradients() {
+    const ROWS: usize = 40;
+    const DIM: usize = 3;
+    let table: Vec<f32> = (0..ROWS * DIM).map(|i| (i as f32 * 0.37).sin()).collect();
+    let ids = |step: usize, rank: usize| -> (NDArray, NDArray) {
+        let a: Vec<f32> = (0..4)
+            .map(|k| ((step * 13 + rank * 7 + k * 5) % ROWS) as f32)
+            .collect();
+        let b: Vec<f32> = (0..4)
+            .map(|k| ((step * 3 + rank * 11 + k * 9) % ROWS) as f32)
+            .collect();
+        (
+            NDArray::from_vec(a, &[4]).unwrap(),
+            NDArray::from_vec(b, &[4]).unwrap(),
+        )
+    };
+    // One step's loss: both reads, weighted differently so a lost read shows.
+    let loss_of = |emb: &Embedding, a: &NDArray, b: &NDArray| {
+        let ya = emb.forward(a)?.sum_all()?;
+        let yb = emb.forward(b)?.square()?.sum_all()?;
+        ya.add(&yb)
+    };
+    let make = move || {
+        // A row_sparse gradient in the reference, so its Adam is lazy as the owners' is.
+        let emb = Embedding::with_options(ROWS, DIM, true, DType::F32);
+        emb.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+        emb.weight()
+            .set_data(&NDArray::from_vec(table.clone(), &[ROWS, DIM]).unwrap())
+            .unwrap();
+        emb
+    };
+    // One process, both workers' ids each step.
+    let emb = make();
+    let mut trainer = Trainer::new(vec![emb.weight().clone()], Adam::new(0.05)).unwrap();
+    for step in 0..4 {
+        let loss = autograd::record(|| {
+            let (a0, b0) = ids(step, 0);
+            let (a1, b1) = ids(step, 1);
+            loss_of(&emb, &a0, &b0)?.add(&loss_of(&emb, &a1, &b1)?)
+        })
+        .unwrap();
+        loss.backward().unwrap();
+        trainer.step(2).unwrap();
+    }
+    let want = emb.weight().data().unwrap().to_vec::<f32>().unwrap();
+    let got = on_threads(WORKERS, Duration::from_secs(60), move |rank, kv| {
+        let emb = make();
+        let mut t = Trainer::new(vec![emb.weight().clone()], Adam::new(0.05))
+            .unwrap()
+            .with_kvstore_update(kv)
+            .unwrap();
+        let table = t.shard_parameter(emb.weight()).unwrap();
+        for step in 0..4 {
+            // An evaluation forward first: plain rows, nothing to push (rows kept for a
+            // gradient would get none, and the step would fail on them as stale).
+            let (a, b) = ids(step, rank);
+            assert_eq!(emb.forward(&a).unwrap().shape(), vec![4, DIM]);
+            let loss = autograd::record(|| loss_of(&emb, &a, &b)).unwrap();
+            loss.backward().unwrap();
+            t.step(1).unwrap();
+        }
+        let all: Vec<i64> = (0..ROWS as i64).collect();
+        t.pull_rows(table, &all).unwrap().1.to_vec::<f32>().unwrap()
+    });
+    for (rank, w) in got.iter().enumerate() {
+        let d = max_rel_diff(std::slice::from_ref(w), std::slice::from_ref(&want));
+        assert!(d <= 1e-6, "worker {rank}: {d:e}");
+    }
+}
+
+/// What a sharded parameter refuses, each with a message naming it.
+#[test]
+fn a_sharded_parameter_refuses_whole_weight_access() {
+    let dense = || {
+        let d = Dense::new(2).in_units(6).grad_stype(SType::RowSparse);
+        d.initialize(&Initializer::Constant(0.5), Device::Cpu)
+            .unwrap();
+        d
+    };
+    // Without update on the store.
+    let d = dense();
+    let mut t = Trainer::from_params(&d.collect_params().unwrap(), Sgd::new(0.1)).unwrap();
+    let err = t.shard_parameter(d.weight()).unwrap_err().to_string();
+    assert!(err.contains("set_kvstore_update"), "{err}");
+    // A 1-d parameter, and one of unknown shape, cannot be tables.
+    let kv = local_group(1, Duration::from_secs(10))
+        .unwrap()
+        .pop()
+        .unwrap();
+    let mut t = Trainer::from_params(&d.collect_params().unwrap(), Sgd::new(0.1))
+        .unwrap()
+        .with_kvstore_update(Box::new(kv))
+        .unwrap();
+    let bias = d.bias().unwrap().clone();
+    let err = t.shard_parameter(&bias).unwrap_err().to_string();
+    assert!(err.contains("at least 2-d"), "{err}");
+    let lazy = Parameter::new("lazy", &[0, 4]);
+    let err = t
+        .shard_parameter_with(&lazy, |lo, hi| NDArray::zeros(&[hi - lo, 4], DType::F32))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'lazy'") && err.contains("[0, 4]"), "{err}");
+    // Rows of the wrong dtype.
+    let other = Parameter::new("other", &[4, 2]);
+    let err = t
+        .shard_parameter_with(&other, |lo, hi| NDArray::zeros(&[hi - lo, 2], DType::F64))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'other'") && err.contains("float64"), "{err}");
+    // Sharded: it leaves the replicated list, and the whole weight is gone.
+    assert_eq!(t.params().len(), 2);
+    t.shard_parameter(d.weight()).unwrap();
+    assert_eq!(t.params().len(), 1);
+    assert!(d.weight().is_sharded() && d.weight().stages_rows());
+    for err in [
+        d.weight().data().unwrap_err().to_string(),
+        d.weight()
+            .set_data(&NDArray::zeros(&[6, 2], DType::F32).unwrap())
+            .unwrap_err()
+            .to_string(),
+        d.weight().row_sparse_data(&[0]).unwrap_err().to_string(),
+        d.weight()
+            .reinitialize(&Initializer::Zero)
+            .unwrap_err()
+            .to_string(),
+    ] {
+        assert!(err.contains("'weight'") && err.contains("sharded"), "{err}");
+    }
+    // Initializing the model again leaves it sharded; sharding it twice is an error.
+    d.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+    assert!(d.weight().is_sharded());
+    let err = t.shard_parameter_with(d.weight(), |lo, hi| {
+        NDArray::zeros(&[hi - lo, 2], DType::F32)
+    });
+    assert!(err.unwrap_err().to_string().contains("already sharded"));
+    // A dense input cannot read a table a batch's rows at a time; a csr one of the wrong
+    // width names the table's rows.
+    let err = d
+        .forward(&NDArray::zeros(&[1, 6], DType::F32).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("csr") && err.contains("sharded"), "{err}");
+    let x = NDArray::csr_from_coo(&[0], &[1], &[1f32], [1, 7]).unwrap();
+    let err = d.forward(&x).unwrap_err().to_string();
+    assert!(err.contains("[6, 2]"), "{err}");
+    // The layer computes with the pulled rows: 0.5 * (x[0,1] = 2) for each unit.
+    let x = NDArray::csr_from_coo(&[0], &[1], &[2f32], [1, 6]).unwrap();
+    assert_eq!(
+        d.forward(&x).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 1.0]
+    );
+    // An ordinary model around it trains (the bias is replicated, the weight a table).
+    let mut net = Sequential::new();
+    net.add(d.clone());
+    let loss = autograd::record(|| {
+        SigmoidBinaryCrossEntropyLoss::new().forward(
+            &net.forward(&x)?,
+            &NDArray::from_vec(vec![1f32, 0.0], &[1, 2])?,
+        )
+    })
+    .unwrap();
+    loss.backward().unwrap();
+    t.step(1).unwrap();
 }

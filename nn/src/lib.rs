@@ -29,6 +29,7 @@ pub mod metric;
 mod param_dict;
 mod parameter;
 pub mod rnn;
+mod row_source;
 
 pub use block::{Block, Sequential, SummaryRow};
 pub use hybrid::{HybridBlock, HybridLoss, HybridTrainStep, Hybridize, SymbolBlock};
@@ -38,6 +39,7 @@ pub use layers::*;
 pub use param_dict::{glob_match, ParamDict};
 pub use parameter::{Parameter, UpdateView};
 pub use rnn::{GRUCell, LSTMCell, Layout, RNNCell, RecurrentCell, GRU, LSTM, RNN};
+pub use row_source::RowSource;
 /// `#[derive(Block)]`: `kind`, parameters and children from a struct's fields (see
 /// [`sparrow_derive`]).
 pub use sparrow_derive::Block;

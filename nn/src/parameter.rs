@@ -17,6 +17,7 @@ use sparrow_core::autograd::GradReq;
 use sparrow_core::{sparse, DType, Device, Error, NDArray, Result, SType};
 
 use crate::init::{self, InitDesc, Initializer};
+use crate::row_source::{RowSource, Rows};
 
 /// Settings of a parameter and its current value.
 #[derive(Debug, Clone)]
@@ -41,6 +42,9 @@ struct State {
     /// `initialize` was called while the shape had unknown dims: the initializer and seed to
     /// run once the first forward fixes the shape.
     deferred: Option<(Initializer, u64)>,
+    /// The weight is split across the workers of a store and no process holds it whole
+    /// ([`Parameter::set_row_source`]): layers pull a batch's rows through this.
+    rows: Option<Rows>,
 }
 
 impl State {
@@ -124,6 +128,7 @@ impl Parameter {
                     device: Device::Cpu,
                     host_resident: false,
                     deferred: None,
+                    rows: None,
                 }),
             }),
         }
@@ -258,11 +263,75 @@ impl Parameter {
         self.state().host_resident
     }
 
+    /// Make this parameter's weight live elsewhere, split across the workers of a store:
+    /// the weight this process holds (if any) is dropped, shape and dtype stay, and layers
+    /// fetch the rows a batch reads through `source` ([`Self::stage_for_csr`],
+    /// [`Self::stage_for_ids`]). Called by the trainer that shards the parameter
+    /// (sparrow-optim's `Trainer::shard_parameter`), not by models. The shape must be known
+    /// and at least 2-d.
+    pub fn set_row_source(&self, source: Arc<dyn RowSource>) -> Result<()> {
+        let mut s = self.state_mut();
+        if s.shape.len() < 2 || s.shape.contains(&0) {
+            return Err(Error::shape(
+                "Parameter::set_row_source",
+                format!(
+                    "parameter '{}' has shape {:?}: rows are pulled from a table of at least \
+                     2 known dims",
+                    self.inner.name, s.shape
+                ),
+            ));
+        }
+        s.data = None;
+        s.deferred = None;
+        s.host_resident = false;
+        s.device = Device::Cpu;
+        s.rows = Some(Rows(source));
+        Ok(())
+    }
+
+    /// Whether the weight is split across the workers of a store ([`Self::set_row_source`]):
+    /// no process holds it whole, and [`Self::data`] is an error.
+    pub fn is_sharded(&self) -> bool {
+        self.state().rows.is_some()
+    }
+
+    /// Whether a layer must read this weight a batch's rows at a time
+    /// ([`Self::stage_for_csr`], [`Self::stage_for_ids`]) instead of whole: it is
+    /// host-resident ([`Self::host_resident`]) or sharded ([`Self::is_sharded`]).
+    pub fn stages_rows(&self) -> bool {
+        let s = self.state();
+        s.host_resident || s.rows.is_some()
+    }
+
     /// For a host-resident weight and a csr batch `x` (on any device): the batch renumbered to
     /// the columns it uses, on [`Self::device`], and those rows of the weight staged there,
     /// differentiable (`x . w == xc . wk`; the weight's gradient comes back as row_sparse over
-    /// those rows). Also works for a weight on its device, staging from there.
+    /// those rows). Also works for a weight on its device, staging from there. For a sharded
+    /// weight the rows are pulled from their owners (collective; on the CPU), a leaf whose
+    /// gradient the sharding trainer's next step pushes back.
     pub fn stage_for_csr(&self, x: &NDArray) -> Result<(NDArray, NDArray)> {
+        if let Some(rows) = self.row_source() {
+            let shape = self.shape();
+            let dims = x.dims();
+            if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != shape[0] {
+                return Err(Error::shape(
+                    "Parameter::stage_for_csr",
+                    format!(
+                        "parameter '{}' is a table of {} rows ({}), so a batch reads it as a \
+                         csr array with {} columns; got {:?} {:?}",
+                        self.inner.name,
+                        shape[0],
+                        rows.0.describe(),
+                        shape[0],
+                        x.stype(),
+                        dims
+                    ),
+                ));
+            }
+            let (cols, xc) = sparse::compact_columns(&x.to_device(Device::Cpu)?)?;
+            let wk = self.pull_checked(&rows, &cols)?;
+            return Ok((xc, wk));
+        }
         let w = self.data()?;
         let device = self.device();
         let (cols, xc) = sparse::compact_columns(&x.to_device(Device::Cpu)?)?;
@@ -272,13 +341,55 @@ impl Parameter {
 
     /// For a host-resident table and integer ids (any shape, on any device): the ids
     /// renumbered to the distinct rows they name, on [`Self::device`], and those rows staged
-    /// there, differentiable (`embedding(w, ids) == embedding(wk, local)`).
+    /// there, differentiable (`embedding(w, ids) == embedding(wk, local)`). For a sharded
+    /// table the rows are pulled from their owners, as in [`Self::stage_for_csr`].
     pub fn stage_for_ids(&self, ids: &NDArray) -> Result<(NDArray, NDArray)> {
+        if let Some(rows) = self.row_source() {
+            let (uniq, local) = sparse::compact_ids(ids, Device::Cpu)?;
+            let table = self.shape()[0];
+            if let Some(&bad) = uniq.iter().find(|&&r| r < 0 || r as usize >= table) {
+                return Err(Error::index(
+                    "Parameter::stage_for_ids",
+                    format!(
+                        "id {bad} out of range for parameter '{}' with {table} rows ({})",
+                        self.inner.name,
+                        rows.0.describe()
+                    ),
+                ));
+            }
+            let wk = self.pull_checked(&rows, &uniq)?;
+            return Ok((local, wk));
+        }
         let w = self.data()?;
         let device = self.device();
         let (uniq, local) = sparse::compact_ids(ids, device)?;
         let wk = sparse::stage_rows(&w, &uniq, device)?;
         Ok((local, wk))
+    }
+
+    fn row_source(&self) -> Option<Rows> {
+        self.state().rows.clone()
+    }
+
+    /// Rows `ids` from a row source, checked to be what the layer will index.
+    fn pull_checked(&self, rows: &Rows, ids: &[i64]) -> Result<NDArray> {
+        let got = rows.0.pull_rows(ids)?;
+        let mut want = self.shape();
+        want[0] = ids.len();
+        if got.shape() != want || got.dtype() != self.dtype() {
+            return Err(Error::shape(
+                "Parameter::pull_rows",
+                format!(
+                    "parameter '{}': {} gave rows {:?} {}, {want:?} {} were asked for",
+                    self.inner.name,
+                    rows.0.describe(),
+                    got.shape(),
+                    got.dtype().name(),
+                    self.dtype().name()
+                ),
+            ));
+        }
+        Ok(got)
     }
 
     /// Whether the weight has been created.
@@ -315,7 +426,8 @@ impl Parameter {
         }
         let seed = init::next_seed();
         let mut s = self.state_mut();
-        if s.data.is_some() {
+        // Initialized, or sharded (its rows were made in the store).
+        if s.data.is_some() || s.rows.is_some() {
             return Ok(());
         }
         s.device = device;
@@ -340,6 +452,7 @@ impl Parameter {
         path: impl AsRef<std::path::Path>,
     ) -> Result<()> {
         const OP: &str = "Parameter::initialize_in_file";
+        self.refuse_sharded(OP)?;
         let seed = init::next_seed();
         let mut s = self.state_mut();
         if s.data.is_some() {
@@ -372,6 +485,7 @@ impl Parameter {
 
     /// Overwrite the weight with a fresh initialization (shape must be known).
     pub fn reinitialize(&self, default: &Initializer) -> Result<()> {
+        self.refuse_sharded("Parameter::reinitialize")?;
         let seed = init::next_seed();
         let mut s = self.state_mut();
         let chosen = s.init.clone().unwrap_or_else(|| default.clone());
@@ -469,6 +583,9 @@ impl Parameter {
     }
 
     fn not_ready(&self, what: &str) -> Error {
+        if let Err(e) = self.refuse_sharded("Parameter") {
+            return e;
+        }
         let s = self.state();
         let why = if s.deferred.is_some() {
             "its initialization is deferred until the first forward infers the shape"
@@ -488,6 +605,23 @@ impl Parameter {
     pub fn data(&self) -> Result<NDArray> {
         let d = self.state().data.clone();
         d.ok_or_else(|| self.not_ready("data"))
+    }
+
+    /// The error for a whole-weight access to a sharded parameter, if it is one.
+    fn refuse_sharded(&self, op: &'static str) -> Result<()> {
+        match &self.state().rows {
+            Some(rows) => Err(Error::arg(
+                op,
+                format!(
+                    "parameter '{}' is a {}: no process holds it whole. Its layers read a \
+                     batch's rows (stage_for_csr / stage_for_ids), and the trainer that sharded \
+                     it saves and loads this worker's shard (save_table / load_table)",
+                    self.inner.name,
+                    rows.0.describe()
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// [`Parameter::infer_shape`] then [`Parameter::data`]: what a layer's forward does with
@@ -535,6 +669,7 @@ impl Parameter {
     /// The weight stays on the device `initialize` chose (`value` is copied there when it
     /// lives elsewhere); a parameter never initialized takes `value`'s device.
     pub fn set_data(&self, value: &NDArray) -> Result<()> {
+        self.refuse_sharded("Parameter::set_data")?;
         let mut s = self.state_mut();
         let (vshape, vdtype) = (value.shape(), value.dtype());
         let fits = s.shape.len() == vshape.len()
@@ -596,6 +731,7 @@ impl Parameter {
     /// model that reads a batch's rows of a large table (a factorization machine's factors for
     /// the batch's columns) never touches the rest of it.
     pub fn row_sparse_data(&self, row_ids: &[i64]) -> Result<NDArray> {
+        self.refuse_sharded("Parameter::row_sparse_data")?;
         let data = self.data()?;
         let shape = data.shape();
         if shape.is_empty() {

@@ -135,12 +135,12 @@ pub trait KVStore: Send {
 
     /// The optimizer set with [`KVStore::set_optimizer`], if any (a
     /// [`Trainer`](crate::Trainer) that updates on the store reads its learning rate here).
-    fn optimizer(&self) -> Option<&dyn Optimizer>;
+    fn optimizer(&self) -> Option<&(dyn Optimizer + 'static)>;
 
     /// The optimizer set with [`KVStore::set_optimizer`], mutable: a
     /// [`Trainer`](crate::Trainer) that updates on the store sets each step's `rescale_grad`
     /// and its parameters' multipliers there, and learning-rate changes go there.
-    fn optimizer_mut(&mut self) -> Option<&mut dyn Optimizer>;
+    fn optimizer_mut(&mut self) -> Option<&mut (dyn Optimizer + 'static)>;
 
     /// The optimizer state of `key` kept by this worker's store, once a push has updated the
     /// key (or [`KVStore::set_optimizer_state`] gave it one); `None` on stores that keep no

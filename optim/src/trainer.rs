@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use sparrow_core::autograd::GradReq;
 use sparrow_core::{DType, Error, NDArray, Result};
@@ -14,8 +15,11 @@ use crate::persist;
 
 mod on_store;
 mod sharded;
+mod shared_store;
 
 pub use sharded::TableId;
+use shared_store::{lock, Lent, SharedStore};
+pub use shared_store::{OptimizerMut, OptimizerRef, StoreRef};
 
 /// Updates parameters from their gradients with one optimizer.
 ///
@@ -71,8 +75,9 @@ pub struct Trainer {
     /// Steps skipped under [`NonFinite::SkipStep`].
     skipped: u64,
     /// The store that sums gradients over workers ([`Trainer::set_kvstore`]); `None` for one
-    /// process on one device.
-    kvstore: Option<Box<dyn KVStore>>,
+    /// process on one device. Shared with the row sources of sharded parameters, which pull
+    /// through it in their layers' forward ([`Trainer::shard_parameter`]).
+    kvstore: Option<SharedStore>,
     /// Whether every parameter's key has been initialized in the store (on the first step).
     kv_ready: bool,
     /// Update on the store ([`Trainer::set_kvstore_update`]): the store runs the optimizer.
@@ -198,19 +203,21 @@ impl Trainer {
 
     /// The optimizer (in update-on-store mode, once the first step has given it to the store,
     /// the store's: its learning rate and update count are the ones that advance).
-    pub fn optimizer(&self) -> &dyn Optimizer {
-        match self.kvstore.as_deref().and_then(|k| k.optimizer()) {
-            Some(o) if self.handed => o,
-            _ => self.optimizer.as_ref(),
+    /// A guard: drop it before the next call that reaches the store (a step, or a forward of
+    /// a sharded parameter's layer).
+    pub fn optimizer(&self) -> OptimizerRef<'_> {
+        match (&self.kvstore, self.handed) {
+            (Some(kv), true) => OptimizerRef(Lent::Store(lock(kv), self.optimizer.as_ref())),
+            _ => OptimizerRef(Lent::Trainer(self.optimizer.as_ref())),
         }
     }
 
     /// The optimizer, mutable (to change hyper-parameters or the schedule between steps; the
     /// store's in update-on-store mode, as [`Trainer::optimizer`]).
-    pub fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
-        match self.kvstore.as_deref_mut().and_then(|k| k.optimizer_mut()) {
-            Some(o) if self.handed => o,
-            _ => self.optimizer.as_mut(),
+    pub fn optimizer_mut(&mut self) -> OptimizerMut<'_> {
+        match (&self.kvstore, self.handed) {
+            (Some(kv), true) => OptimizerMut(Lent::Store(lock(kv), self.optimizer.as_mut())),
+            _ => OptimizerMut(Lent::Trainer(self.optimizer.as_mut())),
         }
     }
 
@@ -225,12 +232,13 @@ impl Trainer {
     }
 
     /// The optimizer state of parameter `index`, once it has been updated (or loaded); in
-    /// update-on-store mode, the state this worker's store keeps.
-    pub fn state(&self, index: usize) -> Option<&State> {
+    /// update-on-store mode, the state this worker's store keeps. A handle: its arrays are
+    /// the state's own (an update changes them).
+    pub fn state(&self, index: usize) -> Option<State> {
         if self.handed {
-            return self.kvstore.as_deref()?.optimizer_state(index);
+            return lock(self.kvstore.as_ref()?).optimizer_state(index).cloned();
         }
-        self.states.get(index).and_then(|s| s.as_ref())
+        self.states.get(index).and_then(|s| s.clone())
     }
 
     /// Bytes held by all optimizer states (momentum, moments, ...), for memory reports.
@@ -299,7 +307,7 @@ impl Trainer {
                 ),
             ));
         }
-        self.kvstore = Some(kvstore);
+        self.kvstore = Some(Arc::new(Mutex::new(kvstore)));
         self.kv_ready = false;
         self.update_on_kvstore = false;
         Ok(())
@@ -311,22 +319,24 @@ impl Trainer {
         Ok(self)
     }
 
-    /// The store gradients are summed through, if any.
-    pub fn kvstore(&self) -> Option<&dyn KVStore> {
-        self.kvstore.as_deref()
+    /// The store gradients are summed through, if any: a guard (drop it before the next
+    /// call that reaches the store).
+    pub fn kvstore(&self) -> Option<StoreRef<'_>> {
+        self.kvstore.as_ref().map(|k| StoreRef(lock(k)))
     }
 
     /// How many workers a step's gradients are summed over (1 without a store).
     pub fn num_workers(&self) -> usize {
-        self.kvstore.as_ref().map_or(1, |k| k.num_workers())
+        self.kvstore.as_ref().map_or(1, |k| lock(k).num_workers())
     }
 
     /// Sum the gathered gradients over the store's workers, in place (nothing without a store).
     fn reduce(&mut self, entries: &[Entry]) -> Result<()> {
         self.init_keys()?;
-        let Some(kv) = self.kvstore.as_mut() else {
+        let Some(store) = self.kvstore.clone() else {
             return Ok(());
         };
+        let mut kv = lock(&store);
         // All gradients in one call: the store sums them in a few collective calls.
         let keys: Vec<usize> = entries.iter().map(|e| e.index).collect();
         let grads: Vec<NDArray> = entries.iter().map(|e| e.grad.clone()).collect();
@@ -339,9 +349,10 @@ impl Trainer {
     /// and with several workers every weight set to worker 0's. Updating on the store, the
     /// store keeps the weights themselves ([`KVStore::init_shared`]).
     fn init_keys(&mut self) -> Result<()> {
-        let Some(kv) = self.kvstore.as_mut() else {
+        let Some(store) = self.kvstore.clone() else {
             return Ok(());
         };
+        let mut kv = lock(&store);
         if self.kv_ready {
             return Ok(());
         }
@@ -529,9 +540,7 @@ impl Trainer {
         let names: Vec<String> = self.params.iter().map(|p| p.name().to_string()).collect();
         let on_store: Vec<Option<State>>;
         let states = if self.handed {
-            on_store = (0..self.params.len())
-                .map(|i| self.state(i).cloned())
-                .collect();
+            on_store = (0..self.params.len()).map(|i| self.state(i)).collect();
             &on_store
         } else {
             &self.states
@@ -554,22 +563,23 @@ impl Trainer {
     pub fn load_states(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let names: Vec<String> = self.params.iter().map(|p| p.name().to_string()).collect();
         let mut shapes = HashMap::new();
-        let optimizer = self.optimizer();
-        for (i, p) in self.params.iter().enumerate() {
-            if let Ok(d) = p.data() {
-                // What a state array of this parameter must be (GroupAdaGrad's: `(rows, 1)`).
-                let shape = optimizer.state_shape(&d.shape());
-                // With multi_precision a half weight's states (and master) are f32.
-                let dtype = if crate::optimizer::uses_master(optimizer.options(), d.dtype()) {
-                    DType::F32
-                } else {
-                    d.dtype()
-                };
-                shapes.insert(i, (shape, d.shape(), dtype));
+        let (num_update, states) = {
+            let optimizer = self.optimizer();
+            for (i, p) in self.params.iter().enumerate() {
+                if let Ok(d) = p.data() {
+                    // What a state array of this parameter must be (GroupAdaGrad's: `(rows, 1)`).
+                    let shape = optimizer.state_shape(&d.shape());
+                    // With multi_precision a half weight's states (and master) are f32.
+                    let dtype = if crate::optimizer::uses_master(optimizer.options(), d.dtype()) {
+                        DType::F32
+                    } else {
+                        d.dtype()
+                    };
+                    shapes.insert(i, (shape, d.shape(), dtype));
+                }
             }
-        }
-        let (num_update, states) =
-            persist::load_states(path.as_ref(), optimizer.name(), &names, &shapes)?;
+            persist::load_states(path.as_ref(), optimizer.name(), &names, &shapes)?
+        };
         if self.handed {
             self.load_into_store(states)?;
         } else {

@@ -224,6 +224,45 @@ pub fn reference_by_role(opt: &str, b: usize) -> Vec<Vec<f32>> {
     ]
 }
 
+/// Worker `rank` of `workers`, batch `b` a step, [`train`]'s model and training loop
+/// unchanged, the first layer's weight sharded across the workers
+/// (`Trainer::shard_parameter`): its layer pulls the batch's rows in the forward and the step
+/// pushes their gradient to their owners. Returns the parameters in [`initial`]'s order (the
+/// whole first weight pulled from its owners).
+pub fn train_sharded_param(
+    opt: &str,
+    kv: Box<dyn KVStore>,
+    rank: usize,
+    workers: usize,
+    b: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let (net, params) = model()?;
+    let by_shape = |shape: &[usize]| {
+        params
+            .iter()
+            .find(|p| p.shape() == shape)
+            .expect("a parameter of the model")
+            .clone()
+    };
+    let mut trainer =
+        Trainer::with_boxed(params.clone(), optimizer(opt))?.with_kvstore_update(kv)?;
+    let table = trainer.shard_parameter(&by_shape(&[FEATURES, UNITS]))?;
+    let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
+    for step in 0..STEPS {
+        let (x, y) = batch(step * workers * b + rank * b, b)?;
+        let loss = autograd::record(|| loss_fn.forward(&net.forward(&x)?, &y))?;
+        loss.backward()?;
+        trainer.step(b)?;
+    }
+    let all: Vec<i64> = (0..FEATURES as i64).collect();
+    let (_, first) = trainer.pull_rows(table, &all)?;
+    let mut out = vec![first.to_vec::<f32>()?];
+    for shape in [&[UNITS][..], &[UNITS, 1], &[1]] {
+        out.push(by_shape(shape).data()?.to_vec::<f32>()?);
+    }
+    Ok(out)
+}
+
 /// Worker `rank` of `workers`, batch `b` a step: the first layer's weight a sharded table of the trainer's
 /// store, the rest ordinary parameters. Returns the whole table (pulled from its owners) and
 /// the other parameters, in [`initial`]'s order.

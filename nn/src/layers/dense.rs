@@ -140,13 +140,15 @@ impl Block for Dense {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
         let xshape = x.dims();
         let (y, lead) = if x.stype() == SType::Csr {
-            let w = self.infer(xshape[1])?;
-            if self.weight.host_resident() {
-                // A weight over its device's budget stays in host memory: the batch's rows
-                // are staged on the device and their gradient comes back as row_sparse.
+            if self.weight.stages_rows() {
+                // A weight over its device's budget stays in host memory, and a sharded one
+                // lives in a store's workers: the batch's rows are staged on the device (pulled
+                // from their owners) and their gradient comes back as row_sparse.
+                self.weight.infer_shape(&[xshape[1], self.units])?;
                 let (xc, wk) = self.weight.stage_for_csr(x)?;
                 (xc.dot(&wk)?, Shape::from_slice(&xshape[..1]))
             } else {
+                let w = self.infer(xshape[1])?;
                 // Core's csr x dense kernel: its weight gradient is row_sparse over the batch's
                 // columns (densified on delivery when the weight's gradient is dense).
                 (x.dot(&w)?, Shape::from_slice(&xshape[..1]))
@@ -168,18 +170,25 @@ impl Block for Dense {
                 let lead = Shape::from_slice(&xshape[..xshape.len() - 1]);
                 (x.reshape(&[lead.iter().product(), last])?, lead)
             };
-            let w = self.infer(x2.dims()[1])?;
-            if self.weight.host_resident() {
+            if self.weight.stages_rows() {
+                let where_ = if self.weight.is_sharded() {
+                    "split across the workers of a store (sharded)".to_string()
+                } else {
+                    format!(
+                        "in host memory (over {:?}'s memory budget)",
+                        self.weight.device()
+                    )
+                };
                 return Err(Error::stype(
                     "Dense",
                     format!(
-                        "weight '{}' is in host memory (over {:?}'s memory budget) and is read \
-                         a batch's rows at a time, which needs a csr input; this input is dense",
+                        "weight '{}' is {where_} and is read a batch's rows at a time, which \
+                         needs a csr input; this input is dense",
                         self.weight.name(),
-                        self.weight.device()
                     ),
                 ));
             }
+            let w = self.infer(x2.dims()[1])?;
             (x2.dot(&w)?, lead)
         };
         // Bias and activation in one recorded op where the activation allows it (sigmoid, tanh,

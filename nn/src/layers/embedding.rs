@@ -58,9 +58,10 @@ impl Embedding {
 
 impl Block for Embedding {
     fn forward(&self, x: &NDArray) -> Result<NDArray> {
-        if self.weight.host_resident() {
-            // A table over its device's budget stays in host memory: the rows the ids name
-            // are staged on the device and their gradient comes back as row_sparse.
+        if self.weight.stages_rows() {
+            // A table over its device's budget stays in host memory, and a sharded one lives
+            // in a store's workers: the rows the ids name are staged on the device (pulled
+            // from their owners) and their gradient comes back as row_sparse.
             let (local, wk) = self.weight.stage_for_ids(x)?;
             return embedding(&wk, &local);
         }

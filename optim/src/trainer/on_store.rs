@@ -9,8 +9,11 @@
 //!
 //! [`ParamArgs`]: crate::optimizer::ParamArgs
 
+use std::sync::{Arc, Mutex};
+
 use sparrow_core::{Error, NDArray, Result};
 
+use super::shared_store::lock;
 use super::{keys_named, NonFinite, Trainer};
 use crate::kvstore::KVStore;
 use crate::optimizer::{Optimizer, OptimizerOptions, State, StepCtx};
@@ -69,7 +72,7 @@ impl Trainer {
                 ),
             ));
         }
-        self.kvstore = Some(kvstore);
+        self.kvstore = Some(Arc::new(Mutex::new(kvstore)));
         self.kv_ready = false;
         self.update_on_kvstore = true;
         Ok(())
@@ -133,7 +136,8 @@ impl Trainer {
             self.hand_optimizer()?;
         }
         let rescale_grad = self.scale / (batch_size * self.num_workers()) as f64;
-        let kv = self.kvstore.as_mut().ok_or_else(|| no_store(OP))?;
+        let store = self.kvstore.clone().ok_or_else(|| no_store(OP))?;
+        let mut kv = lock(&store);
         let opts = kv
             .optimizer_mut()
             .ok_or_else(|| lost_optimizer(OP))?
@@ -151,6 +155,7 @@ impl Trainer {
         let weights: Vec<NDArray> = entries.iter().map(|e| e.weight.clone()).collect();
         kv.pushpull_many(&keys, &grads, &weights)
             .map_err(|err| keys_named(OP, err, &keys, &self.params))?;
+        drop(kv);
         for e in entries.drain(..) {
             self.consume(e.index, &e.weight, &e.grad, e.write);
         }
@@ -161,7 +166,8 @@ impl Trainer {
     /// Give the optimizer (and any states loaded before the first step) to the store.
     fn hand_optimizer(&mut self) -> Result<()> {
         const OP: &str = "Trainer::step";
-        let kv = self.kvstore.as_mut().ok_or_else(|| no_store(OP))?;
+        let store = self.kvstore.clone().ok_or_else(|| no_store(OP))?;
+        let mut kv = lock(&store);
         if kv.has_optimizer() {
             return Err(Error::arg(
                 OP,
@@ -174,6 +180,7 @@ impl Trainer {
         });
         let optimizer = std::mem::replace(&mut self.optimizer, stand_in);
         let given = kv.set_optimizer(optimizer);
+        drop(kv);
         // Taken or not, the optimizer has left the trainer: later steps fail on the store's
         // missing optimizer rather than hand over the stand-in.
         self.handed = true;
@@ -194,10 +201,11 @@ impl Trainer {
 
     /// Hand states (loaded from a file) to the store, key by key.
     pub(super) fn load_into_store(&mut self, states: Vec<Option<State>>) -> Result<()> {
-        let kv = self
+        let store = self
             .kvstore
-            .as_mut()
+            .clone()
             .ok_or_else(|| no_store("Trainer::load_states"))?;
+        let mut kv = lock(&store);
         for (i, s) in states.into_iter().enumerate() {
             if let Some(s) = s {
                 kv.set_optimizer_state(i, s)?;

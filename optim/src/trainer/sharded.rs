@@ -14,10 +14,13 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use sparrow_core::{sparse, DType, Error, NDArray, Result, SType};
+use sparrow_core::{autograd, sparse, DType, Error, NDArray, Result, SType};
+use sparrow_nn::{Parameter, RowSource};
 
+use super::shared_store::{lock, SharedStore};
 use super::Trainer;
 use crate::optimizer::State;
 use crate::persist;
@@ -27,23 +30,118 @@ const TABLE_META: &str = "table";
 /// The tensor of a table shard file holding the shard's rows.
 const ROWS_TENSOR: &str = "table.rows";
 
-/// A table made with [`Trainer::add_sharded_table`].
+/// A table made with [`Trainer::add_sharded_table`] or [`Trainer::shard_parameter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableId(usize);
 
-/// One sharded table: its key in the store and the rows pulled for the step in progress.
+/// One sharded table: how to pull its rows, and a state loaded before the first step.
 pub(super) struct Table {
+    rows: TableRows,
+    /// A state loaded ([`Trainer::load_table`]) before the optimizer went to the store, given
+    /// to the store with it.
+    pending: Option<State>,
+}
+
+/// Rows pulled for the step in progress: their sorted distinct ids, their values (the leaf
+/// whose gradient the step pushes) and the id of the gradient array they had when pulled (a
+/// backward replaces it, so the same id at the step means no backward reached the rows).
+struct Pulled {
+    ids: Vec<i64>,
+    rows: NDArray,
+    before: Option<u64>,
+}
+
+/// What pulling a table's rows needs: the trainer's store, the table's key and description,
+/// and the list of this step's pulls. The trainer's own pulls ([`Trainer::pull_rows`]) and
+/// the row source of a sharded [`Parameter`] are this same value.
+#[derive(Clone)]
+struct TableRows {
+    store: SharedStore,
     key: usize,
     name: String,
     shape: Vec<usize>,
     dtype: DType,
-    /// The row ids pulled this step (sorted, unique), their values (the leaf whose gradient
-    /// the step pushes) and the id of the gradient array they had when pulled: a backward
-    /// replaces it, so the same id at the step means no backward reached the rows.
-    pulled: Option<(Vec<i64>, NDArray, Option<u64>)>,
-    /// A state loaded ([`Trainer::load_table`]) before the optimizer went to the store, given
-    /// to the store with it.
-    pending: Option<State>,
+    workers: usize,
+    pulled: Arc<Mutex<Vec<Pulled>>>,
+}
+
+impl TableRows {
+    /// Fetch the rows `row_ids` from their owners (collective); with `record`, as a leaf
+    /// whose gradient the next step pushes.
+    fn pull(&self, row_ids: &[i64], record: bool) -> Result<(Vec<i64>, NDArray)> {
+        let out = NDArray::zeros_stype(&self.shape, self.dtype, SType::RowSparse)?;
+        lock(&self.store).row_sparse_pull(self.key, std::slice::from_ref(&out), row_ids)?;
+        let (ids, rows) = out.row_sparse_parts()?;
+        if record {
+            // The rows' values are a handle of their own: the leaf the gradient comes to.
+            rows.attach_grad();
+            let before = rows.grad().map(|g| g.id());
+            self.pulls().push(Pulled {
+                ids: ids.clone(),
+                rows: rows.clone(),
+                before,
+            });
+        }
+        Ok((ids, rows))
+    }
+
+    fn pulls(&self) -> std::sync::MutexGuard<'_, Vec<Pulled>> {
+        self.pulled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The gradient of this step's pulls as one row_sparse array (several pulls of the same
+    /// rows add up), or `None` when no pull got a gradient; `stale` says whether some pull
+    /// got none.
+    fn take_gradient(&self) -> Result<(Option<NDArray>, bool)> {
+        let pulls = std::mem::take(&mut *self.pulls());
+        let mut stale = false;
+        let mut sum: Option<NDArray> = None;
+        for p in pulls {
+            let Some(g) = p.rows.grad().filter(|g| Some(g.id()) != p.before) else {
+                stale = true;
+                continue;
+            };
+            // A dense leaf's gradient is dense; anything else is made so.
+            let g = if g.stype() == SType::Dense {
+                g
+            } else {
+                g.tostype(SType::Dense)?
+            };
+            let g = NDArray::row_sparse_from_arrays(&g, p.ids, &self.shape)?;
+            sum = Some(match sum {
+                None => g,
+                Some(s) => sparse::add_grads(&s, &g)?,
+            });
+        }
+        Ok((sum, stale))
+    }
+}
+
+impl RowSource for TableRows {
+    /// Inside `autograd::record` the rows are a leaf whose gradient the trainer's next step
+    /// pushes to their owners; outside (an evaluation forward) they are plain values.
+    fn pull_rows(&self, ids: &[i64]) -> Result<NDArray> {
+        let (got, rows) = self.pull(ids, autograd::is_recording())?;
+        if got.len() != ids.len() {
+            return Err(Error::arg(
+                "Parameter::pull_rows",
+                format!(
+                    "table '{}': the row ids must be sorted and distinct ({} asked, {} distinct)",
+                    self.name,
+                    ids.len(),
+                    got.len()
+                ),
+            ));
+        }
+        Ok(rows)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "table '{}' {:?} sharded by rows over {} workers",
+            self.name, self.shape, self.workers
+        )
+    }
 }
 
 impl Trainer {
@@ -79,28 +177,153 @@ impl Trainer {
         shape: &[usize],
         shard: impl FnOnce(usize, usize) -> Result<NDArray>,
     ) -> Result<TableId> {
-        const OP: &str = "Trainer::add_sharded_table";
+        self.add_table("Trainer::add_sharded_table", name, shape, shard)
+    }
+
+    /// Make `param` a table sharded by rows across the workers, its rows and optimizer state
+    /// in the store as with [`Trainer::add_sharded_table`], this worker's rows taken from the
+    /// parameter's weight (initialize it alike on every worker, e.g. with the same seed). The
+    /// parameter then holds no weight: its layers pull the rows a batch reads through the
+    /// store in their forward ([`Parameter::stage_for_csr`]: a [`sparrow_nn::Dense`] on a csr
+    /// batch; [`Parameter::stage_for_ids`]: an [`sparrow_nn::Embedding`]), and `step` pushes
+    /// their gradient to the rows' owners, who update them. So the single-process training
+    /// loop runs unchanged: `record(|| loss(net.forward(x)))`, `backward`, `step`.
+    ///
+    /// When the whole weight does not fit one worker, leave the parameter uninitialized and
+    /// use [`Trainer::shard_parameter_with`]. The parameter leaves the trainer's list of
+    /// replicated parameters if it is there (later parameters' indices move down by one).
+    /// Collective, before the first step, in the same order on every worker; needs update on
+    /// the store ([`Trainer::set_kvstore_update`]). [`Trainer::save_table`] /
+    /// [`Trainer::load_table`] save and load this worker's shard.
+    ///
+    /// ```text
+    /// let mut trainer = Trainer::new(net.collect_params()?.iter().map(|(_, p)| p.clone()),
+    ///                                Adam::new(0.01))?
+    ///     .with_kvstore_update(Box::new(dist_sync(timeout)?))?;
+    /// trainer.shard_parameter(first_layer.weight())?;
+    /// // the loop of one process:
+    /// let loss = autograd::record(|| loss_fn.forward(&net.forward(&x)?, &y))?;
+    /// loss.backward()?;
+    /// trainer.step(batch_size)?;
+    /// ```
+    pub fn shard_parameter(&mut self, param: &Parameter) -> Result<TableId> {
+        const OP: &str = "Trainer::shard_parameter";
+        let w = param.data().map_err(|e| {
+            Error::arg(
+                OP,
+                format!(
+                    "parameter '{}': {e} (shard_parameter_with makes the rows of an \
+                     uninitialized one)",
+                    param.name()
+                ),
+            )
+        })?;
+        self.shard_parameter_from(OP, param, |lo, hi| {
+            w.slice_axis(0, Some(lo as i64), Some(hi as i64), 1)
+        })
+    }
+
+    /// [`Trainer::shard_parameter`] for a parameter whose weight no worker holds whole:
+    /// `shard(lo, hi)` gives this worker's rows `lo..hi` (a dense `[hi - lo, shape[1..]...]`
+    /// array of the parameter's dtype), as for [`Trainer::add_sharded_table`]. The
+    /// parameter's shape must be known; a weight it holds is dropped.
+    pub fn shard_parameter_with(
+        &mut self,
+        param: &Parameter,
+        shard: impl FnOnce(usize, usize) -> Result<NDArray>,
+    ) -> Result<TableId> {
+        self.shard_parameter_from("Trainer::shard_parameter_with", param, shard)
+    }
+
+    fn shard_parameter_from(
+        &mut self,
+        op: &'static str,
+        param: &Parameter,
+        shard: impl FnOnce(usize, usize) -> Result<NDArray>,
+    ) -> Result<TableId> {
+        let name = param.name().to_string();
+        let shape = param.shape();
+        if shape.len() < 2 || shape.contains(&0) {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "parameter '{name}' has shape {shape:?}: a sharded table is at least 2-d, \
+                     with every dim known"
+                ),
+            ));
+        }
+        if param.is_sharded() {
+            return Err(Error::arg(
+                op,
+                format!("parameter '{name}' is already sharded"),
+            ));
+        }
+        let dtype = param.dtype();
+        let id = self.add_table(op, &name, &shape, |lo, hi| {
+            let rows = shard(lo, hi)?;
+            if rows.dtype() != dtype {
+                return Err(Error::dtype(
+                    op,
+                    format!(
+                        "rows of dtype {}, the parameter's is {}",
+                        rows.dtype().name(),
+                        dtype.name()
+                    ),
+                ));
+            }
+            Ok(rows)
+        })?;
+        if let Some(i) = self.params.iter().position(|p| p.same(param)) {
+            // Before the first step no key is in the store yet, so the replicated
+            // parameters' keys (their indices) may still move.
+            self.params.remove(i);
+            self.states.remove(i);
+            self.consumed.remove(i);
+        }
+        let source = self.tables[id.0].rows.clone();
+        param.set_row_source(Arc::new(source))?;
+        Ok(id)
+    }
+
+    /// Make a table in the store (collective) and remember it.
+    fn add_table(
+        &mut self,
+        op: &'static str,
+        name: &str,
+        shape: &[usize],
+        shard: impl FnOnce(usize, usize) -> Result<NDArray>,
+    ) -> Result<TableId> {
         if !self.update_on_kvstore {
             return Err(Error::arg(
-                OP,
+                op,
                 format!(
                     "table '{name}': a sharded table is updated by its rows' owners, in the \
                      store: call Trainer::set_kvstore_update first"
                 ),
             ));
         }
-        self.check_not_handed(OP)?;
-        let key = self.params.len() + self.tables.len();
-        let kv = self.kvstore.as_mut().ok_or_else(|| {
+        self.check_not_handed(op)?;
+        // Above every replicated parameter's key and every table's (a sharded parameter
+        // leaving the list lowers `params.len()`, not the tables' keys).
+        let key = self
+            .tables
+            .iter()
+            .map(|t| t.rows.key + 1)
+            .max()
+            .unwrap_or(0)
+            .max(self.params.len());
+        let store = self.kvstore.clone().ok_or_else(|| {
             Error::arg(
-                OP,
+                op,
                 format!("table '{name}': update on kvstore without a store"),
             )
         })?;
+        let mut kv = lock(&store);
         let rows = *shape
             .first()
-            .ok_or_else(|| Error::shape(OP, format!("table '{name}': a table is at least 2-d")))?;
-        let (lo, hi) = crate::shard_range(rows, kv.rank(), kv.num_workers());
+            .ok_or_else(|| Error::shape(op, format!("table '{name}': a table is at least 2-d")))?;
+        let workers = kv.num_workers();
+        let (lo, hi) = crate::shard_range(rows, kv.rank(), workers);
         let value = match shard(lo, hi) {
             Ok(v) => v,
             Err(e) => {
@@ -108,19 +331,24 @@ impl Trainer {
                 // fails here instead of waiting for this one.
                 let _ = kv.init_sharded(key, shape, &NDArray::zeros(&[0], DType::F32)?);
                 return Err(Error::arg(
-                    OP,
+                    op,
                     format!("table '{name}': making rows {lo}..{hi}: {e}"),
                 ));
             }
         };
         kv.init_sharded(key, shape, &value)
-            .map_err(|e| Error::arg(OP, format!("table '{name}': {e}")))?;
+            .map_err(|e| Error::arg(op, format!("table '{name}': {e}")))?;
+        drop(kv);
         self.tables.push(Table {
-            key,
-            name: name.to_string(),
-            shape: shape.to_vec(),
-            dtype: value.dtype(),
-            pulled: None,
+            rows: TableRows {
+                store,
+                key,
+                name: name.to_string(),
+                shape: shape.to_vec(),
+                dtype: value.dtype(),
+                workers,
+                pulled: Arc::default(),
+            },
             pending: None,
         });
         Ok(TableId(self.tables.len() - 1))
@@ -129,35 +357,12 @@ impl Trainer {
     /// The rows `row_ids` (any order, repeats ignored) of a sharded table, fetched from their
     /// owners: returns the sorted distinct ids and their rows (dense, one row per id), a
     /// leaf whose gradient the next `step` pushes to the owners (Gluon's
-    /// `param.row_sparse_data(row_ids)`). Collective. One pull per table per step: a second
-    /// would leave the first one's gradient behind, so it is an error.
+    /// `param.row_sparse_data(row_ids)`). Collective. Several pulls in one step (the same
+    /// table read twice) push the sum of their gradients.
     pub fn pull_rows(&mut self, table: TableId, row_ids: &[i64]) -> Result<(Vec<i64>, NDArray)> {
-        const OP: &str = "Trainer::pull_rows";
-        let t = self.table(OP, table)?;
-        if t.pulled.is_some() {
-            return Err(Error::arg(
-                OP,
-                format!(
-                    "table '{}' was already pulled this step: pull every id it needs at once, \
-                     then step",
-                    t.name
-                ),
-            ));
-        }
-        let (key, shape, dtype) = (t.key, t.shape.clone(), t.dtype);
-        let kv = self
-            .kvstore
-            .as_mut()
-            .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
-        let out = NDArray::zeros_stype(&shape, dtype, SType::RowSparse)?;
-        kv.row_sparse_pull(key, std::slice::from_ref(&out), row_ids)?;
-        let (ids, rows) = out.row_sparse_parts()?;
-        // The rows' values are a handle of their own: the leaf the gradient comes to.
-        rows.attach_grad();
-        let before = rows.grad().map(|g| g.id());
-        let t = &mut self.tables[table.0];
-        t.pulled = Some((ids.clone(), rows.clone(), before));
-        Ok((ids, rows))
+        self.table("Trainer::pull_rows", table)?
+            .rows
+            .pull(row_ids, true)
     }
 
     /// For a csr batch `x` over the table's rows as its columns: `x` renumbered to the
@@ -167,15 +372,13 @@ impl Trainer {
         const OP: &str = "Trainer::pull_rows_for";
         let t = self.table(OP, table)?;
         let dims = x.dims();
-        if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != t.shape[0] {
+        let (name, rows) = (&t.rows.name, t.rows.shape[0]);
+        if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != rows {
             return Err(Error::shape(
                 OP,
                 format!(
-                    "table '{}' has {} rows, so the batch is a csr array with {} columns; got \
-                     {:?} {:?}",
-                    t.name,
-                    t.shape[0],
-                    t.shape[0],
+                    "table '{name}' has {rows} rows, so the batch is a csr array with {rows} \
+                     columns; got {:?} {:?}",
                     x.stype(),
                     dims
                 ),
@@ -194,24 +397,22 @@ impl Trainer {
     pub fn save_table(&self, table: TableId, path: impl AsRef<Path>) -> Result<()> {
         const OP: &str = "Trainer::save_table";
         let t = self.table(OP, table)?;
-        let kv = self
-            .kvstore
-            .as_ref()
-            .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
-        let (lo, hi, rows) = kv.table_shard(t.key)?;
+        let kv = lock(&t.rows.store);
+        let (lo, hi, rows) = kv.table_shard(t.rows.key)?;
         let state = if self.handed {
-            kv.optimizer_state(t.key).cloned()
+            kv.optimizer_state(t.rows.key).cloned()
         } else {
             t.pending.clone()
         };
         let meta = json!({
-            "name": t.name,
-            "shape": t.shape,
+            "name": t.rows.name,
+            "shape": t.rows.shape,
             "lo": lo,
             "hi": hi,
             "rank": kv.rank(),
             "workers": kv.num_workers(),
         });
+        drop(kv);
         let extra = persist::Extra {
             tensors: vec![(ROWS_TENSOR.to_string(), rows)],
             meta: vec![(TABLE_META.to_string(), meta.to_string())],
@@ -221,11 +422,11 @@ impl Trainer {
             path.as_ref(),
             optimizer.name(),
             optimizer.options().num_update,
-            std::slice::from_ref(&t.name),
+            std::slice::from_ref(&t.rows.name),
             std::slice::from_ref(&state),
             &extra,
         )
-        .map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.name)))
+        .map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.rows.name)))
     }
 
     /// Load this worker's shard of `table` from a file [`Trainer::save_table`] wrote by the
@@ -247,13 +448,12 @@ impl Trainer {
     pub fn load_table_from<P: AsRef<Path>>(&mut self, table: TableId, paths: &[P]) -> Result<()> {
         const OP: &str = "Trainer::load_table";
         let t = self.table(OP, table)?;
-        let (key, name, shape) = (t.key, t.name.clone(), t.shape.clone());
-        let kv = self
-            .kvstore
-            .as_ref()
-            .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
-        let (rank, workers) = (kv.rank(), kv.num_workers());
-        let (lo, hi, rows) = kv.table_shard(key)?;
+        let (key, name, shape) = (t.rows.key, t.rows.name.clone(), t.rows.shape.clone());
+        let store = t.rows.store.clone();
+        let (rank, workers, (lo, hi, rows)) = {
+            let kv = lock(&store);
+            (kv.rank(), kv.num_workers(), kv.table_shard(key)?)
+        };
         let fail = |path: &Path, what: String| {
             Error::arg(OP, format!("table '{name}', {}: {what}", path.display()))
         };
@@ -298,76 +498,81 @@ impl Trainer {
                 ),
             ));
         }
-        let optimizer = self.optimizer();
-        let state_dtype = if crate::optimizer::uses_master(optimizer.options(), rows.dtype()) {
-            DType::F32
-        } else {
-            rows.dtype()
-        };
-        let mut values = Vec::with_capacity(parts.len());
-        let mut states: Vec<Option<State>> = Vec::with_capacity(parts.len());
-        let mut num_update = 0;
-        for &(a, b, f_lo, f_hi, path) in &parts {
-            let mut f_shape = rows.shape();
-            f_shape[0] = f_hi - f_lo;
-            let shapes = HashMap::from([(
-                0,
-                (
-                    optimizer.state_shape(&f_shape),
-                    f_shape.clone(),
-                    state_dtype,
-                ),
-            )]);
-            let (n, mut st, (_, mut extras)) = persist::load_states_with(
-                path,
-                optimizer.name(),
-                std::slice::from_ref(&name),
-                &shapes,
-                &[ROWS_TENSOR],
-            )
-            .map_err(|e| fail(path, e.to_string()))?;
-            num_update = n;
-            let v = extras
-                .pop()
-                .ok_or_else(|| fail(path, "no rows in the file".into()))?;
-            if v.shape() != f_shape || v.dtype() != rows.dtype() {
-                return Err(fail(
-                    path,
-                    format!(
-                        "rows {:?} {}, the table's {f_lo}..{f_hi} are {f_shape:?} {}",
-                        v.shape(),
-                        v.dtype().name(),
-                        rows.dtype().name()
-                    ),
-                ));
-            }
-            let cut = |x: &NDArray| -> Result<NDArray> {
-                if (a, b) == (f_lo, f_hi) {
-                    return Ok(x.clone());
-                }
-                x.slice_axis(0, Some((a - f_lo) as i64), Some((b - f_lo) as i64), 1)
+        // The optimizer guard locks the store once it lives there: dropped before the store's
+        // next use below.
+        let (values, states, num_update) = {
+            let optimizer = self.optimizer();
+            let state_dtype = if crate::optimizer::uses_master(optimizer.options(), rows.dtype()) {
+                DType::F32
+            } else {
+                rows.dtype()
             };
-            values.push(cut(&v)?);
-            let s = st.pop().flatten();
-            states.push(match s {
-                Some(mut s) => {
-                    for (slot, arr) in &mut s.arrays {
-                        if arr.shape().first() != Some(&(f_hi - f_lo)) {
-                            return Err(fail(
-                                path,
-                                format!(
-                                    "state slot {slot} {:?} is not one row per table row",
-                                    arr.shape()
-                                ),
-                            ));
-                        }
-                        *arr = cut(arr)?;
-                    }
-                    Some(s)
+            let mut values = Vec::with_capacity(parts.len());
+            let mut states: Vec<Option<State>> = Vec::with_capacity(parts.len());
+            let mut num_update = 0;
+            for &(a, b, f_lo, f_hi, path) in &parts {
+                let mut f_shape = rows.shape();
+                f_shape[0] = f_hi - f_lo;
+                let shapes = HashMap::from([(
+                    0,
+                    (
+                        optimizer.state_shape(&f_shape),
+                        f_shape.clone(),
+                        state_dtype,
+                    ),
+                )]);
+                let (n, mut st, (_, mut extras)) = persist::load_states_with(
+                    path,
+                    optimizer.name(),
+                    std::slice::from_ref(&name),
+                    &shapes,
+                    &[ROWS_TENSOR],
+                )
+                .map_err(|e| fail(path, e.to_string()))?;
+                num_update = n;
+                let v = extras
+                    .pop()
+                    .ok_or_else(|| fail(path, "no rows in the file".into()))?;
+                if v.shape() != f_shape || v.dtype() != rows.dtype() {
+                    return Err(fail(
+                        path,
+                        format!(
+                            "rows {:?} {}, the table's {f_lo}..{f_hi} are {f_shape:?} {}",
+                            v.shape(),
+                            v.dtype().name(),
+                            rows.dtype().name()
+                        ),
+                    ));
                 }
-                None => None,
-            });
-        }
+                let cut = |x: &NDArray| -> Result<NDArray> {
+                    if (a, b) == (f_lo, f_hi) {
+                        return Ok(x.clone());
+                    }
+                    x.slice_axis(0, Some((a - f_lo) as i64), Some((b - f_lo) as i64), 1)
+                };
+                values.push(cut(&v)?);
+                let s = st.pop().flatten();
+                states.push(match s {
+                    Some(mut s) => {
+                        for (slot, arr) in &mut s.arrays {
+                            if arr.shape().first() != Some(&(f_hi - f_lo)) {
+                                return Err(fail(
+                                    path,
+                                    format!(
+                                        "state slot {slot} {:?} is not one row per table row",
+                                        arr.shape()
+                                    ),
+                                ));
+                            }
+                            *arr = cut(arr)?;
+                        }
+                        Some(s)
+                    }
+                    None => None,
+                });
+            }
+            (values, states, num_update)
+        };
         let value = join_rows(&values)?;
         let state = join_states(&states).map_err(|what| {
             Error::arg(
@@ -379,11 +584,7 @@ impl Trainer {
         rows.assign(&value);
         if self.handed {
             if let Some(s) = state {
-                let kv = self
-                    .kvstore
-                    .as_mut()
-                    .ok_or_else(|| Error::arg(OP, "a sharded table without a store"))?;
-                kv.set_optimizer_state(key, s)?;
+                lock(&store).set_optimizer_state(key, s)?;
             }
         } else {
             self.tables[table.0].pending = state;
@@ -394,12 +595,9 @@ impl Trainer {
 
     /// Give the table states loaded before the first step to the store (with the optimizer).
     pub(super) fn load_tables_into_store(&mut self) -> Result<()> {
-        let Some(kv) = self.kvstore.as_mut() else {
-            return Ok(());
-        };
         for t in &mut self.tables {
             if let Some(s) = t.pending.take() {
-                kv.set_optimizer_state(t.key, s)?;
+                lock(&t.rows.store).set_optimizer_state(t.rows.key, s)?;
             }
         }
         Ok(())
@@ -418,31 +616,19 @@ impl Trainer {
     /// left waiting in a collective) unless stale gradients are ignored.
     pub(super) fn push_tables(&mut self) -> Result<()> {
         const OP: &str = "Trainer::step";
-        let Some(kv) = self.kvstore.as_mut() else {
-            return Ok(());
-        };
         let mut stale = Vec::new();
-        for t in &mut self.tables {
-            let pulled = t.pulled.take();
-            let was_pulled = pulled.is_some();
-            let fresh = pulled.and_then(|(ids, rows, before)| {
-                rows.grad()
-                    .filter(|g| Some(g.id()) != before)
-                    .map(|g| (ids, g))
-            });
-            let (ids, grad) = match fresh {
-                // A dense leaf's gradient is dense; anything else is made so.
-                Some((ids, g)) if g.stype() == SType::Dense => (ids, g),
-                Some((ids, g)) => (ids, g.tostype(SType::Dense)?),
-                None => {
-                    if was_pulled {
-                        stale.push(t.name.clone());
-                    }
-                    (Vec::new(), empty_rows(t)?)
-                }
+        for t in &self.tables {
+            let t = &t.rows;
+            let (grad, some_stale) = t.take_gradient()?;
+            if some_stale {
+                stale.push(t.name.clone());
+            }
+            let g = match grad {
+                Some(g) => g,
+                None => NDArray::row_sparse_from_arrays(&empty_rows(t)?, Vec::new(), &t.shape)?,
             };
-            let g = NDArray::row_sparse_from_arrays(&grad, ids, &t.shape)?;
-            kv.push(t.key, std::slice::from_ref(&g))
+            lock(&t.store)
+                .push(t.key, std::slice::from_ref(&g))
                 .map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.name)))?;
         }
         if !stale.is_empty() && !self.ignore_stale_grad {
@@ -529,7 +715,7 @@ fn join_states(parts: &[Option<State>]) -> std::result::Result<Option<State>, St
 }
 
 /// No rows of a table: `[0, shape[1..]...]`.
-fn empty_rows(t: &Table) -> Result<NDArray> {
+fn empty_rows(t: &TableRows) -> Result<NDArray> {
     let mut shape = t.shape.clone();
     shape[0] = 0;
     NDArray::zeros(&shape, t.dtype)
