@@ -23,10 +23,11 @@
 //! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
 //! gradient dense, summed by an all-reduce each step. `--first-grad sharded` keeps the first
 //! layer's weight (features x 128) as a table of the trainer's store split by rows
-//! (`Trainer::add_sharded_table`; the store updates, as `--update-on-kvstore`): each rank
-//! holds and updates only its block of rows; a step pulls the rows the batch uses from their
-//! owners (`Trainer::pull_rows_for`, the batch renumbered to them), runs the forward on them,
-//! and `step` pushes their gradient back to the owners. No rank holds the whole table.
+//! (`Trainer::shard_parameter_with`; the store updates, as `--update-on-kvstore`): each rank
+//! holds and updates only its block of rows; the layer's forward pulls the rows the batch uses
+//! from their owners (the batch renumbered to them) and `step` pushes their gradient back to
+//! the owners. No rank holds the whole table, and the training loop is the same for every
+//! variant.
 //! `--update-on-kvstore` gives the optimizer to the store (`Trainer::set_kvstore_update`,
 //! Gluon's `update_on_kvstore=True`): the store updates each weight in place.
 
@@ -217,52 +218,42 @@ fn run() -> Result<(), BoxError> {
 
     const UNITS: usize = 128;
     let mut net = Sequential::new();
-    if !args.sharded {
-        let first = Dense::new(UNITS)
-            .in_units(args.features)
-            .activation("sigmoid");
-        net.add(if args.dense_grad {
-            first
-        } else {
-            first.grad_stype(SType::RowSparse)
-        });
-    }
+    let first = Dense::new(UNITS)
+        .in_units(args.features)
+        .activation("sigmoid");
+    let first = if args.dense_grad {
+        first
+    } else {
+        first.grad_stype(SType::RowSparse)
+    };
+    net.add(first.clone());
     net.add(Dense::new(8).in_units(UNITS).activation("sigmoid"));
     net.add(Dense::new(1).in_units(8).activation("sigmoid"));
-    net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
     let opt: Box<dyn Optimizer> = match args.optimizer.as_str() {
         "adam" => Box::new(Adam::new(0.01)),
         "ftrl" => Box::new(Ftrl::new(0.1)),
         _ => Box::new(Sgd::new(0.1)),
     };
-    let mut params: Vec<Parameter> = net
+    let params: Vec<Parameter> = net
         .collect_params()?
         .iter()
         .map(|(_, p)| p.clone())
         .collect();
-    // With a sharded first layer its bias is an ordinary parameter; its weight is a table.
-    let first_bias = Parameter::new("first.bias", &[UNITS]);
-    if args.sharded {
-        first_bias.initialize(&Initializer::Zero, Device::Cpu)?;
-        params.push(first_bias.clone());
-    }
     let trainer = Trainer::with_boxed(params, opt)?;
     let mut trainer = if args.update_on_kvstore {
         trainer.with_kvstore_update(Box::new(kv))?
     } else {
         trainer.with_kvstore(Box::new(kv))?
     };
-    // Each rank draws its own block of rows (uniform 0.07, as the Dense layer would), seeded
-    // by its rank: no rank ever holds the whole table.
-    let table = if args.sharded {
-        Some(
-            trainer.add_sharded_table("first.weight", &[args.features, UNITS], |lo, hi| {
-                Rng::new(7 + rank as u64).uniform(-0.07, 0.07, &[hi - lo, UNITS], DType::F32)
-            })?,
-        )
-    } else {
-        None
-    };
+    if args.sharded {
+        // Before the model is initialized: each rank draws only its own block of rows
+        // (uniform 0.07, as the Dense layer would), seeded by its rank, so no rank ever holds
+        // the whole table; `initialize` then leaves the sharded weight alone.
+        trainer.shard_parameter_with(first.weight(), |lo, hi| {
+            Rng::new(7 + rank as u64).uniform(-0.07, 0.07, &[hi - lo, UNITS], DType::F32)
+        })?;
+    }
+    net.initialize(&Initializer::Uniform { scale: 0.07 }, Device::Cpu)?;
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
 
     let mut timed = Duration::ZERO;
@@ -278,18 +269,9 @@ fn run() -> Result<(), BoxError> {
         for batch in iter.by_ref().take(steps) {
             let batch = batch?;
             let y = batch.label.clone().ok_or("batch without labels")?;
-            let loss = match table {
-                None => autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?,
-                Some(table) => {
-                    // x . table == xc . rows: the batch over the columns it uses, their rows.
-                    let (xc, rows) = trainer.pull_rows_for(table, &batch.data)?;
-                    let b = first_bias.data()?;
-                    autograd::record(|| {
-                        let h = xc.dot(&rows)?.add(&b)?.sigmoid()?;
-                        loss_fn.forward(&net.forward(&h)?, &y)
-                    })?
-                }
-            };
+            // The same loop for every variant: a sharded first layer pulls its batch's rows
+            // from their owners in its forward, and `step` pushes their gradient back.
+            let loss = autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?;
             loss.backward()?;
             trainer.step(args.batch_size)?;
             if epoch == args.epochs {

@@ -156,25 +156,36 @@ fn sharded_matches_replicated(timeout: Duration) -> Result<bool> {
     Ok(pass)
 }
 
-/// The check of `tests/trainer_sharded.rs` over MPI: the equivalence model's first layer as a
-/// table of the trainer's store split over the ranks (`Trainer::add_sharded_table`), batch
-/// `B` a rank, against one process with an ordinary Dense layer and batch `n * B`.
+/// The checks of `tests/trainer_sharded.rs` over MPI: the equivalence model's first layer as a
+/// table of the trainer's store split over the ranks, batch `B` a rank, against one process
+/// with an ordinary Dense layer and batch `n * B`; the table made with
+/// `Trainer::add_sharded_table` (the loop pulls its rows), then the model's own Dense weight
+/// sharded with `Trainer::shard_parameter` (the single-process loop).
 fn trainer_table_matches_one_process(timeout: Duration) -> Result<bool> {
     let mut ok = true;
-    for opt in equivalence::OPTIMIZERS {
-        let kv = dist_sync(timeout)?;
-        let (r, n) = (kv.rank(), kv.num_workers());
-        let reference = equivalence::reference_by_role(opt, n * B);
-        let got = equivalence::train_sharded(opt, Box::new(kv), r, n, B)?;
-        let d = equivalence::max_rel_diff(&got, &reference);
-        let pass = d <= 1e-6;
-        ok &= pass;
-        println!(
-            "rank {r}/{n}: {opt:<13} first layer a table sharded over {n} ranks x batch {B} vs 1 \
-             x batch {} with a Dense layer: max relative difference {d:.2e} {}",
-            n * B,
-            if pass { "ok" } else { "MISMATCH" }
-        );
+    for (how, what) in [
+        ("table", "a table"),
+        ("param", "a Dense weight (shard_parameter)"),
+    ] {
+        for opt in equivalence::OPTIMIZERS {
+            let kv = dist_sync(timeout)?;
+            let (r, n) = (kv.rank(), kv.num_workers());
+            let reference = equivalence::reference_by_role(opt, n * B);
+            let got = if how == "table" {
+                equivalence::train_sharded(opt, Box::new(kv), r, n, B)?
+            } else {
+                equivalence::train_sharded_param(opt, Box::new(kv), r, n, B)?
+            };
+            let d = equivalence::max_rel_diff(&got, &reference);
+            let pass = d <= 1e-6;
+            ok &= pass;
+            println!(
+                "rank {r}/{n}: {opt:<13} first layer {what} sharded over {n} ranks x batch {B} \
+                 vs 1 x batch {} with a Dense layer: max relative difference {d:.2e} {}",
+                n * B,
+                if pass { "ok" } else { "MISMATCH" }
+            );
+        }
     }
     Ok(ok)
 }
