@@ -397,7 +397,6 @@ fn a_sharded_parameter_refuses_whole_weight_access() {
             .set_data(&NDArray::zeros(&[6, 2], DType::F32).unwrap())
             .unwrap_err()
             .to_string(),
-        d.weight().row_sparse_data(&[0]).unwrap_err().to_string(),
         d.weight()
             .reinitialize(&Initializer::Zero)
             .unwrap_err()
@@ -405,6 +404,11 @@ fn a_sharded_parameter_refuses_whole_weight_access() {
     ] {
         assert!(err.contains("'weight'") && err.contains("sharded"), "{err}");
     }
+    // Its rows are still read by row_sparse_data (pulled from the store).
+    let r = d.weight().row_sparse_data(&[4, 0, 4]).unwrap();
+    assert_eq!(r.row_ids().unwrap(), vec![0, 4]);
+    assert_eq!(r.shape(), vec![6, 2]);
+    assert_eq!(r.nnz(), 4);
     // Initializing the model again leaves it sharded; sharding it twice is an error.
     d.initialize(&Initializer::Zero, Device::Cpu).unwrap();
     assert!(d.weight().is_sharded());
@@ -440,4 +444,77 @@ fn a_sharded_parameter_refuses_whole_weight_access() {
     .unwrap();
     loss.backward().unwrap();
     t.step(1).unwrap();
+}
+
+/// `Parameter::row_sparse_data` of a sharded factor table (the factorization-machine
+/// pattern: `sum((x . V_batch)^2)` with `V_batch = v.row_sparse_data(cols)`), the model code
+/// unchanged: 2 workers with lazy Adam end where one process does on both workers' rows.
+#[test]
+fn row_sparse_data_of_a_sharded_parameter_trains_like_one_process() {
+    const VOCAB: usize = 30;
+    const K: usize = 3;
+    let batch = |step: usize, rank: usize| -> (NDArray, Vec<i64>) {
+        let (mut r, mut c, mut v) = (vec![], vec![], vec![]);
+        for i in 0..3 {
+            for j in 0..2 {
+                r.push(i as i64);
+                c.push(((step * 7 + rank * 13 + i * 5 + j * 11) % VOCAB) as i64);
+                v.push(0.5 + (i + j) as f32 * 0.25);
+            }
+        }
+        let x = NDArray::csr_from_coo(&r, &c, &v, [3, VOCAB]).unwrap();
+        (x, c)
+    };
+    let make = || {
+        let v = Parameter::new("v", &[VOCAB, K]).with_grad_stype(SType::RowSparse);
+        v.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+        let init: Vec<f32> = (0..VOCAB * K)
+            .map(|i| (i as f32 * 0.71).cos() * 0.3)
+            .collect();
+        v.set_data(&NDArray::from_vec(init, &[VOCAB, K]).unwrap())
+            .unwrap();
+        v
+    };
+    let loss_of = |v: &Parameter, x: &NDArray, cols: &[i64]| {
+        let vb = v.row_sparse_data(cols)?;
+        x.dot(&vb)?.square()?.sum_all()
+    };
+    let v = make();
+    let mut trainer = Trainer::new(vec![v.clone()], Adam::new(0.05)).unwrap();
+    for step in 0..4 {
+        let loss = autograd::record(|| {
+            let (x0, c0) = batch(step, 0);
+            let (x1, c1) = batch(step, 1);
+            loss_of(&v, &x0, &c0)?.add(&loss_of(&v, &x1, &c1)?)
+        })
+        .unwrap();
+        loss.backward().unwrap();
+        trainer.step(2).unwrap();
+    }
+    let want = v.data().unwrap().to_vec::<f32>().unwrap();
+    let start = make().data().unwrap().to_vec::<f32>().unwrap();
+    assert!(
+        max_rel_diff(&[want.clone()], &[start]) > 1e-3,
+        "weights did not move"
+    );
+    let got = on_threads(WORKERS, Duration::from_secs(60), move |rank, kv| {
+        let v = make();
+        let mut t = Trainer::new(vec![v.clone()], Adam::new(0.05))
+            .unwrap()
+            .with_kvstore_update(kv)
+            .unwrap();
+        let table = t.shard_parameter(&v).unwrap();
+        for step in 0..4 {
+            let (x, cols) = batch(step, rank);
+            let loss = autograd::record(|| loss_of(&v, &x, &cols)).unwrap();
+            loss.backward().unwrap();
+            t.step(1).unwrap();
+        }
+        let all: Vec<i64> = (0..VOCAB as i64).collect();
+        t.pull_rows(table, &all).unwrap().1.to_vec::<f32>().unwrap()
+    });
+    for (rank, w) in got.iter().enumerate() {
+        let d = max_rel_diff(std::slice::from_ref(w), std::slice::from_ref(&want));
+        assert!(d <= 1e-6, "worker {rank}: {d:e}");
+    }
 }

@@ -729,11 +729,17 @@ impl Parameter {
     /// Gluon's `row_sparse_data`). Only the requested rows are copied. Differentiable: inside
     /// `autograd::record` the weight gets a row_sparse gradient over exactly those rows, so a
     /// model that reads a batch's rows of a large table (a factorization machine's factors for
-    /// the batch's columns) never touches the rest of it.
+    /// the batch's columns) never touches the rest of it. For a sharded weight
+    /// ([`Self::is_sharded`]) the rows are pulled from their owners (collective, as in Gluon,
+    /// where `row_sparse_data` pulls through the trainer's kvstore), and their gradient goes
+    /// back to the owners at the sharding trainer's next step.
     pub fn row_sparse_data(&self, row_ids: &[i64]) -> Result<NDArray> {
-        self.refuse_sharded("Parameter::row_sparse_data")?;
-        let data = self.data()?;
-        let shape = data.shape();
+        let shape = self.shape();
+        let sharded = self.row_source();
+        let data = match sharded {
+            Some(_) => None,
+            None => Some(self.data()?),
+        };
         if shape.is_empty() {
             return Err(Error::shape(
                 "Parameter::row_sparse_data",
@@ -752,7 +758,21 @@ impl Parameter {
                 ),
             ));
         }
-        sparrow_core::sparse::retain_rows(&data, &ids)
+        match (data, sharded) {
+            (Some(data), _) => sparse::retain_rows(&data, &ids),
+            (None, Some(source)) => {
+                let rows = self.pull_checked(&source, &ids)?;
+                let out = NDArray::row_sparse_from_arrays(&rows.detach(), ids.clone(), &shape)?;
+                // The output's gradient, read at the pulled rows, is the rows' gradient.
+                Ok(sparrow_core::autograd::record_op(
+                    "Parameter::row_sparse_data",
+                    out,
+                    &[&rows],
+                    move |g| Ok(vec![Some(dense_rows(g, &ids)?)]),
+                ))
+            }
+            (None, None) => Err(self.not_ready("data")),
+        }
     }
 
     /// Bytes of the weight (0 before initialization).
@@ -764,6 +784,28 @@ impl Parameter {
     pub fn same(&self, other: &Parameter) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
+}
+
+/// Rows `ids` (sorted, distinct) of a dense or row_sparse gradient as one dense
+/// `[ids.len(), ...]` array (rows a row_sparse gradient does not store are zero).
+fn dense_rows(g: &NDArray, ids: &[i64]) -> Result<NDArray> {
+    if g.stype() == SType::Dense {
+        return sparse::take_rows(g, ids);
+    }
+    let kept = sparse::retain_rows(g, ids)?;
+    let (stored, values) = kept.row_sparse_parts()?;
+    if stored.len() == ids.len() {
+        return Ok(values);
+    }
+    // Some rows got no gradient: add zero rows at every id, so the sum stores each id once.
+    let mut shape = g.shape();
+    let full = shape.clone();
+    shape[0] = ids.len();
+    let zeros =
+        NDArray::row_sparse_from_arrays(&NDArray::zeros(&shape, g.dtype())?, ids.to_vec(), &full)?;
+    sparse::add_grads(&kept, &zeros)?
+        .row_sparse_parts()
+        .map(|(_, v)| v)
 }
 
 #[cfg(test)]
@@ -846,6 +888,29 @@ mod tests {
             assert_eq!((q.device(), late.device()), (device, device));
             assert_eq!(late.to_vec::<f32>().unwrap(), vec![1.0; 12]);
         }
+    }
+
+    #[test]
+    fn dense_rows_reads_a_gradient_at_rows_it_may_not_store() {
+        let g = NDArray::row_sparse_from_arrays(
+            &NDArray::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap(),
+            vec![1, 4],
+            &[6, 2],
+        )
+        .unwrap();
+        let all = dense_rows(&g, &[1, 4]).unwrap();
+        assert_eq!(all.to_vec::<f32>().unwrap(), vec![1., 2., 3., 4.]);
+        let some = dense_rows(&g, &[0, 4, 5]).unwrap();
+        assert_eq!(some.shape(), vec![3, 2]);
+        assert_eq!(some.to_vec::<f32>().unwrap(), vec![0., 0., 3., 4., 0., 0.]);
+        let dense = g.tostype(SType::Dense).unwrap();
+        assert_eq!(
+            dense_rows(&dense, &[0, 4, 5])
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![0., 0., 3., 4., 0., 0.]
+        );
     }
 
     #[test]
