@@ -69,7 +69,7 @@ impl Executor {
     /// An executor of `graph` (buffers are allocated by the first run).
     pub fn new(graph: Arc<Graph>) -> Executor {
         let plan = MemoryPlan::of(&graph);
-        let forms = node_forms(&graph);
+        let forms = node_forms(&graph, true);
         let mut source = vec![Source::Node; graph.values().len()];
         for (k, &v) in graph.inputs().iter().enumerate() {
             source[v] = Source::Input(k);
@@ -78,10 +78,7 @@ impl Executor {
             source[p.value] = Source::Param(k);
         }
         let (chains, chain_of) = chains_of(&graph, &forms, &plan);
-        let mut rewritable = vec![false; graph.values().len()];
-        for (n, form) in graph.nodes().iter().zip(&forms) {
-            rewritable[n.output] = form.is_none() && n.op.rewrites_over();
-        }
+        let rewritable = rewritable_of(&graph, &forms);
         Executor {
             rewritable,
             chains,
@@ -105,6 +102,9 @@ impl Executor {
             Device::Cpu => MemoryPlan::of(&self.graph),
             _ => MemoryPlan::exact_sizes(&self.graph),
         };
+        // A device runs forms without device kernels as eager nodes (see `node_forms`).
+        self.forms = node_forms(&self.graph, device == Device::Cpu);
+        self.rewritable = rewritable_of(&self.graph, &self.forms);
         (self.chains, self.chain_of) = chains_of(&self.graph, &self.forms, &self.plan);
         self.handles = vec![None; self.graph.values().len()];
         self.holder = vec![None; self.plan.slot_bytes.len()];
@@ -260,8 +260,9 @@ impl Executor {
     /// Run the graph on `inputs` and `params` (in [`Graph::params`] order), as [`Graph::run`]
     /// does (same checks, same values), writing into the planned buffers, on the device of the
     /// operands (all on one device; buffers planned again when it changes). On a CUDA device
-    /// forms without device kernels (`Form::has_device_kernels`) run their eager operator
-    /// and copy its result into the planned buffer.
+    /// nodes whose forms have no device kernels (`Form::has_device_kernels`) run their eager
+    /// operator, whose result is the value; those that make a graph output copy it into the
+    /// output's planned buffer.
     pub fn run(&mut self, inputs: &[NDArray], params: &[NDArray]) -> Result<Vec<NDArray>> {
         let mut outs = Vec::with_capacity(self.graph.outputs().len());
         self.run_to(inputs, params, &mut outs)?;
@@ -582,6 +583,16 @@ impl Executor {
         }
         Ok(())
     }
+}
+
+/// Per value: made by a node without a form whose operator can rewrite last run's result in
+/// place ([`super::op::Op::rewrites_over`]).
+fn rewritable_of(graph: &Graph, forms: &[Option<Form>]) -> Vec<bool> {
+    let mut rewritable = vec![false; graph.values().len()];
+    for (n, form) in graph.nodes().iter().zip(forms) {
+        rewritable[n.output] = form.is_none() && n.op.rewrites_over();
+    }
+    rewritable
 }
 
 /// Make `h`'s buffer show `n` elements (no allocation): `false` where it cannot.

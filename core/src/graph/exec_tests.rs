@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::plan::node_forms;
 use super::*;
 use crate::ops::fused::{bias_act, bias_act_absorbing, FusedAct};
 use crate::testing::test_array;
@@ -488,4 +489,42 @@ fn reshapes_run_in_place_share_or_copy_as_their_input_allows() {
             assert_eq!(bits(a), bits(b));
         }
     }
+}
+
+/// A device's plan runs forms without device kernels (here `add` of two values, a `sum` and
+/// `broadcast_to`) as eager nodes, their results the values (no copy into a planned buffer);
+/// the host's plan writes them into its buffers. Device-kernel forms (maps, products) and
+/// graph outputs stay planned on both.
+#[test]
+fn a_device_plan_runs_forms_without_device_kernels_eagerly() {
+    fn f(x: &NDArray, _p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+        let a = x.tanh()?;
+        let b = a.add(&x.exp()?)?;
+        let s = b.sum(Some(&[1]), true)?.broadcast_to(&[8, 6])?;
+        Ok(vec![s.relu()?, x.sigmoid()?.add(&s)?])
+    }
+    let x = f32s(&[8, 6], -1.0, 1.0, 31);
+    let g = graph_of(&f, &x, &[]);
+    let names: Vec<&str> = g.nodes().iter().map(|n| n.op.name()).collect();
+    let at = |name: &str| names.iter().position(|n| *n == name).unwrap();
+    let host = MemoryPlan::of(&g);
+    let device = MemoryPlan::exact_sizes(&g);
+    assert!(host.fallback.is_empty(), "{names:?} {:?}", host.fallback);
+    for name in ["add", "sum", "broadcast_to"] {
+        assert!(
+            device.fallback.contains(&at(name)),
+            "{name}: {names:?} {:?}",
+            device.fallback
+        );
+    }
+    for name in ["tanh", "exp", "relu", "sigmoid"] {
+        assert!(!device.fallback.contains(&at(name)), "{name}: {names:?}");
+    }
+    // The last `add` makes a graph output: planned, so a captured graph can write it.
+    let last_add = names.iter().rposition(|n| *n == "add").unwrap();
+    assert!(!device.fallback.contains(&last_add), "{names:?}");
+    assert_eq!(
+        node_forms(&g, false).iter().filter(|f| f.is_some()).count(),
+        g.nodes().len() - device.fallback.len()
+    );
 }

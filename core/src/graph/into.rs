@@ -325,6 +325,12 @@ impl Form {
         )
     }
 
+    /// True for the label checks (`check_class_ids`, `one_hot`), which a captured step runs
+    /// as copies of label inputs its caller checked on the host ([`super::exec`]).
+    pub(crate) fn checks_labels(&self) -> bool {
+        matches!(self, Form::CheckClassIds { .. } | Form::OneHot { .. })
+    }
+
     /// True when the form can overwrite its input 0 (same size in and out, each output
     /// element computed from the input element at its place; a copy, such as a reshape, then
     /// has nothing left to do).

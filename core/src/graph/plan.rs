@@ -49,7 +49,8 @@ impl MemoryPlan {
     }
 
     /// Plan `g`'s intermediate values for a device whose buffers cannot show a prefix of
-    /// themselves (CUDA): a buffer is shared only by values of its own size.
+    /// themselves (CUDA): a buffer is shared only by values of its own size, and nodes whose
+    /// forms have no device kernels run their eager operator ([`node_forms`]).
     pub fn exact_sizes(g: &Graph) -> MemoryPlan {
         MemoryPlan::plan(g, false, true)
     }
@@ -58,7 +59,8 @@ impl MemoryPlan {
     /// activations and temporaries alone would need), buffers shared only by values of one
     /// size when `exact`.
     fn plan(g: &Graph, skip_outputs: bool, exact: bool) -> MemoryPlan {
-        let forms = node_forms(g);
+        // Exact sizes are a device's plan.
+        let forms = node_forms(g, !exact);
         let values = g.values();
         let last = g.last_use();
         let outs = g.is_output();
@@ -211,8 +213,14 @@ fn best_fit(
         .map(|(k, _)| k)
 }
 
-/// Per node: its "write into" form, or `None` (the eager operator runs).
-pub(crate) fn node_forms(g: &Graph) -> Vec<Option<Form>> {
+/// Per node: its "write into" form, or `None` (the eager operator runs). For a device
+/// (`host = false`), a form without device kernels ([`Form::has_device_kernels`]) would run
+/// the eager operator and copy its result into the planned buffer: one more kernel launch
+/// and a buffer for nothing, so such a node runs the eager operator alone, its result the
+/// value. Kept planned are graph outputs (a captured CUDA graph writes them at fixed
+/// addresses) and the label checks, which a captured step runs as copies of inputs its caller
+/// checked on the host.
+pub(crate) fn node_forms(g: &Graph, host: bool) -> Vec<Option<Form>> {
     let values = g.values();
     let outs = g.is_output();
     // Per value: whether a node with a form defines it (`None`: an input or a parameter).
@@ -221,6 +229,12 @@ pub(crate) fn node_forms(g: &Graph) -> Vec<Option<Form>> {
     for n in g.nodes() {
         let ins: Vec<&super::ir::ValueInfo> = n.inputs.iter().map(|&x| &values[x]).collect();
         let mut form = Form::of(&n.op, &ins, &values[n.output]);
+        if !host
+            && !outs[n.output]
+            && form.is_some_and(|f| !f.has_device_kernels() && !f.checks_labels())
+        {
+            form = None;
+        }
         // A reshape of a value no plan holds (a node without a form made it, fresh each run)
         // shares that value's buffer as the eager reshape does, instead of copying it into a
         // planned one. Graph outputs stay planned (a CUDA graph's replay writes them).
