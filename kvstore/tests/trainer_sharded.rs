@@ -17,7 +17,7 @@ use equivalence::{
 use sparrow_core::{autograd, DType, Device, NDArray, SType};
 use sparrow_kvstore::local_group;
 use sparrow_nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss};
-use sparrow_nn::{Block, Dense, Embedding, Initializer, Parameter, Sequential};
+use sparrow_nn::{Block, Dense, Embedding, Hybridize, Initializer, Parameter, Sequential};
 use sparrow_optim::{Adam, Sgd, Trainer};
 
 const WORKERS: usize = 2;
@@ -517,4 +517,46 @@ fn row_sparse_data_of_a_sharded_parameter_trains_like_one_process() {
         let d = max_rel_diff(std::slice::from_ref(w), std::slice::from_ref(&want));
         assert!(d <= 1e-6, "worker {rank}: {d:e}");
     }
+}
+
+/// A hybridized model with a sharded layer cannot be a graph (its rows are pulled from the
+/// store each forward): it runs eagerly, with a message saying why, and gives the eager
+/// model's outputs batch after batch (never the first batch's rows again).
+#[test]
+fn a_hybridized_model_with_a_sharded_layer_runs_it_eagerly() {
+    let kv = local_group(1, Duration::from_secs(10))
+        .unwrap()
+        .pop()
+        .unwrap();
+    let first = Dense::new(3).in_units(20).activation("tanh");
+    let second = Dense::new(2).in_units(3);
+    // Two models over the same layers (and parameters): one eager, one hybridized.
+    let model = || {
+        let mut net = Sequential::new();
+        net.add(first.clone());
+        net.add(second.clone());
+        net
+    };
+    let net = model();
+    net.initialize(&Initializer::Uniform { scale: 0.5 }, Device::Cpu)
+        .unwrap();
+    let mut t = Trainer::from_params(&net.collect_params().unwrap(), Sgd::new(0.1))
+        .unwrap()
+        .with_kvstore_update(Box::new(kv))
+        .unwrap();
+    t.shard_parameter(first.weight()).unwrap();
+    let hyb = model().hybridize();
+    for seed in 0..3usize {
+        let cols: Vec<i64> = (0..4).map(|k| ((seed * 7 + k * 3) % 20) as i64).collect();
+        let x =
+            NDArray::csr_from_coo(&[0, 0, 1, 1], &cols, &[1f32, 2.0, 3.0, 4.0], [2, 20]).unwrap();
+        let want = net.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        let got = hyb.forward(&x).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(got, want, "batch {seed}");
+    }
+    let why = hyb.fallback_reasons();
+    assert!(
+        why.len() == 1 && why[0].contains("'weight'") && why[0].contains("sharded"),
+        "{why:?}"
+    );
 }

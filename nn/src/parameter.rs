@@ -310,6 +310,7 @@ impl Parameter {
     /// weight the rows are pulled from their owners (collective; on the CPU), a leaf whose
     /// gradient the sharding trainer's next step pushes back.
     pub fn stage_for_csr(&self, x: &NDArray) -> Result<(NDArray, NDArray)> {
+        self.refuse_trace();
         if let Some(rows) = self.row_source() {
             let shape = self.shape();
             let dims = x.dims();
@@ -344,6 +345,7 @@ impl Parameter {
     /// there, differentiable (`embedding(w, ids) == embedding(wk, local)`). For a sharded
     /// table the rows are pulled from their owners, as in [`Self::stage_for_csr`].
     pub fn stage_for_ids(&self, ids: &NDArray) -> Result<(NDArray, NDArray)> {
+        self.refuse_trace();
         if let Some(rows) = self.row_source() {
             let (uniq, local) = sparse::compact_ids(ids, Device::Cpu)?;
             let table = self.shape()[0];
@@ -369,6 +371,24 @@ impl Parameter {
 
     fn row_source(&self) -> Option<Rows> {
         self.state().rows.clone()
+    }
+
+    /// Inside a trace (`hybridize`): a forward that reads this weight a batch's rows at a time
+    /// cannot be a graph (the batch's values pick the rows; a sharded weight's come from the
+    /// store), so the block runs eagerly, with this reason.
+    fn refuse_trace(&self) {
+        if sparrow_core::graph::is_tracing() {
+            let why = if self.is_sharded() {
+                "a table sharded across the workers, whose rows each forward pulls from their \
+                 owners"
+            } else {
+                "in host memory, and each forward stages the rows its batch reads"
+            };
+            sparrow_core::graph::not_traceable(
+                &format!("parameter '{}'", self.inner.name),
+                &format!("it is {why}; a graph cannot read rows chosen by the batch's values"),
+            );
+        }
     }
 
     /// Rows `ids` from a row source, checked to be what the layer will index.
@@ -761,6 +781,7 @@ impl Parameter {
         match (data, sharded) {
             (Some(data), _) => sparse::retain_rows(&data, &ids),
             (None, Some(source)) => {
+                self.refuse_trace();
                 let rows = self.pull_checked(&source, &ids)?;
                 let out = NDArray::row_sparse_from_arrays(&rows.detach(), ids.clone(), &shape)?;
                 // The output's gradient, read at the pulled rows, is the rows' gradient.
