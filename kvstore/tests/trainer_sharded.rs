@@ -560,3 +560,31 @@ fn a_hybridized_model_with_a_sharded_layer_runs_it_eagerly() {
         "{why:?}"
     );
 }
+
+/// An id out of range on one worker of a sharded Embedding fails the pull on every worker at
+/// once (the store's collective error naming it), instead of that worker leaving the pull
+/// and the others waiting for it.
+#[test]
+fn a_bad_id_on_one_worker_fails_a_sharded_layer_on_every_worker() {
+    let got = on_threads(WORKERS, Duration::from_secs(30), |rank, kv| {
+        let started = std::time::Instant::now();
+        let emb = Embedding::new(10, 2);
+        emb.initialize(&Initializer::Zero, Device::Cpu).unwrap();
+        let mut t = Trainer::new(vec![emb.weight().clone()], Sgd::new(0.1))
+            .unwrap()
+            .with_kvstore_update(kv)
+            .unwrap();
+        t.shard_parameter(emb.weight()).unwrap();
+        let id = if rank == 1 { 10f32 } else { 3.0 };
+        let ids = NDArray::from_vec(vec![1f32, id], &[2]).unwrap();
+        let err = emb.forward(&ids).unwrap_err().to_string();
+        (err, started.elapsed())
+    });
+    for (rank, (err, took)) in got.into_iter().enumerate() {
+        assert!(err.contains("row id 10"), "worker {rank}: {err}");
+        assert!(
+            took < Duration::from_secs(20),
+            "worker {rank} waited {took:?}"
+        );
+    }
+}

@@ -329,13 +329,13 @@ impl Parameter {
                     ),
                 ));
             }
-            let (cols, xc) = sparse::compact_columns(&x.to_device(Device::Cpu)?)?;
-            let wk = self.pull_checked(&rows, &cols)?;
-            return Ok((xc, wk));
+        }
+        let (cols, xc) = sparse::compact_columns(&x.to_device(Device::Cpu)?)?;
+        if let Some(rows) = self.row_source() {
+            return Ok((xc, self.pull_checked(&rows, &cols)?));
         }
         let w = self.data()?;
         let device = self.device();
-        let (cols, xc) = sparse::compact_columns(&x.to_device(Device::Cpu)?)?;
         let wk = sparse::stage_rows(&w, &cols, device)?;
         Ok((xc.to_device(device)?, wk))
     }
@@ -347,18 +347,9 @@ impl Parameter {
     pub fn stage_for_ids(&self, ids: &NDArray) -> Result<(NDArray, NDArray)> {
         self.refuse_trace();
         if let Some(rows) = self.row_source() {
+            // Ids out of range are the store's error, raised on every worker at once (a
+            // worker failing here alone would leave the others waiting in the pull).
             let (uniq, local) = sparse::compact_ids(ids, Device::Cpu)?;
-            let table = self.shape()[0];
-            if let Some(&bad) = uniq.iter().find(|&&r| r < 0 || r as usize >= table) {
-                return Err(Error::index(
-                    "Parameter::stage_for_ids",
-                    format!(
-                        "id {bad} out of range for parameter '{}' with {table} rows ({})",
-                        self.inner.name,
-                        rows.0.describe()
-                    ),
-                ));
-            }
             let wk = self.pull_checked(&rows, &uniq)?;
             return Ok((local, wk));
         }
@@ -754,21 +745,31 @@ impl Parameter {
     /// where `row_sparse_data` pulls through the trainer's kvstore), and their gradient goes
     /// back to the owners at the sharding trainer's next step.
     pub fn row_sparse_data(&self, row_ids: &[i64]) -> Result<NDArray> {
-        let shape = self.shape();
-        let sharded = self.row_source();
-        let data = match sharded {
-            Some(_) => None,
-            None => Some(self.data()?),
-        };
+        let mut ids = row_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        if let Some(source) = self.row_source() {
+            // Ids out of range are the store's error, on every worker at once.
+            self.refuse_trace();
+            let shape = self.shape();
+            let rows = self.pull_checked(&source, &ids)?;
+            let out = NDArray::row_sparse_from_arrays(&rows.detach(), ids.clone(), &shape)?;
+            // The output's gradient, read at the pulled rows, is the rows' gradient.
+            return Ok(sparrow_core::autograd::record_op(
+                "Parameter::row_sparse_data",
+                out,
+                &[&rows],
+                move |g| Ok(vec![Some(dense_rows(g, &ids)?)]),
+            ));
+        }
+        let data = self.data()?;
+        let shape = data.shape();
         if shape.is_empty() {
             return Err(Error::shape(
                 "Parameter::row_sparse_data",
                 format!("parameter '{}' is 0-D", self.inner.name),
             ));
         }
-        let mut ids = row_ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
         if let Some(&bad) = ids.iter().find(|&&r| r < 0 || r as usize >= shape[0]) {
             return Err(Error::index(
                 "Parameter::row_sparse_data",
@@ -778,22 +779,7 @@ impl Parameter {
                 ),
             ));
         }
-        match (data, sharded) {
-            (Some(data), _) => sparse::retain_rows(&data, &ids),
-            (None, Some(source)) => {
-                self.refuse_trace();
-                let rows = self.pull_checked(&source, &ids)?;
-                let out = NDArray::row_sparse_from_arrays(&rows.detach(), ids.clone(), &shape)?;
-                // The output's gradient, read at the pulled rows, is the rows' gradient.
-                Ok(sparrow_core::autograd::record_op(
-                    "Parameter::row_sparse_data",
-                    out,
-                    &[&rows],
-                    move |g| Ok(vec![Some(dense_rows(g, &ids)?)]),
-                ))
-            }
-            (None, None) => Err(self.not_ready("data")),
-        }
+        sparse::retain_rows(&data, &ids)
     }
 
     /// Bytes of the weight (0 before initialization).
