@@ -17,17 +17,19 @@
 //!
 //! Prints, from rank 0: samples per second over the timed epochs (all ranks' samples; each
 //! rank on one thread: the loop is the only worker of a one-thread rayon pool; the LibSVM
-//! reader parses on the global pool's one thread), the bytes this rank handed to
+//! reader parses on the global pool's one thread), rank 0's milliseconds a step in forward +
+//! backward and in `Trainer::step` (exchange, merge, update), the bytes this rank handed to
 //! MPI per step (the store's count), and the bytes the loopback interface carried per step
 //! (`/proc/net/dev`, all ranks; meaningful with `--mca btl tcp,self`, where the ranks talk
 //! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
 //! gradient dense, summed by an all-reduce each step. `--first-grad sharded` keeps the first
 //! layer's weight (features x 128) as a table of the trainer's store split by rows
 //! (`Trainer::shard_parameter_with`; the store updates, as `--update-on-kvstore`): each rank
-//! holds and updates only its block of rows; the layer's forward pulls the rows the batch uses
-//! from their owners (the batch renumbered to them) and `step` pushes their gradient back to
-//! the owners. No rank holds the whole table, and the training loop is the same for every
-//! variant.
+//! holds, reads and updates only its block of rows: the layer's forward sends the batch to the
+//! owners, which multiply the columns they own and return the products, its backward sends the
+//! product's gradient the same way, and each owner's `step` updates its rows
+//! (`KVStore::sharded_dot`). No rank holds the whole table, and the training loop is the same
+//! for every variant.
 //! `--update-on-kvstore` gives the optimizer to the store (`Trainer::set_kvstore_update`,
 //! Gluon's `update_on_kvstore=True`): the store updates each weight in place.
 
@@ -257,6 +259,10 @@ fn run() -> Result<(), BoxError> {
     let loss_fn = SigmoidBinaryCrossEntropyLoss::new();
 
     let mut timed = Duration::ZERO;
+    // Where a timed step goes: forward + backward, and `Trainer::step` (the exchange through
+    // the store, merging the workers' gradients, the update); the rest is waiting for the
+    // reader's next batch.
+    let (mut compute, mut stepping) = (Duration::ZERO, Duration::ZERO);
     let (mut timed_steps, mut loss_sum, mut rows) = (0usize, 0f64, 0usize);
     let mut sent = 0u64;
     let mut lo_bytes = 0u64;
@@ -269,11 +275,17 @@ fn run() -> Result<(), BoxError> {
         for batch in iter.by_ref().take(steps) {
             let batch = batch?;
             let y = batch.label.clone().ok_or("batch without labels")?;
-            // The same loop for every variant: a sharded first layer pulls its batch's rows
-            // from their owners in its forward, and `step` pushes their gradient back.
+            // The same loop for every variant: a sharded first layer's product and its rows'
+            // gradient are computed by the rows' owners, and `step` updates each owner's rows.
+            let t_compute = Instant::now();
             let loss = autograd::record(|| loss_fn.forward(&net.forward(&batch.data)?, &y))?;
             loss.backward()?;
+            let t_step = Instant::now();
             trainer.step(args.batch_size)?;
+            if epoch > 0 {
+                compute += t_step - t_compute;
+                stepping += t_step.elapsed();
+            }
             if epoch == args.epochs {
                 loss_sum += loss.to_f64_vec().iter().sum::<f64>();
                 rows += args.batch_size;
@@ -292,6 +304,7 @@ fn run() -> Result<(), BoxError> {
         println!(
             "{{\"ranks\": {workers}, \"batch_per_rank\": {}, \"steps\": {timed_steps}, \
              \"first_grad\": \"{}\", \"samples_per_s\": {:.1}, \"ms_per_step\": {:.4}, \
+             \"forward_backward_ms\": {:.4}, \"trainer_step_ms\": {:.4}, \
              \"bytes_sent_per_step_rank0\": {:.0}, \"loopback_bytes_per_step\": {:.0}, \
              \"last_epoch_loss\": {:.5}}}",
             args.batch_size,
@@ -304,6 +317,8 @@ fn run() -> Result<(), BoxError> {
             },
             samples / timed.as_secs_f64(),
             timed.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
+            compute.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
+            stepping.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
             sent as f64 / timed_steps.max(1) as f64,
             lo_bytes as f64 / timed_steps.max(1) as f64,
             loss_sum / rows.max(1) as f64,

@@ -10,14 +10,16 @@
 //! - Sharded row_sparse tables ([`SyncStore::init_sharded`]): a table and its optimizer
 //!   state split by rows across the workers, each row updated by its owner; a
 //!   [`sparrow_optim::Trainer`] drives them: `shard_parameter` makes a model's parameter one
-//!   (its layer pulls a batch's rows in the forward), `add_sharded_table` / `pull_rows_for`
-//!   a table outside any layer.
+//!   (a `Dense` layer's product is computed by the rows' owners,
+//!   [`sparrow_optim::KVStore::sharded_dot`]; an `Embedding` pulls a batch's rows),
+//!   `add_sharded_table` / `pull_rows_for` a table outside any layer.
 //!
 //! [`partition_libsvm`] makes a `LibSVMIter` read the worker's part of the data.
 
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod sharded;
+mod sharded_dot;
 mod store;
 pub mod threads;
 mod transport;

@@ -141,11 +141,24 @@ pub(crate) fn push<T: Transport>(
     let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
     store.send = w.0;
     let got = got?;
-    // The owner's merge, in worker order, then its ids made local to the shard.
+    // The owner's merge, in worker order, then its ids made local to the shard. Where no other
+    // worker sent rows and this one pushed only its own (the gradient of a product the owners
+    // computed, `sharded_dot`), the push is its own rows as they are.
     let slices: Vec<&[u8]> = got.iter().map(|r| &recv[r.clone()]).collect();
-    let merged = merge_rows(&slices, local.dtype(), &shape);
+    let rank = store.transport.rank();
+    let alone = slices
+        .iter()
+        .enumerate()
+        .all(|(r, p)| r == rank || wire::Reader::new(p).u64().is_ok_and(|k| k == 0));
+    let all_mine = ids.first().is_none_or(|&i| i as usize >= lo)
+        && ids.last().is_none_or(|&i| (i as usize) < hi);
+    let merged = if alone && all_mine {
+        Ok((ids, rows))
+    } else {
+        merge_rows(&slices, local.dtype(), &shape).and_then(|m| m.row_sparse_parts())
+    };
     store.recv = recv;
-    let (ids, vals) = merged?.row_sparse_parts()?;
+    let (ids, vals) = merged?;
     if let Some(&bad) = ids
         .iter()
         .find(|&&i| (i as usize) < lo || (i as usize) >= hi)

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use sparrow_core::sparse::add_grads;
 use sparrow_core::{DType, Error, NDArray, Result, SType};
-use sparrow_optim::{check_many, KVStore, Optimizer, State};
+use sparrow_optim::{check_many, KVStore, Optimizer, ShardedDot, State};
 
 use crate::transport::{Traffic, Transport};
 use crate::wire::{self, check_headers, Header, Reader, Writer};
@@ -637,6 +637,19 @@ impl<T: Transport> KVStore for SyncStore<T> {
     fn init_sharded(&mut self, key: usize, shape: &[usize], shard: &NDArray) -> Result<()> {
         // The inherent method (callable without the trait in scope).
         SyncStore::<T>::init_sharded(self, key, shape, shard)
+    }
+
+    fn sharded_dot(&mut self, key: usize, x: &NDArray) -> Result<(NDArray, ShardedDot)> {
+        crate::sharded_dot::forward(self, key, x)
+    }
+
+    fn sharded_dot_backward(
+        &mut self,
+        key: usize,
+        parts: &ShardedDot,
+        dy: &NDArray,
+    ) -> Result<NDArray> {
+        crate::sharded_dot::backward(self, key, parts, dy)
     }
 
     fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()> {

@@ -68,6 +68,12 @@ impl Writer {
     }
     /// A row_sparse array's (row ids, rows), in the layout [`decode_rows`] reads, written straight
     /// from the array.
+    /// A length-prefixed slice of plain values (read back with [`Reader::bytes`]).
+    pub(crate) fn slice<P: Plain>(&mut self, v: &[P]) -> &mut Self {
+        self.u64(std::mem::size_of_val(v) as u64);
+        put_le(&mut self.0, v);
+        self
+    }
     pub(crate) fn rsp(&mut self, a: &NDArray) -> Result<&mut Self> {
         let (ids, rows) = a.row_sparse_parts()?;
         self.ids(&ids).values(&rows)
@@ -94,7 +100,8 @@ fn put_le<T: Plain>(out: &mut Vec<u8>, vals: &[T]) {
 }
 
 /// The numbers [`put_le`] writes: fixed-size, no padding.
-trait Plain: Copy {
+/// A value the wire writes as its little-endian bytes.
+pub(crate) trait Plain: Copy {
     /// Append this value's little-endian bytes (the byte-order-swapping path).
     #[cfg_attr(target_endian = "little", allow(dead_code))]
     fn extend_le(self, out: &mut Vec<u8>);

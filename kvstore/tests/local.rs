@@ -643,3 +643,135 @@ fn pushpull_many_with_one_worker_checks_its_lists_and_keys() {
     kv.pushpull_many(&[0], one(&v), one(&o)).unwrap();
     assert_eq!(o.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
 }
+
+/// Worker `r`'s batch of the sharded-product test: `3 + r` rows over 50 columns (worker 2's
+/// second row empty), and the gradient its product gets.
+fn product_batch(r: usize) -> (NDArray, NDArray) {
+    use sparrow_core::sparse::{rand_sparse_seeded, SparseDist};
+    let x = rand_sparse_seeded(
+        &[3 + r, 50],
+        0.2,
+        SType::Csr,
+        SparseDist::Uniform,
+        11 + r as u64,
+    )
+    .unwrap();
+    let x = if r == 2 {
+        let mut d = x.tostype(SType::Dense).unwrap().to_vec::<f32>().unwrap();
+        d[50..100].iter_mut().for_each(|v| *v = 0.0);
+        dense(&d, &[5, 50]).tostype(SType::Csr).unwrap()
+    } else {
+        x
+    };
+    let dy = sparrow_core::random::Rng::new(21 + r as u64)
+        .uniform(-1.0, 1.0, &[3 + r, 4], DType::F32)
+        .unwrap();
+    (x, dy)
+}
+
+#[test]
+fn sharded_dot_is_the_product_and_its_backward_the_owners_gradient() {
+    // 3 workers, a 50 x 4 table split by rows, a random csr batch per worker: each worker's
+    // product equals its batch times the whole table, and the owners' gradients together are
+    // the sum over the workers of batch^T . dy, each owner holding only its rows.
+    let table: Vec<f32> = (0..200)
+        .map(|i| ((i * 37) % 101) as f32 * 0.01 - 0.5)
+        .collect();
+    let got = on_workers(3, move |r, kv| {
+        let (lo, hi) = shard_range(50, r, 3);
+        kv.init_sharded(5, &[50, 4], &dense(&table[lo * 4..hi * 4], &[hi - lo, 4]))
+            .unwrap();
+        let (x, dy) = product_batch(r);
+        let (y, parts) = kv.sharded_dot(5, &x).unwrap();
+        let want = x
+            .tostype(SType::Dense)
+            .unwrap()
+            .dot(&dense(&table, &[50, 4]))
+            .unwrap();
+        let g = kv.sharded_dot_backward(5, &parts, &dy).unwrap();
+        assert_eq!(g.stype(), SType::RowSparse);
+        assert_eq!(g.shape(), vec![50, 4]);
+        let ids = g.row_ids().unwrap();
+        assert!(
+            ids.iter().all(|&i| i as usize >= lo && (i as usize) < hi),
+            "{ids:?}"
+        );
+        (
+            y.to_vec::<f32>().unwrap(),
+            want.to_vec::<f32>().unwrap(),
+            g.tostype(SType::Dense).unwrap().to_vec::<f32>().unwrap(),
+        )
+    });
+    let mut grad = vec![0f32; 200];
+    for (r, (y, want, g)) in got.iter().enumerate() {
+        assert_eq!(y.len(), (3 + r) * 4);
+        for (a, b) in y.iter().zip(want) {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                "worker {r}: {y:?} vs {want:?}"
+            );
+        }
+        grad.iter_mut().zip(g).for_each(|(s, v)| *s += v);
+    }
+    // The reference: the sum over the workers of x^T . dy, dense.
+    let mut want = vec![0f32; 200];
+    for r in 0..3 {
+        let (x, dy) = product_batch(r);
+        let xd = x.tostype(SType::Dense).unwrap();
+        let g = xd.dot_t(&dy, true, false).unwrap().to_vec::<f32>().unwrap();
+        want.iter_mut().zip(g).for_each(|(s, v)| *s += v);
+    }
+    for (a, b) in grad.iter().zip(&want) {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "{grad:?} vs {want:?}"
+        );
+    }
+    assert!(want.iter().any(|&v| v != 0.0));
+}
+
+#[test]
+fn a_wrong_batch_or_gradient_on_one_worker_fails_the_sharded_dot_on_all() {
+    let got = on_workers(2, |r, kv| {
+        let (lo, hi) = shard_range(6, r, 2);
+        kv.init_sharded(
+            0,
+            &[6, 2],
+            &NDArray::zeros(&[hi - lo, 2], DType::F32).unwrap(),
+        )
+        .unwrap();
+        let good = dense(&[1.0, 0.0, 0.0, 0.0, 0.0, 2.0], &[1, 6])
+            .tostype(SType::Csr)
+            .unwrap();
+        let bad = dense(&[1.0, 0.0, 2.0], &[1, 3])
+            .tostype(SType::Csr)
+            .unwrap();
+        let mut errs = vec![err(kv
+            .sharded_dot(0, if r == 1 { &bad } else { &good })
+            .map(|_| ()))];
+        // Then both work, and a gradient of the wrong shape on worker 0 fails both backwards.
+        let (_, parts) = kv.sharded_dot(0, &good).unwrap();
+        let dy = NDArray::zeros(&[if r == 0 { 2 } else { 1 }, 2], DType::F32).unwrap();
+        errs.push(err(kv.sharded_dot_backward(0, &parts, &dy).map(|_| ())));
+        let dy = NDArray::zeros(&[1, 2], DType::F32).unwrap();
+        kv.sharded_dot_backward(0, &parts, &dy).unwrap();
+        // A replicated key is not a table.
+        kv.init(1, &NDArray::zeros(&[6, 2], DType::F32).unwrap())
+            .unwrap();
+        errs.push(err(kv.sharded_dot(1, &good).map(|_| ())));
+        errs
+    });
+    for errs in got {
+        assert!(
+            errs[0].contains("failed on 1 of 2 workers") && errs[0].contains("6 columns"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].contains("failed on 1 of 2 workers") && errs[1].contains("[1, 2]"),
+            "{}",
+            errs[1]
+        );
+        assert!(errs[2].contains("not a sharded table"), "{}", errs[2]);
+    }
+}

@@ -425,7 +425,10 @@ fn a_sharded_parameter_refuses_whole_weight_access() {
     assert!(err.contains("csr") && err.contains("sharded"), "{err}");
     let x = NDArray::csr_from_coo(&[0], &[1], &[1f32], [1, 7]).unwrap();
     let err = d.forward(&x).unwrap_err().to_string();
-    assert!(err.contains("[6, 2]"), "{err}");
+    assert!(
+        err.contains("'weight'") && err.contains("6 rows") && err.contains("[1, 7]"),
+        "{err}"
+    );
     // The layer computes with the pulled rows: 0.5 * (x[0,1] = 2) for each unit.
     let x = NDArray::csr_from_coo(&[0], &[1], &[2f32], [1, 6]).unwrap();
     assert_eq!(
@@ -582,6 +585,43 @@ fn a_bad_id_on_one_worker_fails_a_sharded_layer_on_every_worker() {
     });
     for (rank, (err, took)) in got.into_iter().enumerate() {
         assert!(err.contains("row id 10"), "worker {rank}: {err}");
+        assert!(
+            took < Duration::from_secs(20),
+            "worker {rank} waited {took:?}"
+        );
+    }
+}
+
+#[test]
+fn a_batch_of_the_wrong_width_on_one_worker_fails_a_sharded_dense_on_every_worker() {
+    // The sharded Dense's product is computed by the rows' owners: worker 1's batch of 7
+    // columns (the table has 10 rows) fails the collective on both workers at once.
+    let got = on_threads(WORKERS, Duration::from_secs(30), |rank, kv| {
+        let started = std::time::Instant::now();
+        let dense = Dense::new(3).in_units(10).grad_stype(SType::RowSparse);
+        dense
+            .initialize(&Initializer::Uniform { scale: 0.1 }, Device::Cpu)
+            .unwrap();
+        let mut t = Trainer::new(vec![dense.weight().clone()], Sgd::new(0.1))
+            .unwrap()
+            .with_kvstore_update(kv)
+            .unwrap();
+        t.shard_parameter(dense.weight()).unwrap();
+        let cols = if rank == 1 { 7 } else { 10 };
+        let mut v = vec![0f32; cols];
+        v[2] = 1.0;
+        let x = NDArray::from_vec(v, &[1, cols])
+            .unwrap()
+            .tostype(SType::Csr)
+            .unwrap();
+        let err = dense.forward(&x).unwrap_err().to_string();
+        (err, started.elapsed())
+    });
+    for (rank, (err, took)) in got.into_iter().enumerate() {
+        assert!(
+            err.contains("failed on 1 of 2 workers") && err.contains("10 columns"),
+            "worker {rank}: {err}"
+        );
         assert!(
             took < Duration::from_secs(20),
             "worker {rank} waited {took:?}"

@@ -312,23 +312,7 @@ impl Parameter {
     pub fn stage_for_csr(&self, x: &NDArray) -> Result<(NDArray, NDArray)> {
         self.refuse_trace();
         if let Some(rows) = self.row_source() {
-            let shape = self.shape();
-            let dims = x.dims();
-            if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != shape[0] {
-                return Err(Error::shape(
-                    "Parameter::stage_for_csr",
-                    format!(
-                        "parameter '{}' is a table of {} rows ({}), so a batch reads it as a \
-                         csr array with {} columns; got {:?} {:?}",
-                        self.inner.name,
-                        shape[0],
-                        rows.0.describe(),
-                        shape[0],
-                        x.stype(),
-                        dims
-                    ),
-                ));
-            }
+            self.check_table_batch("Parameter::stage_for_csr", &rows, x)?;
         }
         let (cols, xc) = sparse::compact_columns(&x.to_device(Device::Cpu)?)?;
         if let Some(rows) = self.row_source() {
@@ -338,6 +322,61 @@ impl Parameter {
         let device = self.device();
         let wk = sparse::stage_rows(&w, &cols, device)?;
         Ok((xc.to_device(device)?, wk))
+    }
+
+    /// `x . weight` for a csr batch `x` and a weight read a batch's rows at a time
+    /// ([`Self::stages_rows`]), differentiable (the weight's gradient is row_sparse over the
+    /// batch's columns). A sharded weight's product is computed by the rows' owners
+    /// ([`RowSource::csr_dot`](crate::RowSource::csr_dot): collective, on the CPU); a
+    /// host-resident one multiplies the rows staged by [`Self::stage_for_csr`].
+    pub fn csr_dot(&self, x: &NDArray) -> Result<NDArray> {
+        let Some(rows) = self.row_source() else {
+            let (xc, wk) = self.stage_for_csr(x)?;
+            return xc.dot(&wk);
+        };
+        self.refuse_trace();
+        // A batch of the wrong width is the source's error, raised on every worker at once (a
+        // worker failing here alone would leave the others waiting in the collective).
+        let shape = self.shape();
+        let y = rows.0.csr_dot(x)?;
+        let want = [x.dims().first().copied().unwrap_or(0), shape[1]];
+        if y.dims()[..] != want || y.dtype() != self.dtype() {
+            return Err(Error::shape(
+                "Parameter::csr_dot",
+                format!(
+                    "parameter '{}': {} gave a product {:?} {}, {want:?} {} was expected",
+                    self.inner.name,
+                    rows.0.describe(),
+                    &y.dims()[..],
+                    y.dtype().name(),
+                    self.dtype().name()
+                ),
+            ));
+        }
+        Ok(y)
+    }
+
+    /// A sharded table is read by csr batches with one column per table row (and is 2-d for
+    /// a product).
+    fn check_table_batch(&self, op: &'static str, rows: &Rows, x: &NDArray) -> Result<()> {
+        let shape = self.shape();
+        let dims = x.dims();
+        if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != shape[0] {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "parameter '{}' is a table of {} rows ({}), so a batch reads it as a csr \
+                     array with {} columns; got {:?} {:?}",
+                    self.inner.name,
+                    shape[0],
+                    rows.0.describe(),
+                    shape[0],
+                    x.stype(),
+                    dims
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// For a host-resident table and integer ids (any shape, on any device): the ids

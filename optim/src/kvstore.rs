@@ -19,6 +19,18 @@ pub fn shard_range(rows: usize, rank: usize, workers: usize) -> (usize, usize) {
     (at(rank), at(rank + 1))
 }
 
+/// What [`KVStore::sharded_dot`] keeps for its backward: every worker's batch restricted to
+/// the rows of the table this worker owns, as one csr array (the workers' batches one after
+/// another, columns counted from this worker's first row), and the first row of each
+/// worker's batch in it (one entry per worker, then the total).
+#[derive(Debug, Clone)]
+pub struct ShardedDot {
+    /// The workers' batches on this worker's columns, `[sum of batch rows, shard rows]`.
+    pub own: NDArray,
+    /// Where each worker's batch starts in `own`, and its row count at the end.
+    pub starts: Vec<usize>,
+}
+
 /// A key-value store with MXNet's semantics (`mx.kv.create(...)`).
 ///
 /// Keys are integers (a [`Trainer`](crate::Trainer) uses each parameter's index). Every worker
@@ -112,6 +124,47 @@ pub trait KVStore: Send {
     fn table_shard(&self, key: usize) -> Result<(usize, usize, NDArray)> {
         Err(sparrow_core::Error::arg(
             "KVStore::table_shard",
+            format!(
+                "the '{}' store keeps no sharded tables (key {key})",
+                self.kind()
+            ),
+        ))
+    }
+
+    /// `x . table` for the sharded table `key` ([`KVStore::init_sharded`], 2-d) and a csr batch
+    /// `x` with one column per table row, computed by the rows' owners: every worker's batch
+    /// goes to every worker, each multiplies the batches' columns it owns by its rows, and
+    /// each worker sums the products its batch got from the owners (in owner order). Only the
+    /// batches and the `[batch, table columns]` products travel, not the rows, and each
+    /// worker reads and writes only its own rows. Returns the product and what
+    /// [`KVStore::sharded_dot_backward`] needs. Collective: every worker calls it with the same
+    /// key at the same point of its step. The default refuses (a store that cannot shard).
+    fn sharded_dot(&mut self, key: usize, x: &NDArray) -> Result<(NDArray, ShardedDot)> {
+        let _ = x;
+        Err(sparrow_core::Error::arg(
+            "KVStore::sharded_dot",
+            format!(
+                "the '{}' store keeps no sharded tables (key {key})",
+                self.kind()
+            ),
+        ))
+    }
+
+    /// The gradient of this worker's rows of the table `key` from a [`KVStore::sharded_dot`]
+    /// whose product got the gradient `dy` (dense, `[batch, table columns]`): every worker's
+    /// `dy` goes to every worker, and each computes the gradient of its own rows over all the
+    /// workers' batches (row_sparse, the table's shape and row ids, only this worker's rows),
+    /// which a push to the key then applies on this worker alone. Collective, like the
+    /// product. The default refuses.
+    fn sharded_dot_backward(
+        &mut self,
+        key: usize,
+        parts: &ShardedDot,
+        dy: &NDArray,
+    ) -> Result<NDArray> {
+        let _ = (parts, dy);
+        Err(sparrow_core::Error::arg(
+            "KVStore::sharded_dot_backward",
             format!(
                 "the '{}' store keeps no sharded tables (key {key})",
                 self.kind()

@@ -141,12 +141,15 @@ impl Block for Dense {
         let xshape = x.dims();
         let (y, lead) = if x.stype() == SType::Csr {
             if self.weight.stages_rows() {
-                // A weight over its device's budget stays in host memory, and a sharded one
-                // lives in a store's workers: the batch's rows are staged on the device (pulled
-                // from their owners) and their gradient comes back as row_sparse.
-                self.weight.infer_shape(&[xshape[1], self.units])?;
-                let (xc, wk) = self.weight.stage_for_csr(x)?;
-                (xc.dot(&wk)?, Shape::from_slice(&xshape[..1]))
+                // A weight over its device's budget stays in host memory (the batch's rows are
+                // staged on the device), and a sharded one lives in a store's workers (the
+                // rows' owners compute the product); the gradient comes back as row_sparse.
+                // A sharded table's shape is known; a batch of the wrong width is the store's
+                // error, raised on every worker at once instead of on this one alone.
+                if !self.weight.is_sharded() {
+                    self.weight.infer_shape(&[xshape[1], self.units])?;
+                }
+                (self.weight.csr_dot(x)?, Shape::from_slice(&xshape[..1]))
             } else {
                 let w = self.infer(xshape[1])?;
                 // Core's csr x dense kernel: its weight gradient is row_sparse over the batch's

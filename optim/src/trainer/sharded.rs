@@ -42,13 +42,19 @@ pub(super) struct Table {
     pending: Option<State>,
 }
 
-/// Rows pulled for the step in progress: their sorted distinct ids, their values (the leaf
-/// whose gradient the step pushes) and the id of the gradient array they had when pulled (a
-/// backward replaces it, so the same id at the step means no backward reached the rows).
-struct Pulled {
-    ids: Vec<i64>,
-    rows: NDArray,
-    before: Option<u64>,
+/// A recorded read of a table in the step in progress, whose gradient the step pushes.
+enum Pulled {
+    /// Rows pulled from their owners: their sorted distinct ids, their values (the leaf whose
+    /// gradient the step pushes) and the id of the gradient array they had when pulled (a
+    /// backward replaces it, so the same id at the step means no backward reached the rows).
+    Rows {
+        ids: Vec<i64>,
+        rows: NDArray,
+        before: Option<u64>,
+    },
+    /// A product computed by the owners ([`KVStore::sharded_dot`]): its backward leaves here
+    /// the gradient of this worker's rows (row_sparse, the table's shape).
+    Product(Arc<Mutex<Option<NDArray>>>),
 }
 
 /// What pulling a table's rows needs: the trainer's store, the table's key and description,
@@ -76,7 +82,7 @@ impl TableRows {
             // The rows' values are a handle of their own: the leaf the gradient comes to.
             rows.attach_grad();
             let before = rows.grad().map(|g| g.id());
-            self.pulls().push(Pulled {
+            self.pulls().push(Pulled::Rows {
                 ids: ids.clone(),
                 rows: rows.clone(),
                 before,
@@ -97,17 +103,28 @@ impl TableRows {
         let mut stale = false;
         let mut sum: Option<NDArray> = None;
         for p in pulls {
-            let Some(g) = p.rows.grad().filter(|g| Some(g.id()) != p.before) else {
-                stale = true;
-                continue;
+            let g = match p {
+                Pulled::Rows { ids, rows, before } => {
+                    let Some(g) = rows.grad().filter(|g| Some(g.id()) != before) else {
+                        stale = true;
+                        continue;
+                    };
+                    // A dense leaf's gradient is dense; anything else is made so.
+                    let g = if g.stype() == SType::Dense {
+                        g
+                    } else {
+                        g.tostype(SType::Dense)?
+                    };
+                    NDArray::row_sparse_from_arrays(&g, ids, &self.shape)?
+                }
+                Pulled::Product(slot) => {
+                    let Some(g) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+                        stale = true;
+                        continue;
+                    };
+                    g
+                }
             };
-            // A dense leaf's gradient is dense; anything else is made so.
-            let g = if g.stype() == SType::Dense {
-                g
-            } else {
-                g.tostype(SType::Dense)?
-            };
-            let g = NDArray::row_sparse_from_arrays(&g, p.ids, &self.shape)?;
             sum = Some(match sum {
                 None => g,
                 Some(s) => sparse::add_grads(&s, &g)?,
@@ -134,6 +151,42 @@ impl RowSource for TableRows {
             ));
         }
         Ok(rows)
+    }
+
+    /// The owners compute the product ([`KVStore::sharded_dot`]); inside `autograd::record`
+    /// its backward (collective: every worker's backward reaches it at the same point) leaves
+    /// the gradient of this worker's rows for the next step to push.
+    fn csr_dot(&self, x: &NDArray) -> Result<NDArray> {
+        let named =
+            |e: Error| Error::arg("Parameter::csr_dot", format!("table '{}': {e}", self.name));
+        let (y, parts) = lock(&self.store).sharded_dot(self.key, x).map_err(named)?;
+        if !autograd::is_recording() {
+            return Ok(y);
+        }
+        let slot = Arc::new(Mutex::new(None));
+        self.pulls().push(Pulled::Product(slot.clone()));
+        // The product's input in the graph: the table is not an array here, so a scalar leaf
+        // stands for it and gets no gradient; the backward's work is the table's gradient.
+        let anchor = NDArray::scalar(0f32);
+        anchor.attach_grad();
+        let (store, key, name) = (self.store.clone(), self.key, self.name.clone());
+        Ok(autograd::record_op(
+            "sharded_dot",
+            y,
+            &[&anchor],
+            move |dy| {
+                let g = lock(&store)
+                    .sharded_dot_backward(key, &parts, dy)
+                    .map_err(|e| Error::arg("backward", format!("table '{name}': {e}")))?;
+                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                // A second backward through the same product adds up, as a leaf's gradient would.
+                *slot = Some(match slot.take() {
+                    Some(prev) => sparse::add_grads(&prev, &g)?,
+                    None => g,
+                });
+                Ok(vec![None])
+            },
+        ))
     }
 
     fn describe(&self) -> String {
