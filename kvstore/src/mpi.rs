@@ -215,6 +215,10 @@ impl Transport for MpiTransport {
         let total: usize = counts.iter().map(|&c| c as usize).sum();
         // Shrinking keeps the capacity; growing zeroes only the new part.
         recv.resize(total, 0);
+        // See `all_to_all_into`: the receive buffer must not share an empty send's address.
+        if recv.capacity() == 0 {
+            recv.reserve(1);
+        }
         {
             let mut part = PartitionMut::new(&mut recv[..], &counts[..], &displs[..]);
             self.world.all_gather_varcount_into(send, &mut part);
@@ -277,6 +281,11 @@ impl Transport for MpiTransport {
         let total: usize = rcounts.iter().map(|&c| c as usize).sum();
         // Shrinking keeps the capacity; growing zeroes only the new part.
         recv.resize(total, 0);
+        // Two empty buffers that never allocated share one dangling address, and MPI refuses a
+        // send buffer that is the receive buffer (MPI_ERR_ARG): the receive buffer allocates.
+        if recv.capacity() == 0 {
+            recv.reserve(1);
+        }
         {
             let sp = Partition::new(send, &scounts[..], &sdispls[..]);
             let mut rp = PartitionMut::new(&mut recv[..], &rcounts[..], &rdispls[..]);

@@ -128,13 +128,18 @@ pub(crate) fn push<T: Transport>(
     let (shape, lo, hi) = (s.shape.clone(), s.lo, s.hi);
     let row: usize = shape[1..].iter().product();
     let (ids, rows) = local.row_sparse_parts()?;
-    // Every owner's rows, one after another in one reused message.
+    // Every other owner's rows, one after another in one reused message; this worker's own
+    // rows stay here (an empty part to itself).
+    let rank = store.transport.rank();
+    let split = split_ids(&ids, &owners(shape[0], n));
     let mut w = wire::Writer(std::mem::take(&mut store.send));
     w.0.clear();
     let mut parts = Vec::with_capacity(n);
-    for (a, b) in split_ids(&ids, &owners(shape[0], n)) {
+    for (r, &(a, b)) in split.iter().enumerate() {
         let start = w.0.len();
-        w.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
+        if r != rank {
+            w.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
+        }
         parts.push(start..w.0.len());
     }
     let mut recv = std::mem::take(&mut store.recv);
@@ -144,17 +149,29 @@ pub(crate) fn push<T: Transport>(
     // The owner's merge, in worker order, then its ids made local to the shard. Where no other
     // worker sent rows and this one pushed only its own (the gradient of a product the owners
     // computed, `sharded_dot`), the push is its own rows as they are.
-    let slices: Vec<&[u8]> = got.iter().map(|r| &recv[r.clone()]).collect();
-    let rank = store.transport.rank();
-    let alone = slices
-        .iter()
-        .enumerate()
-        .all(|(r, p)| r == rank || wire::Reader::new(p).u64().is_ok_and(|k| k == 0));
-    let all_mine = ids.first().is_none_or(|&i| i as usize >= lo)
-        && ids.last().is_none_or(|&i| (i as usize) < hi);
-    let merged = if alone && all_mine {
+    let (a, b) = split[rank];
+    let alone = got.iter().enumerate().all(|(r, p)| {
+        r == rank
+            || wire::Reader::new(&recv[p.clone()])
+                .u64()
+                .is_ok_and(|k| k == 0)
+    });
+    let merged = if alone && (a, b) == (0, ids.len()) {
         Ok((ids, rows))
     } else {
+        let mut mine = wire::Writer::default();
+        mine.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
+        let slices: Vec<&[u8]> = got
+            .iter()
+            .enumerate()
+            .map(|(r, p)| {
+                if r == rank {
+                    &mine.0[..]
+                } else {
+                    &recv[p.clone()]
+                }
+            })
+            .collect();
         merge_rows(&slices, local.dtype(), &shape).and_then(|m| m.row_sparse_parts())
     };
     store.recv = recv;
