@@ -227,7 +227,11 @@ pub(crate) fn forward<T: Transport>(
     x: &NDArray,
 ) -> Result<(NDArray, ShardedDot)> {
     let rank = store.transport.rank();
-    let local = table(store, OP, key).and_then(|s| {
+    // What can fail before the gather goes into this worker's header, so that it fails the
+    // call on every worker instead of leaving the others waiting.
+    let x = x.to_device(sparrow_core::Device::Cpu);
+    let local = x.clone().and_then(|x| {
+        let s = table(store, OP, key)?;
         let dims = x.dims();
         if x.stype() != SType::Csr || dims.len() != 2 || dims[1] != s.shape[0] {
             return Err(Error::shape(
@@ -257,9 +261,9 @@ pub(crate) fn forward<T: Transport>(
     let mut w = Writer(std::mem::take(&mut store.send));
     w.0.clear();
     w.bytes(&header("sharded_dot", key, &local).encode());
-    let wrote = match &local {
-        Ok(_) => write_batch(&mut w, &x.to_device(sparrow_core::Device::Cpu)?),
-        Err(_) => Ok(()),
+    let wrote = match (&local, &x) {
+        (Ok(_), Ok(x)) => write_batch(&mut w, x),
+        _ => Ok(()),
     };
     let mut recv = std::mem::take(&mut store.recv);
     let got = store.transport.all_gather_into(&w.0, &mut recv);
@@ -306,13 +310,15 @@ pub(crate) fn backward<T: Transport>(
     dy: &NDArray,
 ) -> Result<NDArray> {
     let (rank, n) = (store.transport.rank(), store.transport.size());
+    // As in the product: what fails before the gather fails every worker.
     let dy = if dy.stype() == SType::Dense {
-        dy.to_device(sparrow_core::Device::Cpu)?
+        dy.to_device(sparrow_core::Device::Cpu)
     } else {
-        dy.tostype(SType::Dense)?
-            .to_device(sparrow_core::Device::Cpu)?
+        dy.tostype(SType::Dense)
+            .and_then(|d| d.to_device(sparrow_core::Device::Cpu))
     };
-    let local = table(store, OP_BACK, key).and_then(|s| {
+    let local = dy.clone().and_then(|dy| {
+        let s = table(store, OP_BACK, key)?;
         if parts.starts.len() != n + 1 || parts.starts.windows(2).any(|w| w[0] > w[1]) {
             return Err(Error::arg(
                 OP_BACK,
@@ -341,9 +347,9 @@ pub(crate) fn backward<T: Transport>(
     let mut w = Writer(std::mem::take(&mut store.send));
     w.0.clear();
     w.bytes(&header("sharded_dot_backward", key, &local).encode());
-    let wrote = match &local {
-        Ok(_) => w.values(&dy).map(|_| ()),
-        Err(_) => Ok(()),
+    let wrote = match (&local, &dy) {
+        (Ok(_), Ok(dy)) => w.values(dy).map(|_| ()),
+        _ => Ok(()),
     };
     let mut recv = std::mem::take(&mut store.recv);
     let got = store.transport.all_gather_into(&w.0, &mut recv);

@@ -356,8 +356,7 @@ impl Parameter {
         Ok(y)
     }
 
-    /// A sharded table is read by csr batches with one column per table row (and is 2-d for
-    /// a product).
+    /// A table's batch is a csr array with one column per table row.
     fn check_table_batch(&self, op: &'static str, rows: &Rows, x: &NDArray) -> Result<()> {
         let shape = self.shape();
         let dims = x.dims();
