@@ -16,7 +16,7 @@ use sparrow_core::{sparse, DType, Element, Error, NDArray, Result, SType};
 use sparrow_optim::ShardedDot;
 
 use crate::sharded::Shard;
-use crate::store::{unknown_key, Slot, SyncStore};
+use crate::store::{sum_raw, unknown_key, Slot, SyncStore};
 use crate::transport::Transport;
 use crate::wire::{check_headers, Header, Plain, Reader, Writer};
 
@@ -59,6 +59,33 @@ fn header(op: &str, key: usize, local: &Result<(Vec<usize>, DType)>) -> Header {
         }
         Err(e) => Header::new(op, key, Err(e)),
     }
+}
+
+/// Gather every worker's header for a call on the table `key` and, where its call is good,
+/// the payload `write` appends: returns where each worker's part lies in the received buffer
+/// and that buffer (the store's, to be handed back to `store.recv` once read). A payload that
+/// fails to write makes this worker's part a header alone, which the others read as
+/// malformed: every worker fails.
+fn gather<T: Transport>(
+    store: &mut SyncStore<T>,
+    op: &str,
+    key: usize,
+    local: &Result<(Vec<usize>, DType)>,
+    write: impl FnOnce(&mut Writer) -> Result<()>,
+) -> (Result<Vec<Range<usize>>>, Vec<u8>) {
+    let mut w = Writer(std::mem::take(&mut store.send));
+    w.0.clear();
+    w.bytes(&header(op, key, local).encode());
+    if local.is_ok() {
+        let at = w.0.len();
+        if write(&mut w).is_err() {
+            w.0.truncate(at);
+        }
+    }
+    let mut recv = std::mem::take(&mut store.recv);
+    let got = store.transport.all_gather_into(&w.0, &mut recv);
+    store.send = w.0;
+    (got, recv)
 }
 
 /// Every worker's header and payload of one gather (each part is a length-prefixed header
@@ -166,46 +193,6 @@ fn own_batches(
     }
 }
 
-/// The owners' parts of this worker's product (`[rows, cols]` each, raw little-endian bytes)
-/// summed in owner order.
-fn sum_parts(parts: &[&[u8]], dtype: DType, rows: usize, cols: usize) -> Result<NDArray> {
-    fn sum<E, const N: usize>(
-        parts: &[&[u8]],
-        shape: [usize; 2],
-        from_le: fn([u8; N]) -> E,
-    ) -> Result<NDArray>
-    where
-        E: Element + std::ops::AddAssign,
-    {
-        let n = shape[0] * shape[1];
-        let mut out = vec![E::default(); n];
-        for (w, p) in parts.iter().enumerate() {
-            if p.len() != n * N {
-                return Err(Error::arg(
-                    OP,
-                    format!(
-                        "malformed product from worker {w}: {} bytes for {n} values",
-                        p.len()
-                    ),
-                ));
-            }
-            let src = p
-                .chunks_exact(N)
-                .map(|c| from_le(c.try_into().expect("N bytes")));
-            if w == 0 {
-                out.iter_mut().zip(src).for_each(|(d, v)| *d = v);
-            } else {
-                out.iter_mut().zip(src).for_each(|(d, v)| *d += v);
-            }
-        }
-        NDArray::from_vec(out, &shape)
-    }
-    match dtype {
-        DType::F32 => sum(parts, [rows, cols], f32::from_le_bytes),
-        _ => sum(parts, [rows, cols], f64::from_le_bytes),
-    }
-}
-
 /// Write a csr batch's non-zeros: row pointers, columns, values.
 fn write_batch(w: &mut Writer, x: &NDArray) -> Result<()> {
     fn put<E: Element + Plain>(w: &mut Writer, x: &NDArray) -> Result<()> {
@@ -258,18 +245,11 @@ pub(crate) fn forward<T: Transport>(
         Ok((s.shape.clone(), s.dtype))
     });
     // 1. Every worker's batch to every worker, behind its header.
-    let mut w = Writer(std::mem::take(&mut store.send));
-    w.0.clear();
-    w.bytes(&header("sharded_dot", key, &local).encode());
-    let wrote = match (&local, &x) {
-        (Ok(_), Ok(x)) => write_batch(&mut w, x),
-        _ => Ok(()),
-    };
-    let mut recv = std::mem::take(&mut store.recv);
-    let got = store.transport.all_gather_into(&w.0, &mut recv);
-    store.send = w.0;
+    let (got, recv) = gather(store, "sharded_dot", key, &local, |w| match &x {
+        Ok(x) => write_batch(w, x),
+        Err(_) => Ok(()),
+    });
     let result = got.and_then(|ranges| {
-        wrote?;
         let mut parts = gathered(OP, &recv, &ranges)?;
         let (shape, dtype) = local?;
         let s = table(store, OP, key)?;
@@ -295,7 +275,8 @@ pub(crate) fn forward<T: Transport>(
     store.send = w.0;
     let out = got.and_then(|ranges| {
         let slices: Vec<&[u8]> = ranges.iter().map(|r| &recv[r.clone()]).collect();
-        sum_parts(&slices, dtype, starts[rank + 1] - starts[rank], cols)
+        // The owners' parts of this worker's product, summed in owner order.
+        sum_raw(&slices, dtype, &[starts[rank + 1] - starts[rank], cols])
     });
     store.recv = recv;
     Ok((out?, ShardedDot { own, starts }))
@@ -344,18 +325,11 @@ pub(crate) fn backward<T: Transport>(
         Ok((s.shape.clone(), s.dtype))
     });
     // Every worker's gradient of its product to every worker, behind its header.
-    let mut w = Writer(std::mem::take(&mut store.send));
-    w.0.clear();
-    w.bytes(&header("sharded_dot_backward", key, &local).encode());
-    let wrote = match (&local, &dy) {
-        (Ok(_), Ok(dy)) => w.values(dy).map(|_| ()),
-        _ => Ok(()),
-    };
-    let mut recv = std::mem::take(&mut store.recv);
-    let got = store.transport.all_gather_into(&w.0, &mut recv);
-    store.send = w.0;
+    let (got, recv) = gather(store, "sharded_dot_backward", key, &local, |w| match &dy {
+        Ok(dy) => w.values(dy).map(|_| ()),
+        Err(_) => Ok(()),
+    });
     let dy_all = got.and_then(|ranges| {
-        wrote?;
         let mut readers = gathered(OP_BACK, &recv, &ranges)?;
         let (shape, dtype) = local?;
         let total = parts.starts[n];

@@ -891,20 +891,29 @@ fn union_sorted(a: &[i64], b: &[i64]) -> Vec<i64> {
 
 /// Every worker's dense value (as [`Writer::values`] wrote it) summed in worker order.
 fn sum_dense(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Result<NDArray> {
+    let raw = parts
+        .iter()
+        .map(|p| Reader::new(p).bytes())
+        .collect::<Result<Vec<_>>>()?;
+    sum_raw(&raw, dtype, shape)
+}
+
+/// Every worker's values of `shape` (raw little-endian bytes) summed in worker order.
+pub(crate) fn sum_raw(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Result<NDArray> {
     match dtype {
-        DType::F32 => sum_dense_typed(parts, shape, f32::from_le_bytes),
-        DType::F64 => sum_dense_typed(parts, shape, f64::from_le_bytes),
+        DType::F32 => sum_raw_typed(parts, shape, f32::from_le_bytes),
+        DType::F64 => sum_raw_typed(parts, shape, f64::from_le_bytes),
         other => Err(Error::dtype(
             "KVStore::push",
             format!(
-                "dense pushes are summed as float32 or float64, got {}",
+                "dense values are summed as float32 or float64, got {}",
                 other.name()
             ),
         )),
     }
 }
 
-fn sum_dense_typed<E, const N: usize>(
+fn sum_raw_typed<E, const N: usize>(
     parts: &[&[u8]],
     shape: &[usize],
     from_le: impl Fn([u8; N]) -> E + Copy,
@@ -914,10 +923,12 @@ where
 {
     let n: usize = shape.iter().product();
     let mut out = vec![E::default(); n];
-    for (w, p) in parts.iter().enumerate() {
-        let b = Reader::new(p).bytes()?;
+    for (w, b) in parts.iter().enumerate() {
         if b.len() != n * N {
-            return Err(malformed(format!("{} bytes for {n} dense values", b.len())));
+            return Err(malformed(format!(
+                "{} bytes from worker {w} for {n} dense values",
+                b.len()
+            )));
         }
         let src = b
             .chunks_exact(N)
