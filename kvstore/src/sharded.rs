@@ -125,7 +125,7 @@ pub(crate) fn push<T: Transport>(
     let Some(Slot::Sharded(s)) = store.slots.get(&key) else {
         return Err(unknown_key("KVStore::push", key));
     };
-    let (shape, lo, hi) = (s.shape.clone(), s.lo, s.hi);
+    let shape = s.shape.clone();
     let row: usize = shape[1..].iter().product();
     let (ids, rows) = local.row_sparse_parts()?;
     // Every other owner's rows, one after another in one reused message; this worker's own
@@ -176,27 +176,72 @@ pub(crate) fn push<T: Transport>(
     };
     store.recv = recv;
     let (ids, vals) = merged?;
+    apply_owned(store, "KVStore::push", key, &ids, &vals)
+}
+
+/// [`KVStore::update_owned`](sparrow_optim::KVStore::update_owned): `grad` (row_sparse, the
+/// table's shape, only this worker's rows) applied to this worker's shard, no exchange.
+pub(crate) fn update_owned<T: Transport>(
+    store: &mut SyncStore<T>,
+    key: usize,
+    grad: &NDArray,
+) -> Result<()> {
+    const OP: &str = "KVStore::update_owned";
+    let Some(Slot::Sharded(s)) = store.slots.get(&key) else {
+        return Err(Error::arg(
+            OP,
+            format!("key {key} is not a sharded table of this store"),
+        ));
+    };
+    if grad.stype() != SType::RowSparse || grad.shape() != s.shape || grad.dtype() != s.dtype {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "key {key}: a gradient of the table is a row_sparse {} {:?} array; got {} {} {:?}",
+                s.dtype.name(),
+                s.shape,
+                wire::stype_name(grad.stype()),
+                grad.dtype().name(),
+                grad.shape()
+            ),
+        ));
+    }
+    let (ids, vals) = grad.row_sparse_parts()?;
+    apply_owned(store, OP, key, &ids, &vals)
+}
+
+/// Update this worker's shard of `key` with the gradient rows `ids` (the table's row ids, all
+/// this worker's) and their values, with the store's optimizer.
+fn apply_owned<T: Transport>(
+    store: &mut SyncStore<T>,
+    op: &'static str,
+    key: usize,
+    ids: &[i64],
+    vals: &NDArray,
+) -> Result<()> {
+    let Some(Slot::Sharded(s)) = store.slots.get(&key) else {
+        return Err(unknown_key(op, key));
+    };
+    let (shape, lo, hi) = (s.shape.clone(), s.lo, s.hi);
     if let Some(&bad) = ids
         .iter()
         .find(|&&i| (i as usize) < lo || (i as usize) >= hi)
     {
         return Err(Error::index(
-            "KVStore::push",
-            format!("key {key}: a worker sent row {bad}, outside this worker's rows {lo}..{hi}"),
+            op,
+            format!("key {key}: row {bad} is outside this worker's rows {lo}..{hi}"),
         ));
     }
-    let mut shard_shape = shape.clone();
+    let mut shard_shape = shape;
     shard_shape[0] = hi - lo;
     let local_ids: Vec<i64> = ids.iter().map(|&i| i - lo as i64).collect();
-    let grad = NDArray::row_sparse_from_arrays(&vals, local_ids, &shard_shape)?;
-    let opt = store.optimizer.as_mut().ok_or_else(|| {
-        Error::arg(
-            "KVStore::push",
-            format!("key {key} is sharded: set_optimizer first"),
-        )
-    })?;
+    let grad = NDArray::row_sparse_from_arrays(vals, local_ids, &shard_shape)?;
+    let opt = store
+        .optimizer
+        .as_mut()
+        .ok_or_else(|| Error::arg(op, format!("key {key} is sharded: set_optimizer first")))?;
     let Some(Slot::Sharded(s)) = store.slots.get_mut(&key) else {
-        return Err(unknown_key("KVStore::push", key));
+        return Err(unknown_key(op, key));
     };
     if s.state.is_none() {
         s.state = Some(opt.create_state(key, &s.value)?);

@@ -652,6 +652,10 @@ impl<T: Transport> KVStore for SyncStore<T> {
         crate::sharded_dot::backward(self, key, parts, dy)
     }
 
+    fn update_owned(&mut self, key: usize, grad: &NDArray) -> Result<()> {
+        crate::sharded::update_owned(self, key, grad)
+    }
+
     fn row_sparse_pull(&mut self, key: usize, out: &[NDArray], row_ids: &[i64]) -> Result<()> {
         const OP: &str = "KVStore::row_sparse_pull";
         let checked = self.meta(OP, key).and_then(|(shape, dtype)| {

@@ -775,3 +775,40 @@ fn a_wrong_batch_or_gradient_on_one_worker_fails_the_sharded_dot_on_all() {
         assert!(errs[2].contains("not a sharded table"), "{}", errs[2]);
     }
 }
+
+#[test]
+fn update_owned_applies_a_workers_own_rows_without_an_exchange() {
+    // Worker r updates its own rows alone (no collective: worker 1 makes a second call that
+    // worker 0 does not); rows outside its shard, a wrong shape and a replicated key are errors.
+    let got = on_workers(2, |r, kv| {
+        let (lo, hi) = shard_range(6, r, 2);
+        kv.set_optimizer(Box::new(Sgd::new(0.5))).unwrap();
+        kv.init_sharded(0, &[6, 2], &dense(&vec![1.0; (hi - lo) * 2], &[hi - lo, 2]))
+            .unwrap();
+        let mine = rsp(vec![lo as i64 + 1], &[2.0, 4.0], &[6, 2]);
+        kv.update_owned(0, &mine).unwrap();
+        if r == 1 {
+            kv.update_owned(0, &mine).unwrap();
+        }
+        let theirs = rsp(vec![((hi % 6) + 1) as i64], &[1.0, 1.0], &[6, 2]);
+        let errs = vec![
+            err(kv.update_owned(0, &theirs)),
+            err(kv.update_owned(0, &rsp(vec![1], &[1.0, 1.0, 1.0], &[6, 3]))),
+            err(kv.update_owned(9, &mine)),
+        ];
+        let (_, _, shard) = kv.shard(0).unwrap();
+        (shard.to_vec::<f32>().unwrap(), errs)
+    });
+    // Row lo+1 of each shard: 1 - 0.5 * g once (worker 0), twice (worker 1).
+    assert_eq!(got[0].0, vec![1.0, 1.0, 0.0, -1.0, 1.0, 1.0]);
+    assert_eq!(got[1].0, vec![1.0, 1.0, -1.0, -3.0, 1.0, 1.0]);
+    for (_, errs) in &got {
+        assert!(
+            errs[0].contains("outside this worker's rows"),
+            "{}",
+            errs[0]
+        );
+        assert!(errs[1].contains("row_sparse float32 [6, 2]"), "{}", errs[1]);
+        assert!(errs[2].contains("not a sharded table"), "{}", errs[2]);
+    }
+}

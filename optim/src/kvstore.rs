@@ -172,6 +172,22 @@ pub trait KVStore: Send {
         ))
     }
 
+    /// Apply `grad` (row_sparse, the table's shape and row ids, only rows this worker owns) to
+    /// this worker's shard of the sharded table `key` with the store's optimizer, as a push
+    /// would once the owners had merged the workers' rows, but with no exchange: the gradient
+    /// of a [`KVStore::sharded_dot`] is already complete on its owner. Not collective; every
+    /// worker calls it where the others would push. The default refuses.
+    fn update_owned(&mut self, key: usize, grad: &NDArray) -> Result<()> {
+        let _ = grad;
+        Err(sparrow_core::Error::arg(
+            "KVStore::update_owned",
+            format!(
+                "the '{}' store keeps no sharded tables (key {key})",
+                self.kind()
+            ),
+        ))
+    }
+
     /// The rows `row_ids` (any order, repeats ignored) of `key`'s value, as a row_sparse array
     /// assigned to every `out` (each of the key's shape and dtype). Collective on stores whose
     /// rows live on other workers (sharded tables).

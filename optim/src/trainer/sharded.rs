@@ -97,9 +97,11 @@ impl TableRows {
 
     /// The gradient of this step's pulls as one row_sparse array (several pulls of the same
     /// rows add up), or `None` when no pull got a gradient; `stale` says whether some pull
-    /// got none.
-    fn take_gradient(&self) -> Result<(Option<NDArray>, bool)> {
+    /// got none; `owned` whether every read was a product computed by the owners (so the
+    /// gradient holds only this worker's rows, complete: no exchange is needed to apply it).
+    fn take_gradient(&self) -> Result<(Option<NDArray>, bool, bool)> {
         let pulls = std::mem::take(&mut *self.pulls());
+        let owned = !pulls.is_empty() && pulls.iter().all(|p| matches!(p, Pulled::Product(_)));
         let mut stale = false;
         let mut sum: Option<NDArray> = None;
         for p in pulls {
@@ -130,7 +132,7 @@ impl TableRows {
                 Some(s) => sparse::add_grads(&s, &g)?,
             });
         }
-        Ok((sum, stale))
+        Ok((sum, stale, owned))
     }
 }
 
@@ -672,7 +674,7 @@ impl Trainer {
         let mut stale = Vec::new();
         for t in &self.tables {
             let t = &t.rows;
-            let (grad, some_stale) = t.take_gradient()?;
+            let (grad, some_stale, owned) = t.take_gradient()?;
             if some_stale {
                 stale.push(t.name.clone());
             }
@@ -680,9 +682,15 @@ impl Trainer {
                 Some(g) => g,
                 None => NDArray::row_sparse_from_arrays(&empty_rows(t)?, Vec::new(), &t.shape)?,
             };
-            lock(&t.store)
-                .push(t.key, std::slice::from_ref(&g))
-                .map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.name)))?;
+            // A table read only through products (the same layers on every worker) has its
+            // gradient complete on each owner already: applied there, with no push.
+            let mut store = lock(&t.store);
+            let done = if owned {
+                store.update_owned(t.key, &g)
+            } else {
+                store.push(t.key, std::slice::from_ref(&g))
+            };
+            done.map_err(|e| Error::arg(OP, format!("table '{}': {e}", t.name)))?;
         }
         if !stale.is_empty() && !self.ignore_stale_grad {
             return Err(Error::arg(
