@@ -11,6 +11,8 @@
 //! workers' rows and update them with the trainer's optimizer (lazily where it is lazy), with
 //! the step's `rescale_grad` and learning rate like every other key. No worker ever holds the
 //! whole table, so a table larger than one machine's memory trains.
+//!
+//! [`KVStore::init_sharded`]: crate::KVStore::init_sharded
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -54,6 +56,8 @@ enum Pulled {
     },
     /// A product computed by the owners ([`KVStore::sharded_dot`]): its backward leaves here
     /// the gradient of this worker's rows (row_sparse, the table's shape).
+    ///
+    /// [`KVStore::sharded_dot`]: crate::KVStore::sharded_dot
     Product(Arc<Mutex<Option<NDArray>>>),
 }
 
@@ -157,7 +161,9 @@ impl RowSource for TableRows {
 
     /// The owners compute the product ([`KVStore::sharded_dot`]); inside `autograd::record`
     /// its backward (collective: every worker's backward reaches it at the same point) leaves
-    /// the gradient of this worker's rows for the next step to push.
+    /// the gradient of this worker's rows for the next step to apply.
+    ///
+    /// [`KVStore::sharded_dot`]: crate::KVStore::sharded_dot
     fn csr_dot(&self, x: &NDArray) -> Result<NDArray> {
         let named =
             |e: Error| Error::arg("Parameter::csr_dot", format!("table '{}': {e}", self.name));
@@ -238,11 +244,17 @@ impl Trainer {
     /// Make `param` a table sharded by rows across the workers, its rows and optimizer state
     /// in the store as with [`Trainer::add_sharded_table`], this worker's rows taken from the
     /// parameter's weight (initialize it alike on every worker, e.g. with the same seed). The
-    /// parameter then holds no weight: its layers pull the rows a batch reads through the
-    /// store in their forward ([`Parameter::stage_for_csr`]: a [`sparrow_nn::Dense`] on a csr
-    /// batch; [`Parameter::stage_for_ids`]: an [`sparrow_nn::Embedding`]), and `step` pushes
-    /// their gradient to the rows' owners, who update them. So the single-process training
-    /// loop runs unchanged: `record(|| loss(net.forward(x)))`, `backward`, `step`.
+    /// parameter then holds no weight: its layers read it through the store in their forward.
+    /// A [`sparrow_nn::Dense`] on a csr batch ([`Parameter::csr_dot`]) has the rows' owners
+    /// compute its product and, in the backward, their rows' gradient, which `step` applies
+    /// on each owner ([`KVStore::sharded_dot`], [`KVStore::update_owned`]); an
+    /// [`sparrow_nn::Embedding`] ([`Parameter::stage_for_ids`]) pulls the rows a batch reads,
+    /// and `step` pushes their gradient to the rows' owners, who update them. So the
+    /// single-process training loop runs unchanged: `record(|| loss(net.forward(x)))`,
+    /// `backward`, `step`.
+    ///
+    /// [`KVStore::sharded_dot`]: crate::KVStore::sharded_dot
+    /// [`KVStore::update_owned`]: crate::KVStore::update_owned
     ///
     /// When the whole weight does not fit one worker, leave the parameter uninitialized and
     /// use [`Trainer::shard_parameter_with`]. The parameter leaves the trainer's list of
