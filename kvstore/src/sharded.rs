@@ -146,34 +146,23 @@ pub(crate) fn push<T: Transport>(
     let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
     store.send = w.0;
     let got = got?;
-    // The owner's merge, in worker order, then its ids made local to the shard. Where no other
-    // worker sent rows and this one pushed only its own (the gradient of a product the owners
-    // computed, `sharded_dot`), the push is its own rows as they are.
+    // The owner's merge, in worker order (its own part in its place), then its ids made local
+    // to the shard.
     let (a, b) = split[rank];
-    let alone = got.iter().enumerate().all(|(r, p)| {
-        r == rank
-            || wire::Reader::new(&recv[p.clone()])
-                .u64()
-                .is_ok_and(|k| k == 0)
-    });
-    let merged = if alone && (a, b) == (0, ids.len()) {
-        Ok((ids, rows))
-    } else {
-        let mut mine = wire::Writer::default();
-        mine.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
-        let slices: Vec<&[u8]> = got
-            .iter()
-            .enumerate()
-            .map(|(r, p)| {
-                if r == rank {
-                    &mine.0[..]
-                } else {
-                    &recv[p.clone()]
-                }
-            })
-            .collect();
-        merge_rows(&slices, local.dtype(), &shape).and_then(|m| m.row_sparse_parts())
-    };
+    let mut mine = wire::Writer::default();
+    mine.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
+    let slices: Vec<&[u8]> = got
+        .iter()
+        .enumerate()
+        .map(|(r, p)| {
+            if r == rank {
+                &mine.0[..]
+            } else {
+                &recv[p.clone()]
+            }
+        })
+        .collect();
+    let merged = merge_rows(&slices, local.dtype(), &shape).and_then(|m| m.row_sparse_parts());
     store.recv = recv;
     let (ids, vals) = merged?;
     apply_owned(store, "KVStore::push", key, &ids, &vals)

@@ -6,8 +6,8 @@
 //! updates rows it has not touched since the last step. Here the batch's non-zeros go to
 //! the owners instead, each owner multiplies the columns it owns by its rows, and only the
 //! `[batch, columns]` products come back; in the backward the product's gradient goes to
-//! the owners, each computes its own rows' gradient over every worker's batch, and pushes
-//! it to itself. Each row is read, differentiated and updated by the one worker that holds
+//! the owners, each computes its own rows' gradient over every worker's batch and applies it
+//! itself (`KVStore::update_owned`). Each row is read, differentiated and updated by the one worker that holds
 //! it, so the rows' memory traffic is split between the workers instead of repeated.
 
 use std::ops::Range;
@@ -50,13 +50,14 @@ fn table<'a, T: Transport>(
 /// (every worker's must agree), or the error it found before the call.
 fn header(op: &str, key: usize, local: &Result<(Vec<usize>, DType)>) -> Header {
     match local {
-        Ok((shape, dtype)) => {
-            let mut h = Header::new(op, key, Ok(&NDArray::scalar(0f32)));
-            h.dtype = dtype.name().into();
-            h.stype = "default".into();
-            h.shape = shape.iter().map(|&d| d as u64).collect();
-            h
-        }
+        Ok((shape, dtype)) => Header {
+            op: op.into(),
+            key: key as u64,
+            dtype: dtype.name().into(),
+            stype: "default".into(),
+            shape: shape.iter().map(|&d| d as u64).collect(),
+            error: String::new(),
+        },
         Err(e) => Header::new(op, key, Err(e)),
     }
 }

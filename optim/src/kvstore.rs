@@ -31,6 +31,14 @@ pub struct ShardedDot {
     pub starts: Vec<usize>,
 }
 
+/// The error of a sharded-table call on a store that keeps no sharded tables.
+fn no_tables(op: &'static str, kind: &str, key: usize) -> sparrow_core::Error {
+    sparrow_core::Error::arg(
+        op,
+        format!("the '{kind}' store keeps no sharded tables (key {key})"),
+    )
+}
+
 /// A key-value store with MXNet's semantics (`mx.kv.create(...)`).
 ///
 /// Keys are integers (a [`Trainer`](crate::Trainer) uses each parameter's index). Every worker
@@ -122,13 +130,7 @@ pub trait KVStore: Send {
     /// `lo..hi` and a handle of them (the store's own array: a value assigned to it is the
     /// store's). Not collective. The default refuses (a store that cannot shard).
     fn table_shard(&self, key: usize) -> Result<(usize, usize, NDArray)> {
-        Err(sparrow_core::Error::arg(
-            "KVStore::table_shard",
-            format!(
-                "the '{}' store keeps no sharded tables (key {key})",
-                self.kind()
-            ),
-        ))
+        Err(no_tables("KVStore::table_shard", self.kind(), key))
     }
 
     /// `x . table` for the sharded table `key` ([`KVStore::init_sharded`], 2-d) and a csr batch
@@ -141,21 +143,15 @@ pub trait KVStore: Send {
     /// key at the same point of its step. The default refuses (a store that cannot shard).
     fn sharded_dot(&mut self, key: usize, x: &NDArray) -> Result<(NDArray, ShardedDot)> {
         let _ = x;
-        Err(sparrow_core::Error::arg(
-            "KVStore::sharded_dot",
-            format!(
-                "the '{}' store keeps no sharded tables (key {key})",
-                self.kind()
-            ),
-        ))
+        Err(no_tables("KVStore::sharded_dot", self.kind(), key))
     }
 
     /// The gradient of this worker's rows of the table `key` from a [`KVStore::sharded_dot`]
     /// whose product got the gradient `dy` (dense, `[batch, table columns]`): every worker's
     /// `dy` goes to every worker, and each computes the gradient of its own rows over all the
     /// workers' batches (row_sparse, the table's shape and row ids, only this worker's rows),
-    /// which a push to the key then applies on this worker alone. Collective, like the
-    /// product. The default refuses.
+    /// complete: [`KVStore::update_owned`] applies it on this worker alone. Collective, like
+    /// the product. The default refuses.
     fn sharded_dot_backward(
         &mut self,
         key: usize,
@@ -163,13 +159,7 @@ pub trait KVStore: Send {
         dy: &NDArray,
     ) -> Result<NDArray> {
         let _ = (parts, dy);
-        Err(sparrow_core::Error::arg(
-            "KVStore::sharded_dot_backward",
-            format!(
-                "the '{}' store keeps no sharded tables (key {key})",
-                self.kind()
-            ),
-        ))
+        Err(no_tables("KVStore::sharded_dot_backward", self.kind(), key))
     }
 
     /// Apply `grad` (row_sparse, the table's shape and row ids, only rows this worker owns) to
@@ -179,13 +169,7 @@ pub trait KVStore: Send {
     /// worker calls it where the others would push. The default refuses.
     fn update_owned(&mut self, key: usize, grad: &NDArray) -> Result<()> {
         let _ = grad;
-        Err(sparrow_core::Error::arg(
-            "KVStore::update_owned",
-            format!(
-                "the '{}' store keeps no sharded tables (key {key})",
-                self.kind()
-            ),
-        ))
+        Err(no_tables("KVStore::update_owned", self.kind(), key))
     }
 
     /// The rows `row_ids` (any order, repeats ignored) of `key`'s value, as a row_sparse array
