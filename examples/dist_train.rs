@@ -26,9 +26,9 @@
 //! layer's weight (features x 128) as a table of the trainer's store split by rows
 //! (`Trainer::shard_parameter_with`; the store updates, as `--update-on-kvstore`): each rank
 //! holds, reads and updates only its block of rows: the layer's forward sends the batch to the
-//! owners, which multiply the columns they own and return the products, its backward sends the
-//! product's gradient the same way, and each owner's `step` updates its rows
-//! (`KVStore::sharded_dot`). No rank holds the whole table, and the training loop is the same
+//! owners, which multiply the columns they own and return the products; `step` sends the
+//! product's gradient to the owners with the other layers' gradients, and each owner computes
+//! and updates its rows' gradient (`KVStore::sharded_dot`, `KVStore::pushpull_with_products`). No rank holds the whole table, and the training loop is the same
 //! for every variant.
 //! `--update-on-kvstore` gives the optimizer to the store (`Trainer::set_kvstore_update`,
 //! Gluon's `update_on_kvstore=True`): the store updates each weight in place.

@@ -283,60 +283,91 @@ pub(crate) fn forward<T: Transport>(
     Ok((out?, ShardedDot { own, starts }))
 }
 
-/// [`KVStore::sharded_dot_backward`](sparrow_optim::KVStore::sharded_dot_backward) on a
-/// synchronous store.
-pub(crate) fn backward<T: Transport>(
-    store: &mut SyncStore<T>,
-    key: usize,
-    parts: &ShardedDot,
-    dy: &NDArray,
-) -> Result<NDArray> {
-    let (rank, n) = (store.transport.rank(), store.transport.size());
-    // As in the product: what fails before the gather fails every worker.
-    let dy = if dy.stype() == SType::Dense {
-        dy.to_device(sparrow_core::Device::Cpu)
-    } else {
-        dy.tostype(SType::Dense)
-            .and_then(|d| d.to_device(sparrow_core::Device::Cpu))
-    };
-    let local = dy.clone().and_then(|dy| {
-        let s = table(store, OP_BACK, key)?;
-        if parts.starts.len() != n + 1 || parts.starts.windows(2).any(|w| w[0] > w[1]) {
-            return Err(Error::arg(
-                OP_BACK,
-                format!(
-                    "key {key}: the product was made by a store of {} workers, this one has {n}",
-                    parts.starts.len().saturating_sub(1)
-                ),
-            ));
+/// What a product's backward checks on this worker before its exchange: its gradient `dy`
+/// (dense, on the CPU) and the table's shape and dtype, or the error that goes into this
+/// worker's header so that the call fails on every worker.
+pub(crate) struct BackwardLocal {
+    dy: Result<NDArray>,
+    table: Result<(Vec<usize>, DType)>,
+}
+
+impl BackwardLocal {
+    pub(crate) fn new<T: Transport>(
+        store: &SyncStore<T>,
+        key: usize,
+        parts: &ShardedDot,
+        dy: &NDArray,
+    ) -> BackwardLocal {
+        let (rank, n) = (store.transport.rank(), store.transport.size());
+        let dy = if dy.stype() == SType::Dense {
+            dy.to_device(sparrow_core::Device::Cpu)
+        } else {
+            dy.tostype(SType::Dense)
+                .and_then(|d| d.to_device(sparrow_core::Device::Cpu))
+        };
+        let table = dy.clone().and_then(|dy| {
+            let s = table(store, OP_BACK, key)?;
+            if parts.starts.len() != n + 1 || parts.starts.windows(2).any(|w| w[0] > w[1]) {
+                return Err(Error::arg(
+                    OP_BACK,
+                    format!(
+                        "key {key}: the product was made by a store of {} workers, this one has {n}",
+                        parts.starts.len().saturating_sub(1)
+                    ),
+                ));
+            }
+            let want = [parts.starts[rank + 1] - parts.starts[rank], s.shape[1]];
+            if dy.dims()[..] != want || dy.dtype() != s.dtype {
+                return Err(Error::shape(
+                    OP_BACK,
+                    format!(
+                        "key {key}: the product's gradient is a {} {want:?} array (this worker's \
+                         batch rows x the table's columns); got {} {:?}",
+                        s.dtype.name(),
+                        dy.dtype().name(),
+                        &dy.dims()[..]
+                    ),
+                ));
+            }
+            Ok((s.shape.clone(), s.dtype))
+        });
+        BackwardLocal { dy, table }
+    }
+
+    /// This worker's header for the exchange.
+    pub(crate) fn header(&self, key: usize) -> Header {
+        header("sharded_dot_backward", key, &self.table)
+    }
+
+    /// The error this worker's checks found (or, when they passed, that nothing was sent).
+    pub(crate) fn error(&self) -> Error {
+        match &self.table {
+            Err(e) => e.clone(),
+            Ok(_) => Error::arg(OP_BACK, "the product's gradient was not sent"),
         }
-        let want = [parts.starts[rank + 1] - parts.starts[rank], s.shape[1]];
-        if dy.dims()[..] != want || dy.dtype() != s.dtype {
-            return Err(Error::shape(
-                OP_BACK,
-                format!(
-                    "key {key}: the product's gradient is a {} {want:?} array (this worker's \
-                     batch rows x the table's columns); got {} {:?}",
-                    s.dtype.name(),
-                    dy.dtype().name(),
-                    &dy.dims()[..]
-                ),
-            ));
+    }
+
+    /// The gradient this worker sends, when its checks passed.
+    pub(crate) fn payload(&self) -> Option<&NDArray> {
+        match (&self.dy, &self.table) {
+            (Ok(dy), Ok(_)) => Some(dy),
+            _ => None,
         }
-        Ok((s.shape.clone(), s.dtype))
-    });
-    // Every worker's gradient of its product to every worker, behind its header.
-    let (got, recv) = gather(store, "sharded_dot_backward", key, &local, |w| match &dy {
-        Ok(dy) => w.values(dy).map(|_| ()),
-        Err(_) => Ok(()),
-    });
-    let dy_all = got.and_then(|ranges| {
-        let mut readers = gathered(OP_BACK, &recv, &ranges)?;
-        let (shape, dtype) = local?;
-        let total = parts.starts[n];
+    }
+
+    /// This worker's rows' gradient from every worker's gradient of its product (`dys`, in
+    /// worker order, as [`BackwardLocal::payload`] wrote them), as the table's rows.
+    pub(crate) fn finish<T: Transport>(
+        &self,
+        store: &SyncStore<T>,
+        key: usize,
+        parts: &ShardedDot,
+        dys: &[&[u8]],
+    ) -> Result<NDArray> {
+        let (shape, dtype) = self.table.clone()?;
+        let total = parts.starts[dys.len()];
         let mut all = Vec::with_capacity(total * shape[1] * dtype.size_of());
-        for (r, reader) in readers.iter_mut().enumerate() {
-            let b = reader.bytes()?;
+        for (r, b) in dys.iter().enumerate() {
             if b.len() != (parts.starts[r + 1] - parts.starts[r]) * shape[1] * dtype.size_of() {
                 return Err(Error::arg(
                     OP_BACK,
@@ -345,16 +376,43 @@ pub(crate) fn backward<T: Transport>(
             }
             all.extend_from_slice(b);
         }
-        Ok((
-            NDArray::from_le_bytes(&all, dtype, &[total, shape[1]])?,
-            shape,
-        ))
+        let dy_all = NDArray::from_le_bytes(&all, dtype, &[total, shape[1]])?;
+        // This worker's rows' gradient over every worker's batch, as the table's rows.
+        let lo = table(store, OP_BACK, key)?.lo as i64;
+        let g = sparse::dot_csr_t_dense(&parts.own, &dy_all, SType::RowSparse)?;
+        let (ids, rows) = g.row_sparse_parts()?;
+        NDArray::row_sparse_from_arrays(&rows, ids.iter().map(|&i| i + lo).collect(), &shape)
+    }
+}
+
+/// [`KVStore::sharded_dot_backward`](sparrow_optim::KVStore::sharded_dot_backward) on a
+/// synchronous store.
+pub(crate) fn backward<T: Transport>(
+    store: &mut SyncStore<T>,
+    key: usize,
+    parts: &ShardedDot,
+    dy: &NDArray,
+) -> Result<NDArray> {
+    let local = BackwardLocal::new(store, key, parts, dy);
+    // Every worker's gradient of its product to every worker, behind its header.
+    let (got, recv) = gather(
+        store,
+        "sharded_dot_backward",
+        key,
+        &local.table,
+        |w| match local.payload() {
+            Some(dy) => w.values(dy).map(|_| ()),
+            None => Ok(()),
+        },
+    );
+    let g = got.and_then(|ranges| {
+        let mut readers = gathered(OP_BACK, &recv, &ranges)?;
+        let dys = readers
+            .iter_mut()
+            .map(|r| r.bytes())
+            .collect::<Result<Vec<_>>>()?;
+        local.finish(store, key, parts, &dys)
     });
     store.recv = recv;
-    let (dy_all, shape) = dy_all?;
-    // This worker's rows' gradient over every worker's batch, as the table's rows.
-    let lo = table(store, OP_BACK, key)?.lo as i64;
-    let g = sparse::dot_csr_t_dense(&parts.own, &dy_all, SType::RowSparse)?;
-    let (ids, rows) = g.row_sparse_parts()?;
-    NDArray::row_sparse_from_arrays(&rows, ids.iter().map(|&i| i + lo).collect(), &shape)
+    g
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sparrow_core::{DType, NDArray, SType};
 use sparrow_kvstore::{local, local_group, shard_range, SyncStore, ThreadTransport};
-use sparrow_optim::{KVStore, Sgd};
+use sparrow_optim::{KVStore, ProductGrad, Sgd};
 
 fn dense(v: &[f32], shape: &[usize]) -> NDArray {
     NDArray::from_vec(v.to_vec(), shape).unwrap()
@@ -810,5 +810,128 @@ fn update_owned_applies_a_workers_own_rows_without_an_exchange() {
         );
         assert!(errs[1].contains("row_sparse float32 [6, 2]"), "{}", errs[1]);
         assert!(errs[2].contains("not a sharded table"), "{}", errs[2]);
+    }
+}
+
+#[test]
+fn pushpull_with_products_is_the_pushpull_and_each_backward_in_one_exchange() {
+    // 3 workers: two products of a sharded table (the second backward's gradient doubled),
+    // a small dense key and a replicated row_sparse key. One fused call gives the bits of
+    // `pushpull_many` and of each `sharded_dot_backward`, in one collective call.
+    let table: Vec<f32> = (0..200)
+        .map(|i| ((i * 13) % 29) as f32 * 0.05 - 0.7)
+        .collect();
+    let got = on_workers(3, move |r, kv| {
+        let (lo, hi) = shard_range(50, r, 3);
+        kv.init_sharded(5, &[50, 4], &dense(&table[lo * 4..hi * 4], &[hi - lo, 4]))
+            .unwrap();
+        kv.init(0, &NDArray::zeros(&[3], DType::F32).unwrap())
+            .unwrap();
+        kv.init(1, &NDArray::zeros(&[8, 2], DType::F32).unwrap())
+            .unwrap();
+        let (x, dy) = product_batch(r);
+        let (_, p1) = kv.sharded_dot(5, &x).unwrap();
+        let (_, p2) = kv.sharded_dot(5, &x).unwrap();
+        let dy2 = dy.mul_scalar(2.0).unwrap();
+        let values = [
+            dense(&[r as f32, 1.0, -2.0], &[3]),
+            rsp(vec![r as i64, 7], &[1.0, 2.0, 3.0, r as f32], &[8, 2]),
+        ];
+        let outs = [
+            NDArray::zeros(&[3], DType::F32).unwrap(),
+            NDArray::zeros(&[8, 2], DType::F32).unwrap(),
+        ];
+        let products = [
+            ProductGrad {
+                key: 5,
+                parts: &p1,
+                dy: &dy,
+            },
+            ProductGrad {
+                key: 5,
+                parts: &p2,
+                dy: &dy2,
+            },
+        ];
+        let calls = kv.traffic().calls;
+        let fused = kv
+            .pushpull_with_products(&[0, 1], &values, &outs, &products)
+            .unwrap();
+        let fused_calls = kv.traffic().calls - calls;
+        let bits = |a: &NDArray| a.tostype(SType::Dense).unwrap().to_vec::<f32>().unwrap();
+        let got: Vec<Vec<f32>> = fused.iter().chain(&outs).map(bits).collect();
+        // The same, one call after another.
+        let mut want = vec![
+            bits(&kv.sharded_dot_backward(5, &p1, &dy).unwrap()),
+            bits(&kv.sharded_dot_backward(5, &p2, &dy2).unwrap()),
+        ];
+        let outs2 = [
+            NDArray::zeros(&[3], DType::F32).unwrap(),
+            NDArray::zeros(&[8, 2], DType::F32).unwrap(),
+        ];
+        kv.pushpull_many(&[0, 1], &values, &outs2).unwrap();
+        want.extend(outs2.iter().map(bits));
+        (got, want, fused_calls)
+    });
+    for (r, (got, want, calls)) in got.iter().enumerate() {
+        assert_eq!(got, want, "worker {r}");
+        assert_eq!(*calls, 1, "worker {r}: {calls} collective calls");
+        // The second product's gradient is twice the first's, and not zero.
+        assert!(got[0].iter().any(|&v| v != 0.0), "worker {r}");
+        for (a, b) in got[0].iter().zip(&got[1]) {
+            assert!((2.0 * a - b).abs() <= 1e-5 * (1.0 + b.abs()), "worker {r}");
+        }
+    }
+}
+
+#[test]
+fn a_product_missing_or_wrong_on_one_worker_fails_the_fused_pushpull_on_all() {
+    let got = on_workers(2, |r, kv| {
+        let (lo, hi) = shard_range(6, r, 2);
+        kv.init_sharded(
+            0,
+            &[6, 2],
+            &NDArray::zeros(&[hi - lo, 2], DType::F32).unwrap(),
+        )
+        .unwrap();
+        kv.init(1, &NDArray::zeros(&[2], DType::F32).unwrap())
+            .unwrap();
+        let x = dense(&[1.0, 0.0, 0.0, 0.0, 0.0, 2.0], &[1, 6])
+            .tostype(SType::Csr)
+            .unwrap();
+        let (_, parts) = kv.sharded_dot(0, &x).unwrap();
+        let v = [dense(&[1.0, 2.0], &[2])];
+        let o = [NDArray::zeros(&[2], DType::F32).unwrap()];
+        let dy = NDArray::zeros(&[1, 2], DType::F32).unwrap();
+        let good = [ProductGrad {
+            key: 0,
+            parts: &parts,
+            dy: &dy,
+        }];
+        // Worker 1 has no product to send (its backward never ran).
+        let mut errs = vec![err(kv
+            .pushpull_with_products(&[1], &v, &o, if r == 0 { &good } else { &[] })
+            .map(|_| ()))];
+        // Worker 0's gradient has the wrong shape.
+        let wrong = NDArray::zeros(&[2, 2], DType::F32).unwrap();
+        let bad = [ProductGrad {
+            key: 0,
+            parts: &parts,
+            dy: &wrong,
+        }];
+        errs.push(err(kv
+            .pushpull_with_products(&[1], &v, &o, if r == 0 { &bad } else { &good })
+            .map(|_| ())));
+        // Then both are right, and the call works.
+        kv.pushpull_with_products(&[1], &v, &o, &good).unwrap();
+        errs
+    });
+    for errs in got {
+        assert!(errs[0].contains("worker 1"), "{}", errs[0]);
+        assert!(
+            errs[1].contains("failed on 1 of 2 workers") && errs[1].contains("[2, 2]"),
+            "{}",
+            errs[1]
+        );
     }
 }

@@ -31,6 +31,19 @@ pub struct ShardedDot {
     pub starts: Vec<usize>,
 }
 
+/// The backward of one [`KVStore::sharded_dot`], as [`KVStore::pushpull_with_products`]
+/// takes it: the table's key, what the product returned, and the gradient of this worker's
+/// product (`[batch rows, table columns]`).
+#[derive(Debug, Clone, Copy)]
+pub struct ProductGrad<'a> {
+    /// The sharded table's key.
+    pub key: usize,
+    /// What [`KVStore::sharded_dot`] returned beside the product.
+    pub parts: &'a ShardedDot,
+    /// The gradient of this worker's product.
+    pub dy: &'a NDArray,
+}
+
 /// The error of a sharded-table call on a store that keeps no sharded tables.
 fn no_tables(op: &'static str, kind: &str, key: usize) -> sparrow_core::Error {
     sparrow_core::Error::arg(
@@ -160,6 +173,27 @@ pub trait KVStore: Send {
     ) -> Result<NDArray> {
         let _ = (parts, dy);
         Err(no_tables("KVStore::sharded_dot_backward", self.kind(), key))
+    }
+
+    /// [`KVStore::pushpull_many`] and the backward of the sharded products `products` (as
+    /// [`KVStore::sharded_dot_backward`] of each, in order) in one exchange where the store
+    /// can: the products' gradients travel with the keys' values, so a training step whose
+    /// only other exchange would be the product's backward waits for the other workers once
+    /// instead of twice. Returns each product's gradient of this worker's rows. Collective;
+    /// every worker passes the same keys and the same products' keys in the same order. The
+    /// default makes the calls one after another.
+    fn pushpull_with_products(
+        &mut self,
+        keys: &[usize],
+        values: &[NDArray],
+        out: &[NDArray],
+        products: &[ProductGrad<'_>],
+    ) -> Result<Vec<NDArray>> {
+        self.pushpull_many(keys, values, out)?;
+        products
+            .iter()
+            .map(|p| self.sharded_dot_backward(p.key, p.parts, p.dy))
+            .collect()
     }
 
     /// Apply `grad` (row_sparse, the table's shape and row ids, only rows this worker owns) to

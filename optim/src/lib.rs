@@ -21,7 +21,7 @@ pub use fit::{
     Accuracy, BatchInputs, DataSource, EarlyStopping, Epoch, EpochStats, Estimator, EventHandler,
     FitOptions, LabelledBatch, Metric,
 };
-pub use kvstore::{check_many, shard_range, KVStore, ShardedDot};
+pub use kvstore::{check_many, shard_range, KVStore, ProductGrad, ShardedDot};
 pub use trainer::{NonFinite, TableId, Trainer};
 
 pub use optimizer::{

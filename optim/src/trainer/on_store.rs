@@ -153,7 +153,8 @@ impl Trainer {
         let keys: Vec<usize> = entries.iter().map(|e| e.index).collect();
         let grads: Vec<NDArray> = entries.iter().map(|e| e.grad.clone()).collect();
         let weights: Vec<NDArray> = entries.iter().map(|e| e.weight.clone()).collect();
-        kv.pushpull_many(&keys, &grads, &weights)
+        // Products read from sharded tables send their gradients in the same exchange.
+        self.pushpull_with_tables(&mut **kv, &keys, &grads, &weights)
             .map_err(|err| keys_named(OP, err, &keys, &self.params))?;
         drop(kv);
         for e in entries.drain(..) {

@@ -26,6 +26,7 @@ use super::shared_store::{lock, SharedStore};
 use super::Trainer;
 use crate::optimizer::State;
 use crate::persist;
+use crate::{KVStore, ProductGrad, ShardedDot};
 
 /// The metadata key of a table shard file: the table's name, shape and this shard's rows.
 const TABLE_META: &str = "table";
@@ -55,10 +56,25 @@ enum Pulled {
         before: Option<u64>,
     },
     /// A product computed by the owners ([`KVStore::sharded_dot`]): its backward leaves here
-    /// the gradient of this worker's rows (row_sparse, the table's shape).
+    /// what the step's exchange needs ([`ProductSlot`]).
     ///
     /// [`KVStore::sharded_dot`]: crate::KVStore::sharded_dot
-    Product(Arc<Mutex<Option<NDArray>>>),
+    Product(Arc<Mutex<ProductSlot>>),
+}
+
+/// A product's backward, finished by the step: the backward only records the product's
+/// gradient; the step sends it with the other parameters' gradients
+/// ([`KVStore::pushpull_with_products`]), so a step waits for the other workers once for
+/// both, and the owners' gradient of their rows comes back here.
+///
+/// [`KVStore::pushpull_with_products`]: crate::KVStore::pushpull_with_products
+#[derive(Default)]
+pub(super) struct ProductSlot {
+    /// What the product returned and the gradient of this worker's product, once per
+    /// backward through it (a second backward adds up, as a leaf's gradient would).
+    pending: Vec<(Arc<ShardedDot>, NDArray)>,
+    /// The gradient of this worker's rows, after the step's exchange.
+    grad: Option<NDArray>,
 }
 
 /// What pulling a table's rows needs: the trainer's store, the table's key and description,
@@ -124,7 +140,7 @@ impl TableRows {
                     NDArray::row_sparse_from_arrays(&g, ids, &self.shape)?
                 }
                 Pulled::Product(slot) => {
-                    let Some(g) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+                    let Some(g) = lock_slot(&slot).grad.take() else {
                         stale = true;
                         continue;
                     };
@@ -160,10 +176,12 @@ impl RowSource for TableRows {
     }
 
     /// The owners compute the product ([`KVStore::sharded_dot`]); inside `autograd::record`
-    /// its backward (collective: every worker's backward reaches it at the same point) leaves
-    /// the gradient of this worker's rows for the next step to apply.
+    /// its backward records the product's gradient, which the next step sends to the owners
+    /// with the other gradients ([`KVStore::pushpull_with_products`]) and whose rows'
+    /// gradient it then applies on each owner.
     ///
     /// [`KVStore::sharded_dot`]: crate::KVStore::sharded_dot
+    /// [`KVStore::pushpull_with_products`]: crate::KVStore::pushpull_with_products
     fn csr_dot(&self, x: &NDArray) -> Result<NDArray> {
         let named =
             |e: Error| Error::arg("Parameter::csr_dot", format!("table '{}': {e}", self.name));
@@ -171,27 +189,20 @@ impl RowSource for TableRows {
         if !autograd::is_recording() {
             return Ok(y);
         }
-        let slot = Arc::new(Mutex::new(None));
+        let slot = Arc::new(Mutex::new(ProductSlot::default()));
         self.pulls().push(Pulled::Product(slot.clone()));
         // The product's input in the graph: the table is not an array here, so a scalar leaf
-        // stands for it and gets no gradient; the backward's work is the table's gradient.
+        // stands for it and gets no gradient; the backward's work is the table's gradient,
+        // which the step computes with the owners (see `ProductSlot`).
         let anchor = NDArray::scalar(0f32);
         anchor.attach_grad();
-        let (store, key, name) = (self.store.clone(), self.key, self.name.clone());
+        let parts = Arc::new(parts);
         Ok(autograd::record_op(
             "sharded_dot",
             y,
             &[&anchor],
             move |dy| {
-                let g = lock(&store)
-                    .sharded_dot_backward(key, &parts, dy)
-                    .map_err(|e| Error::arg("backward", format!("table '{name}': {e}")))?;
-                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
-                // A second backward through the same product adds up, as a leaf's gradient would.
-                *slot = Some(match slot.take() {
-                    Some(prev) => sparse::add_grads(&prev, &g)?,
-                    None => g,
-                });
+                lock_slot(&slot).pending.push((parts.clone(), dy.clone()));
                 Ok(vec![None])
             },
         ))
@@ -246,14 +257,17 @@ impl Trainer {
     /// parameter's weight (initialize it alike on every worker, e.g. with the same seed). The
     /// parameter then holds no weight: its layers read it through the store in their forward.
     /// A [`sparrow_nn::Dense`] on a csr batch ([`Parameter::csr_dot`]) has the rows' owners
-    /// compute its product and, in the backward, their rows' gradient, which `step` applies
-    /// on each owner ([`KVStore::sharded_dot`], [`KVStore::update_owned`]); an
+    /// compute its product and, from the gradient the backward leaves, their rows' gradient,
+    /// which `step` computes with the other gradients' exchange and applies on each owner
+    /// ([`KVStore::sharded_dot`], [`KVStore::pushpull_with_products`],
+    /// [`KVStore::update_owned`]); an
     /// [`sparrow_nn::Embedding`] ([`Parameter::stage_for_ids`]) pulls the rows a batch reads,
     /// and `step` pushes their gradient to the rows' owners, who update them. So the
     /// single-process training loop runs unchanged: `record(|| loss(net.forward(x)))`,
     /// `backward`, `step`.
     ///
     /// [`KVStore::sharded_dot`]: crate::KVStore::sharded_dot
+    /// [`KVStore::pushpull_with_products`]: crate::KVStore::pushpull_with_products
     /// [`KVStore::update_owned`]: crate::KVStore::update_owned
     ///
     /// When the whole weight does not fit one worker, leave the parameter uninitialized and
@@ -677,6 +691,59 @@ impl Trainer {
             .ok_or_else(|| Error::arg(op, format!("no table {}", id.0)))
     }
 
+    /// The step's exchange of the parameters' gradients (`pushpull_many`), with the gradient
+    /// of every product read from a table since the last step (tables in order, each one's
+    /// reads in order: the same on every worker) in the same message; each product's
+    /// gradient of this worker's rows goes back to its read, for [`Trainer::push_tables`].
+    pub(super) fn pushpull_with_tables(
+        &self,
+        kv: &mut dyn KVStore,
+        keys: &[usize],
+        grads: &[NDArray],
+        out: &[NDArray],
+    ) -> Result<()> {
+        let mut slots = Vec::new();
+        let mut backs = Vec::new();
+        for t in &self.tables {
+            for p in t.rows.pulls().iter() {
+                if let Pulled::Product(slot) = p {
+                    for (parts, dy) in std::mem::take(&mut lock_slot(slot).pending) {
+                        backs.push((t.rows.key, parts, dy));
+                        slots.push(slot.clone());
+                    }
+                }
+            }
+        }
+        let products: Vec<ProductGrad<'_>> = backs
+            .iter()
+            .map(|(key, parts, dy)| ProductGrad {
+                key: *key,
+                parts,
+                dy,
+            })
+            .collect();
+        let got = kv.pushpull_with_products(keys, grads, out, &products)?;
+        if got.len() != slots.len() {
+            return Err(Error::arg(
+                "Trainer::step",
+                format!(
+                    "the '{}' store returned {} gradients for {} products",
+                    kv.kind(),
+                    got.len(),
+                    slots.len()
+                ),
+            ));
+        }
+        for (slot, g) in slots.iter().zip(got) {
+            let mut s = lock_slot(slot);
+            s.grad = Some(match s.grad.take() {
+                Some(prev) => sparse::add_grads(&prev, &g)?,
+                None => g,
+            });
+        }
+        Ok(())
+    }
+
     /// The step's push of every table's pulled rows' gradient, in table order on every
     /// worker. A table not pulled this step pushes no rows; so does one whose pulled rows got
     /// no gradient, and that is then an error (after the pushes, so the other workers are not
@@ -715,6 +782,10 @@ impl Trainer {
         }
         Ok(())
     }
+}
+
+fn lock_slot(slot: &Mutex<ProductSlot>) -> std::sync::MutexGuard<'_, ProductSlot> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The rows `lo..hi` a table shard file holds, from its metadata, if it is a shard of the table
