@@ -7,8 +7,8 @@
 #      that crate and its deps);
 #   3. `dist_check check`: N ranks x batch B == 1 process x batch N*B (1e-6 relative) for SGD
 #      with momentum, Adam lazy and standard, FTRL, updating on the workers and on the store;
-#      sharded == replicated table; mismatched
-#      pushes fail on every rank;
+#      sharded == replicated table; mismatched pushes fail on every rank; exchanges with
+#      nothing to move work; then the same with 1 rank;
 #   4. `dist_check hung-rank`: the watchdog ends the job within its timeout, with a message;
 #   5. `dist_check dead-rank`: a rank that dies ends the job.
 # Usage: scripts/dist_check.sh [NP]   (default 2 ranks). Exits non-zero on any failure.
@@ -37,6 +37,11 @@ trap 'rm -f "$log"' EXIT
 echo "== dist_check check ($np ranks)"
 timeout 300 "${mpirun_[@]}" "$bin" check | tee "$log"
 test "$(grep -c 'all distributed checks passed' "$log")" -eq "$np"
+
+echo "== dist_check check (1 rank: every exchange has nothing for another rank, and a sharded"
+echo "   push's all-to-all nothing at all, with fresh buffers MPI must not see as one)"
+timeout 300 mpirun -np 1 --mca btl_vader_single_copy_mechanism none "$bin" check | tee "$log"
+test "$(grep -c 'all distributed checks passed' "$log")" -eq 1
 
 echo "== dist_check hung-rank: the watchdog must end the job within its 3 s timeout"
 start=$(date +%s)

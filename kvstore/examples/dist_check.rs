@@ -8,7 +8,8 @@
 //!   training on B rows per step end with the parameters of one process training on the
 //!   step's N * B rows (max relative difference <= 1e-6), whether the trainers update
 //!   (`set_kvstore`) or the store does (`set_kvstore_update`, then with the same bits); a sharded table ends equal to the
-//!   replicated one; a mismatched push (wrong shape on one rank, an unknown key on one rank)
+//!   replicated one; exchanges with nothing to move (pushes of a rank's own rows only, of
+//!   no rows, a pull of no rows) work; a mismatched push (wrong shape on one rank, an unknown key on one rank)
 //!   fails on every rank with a message naming the rank, and the store goes on working. Exits
 //!   1 on any mismatch.
 //! - `hung-rank`: rank 1 stops calling the store; the others' watchdog must end the job
@@ -26,7 +27,7 @@ use equivalence::Update;
 
 use std::time::Duration;
 
-use sparrow_core::{DType, NDArray, Result};
+use sparrow_core::{DType, NDArray, Result, SType};
 use sparrow_kvstore::mpi::{dist_sync, MpiSession};
 use sparrow_kvstore::shard_range;
 use sparrow_optim::{KVStore, Sgd};
@@ -107,6 +108,7 @@ fn check(timeout: Duration) -> Result<bool> {
     ok &= sharded_matches_replicated(timeout)?;
     ok &= trainer_table_matches_one_process(timeout)?;
     ok &= mismatches_fail_everywhere(timeout)?;
+    ok &= empty_exchanges_work(timeout)?;
     if ok {
         println!("rank {rank}: all distributed checks passed");
     }
@@ -231,6 +233,42 @@ fn mismatches_fail_everywhere(timeout: Duration) -> Result<bool> {
         }
     );
     Ok(shape_ok && key_ok && sum_ok)
+}
+
+/// Exchanges with nothing to move: every rank pushes only rows it owns to a sharded table (an
+/// all-to-all whose parts for the others are all empty; MPI refuses a receive buffer at the
+/// send buffer's address, which two empty vectors share unless the receive one allocates),
+/// then an empty gradient, then pulls no rows and then every row: each rank's own row holds
+/// its own update, the others are untouched.
+fn empty_exchanges_work(timeout: Duration) -> Result<bool> {
+    let mut kv = dist_sync(timeout)?;
+    let (r, n) = (kv.rank(), kv.num_workers());
+    let rows = 3 * n;
+    kv.set_optimizer(Box::new(Sgd::new(1.0)))?;
+    let (lo, hi) = shard_range(rows, r, n);
+    kv.init_sharded(0, &[rows, 2], &NDArray::zeros(&[hi - lo, 2], DType::F32)?)?;
+    let own = NDArray::row_sparse_from_parts(vec![1.0f32, 2.0], vec![lo as i64], &[rows, 2])?;
+    kv.push(0, &[own])?;
+    let empty = NDArray::row_sparse_from_parts(Vec::<f32>::new(), Vec::new(), &[rows, 2])?;
+    kv.push(0, &[empty])?;
+    let out = NDArray::zeros_stype(&[rows, 2], DType::F32, SType::RowSparse)?;
+    kv.row_sparse_pull(0, std::slice::from_ref(&out), &[])?;
+    let pulled_none = out.row_ids()?.is_empty();
+    let all: Vec<i64> = (0..rows as i64).collect();
+    kv.row_sparse_pull(0, std::slice::from_ref(&out), &all)?;
+    let got = out.tostype(SType::Dense)?.to_vec::<f32>()?;
+    let mut want = vec![0f32; rows * 2];
+    for w in 0..n {
+        let first = shard_range(rows, w, n).0;
+        want[first * 2] = -1.0;
+        want[first * 2 + 1] = -2.0;
+    }
+    let pass = pulled_none && got == want;
+    println!(
+        "rank {r}/{n}: pushes of own rows only and of no rows, a pull of no rows: {}",
+        if pass { "ok" } else { "MISMATCH" }
+    );
+    Ok(pass)
 }
 
 /// Rank 1 stops calling the store; rank 0 waits in a barrier until its watchdog ends the job.
