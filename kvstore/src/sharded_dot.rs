@@ -16,7 +16,7 @@ use sparrow_core::{sparse, DType, Element, Error, NDArray, Result, SType};
 use sparrow_optim::ShardedDot;
 
 use crate::sharded::Shard;
-use crate::store::{sum_raw, unknown_key, Slot, SyncStore};
+use crate::store::{concat_raw, sum_raw, unknown_key, Slot, SyncStore};
 use crate::transport::Transport;
 use crate::wire::{check_headers, Header, Plain, Reader, Writer};
 
@@ -365,8 +365,6 @@ impl BackwardLocal {
         dys: &[&[u8]],
     ) -> Result<NDArray> {
         let (shape, dtype) = self.table.clone()?;
-        let total = parts.starts[dys.len()];
-        let mut all = Vec::with_capacity(total * shape[1] * dtype.size_of());
         for (r, b) in dys.iter().enumerate() {
             if b.len() != (parts.starts[r + 1] - parts.starts[r]) * shape[1] * dtype.size_of() {
                 return Err(Error::arg(
@@ -374,9 +372,8 @@ impl BackwardLocal {
                     format!("malformed gradient from worker {r}: {} bytes", b.len()),
                 ));
             }
-            all.extend_from_slice(b);
         }
-        let dy_all = NDArray::from_le_bytes(&all, dtype, &[total, shape[1]])?;
+        let dy_all = concat_raw(dys, dtype, &[parts.starts[dys.len()], shape[1]])?;
         // This worker's rows' gradient over every worker's batch, as the table's rows.
         let lo = table(store, OP_BACK, key)?.lo as i64;
         let g = sparse::dot_csr_t_dense(&parts.own, &dy_all, SType::RowSparse)?;

@@ -969,6 +969,44 @@ pub(crate) fn sum_raw(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Result<
     }
 }
 
+/// Every worker's values (raw little-endian bytes) one after another, as one array of `shape`:
+/// decoded straight into the array's buffer.
+pub(crate) fn concat_raw(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Result<NDArray> {
+    fn concat<E: sparrow_core::Element, const N: usize>(
+        parts: &[&[u8]],
+        shape: &[usize],
+        from_le: impl Fn([u8; N]) -> E + Copy,
+    ) -> Result<NDArray> {
+        let n: usize = shape.iter().product();
+        let bytes: usize = parts.iter().map(|b| b.len()).sum();
+        if bytes != n * N || parts.iter().any(|b| b.len() % N != 0) {
+            return Err(malformed(format!(
+                "parts of {:?} bytes for {n} values",
+                parts.iter().map(|b| b.len()).collect::<Vec<_>>()
+            )));
+        }
+        let mut out = Vec::with_capacity(n);
+        for b in parts {
+            out.extend(
+                b.chunks_exact(N)
+                    .map(|c| from_le(c.try_into().expect("N bytes"))),
+            );
+        }
+        NDArray::from_vec(out, shape)
+    }
+    match dtype {
+        DType::F32 => concat(parts, shape, f32::from_le_bytes),
+        DType::F64 => concat(parts, shape, f64::from_le_bytes),
+        other => Err(Error::dtype(
+            "KVStore::sharded_dot_backward",
+            format!(
+                "a product's gradient is float32 or float64, got {}",
+                other.name()
+            ),
+        )),
+    }
+}
+
 fn sum_raw_typed<E, const N: usize>(
     parts: &[&[u8]],
     shape: &[usize],
