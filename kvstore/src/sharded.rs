@@ -34,6 +34,27 @@ impl<T: Transport> SyncStore<T> {
     /// ([`sparrow_optim::KVStore::set_optimizer`]); `row_sparse_pull` fetches rows from
     /// their owners, `pull` the whole table (avoid it for a large one).
     pub fn init_sharded(&mut self, key: usize, shape: &[usize], shard: &NDArray) -> Result<()> {
+        self.init_sharded_with(key, shape, shard, false)
+    }
+
+    /// [`SyncStore::init_sharded`] keeping `shard` itself as this worker's rows
+    /// ([`KVStore::init_sharded_shared`](sparrow_optim::KVStore::init_sharded_shared)).
+    pub fn init_sharded_shared(
+        &mut self,
+        key: usize,
+        shape: &[usize],
+        shard: &NDArray,
+    ) -> Result<()> {
+        self.init_sharded_with(key, shape, shard, true)
+    }
+
+    fn init_sharded_with(
+        &mut self,
+        key: usize,
+        shape: &[usize],
+        shard: &NDArray,
+        shared: bool,
+    ) -> Result<()> {
         const OP: &str = "KVStore::init_sharded";
         let (rank, n) = (self.transport.rank(), self.transport.size());
         let (lo, hi) = shape
@@ -77,7 +98,8 @@ impl<T: Transport> SyncStore<T> {
                 dtype: shard.dtype(),
                 lo,
                 hi,
-                value: shard.copy(),
+                // A copy, as MXNet's init, unless the caller hands its array over.
+                value: if shared { shard.clone() } else { shard.copy() },
                 state: None,
             }),
         );

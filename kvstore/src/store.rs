@@ -691,6 +691,10 @@ impl<T: Transport> KVStore for SyncStore<T> {
         SyncStore::<T>::init_sharded(self, key, shape, shard)
     }
 
+    fn init_sharded_shared(&mut self, key: usize, shape: &[usize], shard: &NDArray) -> Result<()> {
+        SyncStore::<T>::init_sharded_shared(self, key, shape, shard)
+    }
+
     fn sharded_dot(&mut self, key: usize, x: &NDArray) -> Result<(NDArray, ShardedDot)> {
         crate::sharded_dot::forward(self, key, x)
     }

@@ -935,3 +935,34 @@ fn a_product_missing_or_wrong_on_one_worker_fails_the_fused_pushpull_on_all() {
         );
     }
 }
+
+#[test]
+fn init_sharded_shared_keeps_the_callers_rows() {
+    // Each worker's shard array is the store's: an update of its rows (pushed by both workers)
+    // lands in it; with `init_sharded` (a copy) the caller's rows are left alone.
+    let got = on_workers(2, |r, kv| {
+        kv.set_optimizer(Box::new(Sgd::new(0.5))).unwrap();
+        let (lo, hi) = shard_range(4, r, 2);
+        let shared = dense(&vec![1.0; hi - lo], &[hi - lo, 1]);
+        let copied = dense(&vec![1.0; hi - lo], &[hi - lo, 1]);
+        kv.init_sharded_shared(0, &[4, 1], &shared).unwrap();
+        kv.init_sharded(1, &[4, 1], &copied).unwrap();
+        for k in [0, 1] {
+            kv.push(k, &[rsp(vec![1, 2], &[1.0, 2.0], &[4, 1])])
+                .unwrap();
+        }
+        let (_, _, store_rows) = kv.table_shard(0).unwrap();
+        (
+            shared.to_vec::<f32>().unwrap(),
+            store_rows.to_vec::<f32>().unwrap(),
+            copied.to_vec::<f32>().unwrap(),
+        )
+    });
+    // Rows 0..2 on worker 0, 2..4 on worker 1; row 1 got 2 x 1.0, row 2 got 2 x 2.0.
+    assert_eq!(got[0].0, vec![1.0, 0.0]);
+    assert_eq!(got[1].0, vec![-1.0, 1.0]);
+    for (shared, store_rows, copied) in &got {
+        assert_eq!(shared, store_rows);
+        assert_eq!(copied, &vec![1.0; 2]);
+    }
+}

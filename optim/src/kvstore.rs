@@ -139,6 +139,16 @@ pub trait KVStore: Send {
         ))
     }
 
+    /// [`KVStore::init_sharded`], but the store keeps `shard` itself as this worker's rows
+    /// instead of a copy, as [`KVStore::init_shared`] does for a replicated key: the shard then
+    /// takes its memory once, not twice while the call copies it (a worker whose shard fills
+    /// most of its memory could not hold two). The store's updates write into `shard`, and
+    /// writes to it by its other holders reach the store. The default is `init_sharded` (a
+    /// store that cannot share keeps a copy). Collective.
+    fn init_sharded_shared(&mut self, key: usize, shape: &[usize], shard: &NDArray) -> Result<()> {
+        self.init_sharded(key, shape, shard)
+    }
+
     /// This worker's shard of the sharded table `key` ([`KVStore::init_sharded`]): its rows
     /// `lo..hi` and a handle of them (the store's own array: a value assigned to it is the
     /// store's). Not collective. The default refuses (a store that cannot shard).

@@ -220,7 +220,9 @@ impl Trainer {
     /// Add a table of `shape` (at least 2-d, rows first) that lives in the store split by
     /// rows across the workers. `shard(lo, hi)` gives this worker's rows `lo..hi` as a dense
     /// `[hi - lo, shape[1..]...]` array (draw them from a seed of your own: no worker ever
-    /// sees the others'). Needs update on the store ([`Trainer::set_kvstore_update`]), since
+    /// sees the others'), which the store keeps as the shard, without a copy
+    /// ([`KVStore::init_sharded_shared`]: a file-backed array mapped read-write is then updated
+    /// in its file). Needs update on the store ([`Trainer::set_kvstore_update`]), since
     /// a row's owner runs its update. Collective: every worker adds the same tables in the
     /// same order, before its first step.
     ///
@@ -243,6 +245,8 @@ impl Trainer {
     /// loss.backward()?;
     /// trainer.step(batch_size)?;                             // rows' gradient to their owners
     /// ```
+    ///
+    /// [`KVStore::init_sharded_shared`]: crate::KVStore::init_sharded_shared
     pub fn add_sharded_table(
         &mut self,
         name: &str,
@@ -417,7 +421,8 @@ impl Trainer {
                 ));
             }
         };
-        kv.init_sharded(key, shape, &value)
+        // The rows were made for the store: it keeps them (one copy of the shard in memory).
+        kv.init_sharded_shared(key, shape, &value)
             .map_err(|e| Error::arg(op, format!("table '{name}': {e}")))?;
         drop(kv);
         self.tables.push(Table {
