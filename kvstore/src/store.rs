@@ -494,7 +494,8 @@ impl<T: Transport> SyncStore<T> {
             return Err(Error::arg(
                 op,
                 format!(
-                    "workers disagree (nothing was changed): worker 0 pushes {} keys, worker {r} {}",
+                    "workers disagree (nothing was changed): worker 0 pushes {} keys and product \
+                     gradients, worker {r} {}",
                     per_worker[0].len(),
                     hs.len()
                 ),
