@@ -5,7 +5,9 @@
 # rank would use) and bound to one core (`--bind-to core`: one core's worth, as each of the two
 # ranks has); the same with the first layer a sharded table (`--first-grad sharded`); 1 rank on
 # one core and 2 ranks sharded with each rank's batches parsed before training (`--in-memory`:
-# the training step alone, without the LibSVM pipeline's share of the core); then the
+# the training step alone, without the LibSVM pipeline's share of the core), and two
+# independent in-memory 1-rank runs at once, one a core (the two cores' ceiling for this
+# workload with no exchange at all: a VM's second core is not always a whole core); then the
 # bytes per step of the first layer over TCP loopback, row_sparse exchange against the dense all-reduce of its 512 MB gradient (variant (b)).
 # With MLP=1, instead: the dense MLP (`--model mlp`, 784-512-512-10 on synthetic rows, 2.7 MB of
 # gradients all-reduced a step), 1 rank on one core against 2 ranks, with MPI's shared-memory
@@ -44,6 +46,11 @@ for r in $(seq "$rounds"); do
   echo "round $r: batches in memory (no parsing while training): 1 rank on one core, 2 ranks sharded"
   "${one_core[@]}" -np 1 "${run[@]}" --in-memory | grep '^{'
   "${shm[@]}" -np 2 "${run[@]}" --first-grad sharded --in-memory | grep '^{'
+  echo "round $r: two independent 1-rank runs at once, one on each core (in memory; the sum is"
+  echo "   what this machine's two cores give two trainings that exchange nothing)"
+  taskset -c 0 mpirun --bind-to none -np 1 "${run[@]}" --in-memory | grep '^{' &
+  taskset -c 1 mpirun --bind-to none -np 1 "${run[@]}" --in-memory | grep '^{'
+  wait
 done
 # Bytes per step, counted by the loopback interface (TCP between the ranks).
 "${tcp[@]}" -np 2 "$bin" --data-dir "$data" --batch-size "$batch" --epochs 1 | grep '^{'
