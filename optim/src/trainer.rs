@@ -346,8 +346,8 @@ impl Trainer {
 
     /// On the first step with a store: every trainable parameter's key, whether or not this
     /// step has its gradient (keys are initialized once, in the same order on every worker),
-    /// and with several workers every weight set to worker 0's. Updating on the store, the
-    /// store keeps the weights themselves ([`KVStore::init_shared`]).
+    /// and with several workers every weight set to worker 0's. The store keeps the weights
+    /// themselves ([`KVStore::init_shared`]), not copies.
     fn init_keys(&mut self) -> Result<()> {
         let Some(store) = self.kvstore.clone() else {
             return Ok(());
@@ -361,17 +361,12 @@ impl Trainer {
                 continue;
             }
             let w = p.data()?;
-            if self.update_on_kvstore {
-                // The store keeps the weight itself: its updates land in the parameter, and
-                // the pull after each step copies nothing (a copy of a 512 MB table per step
-                // otherwise).
-                kv.init_shared(i, &w)?;
-            } else {
-                kv.init(i, &w)?;
-                if kv.num_workers() > 1 {
-                    kv.pull(i, std::slice::from_ref(&w))?;
-                }
-            }
+            // The store keeps the weight itself, set to worker 0's, instead of a copy (the
+            // tutorial's first layer is a 512 MB table). Updating on the store, its updates
+            // land in the parameter and the pull after each step copies nothing; updating
+            // here, the store never writes the value it keeps: the first step's sum replaces
+            // it.
+            kv.init_shared(i, &w)?;
         }
         self.kv_ready = true;
         Ok(())
