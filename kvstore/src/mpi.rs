@@ -321,6 +321,24 @@ impl Transport for MpiTransport {
         Ok(())
     }
 
+    fn broadcast_into(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
+        if root >= self.size {
+            return Err(Error::arg(
+                "broadcast",
+                format!("root {root} of {} workers", self.size),
+            ));
+        }
+        self.traffic
+            .add(if self.rank == root { buf.len() } else { 0 });
+        let _g = self.watchdog.guard("broadcast");
+        let root_process = self.world.process_at_rank(root as i32);
+        // In pieces below MPI's count limit; every worker's `buf` has the same length.
+        for piece in buf.chunks_mut(1 << 30) {
+            root_process.broadcast_into(piece);
+        }
+        Ok(())
+    }
+
     fn all_reduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<()> {
         self.all_reduce_sum(buf)
     }

@@ -96,6 +96,42 @@ impl<T: Transport> SyncStore<T> {
         let header = Header::new("init", key, local.as_ref().map(|_| value));
         // Workers may init with different values (worker 0's wins) but not different kinds.
         self.agree(OP, header, true)?;
+        // Every worker agreed on the dtype, storage type and shape: a dense float value is
+        // broadcast straight into the array the store keeps (no message-sized buffer; a
+        // 512 MB weight was held three times over: its bytes, the received bytes, the decoded
+        // copy). Every worker takes the same path, so the calls match.
+        let dense_float =
+            value.stype() == SType::Dense && matches!(value.dtype(), DType::F32 | DType::F64);
+        if self.transport.size() > 1 && dense_float {
+            let stored = if shared { value.clone() } else { value.copy() };
+            let transport = &mut self.transport;
+            match wire::with_le_bytes_mut(&stored, |b| transport.broadcast_into(0, b)) {
+                Some(done) => done?,
+                None => {
+                    // Values not writable in place (on a device): through a host buffer.
+                    let n = value.size() * value.dtype().size_of();
+                    let mut bytes = if self.transport.rank() == 0 {
+                        value.to_le_bytes()?
+                    } else {
+                        vec![0u8; n]
+                    };
+                    self.transport.broadcast_into(0, &mut bytes)?;
+                    stored.assign(&NDArray::from_le_bytes(
+                        &bytes,
+                        value.dtype(),
+                        &value.shape(),
+                    )?);
+                }
+            }
+            self.slots.insert(
+                key,
+                Slot::Replicated(Replica {
+                    value: stored,
+                    state: None,
+                }),
+            );
+            return Ok(());
+        }
         let received = if self.transport.size() > 1 {
             let mut bytes = if self.transport.rank() == 0 {
                 wire::encode_value(value)?

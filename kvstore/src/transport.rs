@@ -59,6 +59,29 @@ pub trait Transport: Send {
     }
     /// Root's `buf` on every worker (MPI's bcast; lengths may differ before the call).
     fn broadcast(&mut self, root: usize, buf: &mut Vec<u8>) -> Result<()>;
+    /// Root's `buf` into every worker's `buf`, whose length every worker already agrees on:
+    /// no buffer of the message's size besides the caller's (a 512 MB weight is broadcast
+    /// into the weight). The default goes through [`Transport::broadcast`] and a copy.
+    fn broadcast_into(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
+        let mut v = if self.rank() == root {
+            buf.to_vec()
+        } else {
+            Vec::new()
+        };
+        self.broadcast(root, &mut v)?;
+        if v.len() != buf.len() {
+            return Err(sparrow_core::Error::arg(
+                "broadcast",
+                format!(
+                    "worker {root} sent {} bytes into a buffer of {}",
+                    v.len(),
+                    buf.len()
+                ),
+            ));
+        }
+        buf.copy_from_slice(&v);
+        Ok(())
+    }
     /// Elementwise sum over the workers, in place (MPI's allreduce with `MPI_SUM`). Every
     /// worker gets the same values.
     fn all_reduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<()>;

@@ -99,6 +99,37 @@ fn put_le<T: Plain>(out: &mut Vec<u8>, vals: &[T]) {
     }
 }
 
+/// `f` on a dense float array's values as their little-endian bytes, in place (the array's
+/// own memory: what `f` writes there are its new values); `None` where that is not possible
+/// (another dtype, values not writable in host memory, a big-endian machine).
+pub(crate) fn with_le_bytes_mut<R>(a: &NDArray, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+    #[cfg(target_endian = "little")]
+    {
+        fn bytes<P: Plain>(v: &mut [P]) -> &mut [u8] {
+            // SAFETY: `P` is f32, f64 or i64 (`Plain` is implemented for those only): no
+            // padding, and every byte pattern is a valid value, so any bytes written through
+            // the view leave valid values; the view borrows `v` mutably for its lifetime and
+            // u8 needs no alignment.
+            unsafe {
+                std::slice::from_raw_parts_mut(
+                    v.as_mut_ptr().cast::<u8>(),
+                    std::mem::size_of_val(v),
+                )
+            }
+        }
+        match a.dtype() {
+            DType::F32 => a.with_slice_mut::<f32, _>(|s| f(bytes(s))).ok(),
+            DType::F64 => a.with_slice_mut::<f64, _>(|s| f(bytes(s))).ok(),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        let _ = (a, f);
+        None
+    }
+}
+
 /// The numbers [`put_le`] writes: fixed-size, no padding.
 /// A value the wire writes as its little-endian bytes.
 pub(crate) trait Plain: Copy {

@@ -966,3 +966,50 @@ fn init_sharded_shared_keeps_the_callers_rows() {
         assert_eq!(copied, &vec![1.0; 2]);
     }
 }
+
+#[test]
+fn init_gives_every_worker_worker_0s_value_for_every_kind() {
+    // f32 and f64 dense values go straight into the store's array, row_sparse ones through
+    // a message: each worker pulls worker 0's value; `init` leaves the caller's array alone,
+    // `init_shared` sets it to worker 0's.
+    let got = on_workers(3, |r, kv| {
+        let v = r as f32 + 1.0;
+        let copied = dense(&[v, -v], &[2]);
+        let shared = NDArray::from_vec(vec![v as f64; 3], &[3]).unwrap();
+        let sparse = rsp(vec![r as i64], &[v, v], &[4, 2]);
+        kv.init(0, &copied).unwrap();
+        kv.init_shared(1, &shared).unwrap();
+        kv.init(2, &sparse).unwrap();
+        let outs = [
+            NDArray::zeros(&[2], DType::F32).unwrap(),
+            NDArray::zeros(&[3], DType::F64).unwrap(),
+            NDArray::zeros(&[4, 2], DType::F32).unwrap(),
+        ];
+        for (k, o) in outs.iter().enumerate() {
+            kv.pull(k, one(o)).unwrap();
+        }
+        (
+            outs[0].to_vec::<f32>().unwrap(),
+            outs[1].to_vec::<f64>().unwrap(),
+            outs[2]
+                .tostype(SType::Dense)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            copied.to_vec::<f32>().unwrap(),
+            shared.to_vec::<f64>().unwrap(),
+        )
+    });
+    for (r, (a, b, c, copied, shared)) in got.into_iter().enumerate() {
+        let v = r as f32 + 1.0;
+        assert_eq!(a, vec![1.0, -1.0], "worker {r}");
+        assert_eq!(b, vec![1.0; 3], "worker {r}");
+        assert_eq!(
+            c,
+            vec![1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            "worker {r}"
+        );
+        assert_eq!(copied, vec![v, -v], "worker {r}");
+        assert_eq!(shared, vec![1.0; 3], "worker {r}");
+    }
+}
