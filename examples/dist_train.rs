@@ -146,6 +146,12 @@ fn loopback_tx_bytes() -> Option<u64> {
         .ok()
 }
 
+/// Where a rank's batches come from: the LibSVM reader each epoch, or kept in memory.
+enum Source {
+    Stream(LibSVMIter),
+    Kept(Vec<Batch>),
+}
+
 fn main() {
     if let Err(e) = on_one_thread() {
         eprintln!("dist_train: error: {e}");
@@ -275,21 +281,21 @@ fn run() -> Result<(), BoxError> {
     let mut lo_bytes = 0u64;
     // `--in-memory`: this rank's steps' batches, parsed once; the reader is then dropped, so
     // nothing parses during training.
-    let (kept, mut iter) = if args.in_memory {
+    let mut source = if args.in_memory {
         iter.reset();
         let kept = iter.by_ref().take(steps).collect::<Result<Vec<_>, _>>()?;
-        (Some(kept), None)
+        drop(iter);
+        Source::Kept(kept)
     } else {
-        (None, Some(iter))
+        Source::Stream(iter)
     };
     for epoch in 0..args.epochs + 1 {
-        let batches: Box<dyn Iterator<Item = Result<Batch, DataError>>> = match (&kept, &mut iter) {
-            (Some(kept), _) => Box::new(kept.iter().cloned().map(Ok)),
-            (None, Some(iter)) => {
+        let batches: Box<dyn Iterator<Item = Result<Batch, DataError>>> = match &mut source {
+            Source::Kept(kept) => Box::new(kept.iter().cloned().map(Ok)),
+            Source::Stream(iter) => {
                 iter.reset();
                 Box::new(iter.by_ref().take(steps))
             }
-            (None, None) => return Err("no batches".into()),
         };
         let bytes = |t: &Trainer| t.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0);
         let sent0 = bytes(&trainer);

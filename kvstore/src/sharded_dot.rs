@@ -339,24 +339,14 @@ impl BackwardLocal {
         header("sharded_dot_backward", key, &self.table)
     }
 
-    /// The error this worker's checks found (or, when they passed, that nothing was sent).
-    pub(crate) fn error(&self) -> Error {
-        match &self.table {
-            Err(e) => e.clone(),
-            Ok(_) => Error::arg(OP_BACK, "the product's gradient was not sent"),
-        }
-    }
-
-    /// The gradient this worker sends, when its checks passed.
-    pub(crate) fn payload(&self) -> Option<&NDArray> {
-        match (&self.dy, &self.table) {
-            (Ok(dy), Ok(_)) => Some(dy),
-            _ => None,
-        }
+    /// The gradient this worker sends, or the error its checks found.
+    pub(crate) fn checked(&self) -> Result<&NDArray> {
+        self.table.as_ref().map_err(Clone::clone)?;
+        self.dy.as_ref().map_err(Clone::clone)
     }
 
     /// This worker's rows' gradient from every worker's gradient of its product (`dys`, in
-    /// worker order, as [`BackwardLocal::payload`] wrote them), as the table's rows.
+    /// worker order, as [`BackwardLocal::checked`]'s gradient was sent), as the table's rows.
     pub(crate) fn finish<T: Transport>(
         &self,
         store: &SyncStore<T>,
@@ -397,9 +387,9 @@ pub(crate) fn backward<T: Transport>(
         "sharded_dot_backward",
         key,
         &local.table,
-        |w| match local.payload() {
-            Some(dy) => w.values(dy).map(|_| ()),
-            None => Ok(()),
+        |w| match local.checked() {
+            Ok(dy) => w.values(dy).map(|_| ()),
+            Err(_) => Ok(()),
         },
     );
     let g = got.and_then(|ranges| {

@@ -103,7 +103,14 @@ impl<T: Transport> SyncStore<T> {
         let dense_float =
             value.stype() == SType::Dense && matches!(value.dtype(), DType::F32 | DType::F64);
         if self.transport.size() > 1 && dense_float {
-            let stored = if shared { value.clone() } else { value.copy() };
+            // Worker 0 keeps (a copy of) its value; the others' arrays are overwritten.
+            let stored = if shared {
+                value.clone()
+            } else if self.transport.rank() == 0 {
+                value.copy()
+            } else {
+                NDArray::zeros(&value.shape(), value.dtype())?
+            };
             let transport = &mut self.transport;
             match wire::with_le_bytes_mut(&stored, |b| transport.broadcast_into(0, b)) {
                 Some(done) => done?,
@@ -315,135 +322,6 @@ impl<T: Transport> SyncStore<T> {
                 opt.update(key, &r.value, &sum, state)
             }
         }
-    }
-
-    /// [`KVStore::pushpull_with_products`] (and, without products, `pushpull_many`): every
-    /// key's header, its row_sparse rows or small dense value, and every product's header and
-    /// gradient go in one gather; then the sharded keys are pushed, the large dense values
-    /// all-reduced, and each product's gradient of this worker's rows computed from the
-    /// gathered gradients.
-    fn pushpull_fused(
-        &mut self,
-        keys: &[usize],
-        values: &[NDArray],
-        out: &[NDArray],
-        products: &[ProductGrad<'_>],
-    ) -> Result<Vec<NDArray>> {
-        const OP: &str = "KVStore::pushpull_many";
-        // Local checks first; their errors travel in the headers, so every worker fails.
-        let mut locals = Vec::new();
-        let mut rows: PerWorkerRows = Vec::new();
-        let mut recv = Vec::new();
-        let listed = check_many(OP, keys, values, out);
-        let mut headers: Vec<Header> = match &listed {
-            Err(e) => vec![Header::new(
-                "pushpull",
-                keys.first().copied().unwrap_or(0),
-                Err(e),
-            )],
-            Ok(()) => {
-                let mut hs = Vec::with_capacity(keys.len() + products.len());
-                for ((&k, v), o) in keys.iter().zip(values).zip(out) {
-                    let local = self.local_sum(k, std::slice::from_ref(v)).and_then(|s| {
-                        let (shape, dtype) = self.meta(OP, k)?;
-                        check_out(OP, k, o, &shape, dtype)?;
-                        Ok(s)
-                    });
-                    hs.push(Header::new("pushpull", k, local.as_ref()));
-                    locals.push(local);
-                }
-                hs
-            }
-        };
-        // The products' headers and gradients follow the keys'.
-        let backs: Vec<BackwardLocal> = products
-            .iter()
-            .map(|p| BackwardLocal::new(self, p.key, p.parts, p.dy))
-            .collect();
-        headers.extend(products.iter().zip(&backs).map(|(p, b)| b.header(p.key)));
-        let sharded: Vec<bool> = keys
-            .iter()
-            .map(|k| matches!(self.slots.get(k), Some(Slot::Sharded(_))))
-            .collect();
-        let size = self.transport.size();
-        let mixed = if size == 1 {
-            // Nobody to agree with: a local error is the error.
-            listed?;
-            if let Some(Err(e)) = locals.iter().find(|l| l.is_err()) {
-                return Err(e.clone());
-            }
-            vec![false; keys.len()]
-        } else {
-            // This worker's rows of every replicated row_sparse key and its small dense
-            // values, one entry per key, then each product's gradient (sent only when every
-            // local check passed: otherwise the headers fail the call everywhere).
-            let mut payload: Vec<Option<&NDArray>> = Vec::new();
-            if locals.iter().all(|l| l.is_ok()) {
-                payload.extend(locals.iter().zip(&sharded).map(|(l, &sh)| match l {
-                    Ok(l) if !sh && (l.stype() == SType::RowSparse || rides_in_gather(l)) => {
-                        Some(l)
-                    }
-                    _ => None,
-                }));
-                payload.extend(backs.iter().map(|b| b.payload()));
-            }
-            let (mixed, got, sent) = self.agree_many(OP, &headers, &payload)?;
-            recv = got;
-            rows = sent;
-            mixed
-        };
-        let mut locals = locals.into_iter().collect::<Result<Vec<_>>>()?;
-        // Dense values that every worker sent with its headers (not when some worker's value
-        // is sparse: the key is then densified and all-reduced).
-        let rode: Vec<bool> = locals
-            .iter()
-            .zip(&mixed)
-            .zip(&sharded)
-            .map(|((l, &m), &sh)| size > 1 && !m && !sh && rides_in_gather(l))
-            .collect();
-        for (l, &m) in locals.iter_mut().zip(&mixed) {
-            if m && l.stype() != SType::Dense {
-                *l = l.tostype(SType::Dense)?;
-            }
-        }
-        // Sharded keys go one by one; the rest are fused.
-        for (i, &k) in keys.iter().enumerate() {
-            if sharded[i] {
-                crate::sharded::push(self, k, locals[i].clone())?;
-            }
-        }
-        let fused: Vec<usize> = (0..keys.len()).filter(|&i| !sharded[i]).collect();
-        let sums = self.sum_many(&locals, &fused, &rode, &recv, &rows);
-        // Each product's gradient from every worker's (the entries after the keys').
-        let grads = products
-            .iter()
-            .zip(&backs)
-            .enumerate()
-            .map(|(j, (p, b))| {
-                if size == 1 {
-                    let dy = b.payload().ok_or_else(|| b.error())?.to_le_bytes()?;
-                    return b.finish(self, p.key, p.parts, &[dy.as_slice()]);
-                }
-                let dys = rows
-                    .iter()
-                    .map(|w| {
-                        let r = w.get(keys.len() + j).ok_or_else(|| {
-                            Error::arg(OP, "a worker sent no gradient for a product")
-                        })?;
-                        Reader::new(&recv[r.clone()]).bytes()
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                b.finish(self, p.key, p.parts, &dys)
-            })
-            .collect::<Result<Vec<_>>>();
-        self.recv = recv;
-        for (i, sum) in sums? {
-            self.apply(keys[i], sum)?;
-        }
-        for (&k, o) in keys.iter().zip(out) {
-            self.pull(k, std::slice::from_ref(o))?;
-        }
-        grads
     }
 
     /// Every key's header in one gather, checked key by key (see [`check_headers`]); a
@@ -679,9 +557,14 @@ impl<T: Transport> KVStore for SyncStore<T> {
     }
 
     fn pushpull_many(&mut self, keys: &[usize], values: &[NDArray], out: &[NDArray]) -> Result<()> {
-        self.pushpull_fused(keys, values, out, &[]).map(|_| ())
+        self.pushpull_with_products(keys, values, out, &[])
+            .map(|_| ())
     }
 
+    /// Every key's header, its row_sparse rows or small dense value, and every product's header
+    /// and gradient go in one gather; then the sharded keys are pushed, the large dense values
+    /// all-reduced, and each product's gradient of this worker's rows computed from the
+    /// gathered gradients. `pushpull_many` is this without products.
     fn pushpull_with_products(
         &mut self,
         keys: &[usize],
@@ -689,7 +572,121 @@ impl<T: Transport> KVStore for SyncStore<T> {
         out: &[NDArray],
         products: &[ProductGrad<'_>],
     ) -> Result<Vec<NDArray>> {
-        self.pushpull_fused(keys, values, out, products)
+        const OP: &str = "KVStore::pushpull_many";
+        // Local checks first; their errors travel in the headers, so every worker fails.
+        let mut locals = Vec::new();
+        let mut rows: PerWorkerRows = Vec::new();
+        let mut recv = Vec::new();
+        let listed = check_many(OP, keys, values, out);
+        let mut headers: Vec<Header> = match &listed {
+            Err(e) => vec![Header::new(
+                "pushpull",
+                keys.first().copied().unwrap_or(0),
+                Err(e),
+            )],
+            Ok(()) => {
+                let mut hs = Vec::with_capacity(keys.len() + products.len());
+                for ((&k, v), o) in keys.iter().zip(values).zip(out) {
+                    let local = self.local_sum(k, std::slice::from_ref(v)).and_then(|s| {
+                        let (shape, dtype) = self.meta(OP, k)?;
+                        check_out(OP, k, o, &shape, dtype)?;
+                        Ok(s)
+                    });
+                    hs.push(Header::new("pushpull", k, local.as_ref()));
+                    locals.push(local);
+                }
+                hs
+            }
+        };
+        // The products' headers and gradients follow the keys'.
+        let backs: Vec<BackwardLocal> = products
+            .iter()
+            .map(|p| BackwardLocal::new(self, p.key, p.parts, p.dy))
+            .collect();
+        headers.extend(products.iter().zip(&backs).map(|(p, b)| b.header(p.key)));
+        let sharded: Vec<bool> = keys
+            .iter()
+            .map(|k| matches!(self.slots.get(k), Some(Slot::Sharded(_))))
+            .collect();
+        let size = self.transport.size();
+        let mixed = if size == 1 {
+            // Nobody to agree with: a local error is the error.
+            listed?;
+            if let Some(Err(e)) = locals.iter().find(|l| l.is_err()) {
+                return Err(e.clone());
+            }
+            vec![false; keys.len()]
+        } else {
+            // This worker's rows of every replicated row_sparse key and its small dense
+            // values, one entry per key, then each product's gradient (sent only when every
+            // local check passed: otherwise the headers fail the call everywhere).
+            let mut payload: Vec<Option<&NDArray>> = Vec::new();
+            if locals.iter().all(|l| l.is_ok()) {
+                payload.extend(locals.iter().zip(&sharded).map(|(l, &sh)| match l {
+                    Ok(l) if !sh && (l.stype() == SType::RowSparse || rides_in_gather(l)) => {
+                        Some(l)
+                    }
+                    _ => None,
+                }));
+                payload.extend(backs.iter().map(|b| b.checked().ok()));
+            }
+            let (mixed, got, sent) = self.agree_many(OP, &headers, &payload)?;
+            recv = got;
+            rows = sent;
+            mixed
+        };
+        let mut locals = locals.into_iter().collect::<Result<Vec<_>>>()?;
+        // Dense values that every worker sent with its headers (not when some worker's value
+        // is sparse: the key is then densified and all-reduced).
+        let rode: Vec<bool> = locals
+            .iter()
+            .zip(&mixed)
+            .zip(&sharded)
+            .map(|((l, &m), &sh)| size > 1 && !m && !sh && rides_in_gather(l))
+            .collect();
+        for (l, &m) in locals.iter_mut().zip(&mixed) {
+            if m && l.stype() != SType::Dense {
+                *l = l.tostype(SType::Dense)?;
+            }
+        }
+        // Sharded keys go one by one; the rest are fused.
+        for (i, &k) in keys.iter().enumerate() {
+            if sharded[i] {
+                crate::sharded::push(self, k, locals[i].clone())?;
+            }
+        }
+        let fused: Vec<usize> = (0..keys.len()).filter(|&i| !sharded[i]).collect();
+        let sums = self.sum_many(&locals, &fused, &rode, &recv, &rows);
+        // Each product's gradient from every worker's (the entries after the keys').
+        let grads = products
+            .iter()
+            .zip(&backs)
+            .enumerate()
+            .map(|(j, (p, b))| {
+                if size == 1 {
+                    let dy = b.checked()?.to_le_bytes()?;
+                    return b.finish(self, p.key, p.parts, &[dy.as_slice()]);
+                }
+                let dys = rows
+                    .iter()
+                    .map(|w| {
+                        let r = w.get(keys.len() + j).ok_or_else(|| {
+                            Error::arg(OP, "a worker sent no gradient for a product")
+                        })?;
+                        Reader::new(&recv[r.clone()]).bytes()
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                b.finish(self, p.key, p.parts, &dys)
+            })
+            .collect::<Result<Vec<_>>>();
+        self.recv = recv;
+        for (i, sum) in sums? {
+            self.apply(keys[i], sum)?;
+        }
+        for (&k, o) in keys.iter().zip(out) {
+            self.pull(k, std::slice::from_ref(o))?;
+        }
+        grads
     }
 
     fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
