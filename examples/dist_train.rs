@@ -204,7 +204,7 @@ fn run() -> Result<(), BoxError> {
     }
     kv.barrier()?;
     let mut params = LibSVMIterParams::new(&path, args.features, args.batch_size);
-    params.prepare_transpose = !args.dense_grad && !args.sharded;
+    params.prepare_transpose = !args.dense_grad;
     params.idle_priority = true;
     partition_libsvm(&mut params, &kv);
     let mut iter = LibSVMIter::new(params)?;

@@ -115,3 +115,60 @@ fn dense_and_row_sparse_arrays_have_no_grouping() {
     assert!(!r.prepare_csr_transpose());
 }
 }
+
+device_test! {
+fn a_grouping_order_set_from_elsewhere_is_checked_and_used() {
+    for (seed, dtype) in [(12, DType::F32), (13, DType::F64)] {
+        let x = csr(16, 40, 0.3, seed, dtype);
+        let y = csr(16, 40, 0.3, seed, dtype);
+        let w = test_array(&[40, 5], -1.0, 1.0, seed + 1)
+            .astype(dtype)
+            .unwrap();
+        let head = test_array(&[16, 5], -1.0, 1.0, seed + 2)
+            .astype(dtype)
+            .unwrap();
+        let plain = weight_grad(&y, &w, &head);
+        assert!(x.prepare_csr_transpose());
+        let order = x.csr_column_groups().unwrap().order().to_vec();
+        // The same order kept on a second array of the same structure: the same grouping,
+        // the same gradient bit for bit.
+        y.set_csr_column_order(order.clone()).unwrap();
+        let g = y.csr_column_groups().expect("kept");
+        assert_eq!(g.columns(), x.csr_column_groups().unwrap().columns());
+        assert_eq!(g.order(), &order[..]);
+        assert_eq!(weight_grad(&y, &w, &head), plain);
+
+        // Anything that is not exactly the grouping is an error and leaves nothing behind.
+        let z = csr(16, 40, 0.3, seed, dtype);
+        let cols = csr_cols(&z);
+        let mut bad: Vec<(Vec<usize>, &str)> = vec![
+            (order[1..].to_vec(), "positions"),
+            ([&order[..], &[0]].concat(), "positions"),
+        ];
+        let mut past = order.clone();
+        past[0] = cols.len();
+        bad.push((past, "past"));
+        // Two groups swapped: columns descend.
+        let first = order.iter().take_while(|&&p| cols[p] == cols[order[0]]).count();
+        bad.push(([&order[first..], &order[..first]].concat(), "not a column grouping"));
+        // A column's positions descending (the first column with two non-zeros).
+        let at = (1..order.len())
+            .find(|&i| cols[order[i]] == cols[order[i - 1]])
+            .expect("a repeated column at this density");
+        let mut desc = order.clone();
+        desc.swap(at - 1, at);
+        bad.push((desc, "not a column grouping"));
+        // One position twice, another missing.
+        let mut twice = order.clone();
+        twice[at] = twice[at - 1];
+        bad.push((twice, "not a column grouping"));
+        for (o, want) in bad {
+            let e = z.set_csr_column_order(o).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(z.csr_column_groups().is_none());
+        }
+    }
+    let d = test_array(&[3, 4], -1.0, 1.0, 14);
+    assert!(d.set_csr_column_order(vec![]).is_err());
+}
+}

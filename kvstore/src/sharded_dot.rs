@@ -116,34 +116,43 @@ fn gathered<'a>(
 
 /// The non-zeros of one worker's batch (as the product's message carries it) in the columns
 /// `lo..hi`, appended to `own` with the columns counted from `lo`: `indptr` gets one entry per
-/// row (the running count of kept non-zeros).
+/// row (the running count of kept non-zeros). Returns the batch's rows and its kept
+/// non-zeros' positions in `own` grouped by column (from the worker's grouping of its batch,
+/// which the message carries after the values): a run ascending by column, positions
+/// ascending within a column.
 fn keep_own<E: Element, const N: usize>(
     batch: &mut Reader<'_>,
     (lo, hi): (usize, usize),
     own: &mut (Vec<i64>, Vec<i64>, Vec<E>),
     from_le: fn([u8; N]) -> E,
-) -> Result<usize> {
+) -> Result<(usize, Vec<(i64, usize)>)> {
     let indptr = batch.ids()?;
     let indices = batch.ids()?;
     let values = batch.bytes()?;
+    let order = batch.bytes()?;
     let malformed = || {
         Error::arg(
             OP,
-            "malformed batch from a worker: row pointers, columns and values disagree",
+            "malformed batch from a worker: row pointers, columns, values and column order \
+             disagree",
         )
     };
     if indptr.first() != Some(&0)
         || indptr.last().map(|&e| e as usize) != Some(indices.len())
         || indptr.windows(2).any(|w| w[0] > w[1])
         || values.len() != indices.len() * N
+        || order.len() != indices.len() * order_width(indices.len())
     {
         return Err(malformed());
     }
     let (idx, vals, ptr) = (&mut own.0, &mut own.2, &mut own.1);
+    // Where each of the batch's non-zeros went in `own` (kept ones only are read below).
+    let mut at = vec![0usize; indices.len()];
     for w in indptr.windows(2) {
         for k in w[0] as usize..w[1] as usize {
             let c = indices[k];
             if c >= lo as i64 && c < hi as i64 {
+                at[k] = idx.len();
                 idx.push(c - lo as i64);
                 let b: [u8; N] = values[k * N..(k + 1) * N].try_into().expect("N bytes");
                 vals.push(from_le(b));
@@ -151,11 +160,29 @@ fn keep_own<E: Element, const N: usize>(
         }
         ptr.push(idx.len() as i64);
     }
-    Ok(indptr.len() - 1)
+    // The grouping's positions, each checked; their columns ascend along it (a worker's
+    // grouping that does not is caught where `own`'s grouping is checked whole).
+    let position = |b: &[u8]| match *b {
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as usize,
+        _ => u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize,
+    };
+    let order = order
+        .chunks_exact(order_width(indices.len()))
+        .map(position)
+        .map(|p| indices.get(p).map(|&c| (c, p)).ok_or_else(malformed))
+        .collect::<Result<Vec<_>>>()?;
+    let a = order.partition_point(|&(c, _)| c < lo as i64);
+    let b = order.partition_point(|&(c, _)| c < hi as i64);
+    let run = order[a..b.max(a)]
+        .iter()
+        .map(|&(c, p)| (c - lo as i64, at[p]))
+        .collect();
+    Ok((indptr.len() - 1, run))
 }
 
 /// Every worker's batch (`parts`) on the columns `lo..hi` as one csr array of `hi - lo`
-/// columns, and where each worker's rows start in it (then the total).
+/// columns with its column grouping kept (the workers' groupings merged, so the backward's
+/// `x^T . dy` sorts nothing), and where each worker's rows start in it (then the total).
 fn own_batches(
     parts: &mut [Reader<'_>],
     dtype: DType,
@@ -170,15 +197,22 @@ fn own_batches(
     ) -> Result<(NDArray, Vec<usize>)> {
         let mut own = (Vec::new(), vec![0i64], Vec::new());
         let mut starts = vec![0];
+        let mut grouped = Vec::new();
         for p in parts.iter_mut() {
-            let rows = keep_own(p, (lo, hi), &mut own, from_le)?;
+            let (rows, run) = keep_own(p, (lo, hi), &mut own, from_le)?;
             starts.push(starts.last().copied().unwrap_or(0) + rows);
+            grouped.extend(run);
         }
+        // One run per worker, each ascending by column with `own`'s positions ascending
+        // within a column, and every worker's positions above the previous one's: a stable
+        // sort by column (which merges runs) leaves exactly `own`'s column grouping.
+        grouped.sort_by_key(|&(c, _)| c);
         let total = *starts.last().expect("one entry at least");
         let (indices, indptr, values) = own;
         // Columns stay as each worker's batch had them (a LibSVM batch's are not checked for
         // order): the same product as that batch's, never a read out of bounds.
         let x = NDArray::csr_unchecked(values, indices, indptr, [total, hi - lo])?;
+        x.set_csr_column_order(grouped.into_iter().map(|(_, p)| p).collect())?;
         Ok((x, starts))
     }
     match dtype {
@@ -194,7 +228,20 @@ fn own_batches(
     }
 }
 
-/// Write a csr batch's non-zeros: row pointers, columns, values.
+/// Bytes a batch's message gives each position of its column grouping: 4 below 2^32
+/// non-zeros, else 8.
+fn order_width(nnz: usize) -> usize {
+    if u32::try_from(nnz).is_ok() {
+        4
+    } else {
+        8
+    }
+}
+
+/// Write a csr batch's non-zeros: row pointers, columns, values, then their grouping by
+/// column ([`ColumnGroups::order`](sparrow_core::sparse::ColumnGroups::order), positions of
+/// [`order_width`] bytes): the one a data loader prepared with the batch
+/// (`prepare_transpose`), else made here.
 fn write_batch(w: &mut Writer, x: &NDArray) -> Result<()> {
     fn put<E: Element + Plain>(w: &mut Writer, x: &NDArray) -> Result<()> {
         x.with_csr::<E, _>(|c| {
@@ -203,9 +250,23 @@ fn write_batch(w: &mut Writer, x: &NDArray) -> Result<()> {
         })
     }
     match x.dtype() {
-        DType::F32 => put::<f32>(w, x),
-        _ => put::<f64>(w, x),
+        DType::F32 => put::<f32>(w, x)?,
+        _ => put::<f64>(w, x)?,
     }
+    if x.csr_column_groups().is_none() {
+        x.prepare_csr_transpose();
+    }
+    let groups = x
+        .csr_column_groups()
+        .ok_or_else(|| Error::arg(OP, "a batch's column grouping could not be made"))?;
+    let order = groups.order();
+    if order_width(order.len()) == 4 {
+        // Below 2^32 non-zeros every position fits.
+        w.slice(&order.iter().map(|&p| p as u32).collect::<Vec<u32>>());
+    } else {
+        w.slice(&order.iter().map(|&p| p as u64).collect::<Vec<u64>>());
+    }
+    Ok(())
 }
 
 /// [`KVStore::sharded_dot`](sparrow_optim::KVStore::sharded_dot) on a synchronous store.
@@ -402,4 +463,105 @@ pub(crate) fn backward<T: Transport>(
     });
     store.recv = recv;
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sparrow_core::testing::test_csr;
+
+    fn message(x: &NDArray) -> Vec<u8> {
+        let mut w = Writer::default();
+        write_batch(&mut w, x).unwrap();
+        w.0
+    }
+
+    /// The owner's batch keeps exactly the grouping a sort of it would make (merged from the
+    /// workers' groupings, prepared or not), for any number of workers and column ranges.
+    #[test]
+    fn the_owners_batch_keeps_the_grouping_a_sort_would_make() {
+        for (case, dtype) in [DType::F32, DType::F64, DType::F32, DType::F64]
+            .into_iter()
+            .enumerate()
+        {
+            let workers = 1 + case;
+            let batches: Vec<NDArray> = (0..workers)
+                .map(|w| test_csr(7 + w, 60, 0.2, (case * 10 + w) as u64, dtype))
+                .collect();
+            if case % 2 == 0 {
+                batches[0].prepare_csr_transpose();
+            }
+            let msgs: Vec<Vec<u8>> = batches.iter().map(message).collect();
+            for (lo, hi) in [(0, 60), (0, 17), (17, 41), (59, 60), (30, 30)] {
+                let mut parts: Vec<Reader<'_>> = msgs.iter().map(|m| Reader::new(m)).collect();
+                let (own, starts) = own_batches(&mut parts, dtype, lo, hi).unwrap();
+                assert_eq!(starts.len(), workers + 1);
+                let kept = own.csr_column_groups().expect("kept").order().to_vec();
+                // The same non-zeros in a new array (no grouping kept), grouped by the sort.
+                let again = match dtype {
+                    DType::F32 => own.with_csr::<f32, _>(|c| {
+                        let parts = (c.values.to_vec(), c.indices.to_vec(), c.indptr.to_vec());
+                        NDArray::csr_unchecked(
+                            parts.0,
+                            parts.1,
+                            parts.2,
+                            [starts[workers], hi - lo],
+                        )
+                    }),
+                    _ => own.with_csr::<f64, _>(|c| {
+                        let parts = (c.values.to_vec(), c.indices.to_vec(), c.indptr.to_vec());
+                        NDArray::csr_unchecked(
+                            parts.0,
+                            parts.1,
+                            parts.2,
+                            [starts[workers], hi - lo],
+                        )
+                    }),
+                }
+                .unwrap()
+                .unwrap();
+                assert!(again.csr_column_groups().is_none());
+                assert!(again.prepare_csr_transpose());
+                let sorted = again.csr_column_groups().unwrap();
+                assert_eq!(kept, sorted.order(), "case {case} {lo}..{hi}");
+            }
+        }
+    }
+
+    /// A batch message whose column order is short, points past the batch or does not group
+    /// by column fails the product with an error, never a read out of bounds.
+    #[test]
+    fn a_malformed_column_order_is_an_error() {
+        let x = test_csr(6, 20, 0.3, 3, DType::F32);
+        let good = message(&x);
+        let nnz = x.to_f64_vec().iter().filter(|v| **v != 0.0).count();
+        // The order is the message's last field: nnz positions of 4 bytes.
+        let at = good.len() - 4 * nnz;
+        let with_order = |order: &[u32]| {
+            let mut m = good[..at - 8].to_vec();
+            m.extend_from_slice(&((order.len() * 4) as u64).to_le_bytes());
+            for p in order {
+                m.extend_from_slice(&p.to_le_bytes());
+            }
+            m
+        };
+        let order: Vec<u32> = good[at..]
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(with_order(&order), good);
+        let mut past = order.clone();
+        past[0] = nnz as u32;
+        let mut reversed = order.clone();
+        reversed.reverse();
+        for (bad, what) in [
+            (with_order(&order[1..]), "malformed batch"),
+            (with_order(&past), "malformed batch"),
+            (with_order(&reversed), "not a column grouping"),
+        ] {
+            let mut parts = vec![Reader::new(&bad)];
+            let e = own_batches(&mut parts, DType::F32, 0, 20).unwrap_err();
+            assert!(e.to_string().contains(what), "{e}");
+        }
+    }
 }

@@ -147,6 +147,16 @@ impl Plain for f64 {
         out.extend_from_slice(&self.to_le_bytes());
     }
 }
+impl Plain for u32 {
+    fn extend_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+impl Plain for u64 {
+    fn extend_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
 impl Plain for i64 {
     fn extend_le(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes());

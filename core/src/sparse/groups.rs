@@ -17,7 +17,7 @@ use std::any::{Any, TypeId};
 use std::sync::{Arc, Mutex};
 
 use crate::cpu::segment::{entry_rows, group_by_key};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ndarray::{ArrayData, CsrData};
 use crate::storage::IndexStorage;
 use crate::{Device, NDArray};
@@ -131,6 +131,75 @@ impl ColumnGroups {
     pub fn counts(&self) -> impl Iterator<Item = usize> + '_ {
         self.starts.windows(2).map(|w| w[1] - w[0])
     }
+
+    /// Every non-zero's position (among the array's non-zeros, in row order) once, grouped by
+    /// column in the order of [`Self::columns`], ascending within a column: what
+    /// [`NDArray::set_csr_column_order`] takes.
+    pub fn order(&self) -> &[usize] {
+        &self.order
+    }
+
+    /// [`Self::compute`] from a grouping order made elsewhere, checked against `c` (see
+    /// [`NDArray::set_csr_column_order`]).
+    fn from_order(c: &CsrData, order: Vec<usize>) -> Result<ColumnGroups> {
+        const OP: &str = "set_csr_column_order";
+        let idx = c.indices();
+        if order.len() != idx.len() {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "the order has {} positions, the array {} non-zeros",
+                    order.len(),
+                    idx.len()
+                ),
+            ));
+        }
+        let (mut uniq, mut starts) = (Vec::new(), Vec::new());
+        let mut prev: Option<(i64, usize)> = None;
+        for (i, &p) in order.iter().enumerate() {
+            let col = *idx.get(p).ok_or_else(|| {
+                Error::arg(
+                    OP,
+                    format!("position {p} (at {i}) is past the {} non-zeros", idx.len()),
+                )
+            })?;
+            match prev {
+                Some((pc, pp)) if col == pc && p > pp => {}
+                Some((pc, _)) if col > pc => {
+                    uniq.push(col);
+                    starts.push(i);
+                }
+                None => {
+                    uniq.push(col);
+                    starts.push(i);
+                }
+                Some((pc, pp)) => {
+                    return Err(Error::arg(
+                        OP,
+                        format!(
+                            "not a column grouping at {i}: position {p} (column {col}) after \
+                             position {pp} (column {pc}); columns ascend, positions ascend \
+                             within a column"
+                        ),
+                    ))
+                }
+            }
+            prev = Some((col, p));
+        }
+        // Positions strictly ascend within a column and each names its own column, so none
+        // repeats: with as many as there are non-zeros, every one is there.
+        starts.push(order.len());
+        Ok(ColumnGroups {
+            indptr: c.indptr.clone(),
+            indices: c.indices.clone(),
+            offset: c.offset,
+            uniq: Arc::new(uniq),
+            starts: Arc::new(starts),
+            order: Arc::new(order),
+            rows: Arc::new(entry_rows(&c.indptr)),
+            uploads: Mutex::new(Vec::new()),
+        })
+    }
 }
 
 impl NDArray {
@@ -146,6 +215,27 @@ impl NDArray {
         };
         *self.column_cache() = Some(groups);
         true
+    }
+
+    /// For a csr array: keep `order` as its column grouping, as [`Self::prepare_csr_transpose`]
+    /// would, without the sort: every non-zero's position (in row order) once, grouped by
+    /// column in ascending column order, positions ascending within a column (see
+    /// [`ColumnGroups::order`]). For a caller that has the grouping from elsewhere: a sharded
+    /// product's owner merges the workers' prepared groupings of their batches instead of
+    /// sorting the batches it assembled from them. Checked in one pass; an order that is not
+    /// exactly this array's grouping is an error naming where, and nothing is kept.
+    pub fn set_csr_column_order(&self, order: Vec<usize>) -> Result<()> {
+        let groups = match &*self.read() {
+            ArrayData::Csr(c) => Arc::new(ColumnGroups::from_order(c, order)?),
+            other => {
+                return Err(Error::stype(
+                    "set_csr_column_order",
+                    format!("needs a csr array, got {:?}", other.stype()),
+                ))
+            }
+        };
+        *self.column_cache() = Some(groups);
+        Ok(())
     }
 
     /// The column grouping cached by [`Self::prepare_csr_transpose`], if this is a csr array and
