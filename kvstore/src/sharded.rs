@@ -82,8 +82,12 @@ impl<T: Transport> SyncStore<T> {
                     shard.shape()
                 ),
             ))
+        } else if shared {
+            Ok(shard.clone())
         } else {
-            Ok(())
+            // A copy, as MXNet's init, unless the caller hands its array over; made before
+            // the agreement so that a copy this worker cannot allocate fails every worker's call.
+            shard.try_copy()
         };
         // The header carries the whole table's shape, which every worker must agree on.
         let mut header = Header::new("init_sharded", key, local.as_ref().map(|_| shard));
@@ -98,8 +102,7 @@ impl<T: Transport> SyncStore<T> {
                 dtype: shard.dtype(),
                 lo,
                 hi,
-                // A copy, as MXNet's init, unless the caller hands its array over.
-                value: if shared { shard.clone() } else { shard.copy() },
+                value: local?,
                 state: None,
             }),
         );

@@ -93,24 +93,27 @@ impl<T: Transport> SyncStore<T> {
         } else {
             Ok(())
         };
-        let header = Header::new("init", key, local.as_ref().map(|_| value));
-        // Workers may init with different values (worker 0's wins) but not different kinds.
-        self.agree(OP, header, true)?;
-        // Every worker agreed on the dtype, storage type and shape: a dense float value is
-        // broadcast straight into the array the store keeps (no message-sized buffer; a
-        // 512 MB weight was held three times over: its bytes, the received bytes, the decoded
-        // copy). Every worker takes the same path, so the calls match.
+        // With several workers a dense float value is broadcast straight into the array the
+        // store keeps (no message-sized buffer; a 512 MB weight was held three times over: its
+        // bytes, the received bytes, the decoded copy). That array is made before the
+        // agreement, so that one a worker cannot allocate fails every worker's call: worker 0
+        // keeps (a copy of) its value, the others' arrays are overwritten.
         let dense_float =
             value.stype() == SType::Dense && matches!(value.dtype(), DType::F32 | DType::F64);
-        if self.transport.size() > 1 && dense_float {
-            // Worker 0 keeps (a copy of) its value; the others' arrays are overwritten.
-            let stored = if shared {
-                value.clone()
-            } else if self.transport.rank() == 0 {
-                value.copy()
-            } else {
-                NDArray::zeros(&value.shape(), value.dtype())?
-            };
+        let into = self.transport.size() > 1 && dense_float;
+        let local = local.and_then(|()| {
+            Ok(match (into, shared) {
+                (false, _) => None,
+                (true, true) => Some(value.clone()),
+                (true, false) if self.transport.rank() == 0 => Some(value.try_copy()?),
+                (true, false) => Some(NDArray::zeros(&value.shape(), value.dtype())?),
+            })
+        });
+        let header = Header::new("init", key, local.as_ref().map(|_| value));
+        // Workers may init with different values (worker 0's wins) but not different kinds,
+        // so every worker takes the same path below and the calls match.
+        self.agree(OP, header, true)?;
+        if let Some(stored) = local? {
             let transport = &mut self.transport;
             match wire::with_le_bytes_mut(&stored, |b| transport.broadcast_into(0, b)) {
                 Some(done) => done?,
@@ -165,7 +168,7 @@ impl<T: Transport> SyncStore<T> {
             (true, None) => value.clone(),
             (false, Some(v)) => v,
             // A copy, as MXNet's init: later writes to `value` do not reach the store.
-            (false, None) => value.copy(),
+            (false, None) => value.try_copy()?,
         };
         self.slots.insert(
             key,

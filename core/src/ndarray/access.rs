@@ -186,16 +186,18 @@ impl NDArray {
         NDArray::from_data(self.data())
     }
 
-    /// A deep copy (new buffers).
+    /// A deep copy (new buffers). For arrays whose size comes from user input, prefer
+    /// [`NDArray::try_copy`].
     ///
     /// # Panics
-    /// When a device cannot allocate the copy.
+    /// When the host or the device cannot allocate the copy.
     pub fn copy(&self) -> NDArray {
         self.try_copy().unwrap_or_else(|e| panic!("copy: {e}"))
     }
 
-    /// [`NDArray::copy`], with a device that cannot allocate the copy as an error.
-    pub(crate) fn try_copy(&self) -> crate::Result<NDArray> {
+    /// [`NDArray::copy`], with a host or device that cannot allocate the copy as an error
+    /// ([`crate::Error::Memory`] on the host, naming the bytes) instead of a panic.
+    pub fn try_copy(&self) -> crate::Result<NDArray> {
         let deep = match self.data() {
             ArrayData::Dense(mut dd) => {
                 dd.buf = dd.buf.duplicate()?;

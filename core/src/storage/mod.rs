@@ -117,8 +117,12 @@ impl BackendStorage for CpuStorage {
         Ok(CpuStorage::gather(self, positions))
     }
     fn duplicate(&self) -> Result<Self> {
+        // Fallible: a copy's size is the caller's array's, which may be past what the host
+        // has (an error naming the bytes, not an abort).
         Ok(crate::with_buffer!(self, v => {
-            crate::cpu::HostElement::into_buffer(v.to_vec())
+            let mut out = crate::cpu::alloc::try_with_capacity("copy", v.len())?;
+            out.extend_from_slice(v);
+            crate::cpu::HostElement::into_buffer(out)
         }))
     }
     fn get_f64(&self, i: usize) -> Result<f64> {
