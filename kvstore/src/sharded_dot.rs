@@ -476,6 +476,16 @@ mod tests {
         w.0
     }
 
+    /// A csr array with `x`'s non-zeros in new buffers (no grouping kept).
+    fn rebuilt<E: Element>(x: &NDArray, shape: [usize; 2]) -> NDArray {
+        x.with_csr::<E, _>(|c| {
+            let (v, i, p) = (c.values.to_vec(), c.indices.to_vec(), c.indptr.to_vec());
+            NDArray::csr_unchecked(v, i, p, shape)
+        })
+        .unwrap()
+        .unwrap()
+    }
+
     /// The owner's batch keeps exactly the grouping a sort of it would make (merged from the
     /// workers' groupings, prepared or not), for any number of workers and column ranges.
     #[test]
@@ -498,28 +508,11 @@ mod tests {
                 assert_eq!(starts.len(), workers + 1);
                 let kept = own.csr_column_groups().expect("kept").order().to_vec();
                 // The same non-zeros in a new array (no grouping kept), grouped by the sort.
+                let shape = [starts[workers], hi - lo];
                 let again = match dtype {
-                    DType::F32 => own.with_csr::<f32, _>(|c| {
-                        let parts = (c.values.to_vec(), c.indices.to_vec(), c.indptr.to_vec());
-                        NDArray::csr_unchecked(
-                            parts.0,
-                            parts.1,
-                            parts.2,
-                            [starts[workers], hi - lo],
-                        )
-                    }),
-                    _ => own.with_csr::<f64, _>(|c| {
-                        let parts = (c.values.to_vec(), c.indices.to_vec(), c.indptr.to_vec());
-                        NDArray::csr_unchecked(
-                            parts.0,
-                            parts.1,
-                            parts.2,
-                            [starts[workers], hi - lo],
-                        )
-                    }),
-                }
-                .unwrap()
-                .unwrap();
+                    DType::F32 => rebuilt::<f32>(&own, shape),
+                    _ => rebuilt::<f64>(&own, shape),
+                };
                 assert!(again.csr_column_groups().is_none());
                 assert!(again.prepare_csr_transpose());
                 let sorted = again.csr_column_groups().unwrap();

@@ -54,6 +54,11 @@ impl ColumnGroups {
     // with its own sort kernel.
     pub(crate) fn compute(c: &CsrData) -> ColumnGroups {
         let (uniq, starts, order) = group_by_key(c.indices());
+        ColumnGroups::of(c, uniq, starts, order)
+    }
+
+    /// The grouping of `c` whose groups are `uniq`, `starts` and `order` (see the fields).
+    fn of(c: &CsrData, uniq: Vec<i64>, starts: Vec<usize>, order: Vec<usize>) -> ColumnGroups {
         ColumnGroups {
             indptr: c.indptr.clone(),
             indices: c.indices.clone(),
@@ -189,16 +194,7 @@ impl ColumnGroups {
         // Positions strictly ascend within a column and each names its own column, so none
         // repeats: with as many as there are non-zeros, every one is there.
         starts.push(order.len());
-        Ok(ColumnGroups {
-            indptr: c.indptr.clone(),
-            indices: c.indices.clone(),
-            offset: c.offset,
-            uniq: Arc::new(uniq),
-            starts: Arc::new(starts),
-            order: Arc::new(order),
-            rows: Arc::new(entry_rows(&c.indptr)),
-            uploads: Mutex::new(Vec::new()),
-        })
+        Ok(ColumnGroups::of(c, uniq, starts, order))
     }
 }
 
