@@ -5,6 +5,7 @@
 # (examples/cuda_kernels_check.rs). A kernel that does not compile or assemble fails.
 #
 # Usage: scripts/cuda_kernels_check.sh [VENV_DIR]   (default: $TMPDIR/sparrow-cuda-venv)
+# SPARROW_PROFILE: the cargo profile to build with (default release; .ci/run: overflow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-${TMPDIR:-/tmp}/sparrow-cuda-venv}"
@@ -27,5 +28,5 @@ test -x "$ptxas" || { echo "no ptxas at $ptxas" >&2; exit 1; }
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  cargo run --release --features cuda --example cuda_kernels_check -- \
+  cargo run --profile "${SPARROW_PROFILE:-release}" --features cuda --example cuda_kernels_check -- \
   --ptxas "$ptxas" --out "$out" --arch 80 --arch 90

@@ -12,9 +12,12 @@
 #   4. `dist_check hung-rank`: the watchdog ends the job within its timeout, with a message;
 #   5. `dist_check dead-rank`: a rank that dies ends the job.
 # Usage: scripts/dist_check.sh [NP]   (default 2 ranks). Exits non-zero on any failure.
+# SPARROW_PROFILE: the cargo profile to build with (default release; .ci/run: overflow); the
+# check is target/$SPARROW_PROFILE/examples/dist_check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 np="${1:-2}"
+profile="${SPARROW_PROFILE:-release}"
 export CARGO_TERM_COLOR=never
 if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null \
     || ! ldconfig -p | grep -q 'libclang'; then
@@ -24,9 +27,9 @@ if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null \
 fi
 cargo clippy -p sparrow-kvstore --all-targets --features mpi -- -D warnings
 cargo clippy -p sparrow --features mpi --example dist_train -- -D warnings
-cargo build --release -p sparrow-kvstore --features mpi --example dist_check
-cargo test --release -p sparrow-kvstore --features mpi --lib   # the watchdog's unit tests
-bin=target/release/examples/dist_check
+cargo build --profile "$profile" -p sparrow-kvstore --features mpi --example dist_check
+cargo test --profile "$profile" -p sparrow-kvstore --features mpi --lib   # the watchdog's unit tests
+bin="target/$profile/examples/dist_check"
 # As root (CI) OpenMPI wants both variables; --oversubscribe lets N ranks share fewer cores;
 # no single-copy (CMA) between ranks, which containers often forbid (ptrace scope).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
