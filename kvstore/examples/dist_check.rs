@@ -37,11 +37,16 @@ const B: usize = 4;
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "check".into());
-    let timeout = std::env::var("SPARROW_KV_TIMEOUT_S")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .unwrap_or(60.0);
-    let timeout = Duration::from_secs_f64(timeout);
+    let timeout = match std::env::var("SPARROW_KV_TIMEOUT_S") {
+        Err(_) => Duration::from_secs(60),
+        Ok(s) => match s.parse::<f64>().map(Duration::try_from_secs_f64) {
+            Ok(Ok(t)) => t,
+            _ => {
+                eprintln!("dist_check: error: SPARROW_KV_TIMEOUT_S={s}: not a number of seconds");
+                std::process::exit(2);
+            }
+        },
+    };
     // Stores are made one after another: MPI stays initialized between them.
     let _mpi = match MpiSession::start() {
         Ok(s) => s,

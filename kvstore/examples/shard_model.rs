@@ -76,6 +76,19 @@ fn parse() -> std::result::Result<Args, String> {
     if !(a.table_gb > 0.0 && a.gbit > 0.0 && a.latency_us >= 0.0) {
         return Err("--table-gb and --gbit must be positive, --latency-us not negative".into());
     }
+    // The sizes derived from the flags (a batch's draws, the model's table of 50 batches of
+    // rows, the shard's bytes) must be representable.
+    let draws = a.batch.checked_mul(a.nnz).and_then(|d| d.checked_mul(50));
+    let shard_bytes = a
+        .shard_rows
+        .checked_mul(a.dim)
+        .and_then(|d| d.checked_mul(4));
+    if draws.is_none() || shard_bytes.is_none() {
+        return Err(format!(
+            "--batch {} x --nnz {} x 50 or --shard-rows {} x --dim {} x 4 bytes overflows",
+            a.batch, a.nnz, a.shard_rows, a.dim
+        ));
+    }
     Ok(a)
 }
 

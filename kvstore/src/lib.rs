@@ -33,7 +33,7 @@ pub use sharded::shard_range;
 pub use sparrow_optim::KVStore;
 pub use store::SyncStore;
 pub use threads::ThreadTransport;
-pub use transport::{Traffic, Transport};
+pub use transport::{Traffic, Transport, MAX_TIMEOUT};
 
 use sparrow_core::Result;
 use sparrow_data::libsvm::LibSVMIterParams;

@@ -30,11 +30,13 @@ const REDUCE_CHUNK: usize = 4 << 20;
 /// its link then stops the whole job with an error instead of leaving the others waiting
 /// forever. A rank that exits makes `mpirun` end the others itself.
 pub struct MpiTransport {
+    // Fields drop in order: the watchdog's thread, which may call `MPI_Abort` on the
+    // communicator, is joined before the communicator is freed.
+    watchdog: Watchdog,
     world: SimpleCommunicator,
     rank: usize,
     size: usize,
     traffic: Traffic,
-    watchdog: Watchdog,
     // Dropped last: the last transport's drop finalizes MPI.
     _universe: Arc<Mpi>,
 }
@@ -98,8 +100,9 @@ unsafe impl Send for MpiTransport {}
 impl MpiTransport {
     /// A duplicate of `MPI_COMM_WORLD`, initializing MPI first if no transport is alive.
     /// Fails when MPI was initialized (or finalized) by someone else, or does not provide
-    /// `MPI_THREAD_MULTIPLE`.
+    /// `MPI_THREAD_MULTIPLE`, or `timeout` is zero or longer than [`crate::MAX_TIMEOUT`].
     pub fn world(timeout: Duration) -> Result<MpiTransport> {
+        crate::transport::check_timeout("MpiTransport::world", timeout)?;
         let universe = universe()?;
         let world = universe.0.world().duplicate();
         let (rank, size) = (world.rank() as usize, world.size() as usize);

@@ -4,11 +4,13 @@
 //! `row_sparse_pull` asks the owners for the rows a worker needs. No worker holds more than its
 //! shard and the rows of its own batches, so a table larger than one machine's memory trains.
 
+use std::ops::Range;
+
 use sparrow_core::{DType, Error, NDArray, Result, SType};
 use sparrow_optim::State;
 
 use crate::store::{merge_rows, unknown_key, Slot, SyncStore};
-use crate::transport::Transport;
+use crate::transport::{poison_parts, Transport};
 use crate::wire::{self, Header};
 
 pub use sparrow_optim::shard_range;
@@ -306,19 +308,32 @@ pub(crate) fn gather_rows<T: Transport>(
     let row: usize = shape[1..].iter().product();
     let mut w = wire::Writer(std::mem::take(&mut store.send));
     w.0.clear();
-    let mut parts = Vec::with_capacity(n);
-    for a in &asked {
-        let want = wire::Reader::new(a).ids()?;
-        let local: Vec<i64> = want.iter().map(|&i| i - lo as i64).collect();
-        let rows = value.take_rows(&local)?;
-        let start = w.0.len();
-        // The rows' bytes alone: the asker knows how many it asked for.
-        w.raw_values(&rows, 0..local.len() * row)?;
-        parts.push(start..w.0.len());
-    }
+    let answer = |w: &mut wire::Writer| -> Result<Vec<Range<usize>>> {
+        let mut parts = Vec::with_capacity(n);
+        for a in &asked {
+            let want = wire::Reader::new(a).ids()?;
+            let local: Vec<i64> = want.iter().map(|&i| i - lo as i64).collect();
+            let rows = value.take_rows(&local)?;
+            let start = w.0.len();
+            // The rows' bytes alone: the asker knows how many it asked for.
+            w.raw_values(&rows, 0..local.len() * row)?;
+            parts.push(start..w.0.len());
+        }
+        Ok(parts)
+    };
+    // An ask this owner cannot answer fails the answers' exchange on every worker, not this
+    // worker alone (the others would wait in it).
+    let (parts, failed) = match answer(&mut w) {
+        Ok(parts) => (parts, None),
+        Err(e) => (poison_parts(&mut w.0, n), Some(e)),
+    };
     let mut recv = std::mem::take(&mut store.recv);
     let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
     store.send = w.0;
+    if let Some(e) = failed {
+        store.recv = recv;
+        return Err(e);
+    }
     let got = got?;
     // 3. Owners' ranges ascend, so their answers concatenate in row-id order.
     let end = got.last().map_or(0, |r| r.end);

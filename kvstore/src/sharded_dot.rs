@@ -17,7 +17,7 @@ use sparrow_optim::ShardedDot;
 
 use crate::sharded::Shard;
 use crate::store::{concat_raw, sum_raw, unknown_key, Slot, SyncStore};
-use crate::transport::Transport;
+use crate::transport::{poison_parts, Transport};
 use crate::wire::{check_headers, Header, Plain, Reader, Writer};
 
 const OP: &str = "KVStore::sharded_dot";
@@ -321,27 +321,48 @@ pub(crate) fn forward<T: Transport>(
         Ok((own, starts, product, shape[1], dtype))
     });
     store.recv = recv;
-    let (own, starts, product, cols, dtype) = result?;
     // 3. Each worker's rows of the product back to it; its product is the owners' sum.
-    let row_bytes = cols * dtype.size_of();
     let mut w = Writer(std::mem::take(&mut store.send));
     w.0.clear();
-    let total = starts.last().copied().unwrap_or(0);
-    w.raw_values(&product, 0..total * cols)?;
-    let parts: Vec<Range<usize>> = starts
-        .windows(2)
-        .map(|s| s[0] * row_bytes..s[1] * row_bytes)
-        .collect();
+    let parts = result.and_then(|(own, starts, product, cols, dtype)| {
+        let row_bytes = cols * dtype.size_of();
+        let total = starts.last().copied().unwrap_or(0);
+        w.raw_values(&product, 0..total * cols)?;
+        let parts: Vec<Range<usize>> = starts
+            .windows(2)
+            .map(|s| s[0] * row_bytes..s[1] * row_bytes)
+            .collect();
+        Ok((parts, (own, starts, cols, dtype)))
+    });
+    let (parts, made) = match parts {
+        Ok((parts, made)) => (parts, Ok(made)),
+        // An error met after the gather (this owner's part of the product) may be this
+        // worker's alone: it still takes part in the exchange, and every worker fails.
+        Err(e) => (poison_parts(&mut w.0, store.transport.size()), Err(e)),
+    };
     let mut recv = std::mem::take(&mut store.recv);
     let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
     store.send = w.0;
-    let out = got.and_then(|ranges| {
+    let out = made.and_then(|(own, starts, cols, dtype)| {
+        let ranges = got?;
+        let want = (starts[rank + 1] - starts[rank]) * cols * dtype.size_of();
+        if let Some(r) = ranges.iter().find(|r| r.len() != want) {
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "an owner sent {} bytes of this worker's product, not {want} (its part of \
+                     the product failed)",
+                    r.len()
+                ),
+            ));
+        }
         let slices: Vec<&[u8]> = ranges.iter().map(|r| &recv[r.clone()]).collect();
         // The owners' parts of this worker's product, summed in owner order.
-        sum_raw(&slices, dtype, &[starts[rank + 1] - starts[rank], cols])
+        let y = sum_raw(&slices, dtype, &[starts[rank + 1] - starts[rank], cols])?;
+        Ok((y, ShardedDot { own, starts }))
     });
     store.recv = recv;
-    Ok((out?, ShardedDot { own, starts }))
+    out
 }
 
 /// What a product's backward checks on this worker before its exchange: its gradient `dy`
@@ -555,6 +576,48 @@ mod tests {
             let mut parts = vec![Reader::new(&bad)];
             let e = own_batches(&mut parts, DType::F32, 0, 20).unwrap_err();
             assert!(e.to_string().contains(what), "{e}");
+        }
+    }
+
+    /// An owner whose part of the product fails after the batches were exchanged (an error
+    /// only it meets) still takes part in the products' exchange: every worker fails the
+    /// call at once, none waits for the timeout.
+    #[test]
+    fn an_owner_failing_its_part_fails_every_worker_without_a_wait() {
+        use sparrow_optim::KVStore;
+        let stores = crate::local_group(2, std::time::Duration::from_secs(5)).unwrap();
+        let handles: Vec<_> = stores
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut kv)| {
+                std::thread::spawn(move || {
+                    let (lo, hi) = crate::shard_range(6, r, 2);
+                    let part = NDArray::zeros(&[hi - lo, 2], DType::F32).unwrap();
+                    kv.init_sharded(0, &[6, 2], &part).unwrap();
+                    if r == 1 {
+                        // The shard's rows in another dtype than the table's: the product of
+                        // this owner's part fails here only.
+                        let Some(crate::store::Slot::Sharded(s)) = kv.slots.get_mut(&0) else {
+                            panic!("a sharded key")
+                        };
+                        s.value = NDArray::zeros(&[hi - lo, 2], DType::F64).unwrap();
+                    }
+                    let x = NDArray::from_vec(vec![1f32, 0.0, 0.0, 0.0, 0.0, 2.0], &[1, 6])
+                        .unwrap()
+                        .tostype(SType::Csr)
+                        .unwrap();
+                    let t = std::time::Instant::now();
+                    let e = kv.sharded_dot(0, &x).map(|_| ()).unwrap_err().to_string();
+                    (e, t.elapsed())
+                })
+            })
+            .collect();
+        let got: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(got[0].0.contains("an owner sent 1 bytes"), "{}", got[0].0);
+        assert!(!got[1].0.contains("an owner sent"), "{}", got[1].0);
+        for (e, took) in &got {
+            assert!(!e.contains("waited"), "{e}");
+            assert!(took.as_secs_f64() < 4.0, "{took:?}");
         }
     }
 }

@@ -652,10 +652,17 @@ impl<T: Transport> KVStore for SyncStore<T> {
                 *l = l.tostype(SType::Dense)?;
             }
         }
+        // From here on the other workers make the same collective calls whatever this one
+        // finds: an error that only this worker meets (an update with a state that does not
+        // fit) is kept and returned at the end, after every collective of the call, so that no
+        // worker is left waiting in one this worker skipped.
+        let mut first: Option<Error> = None;
         // Sharded keys go one by one; the rest are fused.
         for (i, &k) in keys.iter().enumerate() {
             if sharded[i] {
-                crate::sharded::push(self, k, locals[i].clone())?;
+                if let Err(e) = crate::sharded::push(self, k, locals[i].clone()) {
+                    first.get_or_insert(e);
+                }
             }
         }
         let fused: Vec<usize> = (0..keys.len()).filter(|&i| !sharded[i]).collect();
@@ -683,13 +690,28 @@ impl<T: Transport> KVStore for SyncStore<T> {
             })
             .collect::<Result<Vec<_>>>();
         self.recv = recv;
-        for (i, sum) in sums? {
-            self.apply(keys[i], sum)?;
+        match sums {
+            Ok(sums) => {
+                for (i, sum) in sums {
+                    if let Err(e) = self.apply(keys[i], sum) {
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            Err(e) => {
+                first.get_or_insert(e);
+            }
         }
+        // A sharded key's pull is collective: every key is pulled even after an error.
         for (&k, o) in keys.iter().zip(out) {
-            self.pull(k, std::slice::from_ref(o))?;
+            if let Err(e) = self.pull(k, std::slice::from_ref(o)) {
+                first.get_or_insert(e);
+            }
         }
-        grads
+        match first {
+            Some(e) => Err(e),
+            None => grads,
+        }
     }
 
     fn pull(&mut self, key: usize, out: &[NDArray]) -> Result<()> {
@@ -755,10 +777,16 @@ impl<T: Transport> KVStore for SyncStore<T> {
             for o in out {
                 check_out(OP, key, o, &shape, dtype)?;
             }
-            match row_ids.iter().find(|&&i| i < 0 || i as usize >= shape[0]) {
+            let Some(&n_rows) = shape.first() else {
+                return Err(Error::shape(
+                    OP,
+                    format!("key {key} is a scalar: it has no rows to pull"),
+                ));
+            };
+            match row_ids.iter().find(|&&i| i < 0 || i as usize >= n_rows) {
                 Some(&bad) => Err(Error::index(
                     OP,
-                    format!("key {key}: row id {bad} out of range for {} rows", shape[0]),
+                    format!("key {key}: row id {bad} out of range for {n_rows} rows"),
                 )),
                 None => Ok(shape),
             }
@@ -922,7 +950,7 @@ where
     let mut decoded = Vec::with_capacity(parts.len());
     for p in parts {
         let (ids, rows) = wire::decode_rows(p)?;
-        if rows.len() != ids.len() * row * N {
+        if ids.len().checked_mul(row).and_then(|v| v.checked_mul(N)) != Some(rows.len()) {
             return Err(malformed(format!(
                 "{} bytes for {} rows of {row} values",
                 rows.len(),

@@ -39,7 +39,8 @@ struct Round {
 
 impl ThreadTransport {
     /// `size` workers (ranks `0..size`) that wait for each other at most `timeout` per
-    /// collective. Hand one to each thread.
+    /// collective. Hand one to each thread. `timeout` must be more than zero and at most
+    /// [`crate::MAX_TIMEOUT`].
     pub fn group(size: usize, timeout: Duration) -> Result<Vec<ThreadTransport>> {
         if size == 0 {
             return Err(Error::arg(
@@ -47,6 +48,13 @@ impl ThreadTransport {
                 "needs at least 1 worker",
             ));
         }
+        crate::transport::check_timeout("ThreadTransport::group", timeout)?;
+        let slots = size.checked_mul(size).ok_or_else(|| {
+            Error::arg(
+                "ThreadTransport::group",
+                format!("{size} workers is too many"),
+            )
+        })?;
         let shared = Arc::new(Shared {
             size,
             timeout,
@@ -54,7 +62,7 @@ impl ThreadTransport {
                 arrived: 0,
                 generation: 0,
                 broken: None,
-                slots: vec![Vec::new(); size * size],
+                slots: vec![Vec::new(); slots],
             }),
             cv: Condvar::new(),
         });

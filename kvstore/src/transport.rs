@@ -2,8 +2,9 @@
 //! counts every transport keeps.
 
 use std::ops::Range;
+use std::time::Duration;
 
-use sparrow_core::Result;
+use sparrow_core::{Error, Result};
 
 /// Collective operations among the workers of one store. Every worker calls the same
 /// operations in the same order (a collective that some worker never reaches fails with a
@@ -123,4 +124,33 @@ impl Traffic {
         self.bytes += bytes as u64;
         self.calls += 1;
     }
+}
+
+/// The longest wait a store allows a collective call (a year): a deadline is the clock plus
+/// the timeout, and a longer one could overflow it.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A transport's per-collective `timeout`, checked: more than zero (a zero timeout would fail
+/// every call that waits at all) and at most [`MAX_TIMEOUT`].
+pub(crate) fn check_timeout(op: &'static str, timeout: Duration) -> Result<()> {
+    if timeout.is_zero() || timeout > MAX_TIMEOUT {
+        return Err(Error::arg(
+            op,
+            format!("timeout {timeout:?}: must be more than zero and at most {MAX_TIMEOUT:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// An all-to-all message that fails the exchange on every worker: one byte to each of `n`
+/// workers, in `buf` (cleared first). A worker that meets an error of its own between a
+/// call's exchanges still makes the call's next exchange with this message instead of
+/// returning early and leaving the others waiting in it; one byte is no part that any
+/// exchange sends (a part is whole 4- or 8-byte values or a length-prefixed message, or
+/// empty), so every receiver rejects it. Returns the parts to hand to
+/// [`Transport::all_to_all_into`].
+pub(crate) fn poison_parts(buf: &mut Vec<u8>, n: usize) -> Vec<Range<usize>> {
+    buf.clear();
+    buf.resize(n, 0);
+    (0..n).map(|r| r..r + 1).collect()
 }

@@ -271,10 +271,10 @@ impl Header {
     pub(crate) fn decode(b: &[u8]) -> Result<Header> {
         let mut r = Reader::new(b);
         let (op, key, dtype, stype) = (r.str()?, r.u64()?, r.str()?, r.str()?);
-        let n = r.u64()? as usize;
-        let shape = (0..n.min(64))
-            .map(|_| r.u64())
-            .collect::<Result<Vec<_>>>()?;
+        // Every dimension is read (a shape cut short would let two different shapes agree);
+        // each read is bounds-checked, so a count larger than the message fails at its end.
+        let n = r.u64()?;
+        let shape = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
         Ok(Header {
             op,
             key,
@@ -402,4 +402,27 @@ pub(crate) fn decode_rows(b: &[u8]) -> Result<(Vec<i64>, &[u8])> {
     let mut r = Reader::new(b);
     let ids = r.ids()?;
     Ok((ids, r.bytes()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_keeps_every_dimension_and_a_cut_one_is_an_error() {
+        let h = Header {
+            op: "push".into(),
+            key: 3,
+            dtype: "float32".into(),
+            stype: "default".into(),
+            shape: (1..=70).collect(),
+            error: "why".into(),
+        };
+        let b = h.encode();
+        let d = Header::decode(&b).unwrap();
+        assert_eq!(d.shape, h.shape);
+        assert_eq!(d.error, "why");
+        // A count of dimensions the message does not hold fails at its end.
+        assert!(Header::decode(&b[..b.len() - 20]).is_err());
+    }
 }

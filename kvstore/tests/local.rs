@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use sparrow_core::{DType, NDArray, SType};
-use sparrow_kvstore::{local, local_group, shard_range, SyncStore, ThreadTransport};
+use sparrow_kvstore::{local, local_group, shard_range, SyncStore, ThreadTransport, MAX_TIMEOUT};
 use sparrow_optim::{KVStore, ProductGrad, Sgd};
 
 fn dense(v: &[f32], shape: &[usize]) -> NDArray {
@@ -268,6 +268,23 @@ fn wrong_use_is_an_error_naming_what_was_wrong() {
     let i = NDArray::zeros(&[2], DType::I32).unwrap();
     kv.init(6, &i).unwrap();
     assert!(err(kv.push(6, &[i])).contains("float32 or float64"));
+    // A scalar key has no rows to pull.
+    kv.init(7, &NDArray::scalar(1f32)).unwrap();
+    let e = err(kv.row_sparse_pull(7, one(&NDArray::scalar(0f32)), &[0]));
+    assert!(e.contains("key 7 is a scalar"), "{e}");
+}
+
+#[test]
+fn a_timeout_of_zero_or_past_the_longest_is_an_error() {
+    for t in [
+        Duration::ZERO,
+        Duration::MAX,
+        MAX_TIMEOUT + Duration::from_secs(1),
+    ] {
+        let e = local_group(2, t).err().expect("refused").to_string();
+        assert!(e.contains("timeout") && e.contains("more than zero"), "{e}");
+    }
+    assert!(local_group(2, MAX_TIMEOUT).is_ok());
 }
 
 #[test]
@@ -547,6 +564,51 @@ fn pushpull_many_sums_like_one_key_at_a_time() {
         vec![1.0, 7.0],
     ];
     assert_eq!(got, vec![want.clone(), want]);
+}
+
+/// An update that fails on one worker only (its optimizer state does not fit) fails that
+/// worker's call, after the call's every exchange: the other worker is not left waiting in
+/// the sharded key's pull, and the next call finds the workers in step.
+#[test]
+fn an_update_failing_on_one_worker_skips_none_of_the_calls_exchanges() {
+    let got = on_workers(2, |r, kv| {
+        kv.set_optimizer(Box::new(Sgd::with_momentum(0.1, 0.9)))
+            .unwrap();
+        kv.init(0, &NDArray::zeros(&[2], DType::F32).unwrap())
+            .unwrap();
+        let (lo, hi) = shard_range(4, r, 2);
+        kv.init_sharded(
+            1,
+            &[4, 2],
+            &NDArray::zeros(&[hi - lo, 2], DType::F32).unwrap(),
+        )
+        .unwrap();
+        if r == 1 {
+            // No momentum array: this worker's update of key 0 fails.
+            kv.set_optimizer_state(0, sparrow_optim::State::default())
+                .unwrap();
+        }
+        let vals = vec![
+            dense(&[1.0, 2.0], &[2]),
+            rsp(vec![r as i64, 3], &[1.0, 1.0, 1.0, 1.0], &[4, 2]),
+        ];
+        let outs = vec![
+            NDArray::zeros(&[2], DType::F32).unwrap(),
+            NDArray::zeros(&[4, 2], DType::F32).unwrap(),
+        ];
+        let t = std::time::Instant::now();
+        let first = kv.pushpull_many(&[0, 1], &vals, &outs);
+        let took = t.elapsed();
+        // The workers are still in step: a pushpull of the sharded key alone works on both.
+        kv.pushpull_many(&[1], &vals[1..], &outs[1..]).unwrap();
+        (first.map_err(|e| e.to_string()), took)
+    });
+    assert!(got[0].0.is_ok(), "{:?}", got[0].0);
+    let e = got[1].0.as_ref().unwrap_err();
+    assert!(!e.contains("waited"), "{e}");
+    for (_, took) in &got {
+        assert!(took.as_secs_f64() < 10.0, "{took:?}");
+    }
 }
 
 #[test]
