@@ -201,7 +201,7 @@ pub fn compact_ids(ids: &NDArray, device: Device) -> Result<(Vec<i64>, NDArray)>
         .iter()
         .map(|id| uniq.binary_search(id).unwrap_or(0) as f64)
         .collect();
-    let out = NDArray::from_vec(local, &ids.shape())?
+    let out = NDArray::host_vec(local, &ids.shape())?
         .astype(ids.dtype())?
         .to_device(device)?;
     Ok((uniq, out))
