@@ -690,15 +690,12 @@ impl<T: Transport> KVStore for SyncStore<T> {
             })
             .collect::<Result<Vec<_>>>();
         self.recv = recv;
-        match sums {
-            Ok(sums) => {
-                for (i, sum) in sums {
-                    if let Err(e) = self.apply(keys[i], sum) {
-                        first.get_or_insert(e);
-                    }
-                }
-            }
-            Err(e) => {
+        let sums = sums.unwrap_or_else(|e| {
+            first.get_or_insert(e);
+            Vec::new()
+        });
+        for (i, sum) in sums {
+            if let Err(e) = self.apply(keys[i], sum) {
                 first.get_or_insert(e);
             }
         }
