@@ -89,6 +89,54 @@ fn gather<T: Transport>(
     (got, recv)
 }
 
+/// Send each owner its part of this worker's batch `x` (see [`write_parts`]) behind this
+/// worker's header, and receive every worker's part of this worker's rows: returns where each
+/// worker's part lies in the received buffer and that buffer (the store's, to be handed back
+/// to `store.recv` once read). A batch that fails to split makes every part a header alone
+/// that carries the error: every worker fails with it.
+fn exchange_batches<T: Transport>(
+    store: &mut SyncStore<T>,
+    key: usize,
+    local: &Result<(Vec<usize>, DType)>,
+    x: Option<&NDArray>,
+) -> (Result<Vec<Range<usize>>>, Vec<u8>) {
+    let n = store.transport.size();
+    let mut head = header("sharded_dot", key, local).encode();
+    let mut w = Writer(std::mem::take(&mut store.send));
+    w.0.clear();
+    let split = match (local, x) {
+        (Ok((shape, _)), Some(x)) => {
+            let bounds: Vec<usize> = (0..n)
+                .map(|r| crate::shard_range(shape[0], r, n).0)
+                .chain([shape[0]])
+                .collect();
+            Some(write_parts(&mut w, &head, x, &bounds))
+        }
+        _ => None,
+    };
+    let parts = match split {
+        Some(Ok(parts)) => parts,
+        failed => {
+            // This worker's error goes in its header, so every worker fails the call with it.
+            if let Some(Err(e)) = failed {
+                head = header("sharded_dot", key, &Err(e)).encode();
+            }
+            w.0.clear();
+            (0..n)
+                .map(|_| {
+                    let start = w.0.len();
+                    w.bytes(&head);
+                    start..w.0.len()
+                })
+                .collect()
+        }
+    };
+    let mut recv = std::mem::take(&mut store.recv);
+    let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
+    store.send = w.0;
+    (got, recv)
+}
+
 /// Every worker's header and payload of one gather (each part is a length-prefixed header
 /// followed by the payload), the headers checked: a worker that failed before the call, or
 /// calls another op or key, fails the call on every worker.
@@ -114,22 +162,22 @@ fn gathered<'a>(
     Ok(readers)
 }
 
-/// The non-zeros of one worker's batch (as the product's message carries it) in the columns
-/// `lo..hi`, appended to `own` with the columns counted from `lo`: `indptr` gets one entry per
-/// row (the running count of kept non-zeros). Returns the batch's rows and its kept
-/// non-zeros' positions in `own` grouped by column (from the worker's grouping of its batch,
-/// which the message carries after the values): a run ascending by column, positions
-/// ascending within a column.
-fn keep_own<E: Element, const N: usize>(
-    batch: &mut Reader<'_>,
-    (lo, hi): (usize, usize),
+/// One worker's part of an owner's batch (as the product's message carries it, its columns
+/// counted from the owner's first row), appended to `own`: `indptr` gets one entry per row
+/// (the running count of non-zeros). Returns the part's rows and its non-zeros' positions in
+/// `own` grouped by column, each with its column (from the worker's grouping of its batch,
+/// which the message carries after the values): ascending by column, positions ascending
+/// within a column.
+fn append_part<E: Element, const N: usize>(
+    part: &mut Reader<'_>,
+    width: usize,
     own: &mut (Vec<i64>, Vec<i64>, Vec<E>),
     from_le: fn([u8; N]) -> E,
 ) -> Result<(usize, Vec<(i64, usize)>)> {
-    let indptr = batch.ids()?;
-    let indices = batch.ids()?;
-    let values = batch.bytes()?;
-    let order = batch.bytes()?;
+    let indptr = part.bytes()?;
+    let indices = part.bytes()?;
+    let values = part.bytes()?;
+    let order = part.bytes()?;
     let malformed = || {
         Error::arg(
             OP,
@@ -137,69 +185,81 @@ fn keep_own<E: Element, const N: usize>(
              disagree",
         )
     };
-    if indptr.first() != Some(&0)
-        || indptr.last().map(|&e| e as usize) != Some(indices.len())
-        || indptr.windows(2).any(|w| w[0] > w[1])
-        || values.len() != indices.len() * N
-        || order.len() != indices.len() * order_width(indices.len())
+    let word = |b: &[u8]| i64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let nnz = indices.len() / 8;
+    if indptr.len() < 8
+        || indptr.len() % 8 != 0
+        || indices.len() % 8 != 0
+        || values.len() != nnz * N
+        || order.len() != nnz * order_width(nnz)
     {
         return Err(malformed());
     }
-    let (idx, vals, ptr) = (&mut own.0, &mut own.2, &mut own.1);
-    // Where each of the batch's non-zeros went in `own` (kept ones only are read below).
-    let mut at = vec![0usize; indices.len()];
-    for w in indptr.windows(2) {
-        for k in w[0] as usize..w[1] as usize {
-            let c = indices[k];
-            if c >= lo as i64 && c < hi as i64 {
-                at[k] = idx.len();
-                idx.push(c - lo as i64);
-                let b: [u8; N] = values[k * N..(k + 1) * N].try_into().expect("N bytes");
-                vals.push(from_le(b));
-            }
+    let (idx, ptr, vals) = (&mut own.0, &mut own.1, &mut own.2);
+    let base = idx.len();
+    // Row pointers from 0, never decreasing, ending at the part's non-zeros.
+    let mut prev = 0i64;
+    for (i, b) in indptr.chunks_exact(8).enumerate() {
+        let p = word(b);
+        if (i == 0 && p != 0) || p < prev {
+            return Err(malformed());
         }
-        ptr.push(idx.len() as i64);
+        prev = p;
+        if i > 0 {
+            ptr.push(p + base as i64);
+        }
     }
+    if prev as usize != nnz {
+        return Err(malformed());
+    }
+    idx.reserve(nnz);
+    for b in indices.chunks_exact(8) {
+        let c = word(b);
+        if c < 0 || c as usize >= width {
+            return Err(malformed());
+        }
+        idx.push(c);
+    }
+    vals.extend(
+        values
+            .chunks_exact(N)
+            .map(|b| from_le(b.try_into().expect("N bytes"))),
+    );
     // The grouping's positions, each checked; their columns ascend along it (a worker's
     // grouping that does not is caught where `own`'s grouping is checked whole).
-    let position = |b: &[u8]| match *b {
-        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as usize,
-        _ => u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize,
-    };
-    let order = order
-        .chunks_exact(order_width(indices.len()))
-        .map(position)
-        .map(|p| indices.get(p).map(|&c| (c, p)).ok_or_else(malformed))
-        .collect::<Result<Vec<_>>>()?;
-    let a = order.partition_point(|&(c, _)| c < lo as i64);
-    let b = order.partition_point(|&(c, _)| c < hi as i64);
-    let run = order[a..b.max(a)]
-        .iter()
-        .map(|&(c, p)| (c - lo as i64, at[p]))
-        .collect();
-    Ok((indptr.len() - 1, run))
+    let mut run = Vec::with_capacity(nnz);
+    for b in order.chunks_exact(order_width(nnz)) {
+        let p = match *b {
+            [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as usize,
+            _ => u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize,
+        };
+        if p >= nnz {
+            return Err(malformed());
+        }
+        run.push((idx[base + p], base + p));
+    }
+    Ok((indptr.len() / 8 - 1, run))
 }
 
-/// Every worker's batch (`parts`) on the columns `lo..hi` as one csr array of `hi - lo`
-/// columns with its column grouping kept (the workers' groupings merged, so the backward's
-/// `x^T . dy` sorts nothing), and where each worker's rows start in it (then the total).
+/// Every worker's part of this owner's batch (`parts`, in worker order) as one csr array of
+/// `width` columns with its column grouping kept (the workers' groupings merged, so the
+/// backward's `x^T . dy` sorts nothing), and where each worker's rows start in it (then the
+/// total).
 fn own_batches(
     parts: &mut [Reader<'_>],
     dtype: DType,
-    lo: usize,
-    hi: usize,
+    width: usize,
 ) -> Result<(NDArray, Vec<usize>)> {
     fn build<E: Element, const N: usize>(
         parts: &mut [Reader<'_>],
-        lo: usize,
-        hi: usize,
+        width: usize,
         from_le: fn([u8; N]) -> E,
     ) -> Result<(NDArray, Vec<usize>)> {
         let mut own = (Vec::new(), vec![0i64], Vec::new());
         let mut starts = vec![0];
         let mut grouped = Vec::new();
         for p in parts.iter_mut() {
-            let (rows, run) = keep_own(p, (lo, hi), &mut own, from_le)?;
+            let (rows, run) = append_part(p, width, &mut own, from_le)?;
             starts.push(starts.last().copied().unwrap_or(0) + rows);
             grouped.extend(run);
         }
@@ -211,13 +271,13 @@ fn own_batches(
         let (indices, indptr, values) = own;
         // Columns stay as each worker's batch had them (a LibSVM batch's are not checked for
         // order): the same product as that batch's, never a read out of bounds.
-        let x = NDArray::csr_unchecked(values, indices, indptr, [total, hi - lo])?;
+        let x = NDArray::csr_unchecked(values, indices, indptr, [total, width])?;
         x.set_csr_column_order(grouped.into_iter().map(|(_, p)| p).collect())?;
         Ok((x, starts))
     }
     match dtype {
-        DType::F32 => build(parts, lo, hi, f32::from_le_bytes),
-        DType::F64 => build(parts, lo, hi, f64::from_le_bytes),
+        DType::F32 => build(parts, width, f32::from_le_bytes),
+        DType::F64 => build(parts, width, f64::from_le_bytes),
         other => Err(Error::dtype(
             OP,
             format!(
@@ -238,20 +298,106 @@ fn order_width(nnz: usize) -> usize {
     }
 }
 
-/// Write a csr batch's non-zeros: row pointers, columns, values, then their grouping by
-/// column ([`ColumnGroups::order`](sparrow_core::sparse::ColumnGroups::order), positions of
-/// [`order_width`] bytes): the one a data loader prepared with the batch
-/// (`prepare_transpose`), else made here.
-fn write_batch(w: &mut Writer, x: &NDArray) -> Result<()> {
-    fn put<E: Element + Plain>(w: &mut Writer, x: &NDArray) -> Result<()> {
+/// Write a csr batch split by the owners of its columns (`bounds`: owner `r` holds the rows
+/// `bounds[r]..bounds[r + 1]` of the table), each owner's part behind `head`: its row
+/// pointers, its columns counted from the owner's first row, its values, then its non-zeros'
+/// grouping by column (positions within the part, of [`order_width`] bytes), cut from the
+/// batch's grouping ([`ColumnGroups::order`](sparrow_core::sparse::ColumnGroups::order): the
+/// one a data loader prepared with the batch, `prepare_transpose`, else made here). Returns
+/// where each owner's part lies in the message. Each owner reads only its own non-zeros, so
+/// an owner's work and the bytes it receives do not grow with the number of workers.
+fn write_parts(
+    w: &mut Writer,
+    head: &[u8],
+    x: &NDArray,
+    bounds: &[usize],
+) -> Result<Vec<Range<usize>>> {
+    fn put<E: Element + Plain>(
+        w: &mut Writer,
+        head: &[u8],
+        x: &NDArray,
+        bounds: &[usize],
+        order: &[usize],
+    ) -> Result<Vec<Range<usize>>> {
+        let n = bounds.len() - 1;
         x.with_csr::<E, _>(|c| {
-            w.ids(c.indptr).ids(c.indices);
-            w.slice(c.values);
-        })
+            if let Some(&col) = c
+                .indices
+                .iter()
+                .find(|&&col| col < 0 || col as usize >= bounds[n])
+            {
+                return Err(Error::index(
+                    OP,
+                    format!("column {col} of the batch is not a table row"),
+                ));
+            }
+            // The owner of a column: how many owners past the first start at or before it
+            // (counted without branches for a few owners: a batch's columns are random).
+            let owner = |col: i64| {
+                if n <= 16 {
+                    bounds[1..n]
+                        .iter()
+                        .map(|&b| usize::from(b as i64 <= col))
+                        .sum::<usize>()
+                } else {
+                    bounds[1..n].partition_point(|&b| b as i64 <= col)
+                }
+            };
+            let mut ptr = vec![vec![0i64]; n];
+            let mut idx: Vec<Vec<i64>> = vec![Vec::with_capacity(c.indices.len() / n + 1); n];
+            let mut vals: Vec<Vec<E>> = vec![Vec::with_capacity(c.indices.len() / n + 1); n];
+            // Each non-zero's position within its owner's part.
+            let mut at = vec![0usize; c.indices.len()];
+            for row in c.indptr.windows(2) {
+                let k = row[0] as usize..row[1] as usize;
+                for ((a, &col), &v) in at[k.clone()]
+                    .iter_mut()
+                    .zip(&c.indices[k.clone()])
+                    .zip(&c.values[k])
+                {
+                    let r = owner(col);
+                    *a = idx[r].len();
+                    idx[r].push(col - bounds[r] as i64);
+                    vals[r].push(v);
+                }
+                for (p, i) in ptr.iter_mut().zip(&idx) {
+                    p.push(i.len() as i64);
+                }
+            }
+            // The batch's grouping visits columns in ascending order, so each owner's
+            // non-zeros are one run of it, and their positions come out grouped by column.
+            let col_of = |p: usize| c.indices.get(p).copied().unwrap_or(i64::MAX);
+            let cut: Vec<usize> = bounds
+                .iter()
+                .map(|&b| order.partition_point(|&p| col_of(p) < b as i64))
+                .collect();
+            let runs: Vec<Vec<usize>> = cut
+                .windows(2)
+                .map(|w| {
+                    order[w[0]..w[1].max(w[0])]
+                        .iter()
+                        .map(|&p| at.get(p).copied().unwrap_or(usize::MAX))
+                        .collect()
+                })
+                .collect();
+            let mut ranges = Vec::with_capacity(n);
+            for r in 0..n {
+                let start = w.0.len();
+                w.bytes(head);
+                w.slice(&ptr[r]).slice(&idx[r]).slice(&vals[r]);
+                if order_width(runs[r].len()) == 4 {
+                    // Below 2^32 non-zeros every position fits.
+                    w.slice(&runs[r].iter().map(|&p| p as u32).collect::<Vec<u32>>());
+                } else {
+                    w.slice(&runs[r].iter().map(|&p| p as u64).collect::<Vec<u64>>());
+                }
+                ranges.push(start..w.0.len());
+            }
+            Ok(ranges)
+        })?
     }
-    match x.dtype() {
-        DType::F32 => put::<f32>(w, x)?,
-        _ => put::<f64>(w, x)?,
+    if bounds.len() < 2 {
+        return Err(Error::arg(OP, "a product needs one worker at least"));
     }
     if x.csr_column_groups().is_none() {
         x.prepare_csr_transpose();
@@ -259,14 +405,10 @@ fn write_batch(w: &mut Writer, x: &NDArray) -> Result<()> {
     let groups = x
         .csr_column_groups()
         .ok_or_else(|| Error::arg(OP, "a batch's column grouping could not be made"))?;
-    let order = groups.order();
-    if order_width(order.len()) == 4 {
-        // Below 2^32 non-zeros every position fits.
-        w.slice(&order.iter().map(|&p| p as u32).collect::<Vec<u32>>());
-    } else {
-        w.slice(&order.iter().map(|&p| p as u64).collect::<Vec<u64>>());
+    match x.dtype() {
+        DType::F32 => put::<f32>(w, head, x, bounds, groups.order()),
+        _ => put::<f64>(w, head, x, bounds, groups.order()),
     }
-    Ok(())
 }
 
 /// [`KVStore::sharded_dot`](sparrow_optim::KVStore::sharded_dot) on a synchronous store.
@@ -306,16 +448,13 @@ pub(crate) fn forward<T: Transport>(
         }
         Ok((s.shape.clone(), s.dtype))
     });
-    // 1. Every worker's batch to every worker, behind its header.
-    let (got, recv) = gather(store, "sharded_dot", key, &local, |w| match &x {
-        Ok(x) => write_batch(w, x),
-        Err(_) => Ok(()),
-    });
+    // 1. Each owner's part of every worker's batch to it, behind the worker's header.
+    let (got, recv) = exchange_batches(store, key, &local, x.as_ref().ok());
     let result = got.and_then(|ranges| {
         let mut parts = gathered(OP, &recv, &ranges)?;
         let (shape, dtype) = local?;
         let s = table(store, OP, key)?;
-        let (own, starts) = own_batches(&mut parts, dtype, s.lo, s.hi)?;
+        let (own, starts) = own_batches(&mut parts, dtype, s.hi - s.lo)?;
         // 2. This worker's rows times every worker's batch on them.
         let product = own.dot(&s.value)?;
         Ok((own, starts, product, shape[1], dtype))
@@ -491,10 +630,26 @@ mod tests {
     use super::*;
     use sparrow_core::testing::test_csr;
 
-    fn message(x: &NDArray) -> Vec<u8> {
+    /// Where owner `r` of `n` starts in a table of `rows` rows, for every `r` and the end.
+    fn bounds(rows: usize, n: usize) -> Vec<usize> {
+        (0..n)
+            .map(|r| crate::shard_range(rows, r, n).0)
+            .chain([rows])
+            .collect()
+    }
+
+    /// `x` split for the owners `bounds` (behind an empty header), and where each part lies.
+    fn message(x: &NDArray, bounds: &[usize]) -> (Vec<u8>, Vec<Range<usize>>) {
         let mut w = Writer::default();
-        write_batch(&mut w, x).unwrap();
-        w.0
+        let ranges = write_parts(&mut w, &[], x, bounds).unwrap();
+        (w.0, ranges)
+    }
+
+    /// A reader of one part, past its (empty) header.
+    fn part(b: &[u8]) -> Reader<'_> {
+        let mut r = Reader::new(b);
+        assert!(r.bytes().unwrap().is_empty());
+        r
     }
 
     /// A csr array with `x`'s non-zeros in new buffers (no grouping kept).
@@ -507,10 +662,11 @@ mod tests {
         .unwrap()
     }
 
-    /// The owner's batch keeps exactly the grouping a sort of it would make (merged from the
-    /// workers' groupings, prepared or not), for any number of workers and column ranges.
+    /// Each owner's batch holds exactly every worker's non-zeros in its columns, in worker
+    /// order, and keeps the grouping a sort of it would make (merged from the workers'
+    /// groupings, prepared or not), for any number of workers and owners (some owning no row).
     #[test]
-    fn the_owners_batch_keeps_the_grouping_a_sort_would_make() {
+    fn each_owners_batch_is_its_columns_of_every_batch_grouped_as_a_sort_would() {
         for (case, dtype) in [DType::F32, DType::F64, DType::F32, DType::F64]
             .into_iter()
             .enumerate()
@@ -522,32 +678,56 @@ mod tests {
             if case % 2 == 0 {
                 batches[0].prepare_csr_transpose();
             }
-            let msgs: Vec<Vec<u8>> = batches.iter().map(message).collect();
-            for (lo, hi) in [(0, 60), (0, 17), (17, 41), (59, 60), (30, 30)] {
-                let mut parts: Vec<Reader<'_>> = msgs.iter().map(|m| Reader::new(m)).collect();
-                let (own, starts) = own_batches(&mut parts, dtype, lo, hi).unwrap();
-                assert_eq!(starts.len(), workers + 1);
-                let kept = own.csr_column_groups().expect("kept").order().to_vec();
-                // The same non-zeros in a new array (no grouping kept), grouped by the sort.
-                let shape = [starts[workers], hi - lo];
-                let again = match dtype {
-                    DType::F32 => rebuilt::<f32>(&own, shape),
-                    _ => rebuilt::<f64>(&own, shape),
-                };
-                assert!(again.csr_column_groups().is_none());
-                assert!(again.prepare_csr_transpose());
-                let sorted = again.csr_column_groups().unwrap();
-                assert_eq!(kept, sorted.order(), "case {case} {lo}..{hi}");
+            for owners in [1, 2, 3, 7, 64] {
+                let b = bounds(60, owners);
+                let msgs: Vec<_> = batches.iter().map(|x| message(x, &b)).collect();
+                for r in 0..owners {
+                    let (lo, hi) = (b[r], b[r + 1]);
+                    let mut parts: Vec<Reader<'_>> =
+                        msgs.iter().map(|(m, at)| part(&m[at[r].clone()])).collect();
+                    let (own, starts) = own_batches(&mut parts, dtype, hi - lo).unwrap();
+                    let rows: Vec<usize> = batches.iter().map(|x| x.dims()[0]).collect();
+                    let want_starts: Vec<usize> = std::iter::once(0)
+                        .chain(rows.iter().scan(0, |acc, &n| {
+                            *acc += n;
+                            Some(*acc)
+                        }))
+                        .collect();
+                    assert_eq!(starts, want_starts);
+                    // Every worker's rows, columns lo..hi, one worker after another.
+                    let want: Vec<f64> = batches
+                        .iter()
+                        .flat_map(|x| {
+                            let d = x.to_f64_vec();
+                            (0..x.dims()[0])
+                                .flat_map(move |i| d[i * 60 + lo..i * 60 + hi].to_vec())
+                                .collect::<Vec<f64>>()
+                        })
+                        .collect();
+                    assert_eq!(own.to_f64_vec(), want, "case {case} owner {r} of {owners}");
+                    let kept = own.csr_column_groups().expect("kept").order().to_vec();
+                    // The same non-zeros in a new array (no grouping kept), grouped by the sort.
+                    let shape = [starts[workers], hi - lo];
+                    let again = match dtype {
+                        DType::F32 => rebuilt::<f32>(&own, shape),
+                        _ => rebuilt::<f64>(&own, shape),
+                    };
+                    assert!(again.csr_column_groups().is_none());
+                    assert!(again.prepare_csr_transpose());
+                    let sorted = again.csr_column_groups().unwrap();
+                    assert_eq!(kept, sorted.order(), "case {case} owner {r} of {owners}");
+                }
             }
         }
     }
 
     /// A batch message whose column order is short, points past the batch or does not group
-    /// by column fails the product with an error, never a read out of bounds.
+    /// by column, or whose columns lie past the owner's rows, fails the product with an
+    /// error, never a read out of bounds.
     #[test]
     fn a_malformed_column_order_is_an_error() {
         let x = test_csr(6, 20, 0.3, 3, DType::F32);
-        let good = message(&x);
+        let (good, _) = message(&x, &[0, 20]);
         let nnz = x.to_f64_vec().iter().filter(|v| **v != 0.0).count();
         // The order is the message's last field: nnz positions of 4 bytes.
         let at = good.len() - 4 * nnz;
@@ -568,15 +748,21 @@ mod tests {
         past[0] = nnz as u32;
         let mut reversed = order.clone();
         reversed.reverse();
-        for (bad, what) in [
-            (with_order(&order[1..]), "malformed batch"),
-            (with_order(&past), "malformed batch"),
-            (with_order(&reversed), "not a column grouping"),
+        for (bad, width, what) in [
+            (with_order(&order[1..]), 20, "malformed batch"),
+            (with_order(&past), 20, "malformed batch"),
+            (with_order(&reversed), 20, "not a column grouping"),
+            // Columns past the owner's rows.
+            (good.clone(), 10, "malformed batch"),
         ] {
-            let mut parts = vec![Reader::new(&bad)];
-            let e = own_batches(&mut parts, DType::F32, 0, 20).unwrap_err();
+            let mut parts = vec![part(&bad)];
+            let e = own_batches(&mut parts, DType::F32, width).unwrap_err();
             assert!(e.to_string().contains(what), "{e}");
         }
+        // A batch with columns past the table's rows is this worker's error, not a message.
+        let mut w = Writer::default();
+        let e = write_parts(&mut w, &[], &x, &[0, 5, 10]).unwrap_err();
+        assert!(e.to_string().contains("is not a table row"), "{e}");
     }
 
     /// An owner whose part of the product fails after the batches were exchanged (an error
