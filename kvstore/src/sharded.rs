@@ -154,24 +154,39 @@ pub(crate) fn push<T: Transport>(
     };
     let shape = s.shape.clone();
     let row: usize = shape[1..].iter().product();
-    let (ids, rows) = local.row_sparse_parts()?;
     // Every other owner's rows, one after another in one reused message; this worker's own
     // rows stay here (an empty part to itself).
     let rank = store.transport.rank();
-    let split = split_ids(&ids, &owners(shape[0], n));
     let mut w = wire::Writer(std::mem::take(&mut store.send));
     w.0.clear();
-    let mut parts = Vec::with_capacity(n);
-    for (r, &(a, b)) in split.iter().enumerate() {
-        let start = w.0.len();
-        if r != rank {
-            w.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
+    let made = local.row_sparse_parts().and_then(|(ids, rows)| {
+        let split = split_ids(&ids, &owners(shape[0], n));
+        let mut parts = Vec::with_capacity(n);
+        for (r, &(a, b)) in split.iter().enumerate() {
+            let start = w.0.len();
+            if r != rank {
+                w.ids(&ids[a..b]).values_range(&rows, a * row..b * row)?;
+            }
+            parts.push(start..w.0.len());
         }
-        parts.push(start..w.0.len());
-    }
+        Ok((ids, rows, split, parts))
+    });
+    let (parts, made) = match made {
+        Ok((ids, rows, split, parts)) => (parts, Ok((ids, rows, split))),
+        // The value was agreed on, so the others are already in this exchange: this worker's
+        // error (its rows could not be read) still takes part, and fails every owner's merge.
+        Err(e) => (poison_parts(&mut w.0, n), Err(e)),
+    };
     let mut recv = std::mem::take(&mut store.recv);
     let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
     store.send = w.0;
+    let (ids, rows, split) = match made {
+        Ok(m) => m,
+        Err(e) => {
+            store.recv = recv;
+            return Err(e);
+        }
+    };
     let got = got?;
     // The owner's merge, in worker order (its own part in its place), then its ids made local
     // to the shard.

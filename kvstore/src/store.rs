@@ -100,31 +100,42 @@ impl<T: Transport> SyncStore<T> {
         // keeps (a copy of) its value, the others' arrays are overwritten.
         let dense_float =
             value.stype() == SType::Dense && matches!(value.dtype(), DType::F32 | DType::F64);
-        let into = self.transport.size() > 1 && dense_float;
+        let (several, root) = (self.transport.size() > 1, self.transport.rank() == 0);
+        let into = several && dense_float;
         let local = local.and_then(|()| {
-            Ok(match (into, shared) {
+            let stored = match (into, shared) {
                 (false, _) => None,
                 (true, true) => Some(value.clone()),
-                (true, false) if self.transport.rank() == 0 => Some(value.try_copy()?),
+                (true, false) if root => Some(value.try_copy()?),
                 (true, false) => Some(NDArray::zeros(&value.shape(), value.dtype())?),
-            })
+            };
+            // Worker 0's message where the value does not go in place (a sparse value, or
+            // one not writable in host memory), read before the agreement: a value it cannot
+            // read then fails every worker's call instead of leaving them in the broadcast.
+            let in_place = stored
+                .as_ref()
+                .is_some_and(|s| wire::with_le_bytes_mut(s, |_| ()).is_some());
+            let message = match (several && root, &stored) {
+                (false, _) => None,
+                (true, Some(_)) if in_place => None,
+                (true, Some(_)) => Some(value.to_le_bytes()?),
+                (true, None) => Some(wire::encode_value(value)?),
+            };
+            Ok((stored, message))
         });
         let header = Header::new("init", key, local.as_ref().map(|_| value));
         // Workers may init with different values (worker 0's wins) but not different kinds,
         // so every worker takes the same path below and the calls match.
         self.agree(OP, header, true)?;
-        if let Some(stored) = local? {
+        let (stored, message) = local?;
+        if let Some(stored) = stored {
             let transport = &mut self.transport;
             match wire::with_le_bytes_mut(&stored, |b| transport.broadcast_into(0, b)) {
                 Some(done) => done?,
                 None => {
                     // Values not writable in place (on a device): through a host buffer.
                     let n = value.size() * value.dtype().size_of();
-                    let mut bytes = if self.transport.rank() == 0 {
-                        value.to_le_bytes()?
-                    } else {
-                        vec![0u8; n]
-                    };
+                    let mut bytes = message.unwrap_or_else(|| vec![0u8; n]);
                     self.transport.broadcast_into(0, &mut bytes)?;
                     stored.assign(&NDArray::from_le_bytes(
                         &bytes,
@@ -142,12 +153,8 @@ impl<T: Transport> SyncStore<T> {
             );
             return Ok(());
         }
-        let received = if self.transport.size() > 1 {
-            let mut bytes = if self.transport.rank() == 0 {
-                wire::encode_value(value)?
-            } else {
-                Vec::new()
-            };
+        let received = if several {
+            let mut bytes = message.unwrap_or_default();
             self.transport.broadcast(0, &mut bytes)?;
             Some(wire::decode_value(
                 &bytes,
