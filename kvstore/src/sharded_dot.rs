@@ -18,7 +18,7 @@ use sparrow_optim::ShardedDot;
 use crate::sharded::Shard;
 use crate::store::{concat_raw, sum_raw, unknown_key, Slot, SyncStore};
 use crate::transport::{poison_parts, Transport};
-use crate::wire::{check_headers, Header, Plain, Reader, Writer};
+use crate::wire::{self, check_headers, Header, Plain, Reader, Writer};
 
 const OP: &str = "KVStore::sharded_dot";
 const OP_BACK: &str = "KVStore::sharded_dot_backward";
@@ -463,24 +463,35 @@ pub(crate) fn forward<T: Transport>(
     // 3. Each worker's rows of the product back to it; its product is the owners' sum.
     let mut w = Writer(std::mem::take(&mut store.send));
     w.0.clear();
-    let parts = result.and_then(|(own, starts, product, cols, dtype)| {
-        let row_bytes = cols * dtype.size_of();
-        let total = starts.last().copied().unwrap_or(0);
-        w.raw_values(&product, 0..total * cols)?;
-        let parts: Vec<Range<usize>> = starts
-            .windows(2)
-            .map(|s| s[0] * row_bytes..s[1] * row_bytes)
-            .collect();
-        Ok((parts, (own, starts, cols, dtype)))
-    });
-    let (parts, made) = match parts {
-        Ok((parts, made)) => (parts, Ok(made)),
+    let mut recv = std::mem::take(&mut store.recv);
+    let transport = &mut store.transport;
+    let (got, made) = match result {
+        Ok((own, starts, product, cols, dtype)) => {
+            let row_bytes = cols * dtype.size_of();
+            let bytes = starts.last().copied().unwrap_or(0) * row_bytes;
+            let parts: Vec<Range<usize>> = starts
+                .windows(2)
+                .map(|s| s[0] * row_bytes..s[1] * row_bytes)
+                .collect();
+            let made = (own, starts, cols, dtype);
+            // The product's own memory is the message where it reads as bytes in place;
+            // otherwise its bytes go through the store's buffer.
+            let in_place = wire::with_le_bytes_mut(&product, |b| {
+                (b.len() == bytes).then(|| transport.all_to_all_into(b, &parts, &mut recv))
+            })
+            .flatten();
+            match in_place {
+                Some(got) => (got, Ok(made)),
+                None => match w.raw_values(&product, 0..bytes / dtype.size_of()) {
+                    Ok(_) => (transport.all_to_all_into(&w.0, &parts, &mut recv), Ok(made)),
+                    Err(e) => (poisoned(transport, &mut w.0, &mut recv), Err(e)),
+                },
+            }
+        }
         // An error met after the gather (this owner's part of the product) may be this
         // worker's alone: it still takes part in the exchange, and every worker fails.
-        Err(e) => (poison_parts(&mut w.0, store.transport.size()), Err(e)),
+        Err(e) => (poisoned(transport, &mut w.0, &mut recv), Err(e)),
     };
-    let mut recv = std::mem::take(&mut store.recv);
-    let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
     store.send = w.0;
     let out = made.and_then(|(own, starts, cols, dtype)| {
         let ranges = got?;
@@ -502,6 +513,17 @@ pub(crate) fn forward<T: Transport>(
     });
     store.recv = recv;
     out
+}
+
+/// The exchange of a worker that met an error of its own: it still takes part, with
+/// [`poison_parts`], and every receiver fails.
+fn poisoned<T: Transport>(
+    transport: &mut T,
+    buf: &mut Vec<u8>,
+    recv: &mut Vec<u8>,
+) -> Result<Vec<Range<usize>>> {
+    let parts = poison_parts(buf, transport.size());
+    transport.all_to_all_into(buf, &parts, recv)
 }
 
 /// What a product's backward checks on this worker before its exchange: its gradient `dy`

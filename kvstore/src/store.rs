@@ -1089,7 +1089,7 @@ where
     E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,
 {
     let n: usize = shape.iter().product();
-    let mut out = vec![E::default(); n];
+    let mut out: Vec<E> = Vec::new();
     for (w, b) in parts.iter().enumerate() {
         if b.len() != n * N {
             return Err(malformed(format!(
@@ -1101,10 +1101,14 @@ where
             .chunks_exact(N)
             .map(|c| from_le(c.try_into().expect("N bytes")));
         if w == 0 {
-            out.iter_mut().zip(src).for_each(|(d, v)| *d = v);
+            // The first worker's values are the start of the sum (no zeroed buffer first).
+            out.extend(src);
         } else {
             out.iter_mut().zip(src).for_each(|(d, v)| *d += v);
         }
+    }
+    if parts.is_empty() {
+        out.resize(n, E::default());
     }
     NDArray::from_vec(out, shape)
 }
