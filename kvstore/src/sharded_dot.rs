@@ -201,7 +201,7 @@ fn append_part<E: Element, const N: usize>(
     let mut prev = 0i64;
     for (i, b) in indptr.chunks_exact(8).enumerate() {
         let p = word(b);
-        if (i == 0 && p != 0) || p < prev {
+        if (i == 0 && p != 0) || p < prev || p as usize > nnz {
             return Err(malformed());
         }
         prev = p;
