@@ -781,6 +781,13 @@ mod tests {
             let e = own_batches(&mut parts, DType::F32, width).unwrap_err();
             assert!(e.to_string().contains(what), "{e}");
         }
+        // A row pointer far past the part's non-zeros, in a second part (appended after the
+        // first's non-zeros): malformed, not an overflow.
+        let mut far = good.clone();
+        far[24..32].copy_from_slice(&i64::MAX.to_le_bytes());
+        let mut parts = vec![part(&good), part(&far)];
+        let e = own_batches(&mut parts, DType::F32, 20).unwrap_err();
+        assert!(e.to_string().contains("malformed batch"), "{e}");
         // A batch with columns past the table's rows is this worker's error, not a message.
         let mut w = Writer::default();
         let e = write_parts(&mut w, &[], &x, &[0, 5, 10]).unwrap_err();
