@@ -106,11 +106,7 @@ fn exchange_batches<T: Transport>(
     w.0.clear();
     let split = match (local, x) {
         (Ok((shape, _)), Some(x)) => {
-            let bounds: Vec<usize> = (0..n)
-                .map(|r| crate::shard_range(shape[0], r, n).0)
-                .chain([shape[0]])
-                .collect();
-            Some(write_parts(&mut w, &head, x, &bounds))
+            Some(write_parts(&mut w, &head, x, &owner_bounds(shape[0], n)))
         }
         _ => None,
     };
@@ -298,6 +294,15 @@ fn order_width(nnz: usize) -> usize {
     }
 }
 
+/// Where each of `n` owners' rows of a `rows`-row table start ([`crate::shard_range`]), then
+/// `rows`: owner `r` holds `bounds[r]..bounds[r + 1]`.
+fn owner_bounds(rows: usize, n: usize) -> Vec<usize> {
+    (0..n)
+        .map(|r| crate::shard_range(rows, r, n).0)
+        .chain([rows])
+        .collect()
+}
+
 /// Write a csr batch split by the owners of its columns (`bounds`: owner `r` holds the rows
 /// `bounds[r]..bounds[r + 1]` of the table), each owner's part behind `head`: its row
 /// pointers, its columns counted from the owner's first row, its values, then its non-zeros'
@@ -371,25 +376,23 @@ fn write_parts(
                 .iter()
                 .map(|&b| order.partition_point(|&p| col_of(p) < b as i64))
                 .collect();
-            let runs: Vec<Vec<usize>> = cut
-                .windows(2)
-                .map(|w| {
-                    order[w[0]..w[1].max(w[0])]
-                        .iter()
-                        .map(|&p| at.get(p).copied().unwrap_or(usize::MAX))
-                        .collect()
-                })
-                .collect();
             let mut ranges = Vec::with_capacity(n);
             for r in 0..n {
                 let start = w.0.len();
                 w.bytes(head);
                 w.slice(&ptr[r]).slice(&idx[r]).slice(&vals[r]);
-                if order_width(runs[r].len()) == 4 {
+                // The owner's run of the grouping, as positions within its part.
+                let run = &order[cut[r]..cut[r + 1].max(cut[r])];
+                let width = order_width(idx[r].len());
+                w.u64((run.len() * width) as u64);
+                let run = run
+                    .iter()
+                    .map(|&p| at.get(p).copied().unwrap_or(usize::MAX));
+                if width == 4 {
                     // Below 2^32 non-zeros every position fits.
-                    w.slice(&runs[r].iter().map(|&p| p as u32).collect::<Vec<u32>>());
+                    run.for_each(|p| w.0.extend_from_slice(&(p as u32).to_le_bytes()));
                 } else {
-                    w.slice(&runs[r].iter().map(|&p| p as u64).collect::<Vec<u64>>());
+                    run.for_each(|p| w.0.extend_from_slice(&(p as u64).to_le_bytes()));
                 }
                 ranges.push(start..w.0.len());
             }
@@ -652,14 +655,6 @@ mod tests {
     use super::*;
     use sparrow_core::testing::test_csr;
 
-    /// Where owner `r` of `n` starts in a table of `rows` rows, for every `r` and the end.
-    fn bounds(rows: usize, n: usize) -> Vec<usize> {
-        (0..n)
-            .map(|r| crate::shard_range(rows, r, n).0)
-            .chain([rows])
-            .collect()
-    }
-
     /// `x` split for the owners `bounds` (behind an empty header), and where each part lies.
     fn message(x: &NDArray, bounds: &[usize]) -> (Vec<u8>, Vec<Range<usize>>) {
         let mut w = Writer::default();
@@ -701,7 +696,7 @@ mod tests {
                 batches[0].prepare_csr_transpose();
             }
             for owners in [1, 2, 3, 7, 64] {
-                let b = bounds(60, owners);
+                let b = owner_bounds(60, owners);
                 let msgs: Vec<_> = batches.iter().map(|x| message(x, &b)).collect();
                 for r in 0..owners {
                     let (lo, hi) = (b[r], b[r + 1]);

@@ -112,14 +112,11 @@ impl<T: Transport> SyncStore<T> {
             // Worker 0's message where the value does not go in place (a sparse value, or
             // one not writable in host memory), read before the agreement: a value it cannot
             // read then fails every worker's call instead of leaving them in the broadcast.
-            let in_place = stored
-                .as_ref()
-                .is_some_and(|s| wire::with_le_bytes_mut(s, |_| ()).is_some());
-            let message = match (several && root, &stored) {
-                (false, _) => None,
-                (true, Some(_)) if in_place => None,
-                (true, Some(_)) => Some(value.to_le_bytes()?),
-                (true, None) => Some(wire::encode_value(value)?),
+            let message = match &stored {
+                _ if !(several && root) => None,
+                Some(s) if wire::with_le_bytes_mut(s, |_| ()).is_some() => None,
+                Some(_) => Some(value.to_le_bytes()?),
+                None => Some(wire::encode_value(value)?),
             };
             Ok((stored, message))
         });
