@@ -168,6 +168,16 @@ impl RawComm {
     }
 }
 
+/// Make `recv` at least `total` bytes long. It never shrinks: a store's exchanges alternate
+/// between sizes (a batch's parts, then products, then gradients), and growing back a
+/// shrunk vector zeroes the regrown bytes every call, a pass over each message before MPI
+/// writes it.
+fn grow(recv: &mut Vec<u8>, total: usize) {
+    if recv.len() < total {
+        recv.resize(total, 0);
+    }
+}
+
 /// Displacements of consecutive parts of the given lengths.
 fn displs(counts: &[Count]) -> Result<Vec<Count>> {
     let mut at: Count = 0;
@@ -216,14 +226,13 @@ impl Transport for MpiTransport {
         self.world.all_gather_into(&mine, &mut counts[..]);
         let displs = displs(&counts)?;
         let total: usize = counts.iter().map(|&c| c as usize).sum();
-        // Shrinking keeps the capacity; growing zeroes only the new part.
-        recv.resize(total, 0);
+        grow(recv, total);
         // See `all_to_all_into`: the receive buffer must not share an empty send's address.
         if recv.capacity() == 0 {
             recv.reserve(1);
         }
         {
-            let mut part = PartitionMut::new(&mut recv[..], &counts[..], &displs[..]);
+            let mut part = PartitionMut::new(&mut recv[..total], &counts[..], &displs[..]);
             self.world.all_gather_varcount_into(send, &mut part);
         }
         Ok(displs
@@ -282,8 +291,7 @@ impl Transport for MpiTransport {
         self.world.all_to_all_into(&scounts[..], &mut rcounts[..]);
         let rdispls = displs(&rcounts)?;
         let total: usize = rcounts.iter().map(|&c| c as usize).sum();
-        // Shrinking keeps the capacity; growing zeroes only the new part.
-        recv.resize(total, 0);
+        grow(recv, total);
         // Two empty buffers that never allocated share one dangling address, and MPI refuses a
         // send buffer that is the receive buffer (MPI_ERR_ARG): the receive buffer allocates.
         if recv.capacity() == 0 {
@@ -291,7 +299,7 @@ impl Transport for MpiTransport {
         }
         {
             let sp = Partition::new(send, &scounts[..], &sdispls[..]);
-            let mut rp = PartitionMut::new(&mut recv[..], &rcounts[..], &rdispls[..]);
+            let mut rp = PartitionMut::new(&mut recv[..total], &rcounts[..], &rdispls[..]);
             self.world.all_to_all_varcount_into(&sp, &mut rp);
         }
         Ok(rdispls

@@ -985,8 +985,10 @@ where
                 continue;
             }
             let src = rows[*k * row * N..(*k + 1) * row * N]
-                .chunks_exact(N)
-                .map(|c| from_le(c.try_into().expect("N bytes")));
+                .as_chunks::<N>()
+                .0
+                .iter()
+                .map(|&c| from_le(c));
             if out.len() == start {
                 out.extend(src);
             } else {
@@ -1057,10 +1059,8 @@ pub(crate) fn concat_raw(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Resu
         }
         let mut out = Vec::with_capacity(n);
         for b in parts {
-            out.extend(
-                b.chunks_exact(N)
-                    .map(|c| from_le(c.try_into().expect("N bytes"))),
-            );
+            // Whole arrays of N bytes (no per-value length check): decoded as one copy.
+            out.extend(b.as_chunks::<N>().0.iter().map(|&c| from_le(c)));
         }
         NDArray::from_vec(out, shape)
     }
@@ -1094,9 +1094,8 @@ where
                 b.len()
             )));
         }
-        let src = b
-            .chunks_exact(N)
-            .map(|c| from_le(c.try_into().expect("N bytes")));
+        // Whole arrays of N bytes (no per-value length check), so the sum vectorizes.
+        let src = b.as_chunks::<N>().0.iter().map(|&c| from_le(c));
         if w == 0 {
             // The first worker's values are the start of the sum (no zeroed buffer first).
             out.extend(src);

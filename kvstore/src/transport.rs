@@ -23,8 +23,9 @@ pub trait Transport: Send {
     /// Every worker's `send` (any lengths), in rank order (MPI's allgatherv).
     fn all_gather(&mut self, send: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// [`Transport::all_gather`] into one buffer the caller keeps: every worker's `send`,
-    /// concatenated in rank order, replaces `recv`'s contents (its capacity is reused), and the
-    /// ranges of `recv` that each worker's part occupies are returned. A store that gathers a
+    /// concatenated in rank order, is written from the start of `recv` (grown where it is
+    /// shorter; what lies past the parts is unspecified), and the ranges of `recv` that each
+    /// worker's part occupies are returned. A store that gathers a
     /// step's rows every step keeps one buffer instead of allocating (and faulting in) fresh
     /// memory for every worker's part every step.
     fn all_gather_into(&mut self, send: &[u8], recv: &mut Vec<u8>) -> Result<Vec<Range<usize>>> {
@@ -36,8 +37,8 @@ pub trait Transport: Send {
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>>;
     /// [`Transport::all_to_all`] from one buffer and into one the caller keeps: `send[parts[r]]`
     /// goes to worker `r` (`parts.len()` must be `size()`); what each worker sent to this one,
-    /// concatenated in rank order, replaces `recv`'s contents, and the ranges each worker's
-    /// part occupies are returned.
+    /// concatenated in rank order, is written from the start of `recv` (as
+    /// [`Transport::all_gather_into`]), and the ranges each worker's part occupies are returned.
     fn all_to_all_into(
         &mut self,
         send: &[u8],

@@ -212,8 +212,10 @@ impl<'a> Reader<'a> {
     pub(crate) fn ids(&mut self) -> Result<Vec<i64>> {
         let n = self.u64()? as usize;
         let b = self.take(n.saturating_mul(8))?;
-        Ok(b.chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+        Ok(b.as_chunks::<8>()
+            .0
+            .iter()
+            .map(|&c| i64::from_le_bytes(c))
             .collect())
     }
 }
