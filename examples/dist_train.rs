@@ -43,7 +43,7 @@ use sparrow::core::random::Rng;
 use sparrow::core::{autograd, DType, Device, NDArray, SType};
 use sparrow::data::libsvm::{save_libsvm, LibSVMIter, LibSVMIterParams};
 use sparrow::data::synthetic;
-use sparrow::data::{Batch, DataError};
+use sparrow::data::{Batch, DataError, LastBatch};
 use sparrow::kvstore::mpi::{dist_sync, MpiSession};
 use sparrow::kvstore::partition_libsvm;
 use sparrow::nn::loss::{Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss};
@@ -206,6 +206,11 @@ fn run() -> Result<(), BoxError> {
     let mut params = LibSVMIterParams::new(&path, args.features, args.batch_size);
     params.prepare_transpose = !args.dense_grad;
     params.idle_priority = true;
+    // Every epoch the same batches: the loop takes the same number of steps each epoch on every
+    // rank. (The default `RoundBatch` fills a last batch from the next pass and starts that
+    // epoch after the borrowed rows, so a part smaller than one batch gives an empty epoch
+    // every other pass.)
+    params.last_batch = LastBatch::Pad;
     partition_libsvm(&mut params, &kv);
     let mut iter = LibSVMIter::new(params)?;
 
