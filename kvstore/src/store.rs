@@ -1059,7 +1059,7 @@ pub(crate) fn concat_raw(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Resu
         }
         let mut out = Vec::with_capacity(n);
         for b in parts {
-            // Whole arrays of N bytes (no per-value length check): decoded as one copy.
+            // Whole arrays of N bytes (no per-value length check), so the decode vectorizes.
             out.extend(b.as_chunks::<N>().0.iter().map(|&c| from_le(c)));
         }
         NDArray::from_vec(out, shape)
