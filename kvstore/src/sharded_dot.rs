@@ -194,8 +194,7 @@ fn append_part<E: Element, const N: usize>(
     let base = idx.len();
     // Row pointers from 0, never decreasing, ending at the part's non-zeros.
     let mut prev = 0i64;
-    for (i, &b) in indptr.as_chunks::<8>().0.iter().enumerate() {
-        let p = i64::from_le_bytes(b);
+    for (i, p) in wire::le_words(indptr, i64::from_le_bytes).enumerate() {
         if (i == 0 && p != 0) || p < prev || p as usize > nnz {
             return Err(malformed());
         }
@@ -208,17 +207,11 @@ fn append_part<E: Element, const N: usize>(
         return Err(malformed());
     }
     // Decoded whole, then checked in one pass (both vectorize; a check per push does not).
-    idx.extend(
-        indices
-            .as_chunks::<8>()
-            .0
-            .iter()
-            .map(|&b| i64::from_le_bytes(b)),
-    );
+    idx.extend(wire::le_words(indices, i64::from_le_bytes));
     if idx[base..].iter().any(|&c| c < 0 || c as usize >= width) {
         return Err(malformed());
     }
-    vals.extend(values.as_chunks::<N>().0.iter().map(|&b| from_le(b)));
+    vals.extend(wire::le_words(values, from_le));
     // The grouping's positions, each checked; their columns ascend along it (a worker's
     // grouping that does not is caught where `own`'s grouping is checked whole).
     let mut run = Vec::with_capacity(nnz);

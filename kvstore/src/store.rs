@@ -984,11 +984,7 @@ where
             if ids.get(*k) != Some(&id) {
                 continue;
             }
-            let src = rows[*k * row * N..(*k + 1) * row * N]
-                .as_chunks::<N>()
-                .0
-                .iter()
-                .map(|&c| from_le(c));
+            let src = wire::le_words(&rows[*k * row * N..(*k + 1) * row * N], from_le);
             if out.len() == start {
                 out.extend(src);
             } else {
@@ -1059,8 +1055,7 @@ pub(crate) fn concat_raw(parts: &[&[u8]], dtype: DType, shape: &[usize]) -> Resu
         }
         let mut out = Vec::with_capacity(n);
         for b in parts {
-            // Whole arrays of N bytes (no per-value length check), so the decode vectorizes.
-            out.extend(b.as_chunks::<N>().0.iter().map(|&c| from_le(c)));
+            out.extend(wire::le_words(b, from_le));
         }
         NDArray::from_vec(out, shape)
     }
@@ -1094,8 +1089,7 @@ where
                 b.len()
             )));
         }
-        // Whole arrays of N bytes (no per-value length check), so the sum vectorizes.
-        let src = b.as_chunks::<N>().0.iter().map(|&c| from_le(c));
+        let src = wire::le_words(b, from_le);
         if w == 0 {
             // The first worker's values are the start of the sum (no zeroed buffer first).
             out.extend(src);

@@ -212,12 +212,21 @@ impl<'a> Reader<'a> {
     pub(crate) fn ids(&mut self) -> Result<Vec<i64>> {
         let n = self.u64()? as usize;
         let b = self.take(n.saturating_mul(8))?;
-        Ok(b.as_chunks::<8>()
-            .0
-            .iter()
-            .map(|&c| i64::from_le_bytes(c))
-            .collect())
+        Ok(le_words(b, i64::from_le_bytes).collect())
     }
+}
+
+/// The `N`-byte little-endian words of `b`, each decoded by `from_le` (a trailing partial word
+/// is left out: callers check lengths first). Whole arrays with no per-word length check, so
+/// the decodes and sums over them vectorize.
+pub(crate) fn le_words<'a, E, F, const N: usize>(
+    b: &'a [u8],
+    from_le: F,
+) -> impl Iterator<Item = E> + 'a
+where
+    F: Fn([u8; N]) -> E + 'a,
+{
+    b.as_chunks::<N>().0.iter().map(move |&w| from_le(w))
 }
 
 /// What one worker says about the collective call it is making: the operation, the key, and
