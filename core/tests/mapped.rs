@@ -403,3 +403,33 @@ fn release_pages_empties_the_resident_set_and_keeps_the_values() {
     assert_eq!(values.to_vec::<f32>().unwrap()[5], 5.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file is mapped read-write by one open at a time: both would keep its undo journal (one
+/// `<file>.undo`), and the second open's recovery would replay or remove the first one's
+/// records. A second read-write open is an error naming the file, the first keeps working
+/// (its unflushed change is flushed, not undone), read-only and copy-on-write opens still
+/// work, and once the first is dropped the file opens read-write again.
+#[test]
+fn a_second_read_write_open_of_a_file_is_an_error() {
+    let dir = Dir::new("twice");
+    let p = dir.path("t.npy");
+    let a = NDArray::create_npy(&p, &[4, 2], DType::F32).unwrap();
+    let ones = NDArray::ones(&[1, 2], DType::F32).unwrap();
+    a.write_rows(1, &ones).unwrap();
+    let e = NDArray::open_npy(&p, MapMode::ReadWrite).unwrap_err();
+    assert!(matches!(e, Error::File { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("already open read-write") && msg.contains("t.npy"),
+        "{msg}"
+    );
+    a.flush().unwrap();
+    let want = vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+    let r = NDArray::open_npy(&p, MapMode::ReadOnly).unwrap();
+    let c = NDArray::open_npy(&p, MapMode::CopyOnWrite).unwrap();
+    assert_eq!(f32s(&r), want);
+    assert_eq!(f32s(&c), want);
+    drop(a);
+    let b = NDArray::open_npy(&p, MapMode::ReadWrite).unwrap();
+    assert_eq!(f32s(&b), want);
+}

@@ -64,6 +64,32 @@ impl std::fmt::Debug for MappedFile {
     }
 }
 
+/// Take an exclusive advisory lock (`flock`) on a file about to be mapped read-write, held
+/// until the mapping's file handle closes (when the last array of it is dropped). A read-write
+/// mapping journals into `<file>.undo`, one path per file: a second read-write open (in this
+/// process or another) would journal into the same file, and its open's recovery would replay
+/// or remove the first one's records. So it fails here instead, naming the file. Read-only and
+/// copy-on-write opens neither journal nor lock. A filesystem without `flock` support leaves
+/// the file unlocked.
+fn lock_exclusive(op: &'static str, path: &Path, file: &File) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `file` owns for the duration of the call; it touches no
+    // memory.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            return Err(Error::file(
+                op,
+                path,
+                "already open read-write (in this process or another): one read-write \
+                 mapping a file at a time, since both would keep its undo journal; drop the \
+                 other array first, or open this one read-only or copy-on-write",
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl MappedFile {
     /// Map the whole of the existing file at `path`.
     ///
@@ -77,6 +103,7 @@ impl MappedFile {
             .open(path)
             .map_err(|e| Error::file(op, path, format!("cannot open ({mode:?}): {e}")))?;
         if mode == MapMode::ReadWrite {
+            lock_exclusive(op, path, &file)?;
             super::journal::recover(op, path, &file)?;
         }
         Self::map(op, path, file, mode)
