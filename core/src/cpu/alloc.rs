@@ -29,6 +29,16 @@ pub(crate) fn try_with_capacity<T>(op: &'static str, n: usize) -> Result<Vec<T>>
     Ok(v)
 }
 
+/// A copy of `v`, or [`Error::Memory`]. A large copy is often a weight or a table (a store's
+/// copy of a weight, a checkpoint) read at random rows, so it is backed by huge pages as the
+/// arrays the initializers and `zeros` make: advised before the copy first touches it.
+pub(crate) fn try_copy_advised<T: Copy>(op: &'static str, v: &[T]) -> Result<Vec<T>> {
+    let mut out = try_with_capacity::<T>(op, v.len())?;
+    crate::sys::advise_huge_pages(out.as_mut_ptr().cast(), std::mem::size_of_val(v));
+    out.extend_from_slice(v);
+    Ok(out)
+}
+
 /// `n` copies of `value`, or [`Error::Memory`].
 pub(crate) fn try_filled<T: Copy>(op: &'static str, n: usize, value: T) -> Result<Vec<T>> {
     let mut v = try_with_capacity(op, n)?;

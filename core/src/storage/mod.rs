@@ -120,8 +120,7 @@ impl BackendStorage for CpuStorage {
         // Fallible: a copy's size is the caller's array's, which may be past what the host
         // has (an error naming the bytes, not an abort).
         Ok(crate::with_buffer!(self, v => {
-            let mut out = crate::cpu::alloc::try_with_capacity("copy", v.len())?;
-            out.extend_from_slice(v);
+            let out = crate::cpu::alloc::try_copy_advised("copy", &v[..])?;
             crate::cpu::HostElement::into_buffer(out)
         }))
     }
