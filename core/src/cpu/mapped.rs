@@ -70,7 +70,10 @@ impl std::fmt::Debug for MappedFile {
 /// process or another) would journal into the same file, and its open's recovery would replay
 /// or remove the first one's records. So it fails here instead, naming the file. Read-only and
 /// copy-on-write opens neither journal nor lock. A filesystem without `flock` support leaves
-/// the file unlocked.
+/// the file unlocked. `flock` rather than an `fcntl` record lock: the latter belongs to the
+/// process and is dropped when any descriptor of the file closes (a read-only open of the same
+/// file, closed, would unlock it); a `flock` belongs to this open and conflicts with others
+/// within the process too.
 fn lock_exclusive(op: &'static str, path: &Path, file: &File) -> Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a descriptor `file` owns for the duration of the call; it touches no
