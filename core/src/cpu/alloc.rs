@@ -29,14 +29,14 @@ pub(crate) fn try_with_capacity<T>(op: &'static str, n: usize) -> Result<Vec<T>>
     Ok(v)
 }
 
-/// A copy of `v`, or [`Error::Memory`]. A large copy is often a weight or a table (a store's
-/// copy of a weight, a checkpoint) read at random rows, so it is backed by huge pages as the
-/// arrays the initializers and `zeros` make: advised before the copy first touches it.
-pub(crate) fn try_copy_advised<T: Copy>(op: &'static str, v: &[T]) -> Result<Vec<T>> {
-    let mut out = try_with_capacity::<T>(op, v.len())?;
-    crate::sys::advise_huge_pages(out.as_mut_ptr().cast(), std::mem::size_of_val(v));
-    out.extend_from_slice(v);
-    Ok(out)
+/// [`try_with_capacity`] advised for huge pages before anything touches it (the fallible
+/// [`crate::sys::uninit_vec`]): for a large array written once by the caller (random draws, a
+/// copy of a weight or a table) that is then read at random rows, on 4 KiB pages every such
+/// read would also be a TLB miss.
+pub(crate) fn try_uninit_vec<T>(op: &'static str, n: usize) -> Result<Vec<T>> {
+    let mut v = try_with_capacity::<T>(op, n)?;
+    crate::sys::advise_huge_pages(v.as_mut_ptr().cast(), n * std::mem::size_of::<T>());
+    Ok(v)
 }
 
 /// `n` copies of `value`, or [`Error::Memory`].
@@ -95,6 +95,45 @@ mod tests {
         assert_eq!(try_zeroed::<i64>("t", 0).unwrap(), Vec::<i64>::new());
         assert_eq!(try_filled("t", 4, 7u8).unwrap(), vec![7u8; 4]);
         assert!(try_with_capacity::<f64>("t", 5).unwrap().capacity() >= 5);
+    }
+
+    /// Whether the mapping of this process holding `addr` is advised for huge pages (`hg`
+    /// among its `VmFlags` in /proc/self/smaps), or `None` when no mapping holds it.
+    fn advised_huge(addr: usize) -> Option<bool> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            // A mapping's header starts with its address range, `start-end` in hex.
+            let range = line.split(' ').next().and_then(|r| r.split_once('-'));
+            let hex = |x: &str| usize::from_str_radix(x, 16).ok();
+            if let Some((Some(a), Some(b))) = range.map(|(a, b)| (hex(a), hex(b))) {
+                inside = (a..b).contains(&addr);
+            } else if let Some(flags) = line.strip_prefix("VmFlags:").filter(|_| inside) {
+                return Some(flags.split_whitespace().any(|f| f == "hg"));
+            }
+        }
+        None
+    }
+
+    /// A large copy of an array (`duplicate`, behind `NDArray::try_copy`) is advised for huge
+    /// pages like a fresh one; the plain vector it copies is not.
+    #[test]
+    fn a_large_copy_is_advised_for_huge_pages() {
+        use crate::cpu::HostElement;
+        use crate::storage::BackendStorage;
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+            println!("skipped: this kernel has no transparent huge pages");
+            return;
+        }
+        let n = 4 << 20; // 16 MB of f32
+        let src = <f32 as HostElement>::into_buffer(vec![1.0f32; n]);
+        let copy = src.duplicate().unwrap();
+        let mid = |s: &crate::cpu::CpuStorage| {
+            <f32 as HostElement>::slice(s).unwrap().as_ptr() as usize + n * 2
+        };
+        assert_eq!(advised_huge(mid(&copy)), Some(true));
+        assert_eq!(advised_huge(mid(&src)), Some(false));
+        assert_eq!(<f32 as HostElement>::slice(&copy).unwrap()[n - 1], 1.0);
     }
 
     #[test]

@@ -26,8 +26,7 @@ where
     // Uninitialised and huge-page advised: the draws are the first and only writes, so a
     // large array is neither zero-filled first nor left on 4 KiB pages (which would make
     // every later pass over it pay TLB misses).
-    let mut out: Vec<T> = super::alloc::try_with_capacity(op, n)?;
-    crate::sys::advise_huge_pages(out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+    let mut out: Vec<T> = super::alloc::try_uninit_vec(op, n)?;
     let fill_chunk = |(c, dst): (usize, &mut [std::mem::MaybeUninit<T>])| {
         let mut r = chunk_rng(key, c);
         for x in dst.iter_mut() {

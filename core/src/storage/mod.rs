@@ -120,7 +120,9 @@ impl BackendStorage for CpuStorage {
         // Fallible: a copy's size is the caller's array's, which may be past what the host
         // has (an error naming the bytes, not an abort).
         Ok(crate::with_buffer!(self, v => {
-            let out = crate::cpu::alloc::try_copy_advised("copy", &v[..])?;
+            // A large copy is often a weight or a table: on huge pages, as fresh arrays are.
+            let mut out = crate::cpu::alloc::try_uninit_vec("copy", v.len())?;
+            out.extend_from_slice(v);
             crate::cpu::HostElement::into_buffer(out)
         }))
     }
