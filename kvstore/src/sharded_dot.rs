@@ -91,16 +91,17 @@ fn gather<T: Transport>(
 
 /// Send each owner its part of this worker's batch `x` (see [`write_parts`]) behind this
 /// worker's header, and receive every worker's part of this worker's rows: returns where each
-/// worker's part lies in the received buffer and that buffer (the store's, to be handed back
-/// to `store.recv` once read). A batch that fails to split makes every part a header alone
-/// that carries the error: every worker fails with it.
+/// other worker's part lies in the received buffer, that buffer (the store's, to be handed
+/// back to `store.recv` once read), and where this worker's own part lies in `store.send`
+/// (it stays there: nothing is copied to itself). A batch that fails to split makes every
+/// part a header alone that carries the error: every worker fails with it.
 fn exchange_batches<T: Transport>(
     store: &mut SyncStore<T>,
     key: usize,
     local: &Result<(Vec<usize>, DType)>,
     x: Option<&NDArray>,
-) -> (Result<Vec<Range<usize>>>, Vec<u8>) {
-    let n = store.transport.size();
+) -> (Result<Vec<Range<usize>>>, Vec<u8>, Range<usize>) {
+    let (n, rank) = (store.transport.size(), store.transport.rank());
     let mut head = header("sharded_dot", key, local).encode();
     let mut w = Writer(std::mem::take(&mut store.send));
     w.0.clear();
@@ -127,24 +128,35 @@ fn exchange_batches<T: Transport>(
                 .collect()
         }
     };
+    let mine = parts.get(rank).cloned().unwrap_or(0..0);
+    let mut parts = parts;
+    if let Some(p) = parts.get_mut(rank) {
+        *p = p.start..p.start;
+    }
     let mut recv = std::mem::take(&mut store.recv);
     let got = store.transport.all_to_all_into(&w.0, &parts, &mut recv);
     store.send = w.0;
-    (got, recv)
+    (got, recv, mine)
 }
 
 /// Every worker's header and payload of one gather (each part is a length-prefixed header
 /// followed by the payload), the headers checked: a worker that failed before the call, or
-/// calls another op or key, fails the call on every worker.
+/// calls another op or key, fails the call on every worker. `own`: this worker's rank and
+/// its own part, where that part was not sent to itself (read there, not in `recv`).
 fn gathered<'a>(
     op: &'static str,
     recv: &'a [u8],
     ranges: &[Range<usize>],
+    own: Option<(usize, &'a [u8])>,
 ) -> Result<Vec<Reader<'a>>> {
     let mut readers = Vec::with_capacity(ranges.len());
     let mut headers = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        let part = recv.get(r.clone()).ok_or_else(|| {
+    for (i, r) in ranges.iter().enumerate() {
+        let part = match own {
+            Some((rank, mine)) if rank == i => Some(mine),
+            _ => recv.get(r.clone()),
+        };
+        let part = part.ok_or_else(|| {
             Error::arg(
                 op,
                 format!("malformed gather: part {r:?} of {} bytes", recv.len()),
@@ -212,19 +224,20 @@ fn append_part<E: Element, const N: usize>(
         return Err(malformed());
     }
     vals.extend(wire::le_words(values, from_le));
-    // The grouping's positions, each checked; their columns ascend along it (a worker's
-    // grouping that does not is caught where `own`'s grouping is checked whole).
-    let mut run = Vec::with_capacity(nnz);
-    for b in order.chunks_exact(order_width(nnz)) {
-        let p = match *b {
-            [a, b, c, d] => u32::from_le_bytes([a, b, c, d]) as usize,
-            _ => u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize,
-        };
-        if p >= nnz {
-            return Err(malformed());
-        }
-        run.push((idx[base + p], base + p));
+    // The grouping's positions, each checked, as positions in `own`; their columns ascend
+    // along it (a worker's grouping that does not is caught where `own`'s grouping is
+    // checked whole).
+    let mut run: Vec<usize> = Vec::with_capacity(nnz);
+    if order_width(nnz) == 4 {
+        run.extend(wire::le_words(order, u32::from_le_bytes).map(|p| p as usize));
+    } else {
+        run.extend(wire::le_words(order, u64::from_le_bytes).map(|p| p as usize));
     }
+    if run.iter().any(|&p| p >= nnz) {
+        return Err(malformed());
+    }
+    let cols = &idx[base..];
+    let run = run.into_iter().map(|p| (cols[p], base + p)).collect();
     Ok((indptr.len() / 8 - 1, run))
 }
 
@@ -244,22 +257,22 @@ fn own_batches(
     ) -> Result<(NDArray, Vec<usize>)> {
         let mut own = (Vec::new(), vec![0i64], Vec::new());
         let mut starts = vec![0];
-        let mut grouped = Vec::new();
+        let mut runs = Vec::with_capacity(parts.len());
         for p in parts.iter_mut() {
             let (rows, run) = append_part(p, width, &mut own, from_le)?;
             starts.push(starts.last().copied().unwrap_or(0) + rows);
-            grouped.extend(run);
+            runs.push(run);
         }
         // One run per worker, each ascending by column with `own`'s positions ascending
-        // within a column, and every worker's positions above the previous one's: a stable
-        // sort by column (which merges runs) leaves exactly `own`'s column grouping.
-        grouped.sort_by_key(|&(c, _)| c);
+        // within a column, and every worker's positions above the previous one's: merged by
+        // column (a tie goes to the earlier worker), they are exactly `own`'s column grouping.
+        let grouped = merge_runs(runs);
         let total = *starts.last().expect("one entry at least");
         let (indices, indptr, values) = own;
         // Columns stay as each worker's batch had them (a LibSVM batch's are not checked for
         // order): the same product as that batch's, never a read out of bounds.
         let x = NDArray::csr_unchecked(values, indices, indptr, [total, width])?;
-        x.set_csr_column_order(grouped.into_iter().map(|(_, p)| p).collect())?;
+        x.set_csr_column_order(grouped)?;
         Ok((x, starts))
     }
     match dtype {
@@ -273,6 +286,42 @@ fn own_batches(
             ),
         )),
     }
+}
+
+/// Runs of (column, position) pairs, each ascending by column, merged into one ascending by
+/// column, a tie going to the earlier run (pairwise, so `k` runs of `n` pairs take `n log k`
+/// steps); returns the positions. Nothing here is trusted: the caller checks the result
+/// (`set_csr_column_order`).
+fn merge_runs(mut runs: Vec<Vec<(i64, usize)>>) -> Vec<usize> {
+    while runs.len() > 1 {
+        let mut merged = Vec::with_capacity(runs.len().div_ceil(2));
+        let mut it = runs.into_iter();
+        while let Some(a) = it.next() {
+            let Some(b) = it.next() else {
+                merged.push(a);
+                break;
+            };
+            let mut out = Vec::with_capacity(a.len() + b.len());
+            let (mut i, mut j) = (0, 0);
+            // Without a branch on the comparison: the runs' columns are random, and a
+            // mispredicted branch per pair cost more than the rest of the merge.
+            while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+                let take_b = y.0 < x.0;
+                out.push(if take_b { *y } else { *x });
+                j += usize::from(take_b);
+                i += usize::from(!take_b);
+            }
+            out.extend_from_slice(&a[i.min(a.len())..]);
+            out.extend_from_slice(&b[j.min(b.len())..]);
+            merged.push(out);
+        }
+        runs = merged;
+    }
+    runs.pop()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
 }
 
 /// Bytes a batch's message gives each position of its column grouping: 4 below 2^32
@@ -339,25 +388,50 @@ fn write_parts(
                     bounds[1..n].partition_point(|&b| b as i64 <= col)
                 }
             };
-            let mut ptr = vec![vec![0i64]; n];
-            let mut idx: Vec<Vec<i64>> = vec![Vec::with_capacity(c.indices.len() / n + 1); n];
-            let mut vals: Vec<Vec<E>> = vec![Vec::with_capacity(c.indices.len() / n + 1); n];
+            let (nnz, rows) = (c.indices.len(), c.indptr.len() - 1);
+            // Each non-zero's owner, and how many non-zeros each owner gets: then every
+            // owner's columns and values are written once, each to its place in one buffer
+            // (owner `r`'s at `start[r]..start[r + 1]`), with no buffer growing on the way.
+            let mut count = vec![0usize; n + 1];
+            let owners: Vec<usize> = c
+                .indices
+                .iter()
+                .map(|&col| {
+                    let r = owner(col);
+                    count[r + 1] += 1;
+                    r
+                })
+                .collect();
+            let start: Vec<usize> = count
+                .iter()
+                .scan(0, |acc, &k| {
+                    *acc += k;
+                    Some(*acc)
+                })
+                .collect();
+            let mut next = start[..n].to_vec();
+            let mut idx = vec![0i64; nnz];
+            let mut vals = vec![E::default(); nnz];
+            // Row pointers of every owner's part, owner `r`'s at `r * (rows + 1)..`.
+            let mut ptr = vec![0i64; n * (rows + 1)];
             // Each non-zero's position within its owner's part.
-            let mut at = vec![0usize; c.indices.len()];
-            for row in c.indptr.windows(2) {
-                let k = row[0] as usize..row[1] as usize;
-                for ((a, &col), &v) in at[k.clone()]
+            let mut at = vec![0usize; nnz];
+            for (row, bounds_of_row) in c.indptr.windows(2).enumerate() {
+                let k = bounds_of_row[0] as usize..bounds_of_row[1] as usize;
+                for (((a, &r), &col), &v) in at[k.clone()]
                     .iter_mut()
+                    .zip(&owners[k.clone()])
                     .zip(&c.indices[k.clone()])
                     .zip(&c.values[k])
                 {
-                    let r = owner(col);
-                    *a = idx[r].len();
-                    idx[r].push(col - bounds[r] as i64);
-                    vals[r].push(v);
+                    let q = next[r];
+                    *a = q - start[r];
+                    idx[q] = col - bounds[r] as i64;
+                    vals[q] = v;
+                    next[r] = q + 1;
                 }
-                for (p, i) in ptr.iter_mut().zip(&idx) {
-                    p.push(i.len() as i64);
+                for (r, (&q, &s0)) in next.iter().zip(&start).enumerate() {
+                    ptr[r * (rows + 1) + row + 1] = (q - s0) as i64;
                 }
             }
             // The batch's grouping visits columns in ascending order, so each owner's
@@ -369,23 +443,23 @@ fn write_parts(
                 .collect();
             let mut ranges = Vec::with_capacity(n);
             for r in 0..n {
-                let start = w.0.len();
+                let begin = w.0.len();
+                let part = start[r]..start[r + 1];
                 w.bytes(head);
-                w.slice(&ptr[r]).slice(&idx[r]).slice(&vals[r]);
+                w.slice(&ptr[r * (rows + 1)..(r + 1) * (rows + 1)])
+                    .slice(&idx[part.clone()])
+                    .slice(&vals[part.clone()]);
                 // The owner's run of the grouping, as positions within its part.
-                let run = &order[cut[r]..cut[r + 1].max(cut[r])];
-                let width = order_width(idx[r].len());
-                w.u64((run.len() * width) as u64);
-                let run = run
+                let run = order[cut[r]..cut[r + 1].max(cut[r])]
                     .iter()
                     .map(|&p| at.get(p).copied().unwrap_or(usize::MAX));
-                if width == 4 {
+                if order_width(part.len()) == 4 {
                     // Below 2^32 non-zeros every position fits.
-                    run.for_each(|p| w.0.extend_from_slice(&(p as u32).to_le_bytes()));
+                    w.slice(&run.map(|p| p as u32).collect::<Vec<u32>>());
                 } else {
-                    run.for_each(|p| w.0.extend_from_slice(&(p as u64).to_le_bytes()));
+                    w.slice(&run.map(|p| p as u64).collect::<Vec<u64>>());
                 }
-                ranges.push(start..w.0.len());
+                ranges.push(begin..w.0.len());
             }
             Ok(ranges)
         })?
@@ -443,9 +517,10 @@ pub(crate) fn forward<T: Transport>(
         Ok((s.shape.clone(), s.dtype))
     });
     // 1. Each owner's part of every worker's batch to it, behind the worker's header.
-    let (got, recv) = exchange_batches(store, key, &local, x.as_ref().ok());
+    let (got, recv, mine) = exchange_batches(store, key, &local, x.as_ref().ok());
     let result = got.and_then(|ranges| {
-        let mut parts = gathered(OP, &recv, &ranges)?;
+        let own_part = store.send.get(mine).unwrap_or_default();
+        let mut parts = gathered(OP, &recv, &ranges, Some((rank, own_part)))?;
         let (shape, dtype) = local?;
         let s = table(store, OP, key)?;
         let (own, starts) = own_batches(&mut parts, dtype, s.hi - s.lo)?;
@@ -463,11 +538,14 @@ pub(crate) fn forward<T: Transport>(
         Ok((own, starts, product, cols, dtype)) => {
             let row_bytes = cols * dtype.size_of();
             let bytes = starts.last().copied().unwrap_or(0) * row_bytes;
+            // This worker's own rows of the product stay where they are (nothing is copied
+            // to itself): they are summed from there.
             let parts: Vec<Range<usize>> = starts
                 .windows(2)
-                .map(|s| s[0] * row_bytes..s[1] * row_bytes)
+                .enumerate()
+                .map(|(r, s)| s[0] * row_bytes..s[usize::from(r != rank)] * row_bytes)
                 .collect();
-            let made = (own, starts, cols, dtype);
+            let mine = starts[rank] * row_bytes..starts[rank + 1] * row_bytes;
             // The product's own memory is the message where it reads as bytes in place;
             // otherwise its bytes go through the store's buffer.
             let in_place = wire::with_le_bytes_mut(&product, |b| {
@@ -475,9 +553,15 @@ pub(crate) fn forward<T: Transport>(
             })
             .flatten();
             match in_place {
-                Some(got) => (got, Ok(made)),
+                Some(got) => (
+                    got,
+                    Ok((own, starts, cols, dtype, Mine::Product(product, mine))),
+                ),
                 None => match w.raw_values(&product, 0..bytes / dtype.size_of()) {
-                    Ok(_) => (transport.all_to_all_into(&w.0, &parts, &mut recv), Ok(made)),
+                    Ok(_) => (
+                        transport.all_to_all_into(&w.0, &parts, &mut recv),
+                        Ok((own, starts, cols, dtype, Mine::Sent(mine))),
+                    ),
                     Err(e) => (poisoned(transport, &mut w.0, &mut recv), Err(e)),
                 },
             }
@@ -487,10 +571,11 @@ pub(crate) fn forward<T: Transport>(
         Err(e) => (poisoned(transport, &mut w.0, &mut recv), Err(e)),
     };
     store.send = w.0;
-    let out = made.and_then(|(own, starts, cols, dtype)| {
+    let out = made.and_then(|(own, starts, cols, dtype, mine)| {
         let ranges = got?;
         let want = (starts[rank + 1] - starts[rank]) * cols * dtype.size_of();
-        if let Some(r) = ranges.iter().find(|r| r.len() != want) {
+        let others = ranges.iter().enumerate().filter(|&(r, _)| r != rank);
+        if let Some((_, r)) = others.clone().find(|(_, r)| r.len() != want) {
             return Err(Error::arg(
                 OP,
                 format!(
@@ -500,13 +585,35 @@ pub(crate) fn forward<T: Transport>(
                 ),
             ));
         }
-        let slices: Vec<&[u8]> = ranges.iter().map(|r| &recv[r.clone()]).collect();
         // The owners' parts of this worker's product, summed in owner order.
-        let y = sum_raw(&slices, dtype, &[starts[rank + 1] - starts[rank], cols])?;
+        let sum = |own_part: &[u8]| {
+            let slices: Vec<&[u8]> = (0..ranges.len())
+                .map(|r| match r == rank {
+                    true => own_part,
+                    false => &recv[ranges[r].clone()],
+                })
+                .collect();
+            sum_raw(&slices, dtype, &[starts[rank + 1] - starts[rank], cols])
+        };
+        let lost = || Error::arg(OP, "this worker's own rows of the product are not readable");
+        let y = match mine {
+            Mine::Product(product, at) => {
+                wire::with_le_bytes_mut(&product, |b| b.get(at).map(sum)).flatten()
+            }
+            Mine::Sent(at) => store.send.get(at).map(sum),
+        }
+        .ok_or_else(lost)??;
         Ok((y, ShardedDot { own, starts }))
     });
     store.recv = recv;
     out
+}
+
+/// Where an owner's own rows of its product are once the others' were sent: in the product
+/// (sent in place), or in the store's send buffer (sent through it).
+enum Mine {
+    Product(NDArray, Range<usize>),
+    Sent(Range<usize>),
 }
 
 /// The exchange of a worker that met an error of its own: it still takes part, with
@@ -630,7 +737,7 @@ pub(crate) fn backward<T: Transport>(
         },
     );
     let g = got.and_then(|ranges| {
-        let mut readers = gathered(OP_BACK, &recv, &ranges)?;
+        let mut readers = gathered(OP_BACK, &recv, &ranges, None)?;
         let dys = readers
             .iter_mut()
             .map(|r| r.bytes())
