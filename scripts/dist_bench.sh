@@ -12,6 +12,11 @@
 # With MLP=1, instead: the dense MLP (`--model mlp`, 784-512-512-10 on synthetic rows, 2.7 MB of
 # gradients all-reduced a step), 1 rank on one core against 2 ranks, with MPI's shared-memory
 # transport copying through its buffers (`none`) and reading the other rank's memory (`cma`).
+# With RATIO=1, instead: the goal's question alone, asked steadily. ROUNDS interleaved rounds of
+# in-memory runs of EPOCHS epochs (default 30): 1 rank on one core, 2 ranks with the first layer
+# sharded, and two independent 1-rank runs at once, one a core; one JSON line each, then the
+# median over the rounds of each round's ratio to the 1 rank (a VM's runs vary by a quarter
+# from one to the next; the median of many long rounds much less).
 # Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
 # Needs: cargo build --release --features mpi --example dist_train
 set -euo pipefail
@@ -25,6 +30,34 @@ shm=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
 one_core=(mpirun --bind-to core --mca btl_vader_single_copy_mechanism none)
 tcp=(mpirun --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
 run=("$bin" --data-dir "$data" --batch-size "$batch" --epochs 10 --samples 20000)
+if [ "${RATIO:-0}" = 1 ]; then
+  long=("$bin" --data-dir "$data" --batch-size "$batch" --epochs "${EPOCHS:-30}" --samples 20000
+    --in-memory)
+  rate() { sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/' <<<"$1"; }
+  median() {
+    printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END {
+      m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf "median %.2fx of %d rounds (min %.2fx, max %.2fx)\n", m, NR, v[1], v[NR] }'
+  }
+  sharded=() pair=()
+  side=$(mktemp)
+  trap 'rm -f "$side"' EXIT
+  for r in $(seq "$rounds"); do
+    one=$("${one_core[@]}" -np 1 "${long[@]}" | grep '^{')
+    two=$("${shm[@]}" -np 2 "${long[@]}" --first-grad sharded | grep '^{')
+    taskset -c 0 mpirun --bind-to none -np 1 "${long[@]}" | grep '^{' >"$side" &
+    b=$(taskset -c 1 mpirun --bind-to none -np 1 "${long[@]}" | grep '^{')
+    wait
+    a=$(cat "$side")
+    printf '%s\n' "$one" "$two" "$a" "$b"
+    sharded+=("$(awk -v a="$(rate "$one")" -v b="$(rate "$two")" 'BEGIN { print b / a }')")
+    pair+=("$(awk -v a="$(rate "$one")" -v b="$(rate "$a")" -v c="$(rate "$b")" \
+      'BEGIN { print (b + c) / a }')")
+  done
+  echo "2 ranks sharded / 1 rank on one core (in memory, batch $batch a rank): $(median "${sharded[@]}")"
+  echo "two independent 1-rank runs, one a core / 1 rank (the machine's ceiling): $(median "${pair[@]}")"
+  exit 0
+fi
 if [ "${MLP:-0}" = 1 ]; then
   mlp=("$bin" --model mlp --batch-size "$batch" --samples 20480 --epochs 2)
   for r in $(seq "$rounds"); do
