@@ -388,7 +388,7 @@ fn write_parts(
                     bounds[1..n].partition_point(|&b| b as i64 <= col)
                 }
             };
-            let (nnz, rows) = (c.indices.len(), c.indptr.len() - 1);
+            let (nnz, rows) = (c.indices.len(), c.indptr.len().saturating_sub(1));
             // Each non-zero's owner, and how many non-zeros each owner gets: then every
             // owner's columns and values are written once, each to its place in one buffer
             // (owner `r`'s at `start[r]..start[r + 1]`), with no buffer growing on the way.
