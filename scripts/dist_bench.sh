@@ -16,7 +16,9 @@
 # in-memory runs of EPOCHS epochs (default 30): 1 rank on one core, 2 ranks with the first layer
 # sharded, and two independent 1-rank runs at once, one a core; one JSON line each, then the
 # median over the rounds of each round's ratio to the 1 rank (a VM's runs vary by a quarter
-# from one to the next; the median of many long rounds much less).
+# from one to the next; the median of many long rounds much less), then the same median over
+# the calm rounds alone: those where the runs compared lost at most CALM (default 2) ticks of
+# CPU to other guests (/proc/stat's steal time, which is what makes a VM's runs vary).
 # Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
 # Needs: cargo build --release --features mpi --example dist_train
 set -euo pipefail
@@ -34,28 +36,45 @@ if [ "${RATIO:-0}" = 1 ]; then
   long=("$bin" --data-dir "$data" --batch-size "$batch" --epochs "${EPOCHS:-30}" --samples 20000
     --in-memory)
   rate() { sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/' <<<"$1"; }
+  # CPU time the hypervisor gave other guests (/proc/stat's steal, in ticks), all CPUs.
+  steal() { awk '/^cpu / { print $9 }' /proc/stat; }
   median() {
+    [ $# -gt 0 ] || { echo "no rounds"; return; }
     printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END {
       m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
       printf "median %.2fx of %d rounds (min %.2fx, max %.2fx)\n", m, NR, v[1], v[NR] }'
   }
-  sharded=() pair=()
+  sharded=() pair=() calm_sharded=() calm_pair=()
   side=$(mktemp)
   trap 'rm -f "$side"' EXIT
   for r in $(seq "$rounds"); do
+    s0=$(steal)
     one=$("${one_core[@]}" -np 1 "${long[@]}" | grep '^{')
+    s1=$(steal)
     two=$("${shm[@]}" -np 2 "${long[@]}" --first-grad sharded | grep '^{')
+    s2=$(steal)
     taskset -c 0 mpirun --bind-to none -np 1 "${long[@]}" | grep '^{' >"$side" &
     b=$(taskset -c 1 mpirun --bind-to none -np 1 "${long[@]}" | grep '^{')
     wait
+    s3=$(steal)
     a=$(cat "$side")
     printf '%s\n' "$one" "$two" "$a" "$b"
-    sharded+=("$(awk -v a="$(rate "$one")" -v b="$(rate "$two")" 'BEGIN { print b / a }')")
-    pair+=("$(awk -v a="$(rate "$one")" -v b="$(rate "$a")" -v c="$(rate "$b")" \
-      'BEGIN { print (b + c) / a }')")
+    echo "round $r: steal ticks during the runs: 1 rank $((s1 - s0)), 2 ranks $((s2 - s1)), pair $((s3 - s2))"
+    x=$(awk -v a="$(rate "$one")" -v b="$(rate "$two")" 'BEGIN { print b / a }')
+    y=$(awk -v a="$(rate "$one")" -v b="$(rate "$a")" -v c="$(rate "$b")" 'BEGIN { print (b + c) / a }')
+    sharded+=("$x") pair+=("$y")
+    if [ $((s1 - s0)) -le "${CALM:-2}" ] && [ $((s2 - s1)) -le "${CALM:-2}" ]; then
+      calm_sharded+=("$x")
+    fi
+    if [ $((s1 - s0)) -le "${CALM:-2}" ] && [ $((s3 - s2)) -le "${CALM:-2}" ]; then
+      calm_pair+=("$y")
+    fi
   done
-  echo "2 ranks sharded / 1 rank on one core (in memory, batch $batch a rank): $(median "${sharded[@]}")"
+  what="(in memory, batch $batch a rank)"
+  echo "2 ranks sharded / 1 rank on one core $what: $(median "${sharded[@]}")"
+  echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_sharded[@]}")"
   echo "two independent 1-rank runs, one a core / 1 rank (the machine's ceiling): $(median "${pair[@]}")"
+  echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_pair[@]}")"
   exit 0
 fi
 if [ "${MLP:-0}" = 1 ]; then
