@@ -18,7 +18,9 @@
 //! Prints, from rank 0: samples per second over the timed epochs (all ranks' samples; each
 //! rank on one thread: the loop is the only worker of a one-thread rayon pool; the LibSVM
 //! reader parses on the global pool's one thread), rank 0's milliseconds a step in forward +
-//! backward and in `Trainer::step` (exchange, merge, update), the bytes this rank handed to
+//! backward and in `Trainer::step` (exchange, merge, update), of those the milliseconds inside
+//! the store's collectives (`exchange_ms`: moving bytes and waiting for the other ranks,
+//! `KVStore::exchange_time`), the bytes this rank handed to
 //! MPI per step (the store's count), and the bytes the loopback interface carried per step
 //! (`/proc/net/dev`, all ranks; meaningful with `--mca btl tcp,self`, where the ranks talk
 //! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
@@ -284,6 +286,8 @@ fn run() -> Result<(), BoxError> {
     let (mut timed_steps, mut loss_sum, mut rows) = (0usize, 0f64, 0usize);
     let mut sent = 0u64;
     let mut lo_bytes = 0u64;
+    // Time inside the store's collectives (moving bytes, waiting for the other ranks).
+    let mut exchanging = Duration::ZERO;
     // `--in-memory`: this rank's steps' batches, parsed once; the reader is then dropped, so
     // nothing parses during training.
     let mut source = if args.in_memory {
@@ -304,6 +308,12 @@ fn run() -> Result<(), BoxError> {
         };
         let bytes = |t: &Trainer| t.kvstore().and_then(|k| k.bytes_sent()).unwrap_or(0);
         let sent0 = bytes(&trainer);
+        let in_exchange = |t: &Trainer| {
+            t.kvstore()
+                .and_then(|k| k.exchange_time())
+                .unwrap_or_default()
+        };
+        let ex0 = in_exchange(&trainer);
         let lo0 = loopback_tx_bytes().unwrap_or(0);
         let t0 = Instant::now();
         for batch in batches {
@@ -330,6 +340,7 @@ fn run() -> Result<(), BoxError> {
             timed += t0.elapsed();
             timed_steps += steps;
             sent += bytes(&trainer) - sent0;
+            exchanging += in_exchange(&trainer).saturating_sub(ex0);
             lo_bytes += loopback_tx_bytes().unwrap_or(0) - lo0;
         }
     }
@@ -339,7 +350,7 @@ fn run() -> Result<(), BoxError> {
             "{{\"ranks\": {workers}, \"batch_per_rank\": {}, \"steps\": {timed_steps}, \
              \"first_grad\": \"{}\", \"in_memory\": {}, \"samples_per_s\": {:.1}, \
              \"ms_per_step\": {:.4}, \
-             \"forward_backward_ms\": {:.4}, \"trainer_step_ms\": {:.4}, \
+             \"forward_backward_ms\": {:.4}, \"trainer_step_ms\": {:.4}, \"exchange_ms\": {:.4}, \
              \"bytes_sent_per_step_rank0\": {:.0}, \"loopback_bytes_per_step\": {:.0}, \
              \"last_epoch_loss\": {:.5}}}",
             args.batch_size,
@@ -355,6 +366,7 @@ fn run() -> Result<(), BoxError> {
             timed.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
             compute.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
             stepping.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
+            exchanging.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
             sent as f64 / timed_steps.max(1) as f64,
             lo_bytes as f64 / timed_steps.max(1) as f64,
             loss_sum / rows.max(1) as f64,

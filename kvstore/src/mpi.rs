@@ -359,7 +359,10 @@ impl Transport for MpiTransport {
     }
 
     fn traffic(&self) -> Traffic {
-        self.traffic
+        Traffic {
+            time: self.watchdog.busy(),
+            ..self.traffic
+        }
     }
 }
 

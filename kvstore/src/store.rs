@@ -889,6 +889,10 @@ impl<T: Transport> KVStore for SyncStore<T> {
     fn bytes_sent(&self) -> Option<u64> {
         Some(self.transport.traffic().bytes)
     }
+
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        Some(self.transport.traffic().time)
+    }
 }
 
 /// The rows `ids` (sorted, unique, in range) of `value` as a row_sparse array.

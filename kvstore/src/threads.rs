@@ -85,6 +85,14 @@ impl ThreadTransport {
 
     /// Wait until all `size` workers have arrived; fails after the timeout (marking the group
     /// failed, so every other waiter fails too).
+    /// `f`, its time counted in the traffic's time in collectives.
+    fn timed<R>(&mut self, f: impl FnOnce(&Self) -> R) -> R {
+        let start = std::time::Instant::now();
+        let r = f(self);
+        self.traffic.time += start.elapsed();
+        r
+    }
+
     fn wait_all(&self, what: &str) -> Result<()> {
         let mut g = self.lock()?;
         g.arrived += 1;
@@ -169,14 +177,14 @@ impl Transport for ThreadTransport {
 
     fn barrier(&mut self) -> Result<()> {
         self.traffic.add(0);
-        self.wait_all("barrier")
+        self.timed(|t| t.wait_all("barrier"))
     }
 
     fn all_gather(&mut self, send: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.shared.size;
         self.traffic.add(send.len());
         // Worker r's part sits in its mailbox to 0.
-        self.exchange("all_gather", vec![(0, send.to_vec())], |r| r * n)
+        self.timed(|t| t.exchange("all_gather", vec![(0, send.to_vec())], |r| r * n))
     }
 
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
@@ -190,8 +198,10 @@ impl Transport for ThreadTransport {
         let rank = self.rank;
         let sent: usize = (0..n).filter(|&r| r != rank).map(|r| send[r].len()).sum();
         self.traffic.add(sent);
-        self.exchange("all_to_all", send.into_iter().enumerate().collect(), |r| {
-            r * n + rank
+        self.timed(|t| {
+            t.exchange("all_to_all", send.into_iter().enumerate().collect(), |r| {
+                r * n + rank
+            })
         })
     }
 
@@ -210,7 +220,7 @@ impl Transport for ThreadTransport {
             self.traffic.add(0);
             Vec::new()
         };
-        let mut got = self.exchange("broadcast", parts, |r| r * n)?;
+        let mut got = self.timed(|t| t.exchange("broadcast", parts, |r| r * n))?;
         *buf = std::mem::take(&mut got[root]);
         Ok(())
     }

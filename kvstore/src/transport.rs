@@ -117,6 +117,9 @@ pub struct Traffic {
     pub bytes: u64,
     /// Collective calls made.
     pub calls: u64,
+    /// Time spent inside collective calls: moving the bytes, and waiting for the other
+    /// workers to arrive (what a step loses to the exchange, beside its own work).
+    pub time: std::time::Duration,
 }
 
 impl Traffic {

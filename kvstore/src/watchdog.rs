@@ -28,15 +28,18 @@ struct Inner {
 struct Watch {
     call: Option<(Instant, &'static str)>,
     stop: bool,
+    /// Time spent in guarded calls so far.
+    busy: Duration,
 }
 
 /// Disarms the watchdog when the call it was made for returns.
-pub(crate) struct Guard<'a>(&'a Inner);
+pub(crate) struct Guard<'a>(&'a Inner, Instant);
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
         let mut w = self.0.armed.lock().unwrap_or_else(|e| e.into_inner());
         w.call = None;
+        w.busy += self.1.elapsed();
     }
 }
 
@@ -64,8 +67,18 @@ impl Watchdog {
     /// third thread on a two-rank, two-core machine's cores).
     pub(crate) fn guard(&self, op: &'static str) -> Guard<'_> {
         let mut w = self.inner.armed.lock().unwrap_or_else(|e| e.into_inner());
-        w.call = Some((Instant::now() + self.inner.timeout, op));
-        Guard(&self.inner)
+        let now = Instant::now();
+        w.call = Some((now + self.inner.timeout, op));
+        Guard(&self.inner, now)
+    }
+
+    /// Time spent in guarded calls so far (from each guard's making to its drop).
+    pub(crate) fn busy(&self) -> Duration {
+        self.inner
+            .armed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .busy
     }
 }
 
@@ -170,7 +183,11 @@ mod tests {
             let _g = dog.guard("barrier");
             std::thread::sleep(Duration::from_millis(5));
         }
+        // The time inside the 20 guarded calls is counted; the wait after them is not.
+        let busy = dog.busy();
         std::thread::sleep(Duration::from_millis(400));
+        assert!(busy >= Duration::from_millis(100), "{busy:?}");
+        assert_eq!(dog.busy(), busy);
         drop(dog);
         assert!(rx.try_recv().is_err());
     }

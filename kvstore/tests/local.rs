@@ -1075,3 +1075,24 @@ fn init_gives_every_worker_worker_0s_value_for_every_kind() {
         assert_eq!(shared, vec![1.0; 3], "worker {r}");
     }
 }
+
+#[test]
+fn exchange_time_counts_the_wait_for_a_late_worker() {
+    // Worker 1 arrives 300 ms late at a pushpull: worker 0 spends about that long inside the
+    // exchange, and its store says so; outside collectives the count does not move.
+    let got = on_workers(2, |r, kv| {
+        kv.init(0, &NDArray::zeros(&[4], DType::F32).unwrap())
+            .unwrap();
+        let before = kv
+            .exchange_time()
+            .expect("the store measures its exchanges");
+        std::thread::sleep(Duration::from_millis(if r == 1 { 300 } else { 0 }));
+        let idle = kv.exchange_time().unwrap() - before;
+        let d = NDArray::zeros(&[4], DType::F32).unwrap();
+        kv.pushpull(0, &[dense(&[1.0, 2.0, 3.0, 4.0], &[4])], one(&d))
+            .unwrap();
+        (idle, kv.exchange_time().unwrap() - before)
+    });
+    assert_eq!(got[0].0, Duration::ZERO);
+    assert!(got[0].1 >= Duration::from_millis(100), "{:?}", got[0].1);
+}

@@ -267,6 +267,13 @@ pub trait KVStore: Send {
     fn bytes_sent(&self) -> Option<u64> {
         None
     }
+
+    /// Time this worker has spent inside its transport's collective calls so far (moving
+    /// bytes and waiting for the other workers), when the store measures it; `None`
+    /// otherwise.
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// The lists of [`KVStore::pushpull_many`] must have one value and one output per key, and no
