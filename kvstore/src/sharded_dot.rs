@@ -111,7 +111,7 @@ fn exchange_batches<T: Transport>(
         }
         _ => None,
     };
-    let parts = match split {
+    let mut parts = match split {
         Some(Ok(parts)) => parts,
         failed => {
             // This worker's error goes in its header, so every worker fails the call with it.
@@ -129,7 +129,6 @@ fn exchange_batches<T: Transport>(
         }
     };
     let mine = parts.get(rank).cloned().unwrap_or(0..0);
-    let mut parts = parts;
     if let Some(p) = parts.get_mut(rank) {
         *p = p.start..p.start;
     }
@@ -227,18 +226,18 @@ fn append_part<E: Element, const N: usize>(
     // The grouping's positions, each checked, as positions in `own`; their columns ascend
     // along it (a worker's grouping that does not is caught where `own`'s grouping is
     // checked whole).
-    let mut run: Vec<usize> = Vec::with_capacity(nnz);
-    if order_width(nnz) == 4 {
-        run.extend(wire::le_words(order, u32::from_le_bytes).map(|p| p as usize));
-    } else {
-        run.extend(wire::le_words(order, u64::from_le_bytes).map(|p| p as usize));
-    }
-    if run.iter().any(|&p| p >= nnz) {
-        return Err(malformed());
-    }
     let cols = &idx[base..];
-    let run = run.into_iter().map(|p| (cols[p], base + p)).collect();
-    Ok((indptr.len() / 8 - 1, run))
+    let pair = |p: usize| cols.get(p).map(|&c| (c, base + p));
+    let run: Option<Vec<(i64, usize)>> = if order_width(nnz) == 4 {
+        wire::le_words(order, u32::from_le_bytes)
+            .map(|p| pair(p as usize))
+            .collect()
+    } else {
+        wire::le_words(order, u64::from_le_bytes)
+            .map(|p| pair(p as usize))
+            .collect()
+    };
+    Ok((indptr.len() / 8 - 1, run.ok_or_else(malformed)?))
 }
 
 /// Every worker's part of this owner's batch (`parts`, in worker order) as one csr array of
@@ -450,14 +449,17 @@ fn write_parts(
                     .slice(&idx[part.clone()])
                     .slice(&vals[part.clone()]);
                 // The owner's run of the grouping, as positions within its part.
-                let run = order[cut[r]..cut[r + 1].max(cut[r])]
+                let run = &order[cut[r]..cut[r + 1].max(cut[r])];
+                let width = order_width(part.len());
+                w.u64((run.len() * width) as u64);
+                let run = run
                     .iter()
                     .map(|&p| at.get(p).copied().unwrap_or(usize::MAX));
-                if order_width(part.len()) == 4 {
+                if width == 4 {
                     // Below 2^32 non-zeros every position fits.
-                    w.slice(&run.map(|p| p as u32).collect::<Vec<u32>>());
+                    w.0.extend(run.flat_map(|p| (p as u32).to_le_bytes()));
                 } else {
-                    w.slice(&run.map(|p| p as u64).collect::<Vec<u64>>());
+                    w.0.extend(run.flat_map(|p| (p as u64).to_le_bytes()));
                 }
                 ranges.push(begin..w.0.len());
             }
@@ -574,8 +576,8 @@ pub(crate) fn forward<T: Transport>(
     let out = made.and_then(|(own, starts, cols, dtype, mine)| {
         let ranges = got?;
         let want = (starts[rank + 1] - starts[rank]) * cols * dtype.size_of();
-        let others = ranges.iter().enumerate().filter(|&(r, _)| r != rank);
-        if let Some((_, r)) = others.clone().find(|(_, r)| r.len() != want) {
+        let mut others = ranges.iter().enumerate().filter(|&(r, _)| r != rank);
+        if let Some((_, r)) = others.find(|(_, r)| r.len() != want) {
             return Err(Error::arg(
                 OP,
                 format!(

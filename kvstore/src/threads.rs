@@ -83,8 +83,6 @@ impl ThreadTransport {
         }
     }
 
-    /// Wait until all `size` workers have arrived; fails after the timeout (marking the group
-    /// failed, so every other waiter fails too).
     /// `f`, its time counted in the traffic's time in collectives.
     fn timed<R>(&mut self, f: impl FnOnce(&Self) -> R) -> R {
         let start = std::time::Instant::now();
@@ -93,6 +91,8 @@ impl ThreadTransport {
         r
     }
 
+    /// Wait until all `size` workers have arrived; fails after the timeout (marking the group
+    /// failed, so every other waiter fails too).
     fn wait_all(&self, what: &str) -> Result<()> {
         let mut g = self.lock()?;
         g.arrived += 1;
