@@ -65,6 +65,20 @@ static GLOBAL: alloc::MiMalloc = alloc::MiMalloc;
 #[allow(dead_code)]
 mod alloc;
 
+/// mimalloc's `mi_option_purge_delay` (the 16th of its options in the v3 sources that
+/// libmimalloc-sys 0.1.49 builds; the crate's bindings name no constant for it).
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Never hand memory freed to mimalloc back to the kernel. By default mimalloc returns memory
+/// that stayed free past its purge delay (`MADV_DONTNEED`), and a training loop takes it back
+/// as fresh pages for a later step's buffers, which the kernel zeroes on first touch. The
+/// process keeps its high-water mark instead.
+fn keep_freed_memory() {
+    // SAFETY: sets a plain integer option, which mimalloc reads when it next considers a
+    // purge; -1 is its documented "no purging at all".
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) }
+}
+
 struct Args {
     samples: usize,
     features: usize,
@@ -155,6 +169,10 @@ enum Source {
 }
 
 fn main() {
+    // The sharded product's buffers (a step's product, gradients and messages, about a MB
+    // each) are freed and taken again every step; memory mimalloc handed back to the kernel
+    // in between came back as fresh pages to zero, about one page fault a step.
+    keep_freed_memory();
     if let Err(e) = on_one_thread() {
         eprintln!("dist_train: error: {e}");
         std::process::exit(1);

@@ -227,17 +227,18 @@ fn append_part<E: Element, const N: usize>(
     // along it (a worker's grouping that does not is caught where `own`'s grouping is
     // checked whole).
     let cols = &idx[base..];
-    let pair = |p: usize| cols.get(p).map(|&c| (c, base + p));
-    let run: Option<Vec<(i64, usize)>> = if order_width(nnz) == 4 {
-        wire::le_words(order, u32::from_le_bytes)
-            .map(|p| pair(p as usize))
-            .collect()
+    // Into a vector sized once (collecting into an `Option<Vec>` grew it as it went).
+    let mut run = Vec::with_capacity(nnz);
+    let mut pair = |p: usize| cols.get(p).map(|&c| run.push((c, base + p))).is_some();
+    let whole = if order_width(nnz) == 4 {
+        wire::le_words(order, u32::from_le_bytes).all(|p| pair(p as usize))
     } else {
-        wire::le_words(order, u64::from_le_bytes)
-            .map(|p| pair(p as usize))
-            .collect()
+        wire::le_words(order, u64::from_le_bytes).all(|p| pair(p as usize))
     };
-    Ok((indptr.len() / 8 - 1, run.ok_or_else(malformed)?))
+    if !whole {
+        return Err(malformed());
+    }
+    Ok((indptr.len() / 8 - 1, run))
 }
 
 /// Every worker's part of this owner's batch (`parts`, in worker order) as one csr array of
@@ -292,35 +293,46 @@ fn own_batches(
 /// steps); returns the positions. Nothing here is trusted: the caller checks the result
 /// (`set_csr_column_order`).
 fn merge_runs(mut runs: Vec<Vec<(i64, usize)>>) -> Vec<usize> {
-    while runs.len() > 1 {
+    // Pairs while more than two runs are left; the last merge writes positions alone.
+    while runs.len() > 2 {
         let mut merged = Vec::with_capacity(runs.len().div_ceil(2));
         let mut it = runs.into_iter();
         while let Some(a) = it.next() {
-            let Some(b) = it.next() else {
-                merged.push(a);
-                break;
-            };
-            let mut out = Vec::with_capacity(a.len() + b.len());
-            let (mut i, mut j) = (0, 0);
-            // Without a branch on the comparison: the runs' columns are random, and a
-            // mispredicted branch per pair cost more than the rest of the merge.
-            while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
-                let take_b = y.0 < x.0;
-                out.push(if take_b { *y } else { *x });
-                j += usize::from(take_b);
-                i += usize::from(!take_b);
+            match it.next() {
+                Some(b) => {
+                    let mut out = Vec::with_capacity(a.len() + b.len());
+                    merge_two(&a, &b, |p| out.push(p));
+                    merged.push(out);
+                }
+                None => merged.push(a),
             }
-            out.extend_from_slice(&a[i.min(a.len())..]);
-            out.extend_from_slice(&b[j.min(b.len())..]);
-            merged.push(out);
         }
         runs = merged;
     }
-    runs.pop()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(_, p)| p)
-        .collect()
+    let (a, b) = match (runs.pop(), runs.pop()) {
+        (Some(b), Some(a)) => (a, b),
+        (Some(a), None) => (a, Vec::new()),
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    merge_two(&a, &b, |p| out.push(p.1));
+    out
+}
+
+/// Two runs of (column, position) pairs, each ascending by column, merged into `put` in
+/// ascending column order, a tie going to `a`.
+fn merge_two(a: &[(i64, usize)], b: &[(i64, usize)], mut put: impl FnMut((i64, usize))) {
+    let (mut i, mut j) = (0, 0);
+    // Without a branch on the comparison: the runs' columns are random, and a mispredicted
+    // branch per pair cost more than the rest of the merge.
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        let take_b = y.0 < x.0;
+        put(if take_b { *y } else { *x });
+        j += usize::from(take_b);
+        i += usize::from(!take_b);
+    }
+    a[i.min(a.len())..].iter().for_each(|&p| put(p));
+    b[j.min(b.len())..].iter().for_each(|&p| put(p));
 }
 
 /// Bytes a batch's message gives each position of its column grouping: 4 below 2^32
@@ -452,14 +464,21 @@ fn write_parts(
                 let run = &order[cut[r]..cut[r + 1].max(cut[r])];
                 let width = order_width(part.len());
                 w.u64((run.len() * width) as u64);
-                let run = run
-                    .iter()
-                    .map(|&p| at.get(p).copied().unwrap_or(usize::MAX));
+                let pos = |p: &usize| at.get(*p).copied().unwrap_or(usize::MAX);
+                // Written in place (extending the message by a flattened iterator pushed it
+                // a byte at a time).
+                let from = w.0.len();
+                w.0.resize(from + run.len() * width, 0);
+                let out = &mut w.0[from..];
                 if width == 4 {
                     // Below 2^32 non-zeros every position fits.
-                    w.0.extend(run.flat_map(|p| (p as u32).to_le_bytes()));
+                    for (o, p) in out.chunks_exact_mut(4).zip(run) {
+                        o.copy_from_slice(&(pos(p) as u32).to_le_bytes());
+                    }
                 } else {
-                    w.0.extend(run.flat_map(|p| (p as u64).to_le_bytes()));
+                    for (o, p) in out.chunks_exact_mut(8).zip(run) {
+                        o.copy_from_slice(&(pos(p) as u64).to_le_bytes());
+                    }
                 }
                 ranges.push(begin..w.0.len());
             }
