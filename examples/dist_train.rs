@@ -21,7 +21,8 @@
 //! backward and in `Trainer::step` (exchange, merge, update), of those the milliseconds inside
 //! the store's collectives (`exchange_ms`: moving bytes and waiting for the other ranks,
 //! `KVStore::exchange_time`), the bytes this rank handed to
-//! MPI per step (the store's count), and the bytes the loopback interface carried per step
+//! MPI per step (the store's count), the minor page faults rank 0 took per step
+//! (`/proc/self/stat`), and the bytes the loopback interface carried per step
 //! (`/proc/net/dev`, all ranks; meaningful with `--mca btl tcp,self`, where the ranks talk
 //! TCP). `--first-grad dense` trains variant (b) of the tutorial: the first layer's 512 MB
 //! gradient dense, summed by an all-reduce each step. `--first-grad sharded` keeps the first
@@ -162,6 +163,19 @@ fn loopback_tx_bytes() -> Option<u64> {
         .ok()
 }
 
+/// Minor page faults this process has taken (`/proc/self/stat`'s tenth field), when readable:
+/// each is a page the kernel mapped (and zeroed) on first touch.
+fn minor_faults() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // "pid (comm) state ppid ...": the command may hold spaces, so count after its ')'.
+    s.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(7)?
+        .parse()
+        .ok()
+}
+
 /// Where a rank's batches come from: the LibSVM reader each epoch, or kept in memory.
 enum Source {
     Stream(LibSVMIter),
@@ -171,7 +185,7 @@ enum Source {
 fn main() {
     // The sharded product's buffers (a step's product, gradients and messages, about a MB
     // each) are freed and taken again every step; memory mimalloc handed back to the kernel
-    // in between came back as fresh pages to zero, about one page fault a step.
+    // in between came back as fresh pages to zero.
     keep_freed_memory();
     if let Err(e) = on_one_thread() {
         eprintln!("dist_train: error: {e}");
@@ -304,6 +318,7 @@ fn run() -> Result<(), BoxError> {
     let (mut timed_steps, mut loss_sum, mut rows) = (0usize, 0f64, 0usize);
     let mut sent = 0u64;
     let mut lo_bytes = 0u64;
+    let mut faults = 0u64;
     // Time inside the store's collectives (moving bytes, waiting for the other ranks).
     let mut exchanging = Duration::ZERO;
     // `--in-memory`: this rank's steps' batches, parsed once; the reader is then dropped, so
@@ -333,6 +348,7 @@ fn run() -> Result<(), BoxError> {
         };
         let ex0 = in_exchange(&trainer);
         let lo0 = loopback_tx_bytes().unwrap_or(0);
+        let faults0 = minor_faults().unwrap_or(0);
         let t0 = Instant::now();
         for batch in batches {
             let batch = batch?;
@@ -360,6 +376,7 @@ fn run() -> Result<(), BoxError> {
             sent += bytes(&trainer) - sent0;
             exchanging += in_exchange(&trainer).saturating_sub(ex0);
             lo_bytes += loopback_tx_bytes().unwrap_or(0) - lo0;
+            faults += minor_faults().unwrap_or(0).saturating_sub(faults0);
         }
     }
     if rank == 0 {
@@ -370,7 +387,7 @@ fn run() -> Result<(), BoxError> {
              \"ms_per_step\": {:.4}, \
              \"forward_backward_ms\": {:.4}, \"trainer_step_ms\": {:.4}, \"exchange_ms\": {:.4}, \
              \"bytes_sent_per_step_rank0\": {:.0}, \"loopback_bytes_per_step\": {:.0}, \
-             \"last_epoch_loss\": {:.5}}}",
+             \"minor_faults_per_step\": {:.3}, \"last_epoch_loss\": {:.5}}}",
             args.batch_size,
             if args.dense_grad {
                 "dense"
@@ -387,6 +404,7 @@ fn run() -> Result<(), BoxError> {
             exchanging.as_secs_f64() * 1e3 / timed_steps.max(1) as f64,
             sent as f64 / timed_steps.max(1) as f64,
             lo_bytes as f64 / timed_steps.max(1) as f64,
+            faults as f64 / timed_steps.max(1) as f64,
             loss_sum / rows.max(1) as f64,
         );
     }

@@ -227,7 +227,8 @@ fn append_part<E: Element, const N: usize>(
     // along it (a worker's grouping that does not is caught where `own`'s grouping is
     // checked whole).
     let cols = &idx[base..];
-    // Into a vector sized once (collecting into an `Option<Vec>` grew it as it went).
+    // Pushed into a vector sized once: an `Option<Vec>` collected from the iterator would not
+    // know its length.
     let mut run = Vec::with_capacity(nnz);
     let mut pair = |p: usize| cols.get(p).map(|&c| run.push((c, base + p))).is_some();
     let whole = if order_width(nnz) == 4 {
@@ -462,23 +463,14 @@ fn write_parts(
                     .slice(&vals[part.clone()]);
                 // The owner's run of the grouping, as positions within its part.
                 let run = &order[cut[r]..cut[r + 1].max(cut[r])];
-                let width = order_width(part.len());
-                w.u64((run.len() * width) as u64);
-                let pos = |p: &usize| at.get(*p).copied().unwrap_or(usize::MAX);
-                // Written in place (extending the message by a flattened iterator pushed it
-                // a byte at a time).
-                let from = w.0.len();
-                w.0.resize(from + run.len() * width, 0);
-                let out = &mut w.0[from..];
-                if width == 4 {
+                let pos = run
+                    .iter()
+                    .map(|&p| at.get(p).copied().unwrap_or(usize::MAX));
+                if order_width(part.len()) == 4 {
                     // Below 2^32 non-zeros every position fits.
-                    for (o, p) in out.chunks_exact_mut(4).zip(run) {
-                        o.copy_from_slice(&(pos(p) as u32).to_le_bytes());
-                    }
+                    w.slice(&pos.map(|p| p as u32).collect::<Vec<u32>>());
                 } else {
-                    for (o, p) in out.chunks_exact_mut(8).zip(run) {
-                        o.copy_from_slice(&(pos(p) as u64).to_le_bytes());
-                    }
+                    w.slice(&pos.map(|p| p as u64).collect::<Vec<u64>>());
                 }
                 ranges.push(begin..w.0.len());
             }

@@ -86,7 +86,7 @@ impl Writer {
 fn put_le<T: Plain>(out: &mut Vec<u8>, vals: &[T]) {
     #[cfg(target_endian = "little")]
     {
-        // SAFETY: `T` is f32, f64 or i64 (`Plain` is implemented for those only): no padding,
+        // SAFETY: `T` is f32, f64, u32, u64 or i64 (`Plain` is implemented for those only): no padding,
         // every byte initialized; the bytes live as long as `vals` and u8 needs no alignment.
         let bytes = unsafe {
             std::slice::from_raw_parts(vals.as_ptr().cast::<u8>(), std::mem::size_of_val(vals))
@@ -106,7 +106,7 @@ pub(crate) fn with_le_bytes_mut<R>(a: &NDArray, f: impl FnOnce(&mut [u8]) -> R) 
     #[cfg(target_endian = "little")]
     {
         fn bytes<P: Plain>(v: &mut [P]) -> &mut [u8] {
-            // SAFETY: `P` is f32, f64 or i64 (`Plain` is implemented for those only): no
+            // SAFETY: `P` is f32, f64, u32, u64 or i64 (`Plain` is implemented for those only): no
             // padding, and every byte pattern is a valid value, so any bytes written through
             // the view leave valid values; the view borrows `v` mutably for its lifetime and
             // u8 needs no alignment.
