@@ -242,6 +242,34 @@ impl Transport for MpiTransport {
             .collect())
     }
 
+    fn all_gather_known_into(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        parts: &[Range<usize>],
+    ) -> Result<()> {
+        crate::transport::check_known_parts(self.rank, self.size, send.len(), recv.len(), parts)?;
+        // Nothing to move (the same on every worker): no call, so no two empty buffers that
+        // share one dangling address reach MPI as the same buffer (see `all_to_all_into`).
+        if parts.iter().all(|p| p.is_empty()) {
+            self.traffic.add(0);
+            return Ok(());
+        }
+        let counts = parts
+            .iter()
+            .map(|p| self.counts("all_gather", p.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let displs = parts
+            .iter()
+            .map(|p| self.counts("all_gather", p.start))
+            .collect::<Result<Vec<_>>>()?;
+        self.traffic.add(send.len());
+        let _g = self.watchdog.guard("all_gather");
+        let mut part = PartitionMut::new(recv, &counts[..], &displs[..]);
+        self.world.all_gather_varcount_into(send, &mut part);
+        Ok(())
+    }
+
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
         let mut parts = Vec::with_capacity(send.len());
         let mut at = 0;

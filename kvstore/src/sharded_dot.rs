@@ -702,28 +702,113 @@ impl BackwardLocal {
         self.dy.as_ref().map_err(Clone::clone)
     }
 
-    /// This worker's rows' gradient from every worker's gradient of its product (`dys`, in
-    /// worker order, as [`BackwardLocal::checked`]'s gradient was sent), as the table's rows.
+    /// What this worker sends with its header for the gradients' exchange: the product's row
+    /// starts ([`ShardedDot::starts`], as u64), which say where every worker's gradient goes.
+    pub(crate) fn described(parts: &ShardedDot) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.slice(&parts.starts.iter().map(|&s| s as u64).collect::<Vec<u64>>());
+        w.0
+    }
+
+    /// Every worker's gradient of its product (this worker's is [`BackwardLocal::checked`]'s)
+    /// gathered straight into one `[rows of every batch, table columns]` array, each worker's
+    /// rows at its [`ShardedDot::starts`]: the array the owner's `x^T . dy` reads, with no
+    /// message to decode or concatenate. `described` is every worker's
+    /// [`BackwardLocal::described`] (gathered with the headers, so the same on every worker):
+    /// unless all of them are this worker's, every worker fails here, before the collective
+    /// call, so none is left waiting in it.
+    pub(crate) fn gather_dys<T: Transport>(
+        &self,
+        store: &mut SyncStore<T>,
+        parts: &ShardedDot,
+        described: &[&[u8]],
+    ) -> Result<NDArray> {
+        let (shape, dtype) = self.table.clone()?;
+        let dy = self.checked()?;
+        let mine = Self::described(parts);
+        if let Some(r) = described.iter().position(|d| *d != mine.as_slice()) {
+            return Err(Error::arg(
+                OP_BACK,
+                format!(
+                    "workers disagree on the product's rows: worker {r} describes {} bytes of \
+                     row starts unlike this worker's (the products were not made by one call)",
+                    described[r].len()
+                ),
+            ));
+        }
+        let n = described.len();
+        if parts.starts.len() != n + 1 {
+            return Err(Error::arg(
+                OP_BACK,
+                format!(
+                    "the product was made by a store of {} workers, this one has {n}",
+                    parts.starts.len().saturating_sub(1)
+                ),
+            ));
+        }
+        let (rows, cols) = (parts.starts[n], shape[1]);
+        let row_bytes = cols * dtype.size_of();
+        let ranges: Vec<Range<usize>> = parts
+            .starts
+            .windows(2)
+            .map(|w| w[0] * row_bytes..w[1] * row_bytes)
+            .collect();
+        // The parts cover every row: the last gather's array of this shape is overwritten
+        // whole, so it is reused without zeroing.
+        let all = match store.dys.take() {
+            Some(a) if a.dims()[..] == [rows, cols] && a.dtype() == dtype => a,
+            _ => NDArray::zeros(&[rows, cols], dtype)?,
+        };
+        let transport = &mut store.transport;
+        let in_place = wire::with_le_bytes(dy, |send| {
+            wire::with_le_bytes_mut(&all, |recv| {
+                transport.all_gather_known_into(send, recv, &ranges)
+            })
+        })
+        .flatten();
+        match in_place {
+            Some(done) => done.map(|()| all),
+            // Not readable or writable as little-endian bytes in place (a big-endian machine):
+            // through buffers, decoded.
+            None => {
+                let send = dy.to_le_bytes()?;
+                let mut recv = vec![0u8; rows * row_bytes];
+                transport.all_gather_known_into(&send, &mut recv, &ranges)?;
+                concat_raw(&[&recv], dtype, &[rows, cols])
+            }
+        }
+    }
+
+    /// This worker's rows' gradient from every worker's gradient of its product (`dy_all`,
+    /// each worker's rows at its [`ShardedDot::starts`], as [`BackwardLocal::gather_dys`]
+    /// makes it), as the table's rows.
     pub(crate) fn finish<T: Transport>(
         &self,
         store: &SyncStore<T>,
         key: usize,
         parts: &ShardedDot,
-        dys: &[&[u8]],
+        dy_all: &NDArray,
     ) -> Result<NDArray> {
         let (shape, dtype) = self.table.clone()?;
-        for (r, b) in dys.iter().enumerate() {
-            if b.len() != (parts.starts[r + 1] - parts.starts[r]) * shape[1] * dtype.size_of() {
-                return Err(Error::arg(
-                    OP_BACK,
-                    format!("malformed gradient from worker {r}: {} bytes", b.len()),
-                ));
-            }
+        let want = [parts.starts.last().copied().unwrap_or(0), shape[1]];
+        if dy_all.dims()[..] != want || dy_all.dtype() != dtype {
+            return Err(Error::shape(
+                OP_BACK,
+                format!(
+                    "every worker's gradient of the product is a {} {want:?} array; got {} {:?}",
+                    dtype.name(),
+                    dy_all.dtype().name(),
+                    &dy_all.dims()[..]
+                ),
+            ));
         }
-        let dy_all = concat_raw(dys, dtype, &[parts.starts[dys.len()], shape[1]])?;
         // This worker's rows' gradient over every worker's batch, as the table's rows.
         let lo = table(store, OP_BACK, key)?.lo as i64;
-        let g = sparse::dot_csr_t_dense(&parts.own, &dy_all, SType::RowSparse)?;
+        // Never part of a graph: the store reuses `dy_all` for the next gather, which a
+        // recorded operation holding it would see.
+        let g = sparrow_core::autograd::pause(|| {
+            sparse::dot_csr_t_dense(&parts.own, dy_all, SType::RowSparse)
+        })?;
         let (ids, rows) = g.row_sparse_parts()?;
         NDArray::row_sparse_from_arrays(&rows, ids.iter().map(|&i| i + lo).collect(), &shape)
     }
@@ -738,26 +823,33 @@ pub(crate) fn backward<T: Transport>(
     dy: &NDArray,
 ) -> Result<NDArray> {
     let local = BackwardLocal::new(store, key, parts, dy);
-    // Every worker's gradient of its product to every worker, behind its header.
+    // Every worker's header and where its gradient goes, then the gradients themselves.
     let (got, recv) = gather(
         store,
         "sharded_dot_backward",
         key,
         &local.table,
         |w| match local.checked() {
-            Ok(dy) => w.values(dy).map(|_| ()),
+            Ok(_) => {
+                w.bytes(&BackwardLocal::described(parts));
+                Ok(())
+            }
             Err(_) => Ok(()),
         },
     );
-    let g = got.and_then(|ranges| {
+    let described = got.and_then(|ranges| {
         let mut readers = gathered(OP_BACK, &recv, &ranges, None)?;
-        let dys = readers
+        readers
             .iter_mut()
-            .map(|r| r.bytes())
-            .collect::<Result<Vec<_>>>()?;
-        local.finish(store, key, parts, &dys)
+            .map(|r| r.bytes().map(<[u8]>::to_vec))
+            .collect::<Result<Vec<_>>>()
     });
     store.recv = recv;
+    let described = described?;
+    let described: Vec<&[u8]> = described.iter().map(Vec::as_slice).collect();
+    let dy_all = local.gather_dys(store, parts, &described)?;
+    let g = local.finish(store, key, parts, &dy_all);
+    store.dys = Some(dy_all);
     g
 }
 

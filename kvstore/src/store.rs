@@ -59,6 +59,9 @@ pub struct SyncStore<T: Transport> {
     /// of a step in page faults).
     pub(crate) send: Vec<u8>,
     pub(crate) recv: Vec<u8>,
+    /// The last array every worker's gradient of a product was gathered into, reused by the
+    /// next gather of its shape (which overwrites every value, so it is not zeroed again).
+    pub(crate) dys: Option<NDArray>,
 }
 
 impl<T: Transport> SyncStore<T> {
@@ -71,6 +74,7 @@ impl<T: Transport> SyncStore<T> {
             optimizer: None,
             send: Vec::new(),
             recv: Vec::new(),
+            dys: None,
         }
     }
 
@@ -342,7 +346,7 @@ impl<T: Transport> SyncStore<T> {
         &mut self,
         op: &'static str,
         mine: &[Header],
-        payload: &[Option<&NDArray>],
+        payload: &[Entry<'_>],
     ) -> Result<(Vec<bool>, Vec<u8>, PerWorkerRows)> {
         let mut w = Writer(std::mem::take(&mut self.send));
         w.0.clear();
@@ -356,13 +360,16 @@ impl<T: Transport> SyncStore<T> {
             let at = w.0.len();
             w.u64(0);
             match p {
-                Some(a) if a.stype() == SType::RowSparse => {
+                Entry::Array(a) if a.stype() == SType::RowSparse => {
                     w.rsp(a)?;
                 }
-                Some(a) => {
+                Entry::Array(a) => {
                     w.values(a)?;
                 }
-                None => {}
+                Entry::Bytes(b) => {
+                    w.bytes(b);
+                }
+                Entry::Empty => {}
             }
             let len = (w.0.len() - at - 8) as u64;
             w.0[at..at + 8].copy_from_slice(&len.to_le_bytes());
@@ -515,6 +522,14 @@ impl<T: Transport> SyncStore<T> {
     }
 }
 
+/// One entry of the payload that rides with a call's headers: a key's value (row_sparse rows
+/// or a small dense value), raw bytes, or nothing.
+enum Entry<'a> {
+    Array(&'a NDArray),
+    Bytes(Vec<u8>),
+    Empty,
+}
+
 /// Whether a dense value travels with the headers (see [`DENSE_IN_GATHER_MAX`]); every worker
 /// decides the same for a key, since they agree on its shape and dtype before summing.
 fn rides_in_gather(v: &NDArray) -> bool {
@@ -569,9 +584,10 @@ impl<T: Transport> KVStore for SyncStore<T> {
     }
 
     /// Every key's header, its row_sparse rows or small dense value, and every product's header
-    /// and gradient go in one gather; then the sharded keys are pushed, the large dense values
-    /// all-reduced, and each product's gradient of this worker's rows computed from the
-    /// gathered gradients. `pushpull_many` is this without products.
+    /// and row starts go in one gather; then the sharded keys are pushed, the large dense
+    /// values all-reduced, and each product's gradients gathered into one array
+    /// (`BackwardLocal::gather_dys`) from which this worker's rows' gradient is computed.
+    /// `pushpull_many` is this without products.
     fn pushpull_with_products(
         &mut self,
         keys: &[usize],
@@ -625,17 +641,22 @@ impl<T: Transport> KVStore for SyncStore<T> {
             vec![false; keys.len()]
         } else {
             // This worker's rows of every replicated row_sparse key and its small dense
-            // values, one entry per key, then each product's gradient (sent only when every
-            // local check passed: otherwise the headers fail the call everywhere).
-            let mut payload: Vec<Option<&NDArray>> = Vec::new();
+            // values, one entry per key, then where each product's gradients go (sent only
+            // when every local check passed: otherwise the headers fail the call everywhere).
+            let mut payload: Vec<Entry<'_>> = Vec::new();
             if locals.iter().all(|l| l.is_ok()) {
                 payload.extend(locals.iter().zip(&sharded).map(|(l, &sh)| match l {
                     Ok(l) if !sh && (l.stype() == SType::RowSparse || rides_in_gather(l)) => {
-                        Some(l)
+                        Entry::Array(l)
                     }
-                    _ => None,
+                    _ => Entry::Empty,
                 }));
-                payload.extend(backs.iter().map(|b| b.checked().ok()));
+                // A product's gradient is gathered on its own, straight into place, once
+                // every worker has agreed; here only where each worker's rows go.
+                payload.extend(products.iter().zip(&backs).map(|(p, b)| match b.checked() {
+                    Ok(_) => Entry::Bytes(BackwardLocal::described(p.parts)),
+                    Err(_) => Entry::Empty,
+                }));
             }
             let (mixed, got, sent) = self.agree_many(OP, &headers, &payload)?;
             recv = got;
@@ -671,29 +692,42 @@ impl<T: Transport> KVStore for SyncStore<T> {
         }
         let fused: Vec<usize> = (0..keys.len()).filter(|&i| !sharded[i]).collect();
         let sums = self.sum_many(&locals, &fused, &rode, &recv, &rows);
-        // Each product's gradient from every worker's (the entries after the keys').
+        // Where every worker's gradient of each product goes (the entries after the keys'),
+        // read out of the gathered message before it is handed back to the store.
+        let described = (0..products.len())
+            .map(|j| {
+                rows.iter()
+                    .map(|w| {
+                        let r = w.get(keys.len() + j).ok_or_else(|| {
+                            Error::arg(OP, "a worker described no gradient for a product")
+                        })?;
+                        Reader::new(&recv[r.clone()]).bytes().map(<[u8]>::to_vec)
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Vec<_>>();
+        self.recv = recv;
+        // Each product's gradient from every worker's, gathered into place (one collective
+        // per product, which every worker makes or, on a disagreement all of them see, skips).
         let grads = products
             .iter()
             .zip(&backs)
-            .enumerate()
-            .map(|(j, (p, b))| {
+            .zip(described)
+            .map(|((p, b), described)| {
                 if size == 1 {
-                    let dy = b.checked()?.to_le_bytes()?;
-                    return b.finish(self, p.key, p.parts, &[dy.as_slice()]);
+                    return b.finish(self, p.key, p.parts, b.checked()?);
                 }
-                let dys = rows
-                    .iter()
-                    .map(|w| {
-                        let r = w.get(keys.len() + j).ok_or_else(|| {
-                            Error::arg(OP, "a worker sent no gradient for a product")
-                        })?;
-                        Reader::new(&recv[r.clone()]).bytes()
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                b.finish(self, p.key, p.parts, &dys)
+                let described = described?;
+                let described: Vec<&[u8]> = described.iter().map(Vec::as_slice).collect();
+                let dy_all = b.gather_dys(self, p.parts, &described)?;
+                let g = b.finish(self, p.key, p.parts, &dy_all);
+                self.dys = Some(dy_all);
+                g
             })
+            // Every product's collective is made before the first error is looked at.
+            .collect::<Vec<_>>()
+            .into_iter()
             .collect::<Result<Vec<_>>>();
-        self.recv = recv;
         let sums = sums.unwrap_or_else(|e| {
             first.get_or_insert(e);
             Vec::new()

@@ -32,6 +32,36 @@ pub trait Transport: Send {
         let parts = self.all_gather(send)?;
         Ok(concat_into(&parts, recv))
     }
+    /// [`Transport::all_gather`] of parts whose lengths every worker knows beforehand, straight
+    /// into the caller's memory: worker `r`'s `send` is written to `recv[parts[r]]` on every
+    /// worker (this worker's own too), and no lengths are exchanged first. `parts` (the same
+    /// on every worker) must be `size()` ascending, non-overlapping ranges inside `recv`, and
+    /// `send.len()` this worker's part's length; a worker whose `send` differs from what the
+    /// others expect fails the call (the MPI transport's library ends the job). A
+    /// product's gradient is gathered this way into the array the owner's kernel reads.
+    fn all_gather_known_into(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        parts: &[Range<usize>],
+    ) -> Result<()> {
+        check_known_parts(self.rank(), self.size(), send.len(), recv.len(), parts)?;
+        let got = self.all_gather(send)?;
+        for (r, (part, bytes)) in parts.iter().zip(&got).enumerate() {
+            if bytes.len() != part.len() {
+                return Err(Error::arg(
+                    "all_gather",
+                    format!(
+                        "worker {r} sent {} bytes where {} were expected",
+                        bytes.len(),
+                        part.len()
+                    ),
+                ));
+            }
+            recv[part.clone()].copy_from_slice(bytes);
+        }
+        Ok(())
+    }
     /// `send[r]` goes to worker `r`; returns what each worker sent to this one, in rank order
     /// (MPI's alltoallv). `send.len()` must be `size()`.
     fn all_to_all(&mut self, send: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>>;
@@ -91,6 +121,46 @@ pub trait Transport: Send {
     fn all_reduce_sum_f64(&mut self, buf: &mut [f64]) -> Result<()>;
     /// Bytes this worker has handed to the transport to send so far (see [`Traffic`]).
     fn traffic(&self) -> Traffic;
+}
+
+/// The checks of [`Transport::all_gather_known_into`]'s arguments on worker `rank` of `size`.
+pub(crate) fn check_known_parts(
+    rank: usize,
+    size: usize,
+    send: usize,
+    recv: usize,
+    parts: &[Range<usize>],
+) -> Result<()> {
+    const OP: &str = "all_gather";
+    if parts.len() != size {
+        return Err(Error::arg(
+            OP,
+            format!("{} parts for {size} workers", parts.len()),
+        ));
+    }
+    let mut end = 0;
+    for p in parts {
+        if p.start < end || p.start > p.end || p.end > recv {
+            return Err(Error::index(
+                OP,
+                format!(
+                    "parts {parts:?} are not ascending, non-overlapping ranges of a {recv}-byte \
+                     buffer"
+                ),
+            ));
+        }
+        end = p.end;
+    }
+    if parts[rank].len() != send {
+        return Err(Error::arg(
+            OP,
+            format!(
+                "this worker sends {send} bytes into a part of {}",
+                parts[rank].len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `parts` one after another as `recv`'s contents, and where each one lies in it.

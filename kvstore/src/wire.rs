@@ -99,6 +99,31 @@ fn put_le<T: Plain>(out: &mut Vec<u8>, vals: &[T]) {
     }
 }
 
+/// `f` on a dense float array's values as their little-endian bytes, read in place (no copy);
+/// `None` where that is not possible (another dtype, values not in host memory, a big-endian
+/// machine).
+pub(crate) fn with_le_bytes<R>(a: &NDArray, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    #[cfg(target_endian = "little")]
+    {
+        fn bytes<P: Plain>(v: &[P]) -> &[u8] {
+            // SAFETY: `P` is f32, f64, u32, u64 or i64 (`Plain` is implemented for those only):
+            // no padding, so every byte of `v` is initialized; the view borrows `v` for its
+            // lifetime and u8 needs no alignment.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        match a.dtype() {
+            DType::F32 => a.with_slice::<f32, _>(|s| f(bytes(s))).ok(),
+            DType::F64 => a.with_slice::<f64, _>(|s| f(bytes(s))).ok(),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        let _ = (a, f);
+        None
+    }
+}
+
 /// `f` on a dense float array's values as their little-endian bytes, in place (the array's
 /// own memory: what `f` writes there are its new values); `None` where that is not possible
 /// (another dtype, values not writable in host memory, a big-endian machine).

@@ -876,10 +876,11 @@ fn update_owned_applies_a_workers_own_rows_without_an_exchange() {
 }
 
 #[test]
-fn pushpull_with_products_is_the_pushpull_and_each_backward_in_one_exchange() {
+fn pushpull_with_products_is_the_pushpull_and_each_backward_fused() {
     // 3 workers: two products of a sharded table (the second backward's gradient doubled),
     // a small dense key and a replicated row_sparse key. One fused call gives the bits of
-    // `pushpull_many` and of each `sharded_dot_backward`, in one collective call.
+    // `pushpull_many` and of each `sharded_dot_backward`, in one collective call for every
+    // header and key, then one per product that gathers its gradients straight into place.
     let table: Vec<f32> = (0..200)
         .map(|i| ((i * 13) % 29) as f32 * 0.05 - 0.7)
         .collect();
@@ -937,7 +938,7 @@ fn pushpull_with_products_is_the_pushpull_and_each_backward_in_one_exchange() {
     });
     for (r, (got, want, calls)) in got.iter().enumerate() {
         assert_eq!(got, want, "worker {r}");
-        assert_eq!(*calls, 1, "worker {r}: {calls} collective calls");
+        assert_eq!(*calls, 3, "worker {r}: {calls} collective calls");
         // The second product's gradient is twice the first's, and not zero.
         assert!(got[0].iter().any(|&v| v != 0.0), "worker {r}");
         for (a, b) in got[0].iter().zip(&got[1]) {
@@ -984,6 +985,29 @@ fn a_product_missing_or_wrong_on_one_worker_fails_the_fused_pushpull_on_all() {
         errs.push(err(kv
             .pushpull_with_products(&[1], &v, &o, if r == 0 { &bad } else { &good })
             .map(|_| ())));
+        // Worker 1's product says its batch had two rows (and its gradient has two): each
+        // check passes on its own worker, but the workers disagree on where the rows go, and
+        // both fail before the gradients are gathered (neither waits for the other), in the
+        // fused call and in a backward of its own.
+        let shifted = sparrow_optim::ShardedDot {
+            own: parts.own.clone(),
+            starts: vec![0, 1, 3],
+        };
+        let two = NDArray::zeros(&[2, 2], DType::F32).unwrap();
+        let (p, d) = if r == 1 {
+            (&shifted, &two)
+        } else {
+            (&parts, &dy)
+        };
+        let disagree = [ProductGrad {
+            key: 0,
+            parts: p,
+            dy: d,
+        }];
+        errs.push(err(kv
+            .pushpull_with_products(&[1], &v, &o, &disagree)
+            .map(|_| ())));
+        errs.push(err(kv.sharded_dot_backward(0, p, d).map(|_| ())));
         // Then both are right, and the call works.
         kv.pushpull_with_products(&[1], &v, &o, &good).unwrap();
         errs
@@ -995,6 +1019,9 @@ fn a_product_missing_or_wrong_on_one_worker_fails_the_fused_pushpull_on_all() {
             "{}",
             errs[1]
         );
+        for e in &errs[2..] {
+            assert!(e.contains("workers disagree on the product's rows"), "{e}");
+        }
     }
 }
 
@@ -1095,4 +1122,64 @@ fn exchange_time_counts_the_wait_for_a_late_worker() {
     });
     assert_eq!(got[0].0, Duration::ZERO);
     assert!(got[0].1 >= Duration::from_millis(100), "{:?}", got[0].1);
+}
+
+#[test]
+fn a_known_gather_writes_every_part_in_place_and_checks_its_arguments() {
+    use sparrow_kvstore::Transport;
+    let group = ThreadTransport::group(3, Duration::from_secs(20)).unwrap();
+    let hs: Vec<_> = group
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut t)| {
+            std::thread::spawn(move || {
+                // Worker r sends r + 1 bytes of value r; the parts leave a gap at the start
+                // and between the first two, which the gather leaves alone.
+                let parts = [1..2, 3..5, 5..8];
+                let mut recv = vec![9u8; 8];
+                t.all_gather_known_into(&vec![r as u8; r + 1], &mut recv, &parts)
+                    .unwrap();
+                let errs: Vec<String> = [
+                    t.all_gather_known_into(&[0], &mut [0u8; 8], &[0..1, 1..2]),
+                    t.all_gather_known_into(&[0], &mut [0u8; 8], &[0..1, 2..3, 1..2]),
+                    t.all_gather_known_into(&[0], &mut [0u8; 2], &[0..1, 1..2, 2..3]),
+                    t.all_gather_known_into(&[0, 0], &mut [0u8; 8], &[0..1, 1..2, 2..3]),
+                ]
+                .into_iter()
+                .map(|e| e.unwrap_err().to_string())
+                .collect();
+                // A worker that sends another length than the parts say fails the call on
+                // every worker that reads it, not with a short read.
+                let long = vec![0u8; if r == 2 { 2 } else { 1 }];
+                let parts = if r == 2 {
+                    [0..1, 1..2, 2..4]
+                } else {
+                    [0..1, 1..2, 2..3]
+                };
+                let wrong = t.all_gather_known_into(&long, &mut [0u8; 4], &parts);
+                (recv, errs, wrong.map_err(|e| e.to_string()))
+            })
+        })
+        .collect();
+    for (r, h) in hs.into_iter().enumerate() {
+        let (recv, errs, wrong) = h.join().unwrap();
+        assert_eq!(recv, [9, 0, 9, 1, 1, 2, 2, 2], "worker {r}");
+        assert!(errs[0].contains("2 parts for 3 workers"), "{}", errs[0]);
+        assert!(errs[1].contains("not ascending"), "{}", errs[1]);
+        assert!(errs[2].contains("of a 2-byte buffer"), "{}", errs[2]);
+        assert!(
+            errs[3].contains("sends 2 bytes into a part of 1"),
+            "{}",
+            errs[3]
+        );
+        if r == 2 {
+            assert!(wrong.is_ok(), "{wrong:?}");
+        } else {
+            let e = wrong.unwrap_err();
+            assert!(
+                e.contains("worker 2 sent 2 bytes where 1 were expected"),
+                "{e}"
+            );
+        }
+    }
 }

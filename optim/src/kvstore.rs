@@ -186,10 +186,10 @@ pub trait KVStore: Send {
     }
 
     /// [`KVStore::pushpull_many`] and the backward of the sharded products `products` (as
-    /// [`KVStore::sharded_dot_backward`] of each, in order) in one exchange where the store
-    /// can: the products' gradients travel with the keys' values, so a training step whose
-    /// only other exchange would be the product's backward waits for the other workers once
-    /// instead of twice. Returns each product's gradient of this worker's rows. Collective;
+    /// [`KVStore::sharded_dot_backward`] of each, in order) together where the store can: the
+    /// products' headers travel with the keys' values and their gradients right after, so a
+    /// training step whose only other exchange would be the product's backward waits for the
+    /// other workers once instead of twice. Returns each product's gradient of this worker's rows. Collective;
     /// every worker passes the same keys and the same products' keys in the same order. The
     /// default makes the calls one after another.
     fn pushpull_with_products(

@@ -63,7 +63,7 @@ enum Pulled {
 }
 
 /// A product's backward, finished by the step: the backward only records the product's
-/// gradient; the step sends it with the other parameters' gradients
+/// gradient; the step sends it together with the other parameters' gradients
 /// ([`KVStore::pushpull_with_products`]), so a step waits for the other workers once for
 /// both, and the owners' gradient of their rows comes back here.
 ///
