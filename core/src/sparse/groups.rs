@@ -159,42 +159,66 @@ impl ColumnGroups {
                 ),
             ));
         }
-        let (mut uniq, mut starts) = (Vec::new(), Vec::new());
-        let mut prev: Option<(i64, usize)> = None;
-        for (i, &p) in order.iter().enumerate() {
-            let col = *idx.get(p).ok_or_else(|| {
-                Error::arg(
+        // Each position's column, read once (a position past the non-zeros reads as column
+        // -1 and is reported below); then the checks and the groups in passes without an
+        // early exit per position, which compile to straight-line code: the columns are read
+        // at random places, and a loop that branched on each one waited for each read.
+        let n = idx.len();
+        let cols: Vec<i64> = order
+            .iter()
+            .map(|&p| idx.get(p).copied().unwrap_or(-1))
+            .collect();
+        // Grouped: columns ascend, and positions ascend within a column.
+        let grouped = cols
+            .iter()
+            .zip(&order)
+            .zip(cols.iter().zip(&order).skip(1))
+            .fold(true, |ok, ((&c0, &p0), (&c1, &p1))| {
+                ok & ((c0 < c1) | ((c0 == c1) & (p0 < p1)))
+            })
+            & order.iter().fold(true, |ok, &p| ok & (p < n));
+        if !grouped {
+            return Err(Self::order_error(&cols, &order, n));
+        }
+        let (mut uniq, mut starts) = (Vec::with_capacity(n), Vec::with_capacity(n + 1));
+        for (i, &col) in cols.iter().enumerate() {
+            if i == 0 || cols[i - 1] != col {
+                uniq.push(col);
+                starts.push(i);
+            }
+        }
+        // Positions strictly ascend within a column and each names its own column, so none
+        // repeats: with as many as there are non-zeros, every one is there.
+        starts.push(order.len());
+        Ok(ColumnGroups::of(c, uniq, starts, order))
+    }
+
+    /// The error of an order that is not a column grouping: its first offending position.
+    /// `cols[i]` is the column of `order[i]` (-1 past the `n` non-zeros).
+    fn order_error(cols: &[i64], order: &[usize], n: usize) -> Error {
+        const OP: &str = "set_csr_column_order";
+        for (i, (&col, &p)) in cols.iter().zip(order).enumerate() {
+            if p >= n {
+                return Error::arg(
                     OP,
-                    format!("position {p} (at {i}) is past the {} non-zeros", idx.len()),
-                )
-            })?;
-            match prev {
-                Some((pc, pp)) if col == pc && p > pp => {}
-                Some((pc, _)) if col > pc => {
-                    uniq.push(col);
-                    starts.push(i);
-                }
-                None => {
-                    uniq.push(col);
-                    starts.push(i);
-                }
-                Some((pc, pp)) => {
-                    return Err(Error::arg(
+                    format!("position {p} (at {i}) is past the {n} non-zeros"),
+                );
+            }
+            if i > 0 {
+                let (pc, pp) = (cols[i - 1], order[i - 1]);
+                if !(pc < col || (pc == col && pp < p)) {
+                    return Error::arg(
                         OP,
                         format!(
                             "not a column grouping at {i}: position {p} (column {col}) after \
                              position {pp} (column {pc}); columns ascend, positions ascend \
                              within a column"
                         ),
-                    ))
+                    );
                 }
             }
-            prev = Some((col, p));
         }
-        // Positions strictly ascend within a column and each names its own column, so none
-        // repeats: with as many as there are non-zeros, every one is there.
-        starts.push(order.len());
-        Ok(ColumnGroups::of(c, uniq, starts, order))
+        Error::arg(OP, "not a column grouping")
     }
 }
 
