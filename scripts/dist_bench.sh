@@ -14,7 +14,9 @@
 # transport copying through its buffers (`none`) and reading the other rank's memory (`cma`).
 # With RATIO=1, instead: the goal's question alone, asked steadily. ROUNDS interleaved rounds of
 # in-memory runs of EPOCHS epochs (default 30): 1 rank on one core, 2 ranks with the first layer
-# sharded, and two independent 1-rank runs at once, one a core; one JSON line each, then the
+# sharded, two independent 1-rank runs at once, one a core, and 1 rank on one core with the
+# first layer sharded (the sharded path's own work, no exchange: splitting and assembling the
+# batch, the product's sum, the gradient's bookkeeping); one JSON line each, then the
 # median over the rounds of each round's ratio to the 1 rank (a VM's runs vary by a quarter
 # from one to the next; the median of many long rounds much less), then the same median over
 # the calm rounds alone: those where the runs compared lost at most CALM (default 2) ticks of
@@ -44,7 +46,7 @@ if [ "${RATIO:-0}" = 1 ]; then
       m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
       printf "median %.2fx of %d rounds (min %.2fx, max %.2fx)\n", m, NR, v[1], v[NR] }'
   }
-  sharded=() pair=() calm_sharded=() calm_pair=()
+  sharded=() pair=() own=() calm_sharded=() calm_pair=()
   side=$(mktemp)
   trap 'rm -f "$side"' EXIT
   for r in $(seq "$rounds"); do
@@ -58,11 +60,13 @@ if [ "${RATIO:-0}" = 1 ]; then
     wait
     s3=$(steal)
     a=$(cat "$side")
-    printf '%s\n' "$one" "$two" "$a" "$b"
+    alone=$("${one_core[@]}" -np 1 "${long[@]}" --first-grad sharded | grep '^{')
+    printf '%s\n' "$one" "$two" "$a" "$b" "$alone"
     echo "round $r: steal ticks during the runs: 1 rank $((s1 - s0)), 2 ranks $((s2 - s1)), pair $((s3 - s2))"
     x=$(awk -v a="$(rate "$one")" -v b="$(rate "$two")" 'BEGIN { print b / a }')
     y=$(awk -v a="$(rate "$one")" -v b="$(rate "$a")" -v c="$(rate "$b")" 'BEGIN { print (b + c) / a }')
-    sharded+=("$x") pair+=("$y")
+    z=$(awk -v a="$(rate "$one")" -v b="$(rate "$alone")" 'BEGIN { print b / a }')
+    sharded+=("$x") pair+=("$y") own+=("$z")
     if [ $((s1 - s0)) -le "${CALM:-2}" ] && [ $((s2 - s1)) -le "${CALM:-2}" ]; then
       calm_sharded+=("$x")
     fi
@@ -75,6 +79,7 @@ if [ "${RATIO:-0}" = 1 ]; then
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_sharded[@]}")"
   echo "two independent 1-rank runs, one a core / 1 rank (the machine's ceiling): $(median "${pair[@]}")"
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_pair[@]}")"
+  echo "1 rank sharded / 1 rank (the sharded path's own work, no exchange): $(median "${own[@]}")"
   exit 0
 fi
 if [ "${MLP:-0}" = 1 ]; then
