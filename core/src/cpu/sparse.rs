@@ -888,18 +888,8 @@ impl SparseOps for CpuStorage {
     }
 
     fn check_row_ids(idx: &Self::Index, rows: usize) -> Result<()> {
-        // The valid case in one branch-free pass that vectorizes (strictly ascending, then only
-        // the ends need a range test), as `cpu::update::check_row_ids`; the loop below, with an
-        // early exit per id, only looks for the first offending id.
-        let ascending = idx
-            .iter()
-            .zip(idx.iter().skip(1))
-            .fold(true, |ok, (a, b)| ok & (a < b));
-        let in_range = match (idx.first(), idx.last()) {
-            (Some(&first), Some(&last)) => first >= 0 && (last as u64) < rows as u64,
-            _ => true,
-        };
-        if ascending && in_range {
+        // The valid case in one pass; the loop below only looks for the first offending id.
+        if crate::cpu::update::ids_sorted_below(idx, rows) {
             return Ok(());
         }
         let f = |m: String| Err(Error::format(SType::RowSparse, m));

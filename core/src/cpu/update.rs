@@ -80,11 +80,12 @@ fn for_each(n_tasks: usize, work: usize, min_len: usize, body: impl Fn(usize) + 
     }
 }
 
-/// Check a row_sparse gradient's row ids: sorted, unique, inside `0..rows`.
-pub(crate) fn check_row_ids(op: &'static str, idx: &[i64], rows: usize) -> Result<()> {
-    // The common valid case in one branch-free pass LLVM vectorizes (strictly ascending, then
-    // only the ends need a range test): the per-id loop below, with three tests and an early
-    // exit per id, was ~7 instructions per row of a lazy row_sparse step.
+/// Whether row ids are strictly ascending and inside `0..rows`, in one branch-free pass LLVM
+/// vectorizes (strictly ascending, then only the ends need a range test): a per-id loop with
+/// three tests and an early exit per id was ~7 instructions per row of a lazy row_sparse step.
+/// The checks of row ids run this for the common valid case, and look for the first
+/// offending id only when it fails.
+pub(crate) fn ids_sorted_below(idx: &[i64], rows: usize) -> bool {
     let ascending = idx
         .iter()
         .zip(idx.iter().skip(1))
@@ -93,7 +94,12 @@ pub(crate) fn check_row_ids(op: &'static str, idx: &[i64], rows: usize) -> Resul
         (Some(&first), Some(&last)) => first >= 0 && (last as u64) < rows as u64,
         _ => true,
     };
-    if ascending && in_range {
+    ascending && in_range
+}
+
+/// Check a row_sparse gradient's row ids: sorted, unique, inside `0..rows`.
+pub(crate) fn check_row_ids(op: &'static str, idx: &[i64], rows: usize) -> Result<()> {
+    if ids_sorted_below(idx, rows) {
         return Ok(());
     }
     // Find the first offending id for the message.
