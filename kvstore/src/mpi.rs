@@ -139,6 +139,18 @@ impl MpiTransport {
         Ok(())
     }
 
+    /// MPI's lengths and displacements of the byte ranges `parts`, each checked.
+    fn layout(
+        &mut self,
+        what: &'static str,
+        parts: &[Range<usize>],
+    ) -> Result<(Vec<Count>, Vec<Count>)> {
+        let lens = parts.iter().map(|p| self.counts(what, p.len()));
+        let lens = lens.collect::<Result<Vec<_>>>()?;
+        let starts = parts.iter().map(|p| self.counts(what, p.start));
+        Ok((lens, starts.collect::<Result<Vec<_>>>()?))
+    }
+
     fn counts(&mut self, what: &'static str, n: usize) -> Result<Count> {
         Count::try_from(n).map_err(|_| {
             Error::arg(
@@ -255,14 +267,7 @@ impl Transport for MpiTransport {
             self.traffic.add(0);
             return Ok(());
         }
-        let counts = parts
-            .iter()
-            .map(|p| self.counts("all_gather", p.len()))
-            .collect::<Result<Vec<_>>>()?;
-        let displs = parts
-            .iter()
-            .map(|p| self.counts("all_gather", p.start))
-            .collect::<Result<Vec<_>>>()?;
+        let (counts, displs) = self.layout("all_gather", parts)?;
         self.traffic.add(send.len());
         let _g = self.watchdog.guard("all_gather");
         let mut part = PartitionMut::new(recv, &counts[..], &displs[..]);
@@ -300,14 +305,7 @@ impl Transport for MpiTransport {
                 format!("part {r:?} of a {}-byte message", send.len()),
             ));
         }
-        let scounts = parts
-            .iter()
-            .map(|p| self.counts("all_to_all", p.len()))
-            .collect::<Result<Vec<_>>>()?;
-        let sdispls = parts
-            .iter()
-            .map(|p| self.counts("all_to_all", p.start))
-            .collect::<Result<Vec<_>>>()?;
+        let (scounts, sdispls) = self.layout("all_to_all", parts)?;
         let rank = self.rank;
         let others: usize = (0..self.size)
             .filter(|&r| r != rank)

@@ -721,12 +721,12 @@ impl BackwardLocal {
         &self,
         store: &mut SyncStore<T>,
         parts: &ShardedDot,
-        described: &[&[u8]],
+        described: &[Vec<u8>],
     ) -> Result<NDArray> {
         let (shape, dtype) = self.table.clone()?;
         let dy = self.checked()?;
         let mine = Self::described(parts);
-        if let Some(r) = described.iter().position(|d| *d != mine.as_slice()) {
+        if let Some(r) = described.iter().position(|d| *d != mine) {
             return Err(Error::arg(
                 OP_BACK,
                 format!(
@@ -845,9 +845,7 @@ pub(crate) fn backward<T: Transport>(
             .collect::<Result<Vec<_>>>()
     });
     store.recv = recv;
-    let described = described?;
-    let described: Vec<&[u8]> = described.iter().map(Vec::as_slice).collect();
-    let dy_all = local.gather_dys(store, parts, &described)?;
+    let dy_all = local.gather_dys(store, parts, &described?)?;
     let g = local.finish(store, key, parts, &dy_all);
     store.dys = Some(dy_all);
     g

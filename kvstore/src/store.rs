@@ -717,9 +717,7 @@ impl<T: Transport> KVStore for SyncStore<T> {
                 if size == 1 {
                     return b.finish(self, p.key, p.parts, b.checked()?);
                 }
-                let described = described?;
-                let described: Vec<&[u8]> = described.iter().map(Vec::as_slice).collect();
-                let dy_all = b.gather_dys(self, p.parts, &described)?;
+                let dy_all = b.gather_dys(self, p.parts, &described?)?;
                 let g = b.finish(self, p.key, p.parts, &dy_all);
                 self.dys = Some(dy_all);
                 g

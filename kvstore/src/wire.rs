@@ -85,18 +85,20 @@ impl Writer {
 /// each value was a second pass over every message (a tenth of a sharded step).
 fn put_le<T: Plain>(out: &mut Vec<u8>, vals: &[T]) {
     #[cfg(target_endian = "little")]
-    {
-        // SAFETY: `T` is f32, f64, u32, u64 or i64 (`Plain` is implemented for those only): no padding,
-        // every byte initialized; the bytes live as long as `vals` and u8 needs no alignment.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(vals.as_ptr().cast::<u8>(), std::mem::size_of_val(vals))
-        };
-        out.extend_from_slice(bytes);
-    }
+    out.extend_from_slice(le_view(vals));
     #[cfg(not(target_endian = "little"))]
     for &v in vals {
         v.extend_le(out);
     }
+}
+
+/// `vals` as their bytes in memory, which on a little-endian machine are the wire's.
+#[cfg(target_endian = "little")]
+fn le_view<T: Plain>(vals: &[T]) -> &[u8] {
+    // SAFETY: `T` is f32, f64, u32, u64 or i64 (`Plain` is implemented for those only): no
+    // padding, every byte initialized; the view borrows `vals` for its lifetime and u8 needs
+    // no alignment.
+    unsafe { std::slice::from_raw_parts(vals.as_ptr().cast::<u8>(), std::mem::size_of_val(vals)) }
 }
 
 /// `f` on a dense float array's values as their little-endian bytes, read in place (no copy);
@@ -105,15 +107,9 @@ fn put_le<T: Plain>(out: &mut Vec<u8>, vals: &[T]) {
 pub(crate) fn with_le_bytes<R>(a: &NDArray, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
     #[cfg(target_endian = "little")]
     {
-        fn bytes<P: Plain>(v: &[P]) -> &[u8] {
-            // SAFETY: `P` is f32, f64, u32, u64 or i64 (`Plain` is implemented for those only):
-            // no padding, so every byte of `v` is initialized; the view borrows `v` for its
-            // lifetime and u8 needs no alignment.
-            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-        }
         match a.dtype() {
-            DType::F32 => a.with_slice::<f32, _>(|s| f(bytes(s))).ok(),
-            DType::F64 => a.with_slice::<f64, _>(|s| f(bytes(s))).ok(),
+            DType::F32 => a.with_slice::<f32, _>(|s| f(le_view(s))).ok(),
+            DType::F64 => a.with_slice::<f64, _>(|s| f(le_view(s))).ok(),
             _ => None,
         }
     }
@@ -155,8 +151,7 @@ pub(crate) fn with_le_bytes_mut<R>(a: &NDArray, f: impl FnOnce(&mut [u8]) -> R) 
     }
 }
 
-/// The numbers [`put_le`] writes: fixed-size, no padding.
-/// A value the wire writes as its little-endian bytes.
+/// A value the wire writes as its little-endian bytes ([`put_le`]): fixed-size, no padding.
 pub(crate) trait Plain: Copy {
     /// Append this value's little-endian bytes (the byte-order-swapping path).
     #[cfg_attr(target_endian = "little", allow(dead_code))]
