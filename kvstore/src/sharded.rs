@@ -254,10 +254,15 @@ fn apply_owned<T: Transport>(
         return Err(unknown_key(op, key));
     };
     let (shape, lo, hi) = (s.shape.clone(), s.lo, s.hi);
-    if let Some(&bad) = ids
-        .iter()
-        .find(|&&i| (i as usize) < lo || (i as usize) >= hi)
-    {
+    // Checked in one pass without an exit per row (it vectorizes); the offending row is
+    // looked for only when there is one.
+    let outside = |i: i64| ((i as usize) < lo) | ((i as usize) >= hi);
+    if ids.iter().fold(false, |bad, &i| bad | outside(i)) {
+        let bad = ids
+            .iter()
+            .copied()
+            .find(|&i| outside(i))
+            .unwrap_or_default();
         return Err(Error::index(
             op,
             format!("key {key}: row {bad} is outside this worker's rows {lo}..{hi}"),

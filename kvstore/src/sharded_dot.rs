@@ -219,7 +219,11 @@ fn append_part<E: Element, const N: usize>(
     }
     // Decoded whole, then checked in one pass (both vectorize; a check per push does not).
     idx.extend(wire::le_words(indices, i64::from_le_bytes));
-    if idx[base..].iter().any(|&c| c < 0 || c as usize >= width) {
+    let width_i = i64::try_from(width).unwrap_or(i64::MAX);
+    if idx[base..]
+        .iter()
+        .fold(false, |bad, &c| bad | (c < 0) | (c >= width_i))
+    {
         return Err(malformed());
     }
     vals.extend(wire::le_words(values, from_le));
@@ -227,16 +231,21 @@ fn append_part<E: Element, const N: usize>(
     // along it (a worker's grouping that does not is caught where `own`'s grouping is
     // checked whole).
     let cols = &idx[base..];
-    // Pushed into a vector sized once: an `Option<Vec>` collected from the iterator would not
-    // know its length.
-    let mut run = Vec::with_capacity(nnz);
-    let mut pair = |p: usize| cols.get(p).map(|&c| run.push((c, base + p))).is_some();
-    let whole = if order_width(nnz) == 4 {
-        wire::le_words(order, u32::from_le_bytes).all(|p| pair(p as usize))
+    // Checked in one pass, then collected from an iterator of known length (no capacity
+    // check per pair) with no exit per position: the columns are read at random places, and
+    // a loop that branched on each read waited for it.
+    let (outside, run): (bool, Vec<(i64, usize)>) = if order_width(nnz) == 4 {
+        let at = || wire::le_words(order, u32::from_le_bytes).map(|p| p as usize);
+        let outside = at().fold(false, |bad, p| bad | (p >= nnz));
+        let pair = |p: usize| (cols.get(p).copied().unwrap_or(-1), base + p);
+        (outside, at().map(pair).collect())
     } else {
-        wire::le_words(order, u64::from_le_bytes).all(|p| pair(p as usize))
+        let at = || wire::le_words(order, u64::from_le_bytes).map(|p| p as usize);
+        let outside = at().fold(false, |bad, p| bad | (p >= nnz));
+        let pair = |p: usize| (cols.get(p).copied().unwrap_or(-1), base + p);
+        (outside, at().map(pair).collect())
     };
-    if !whole {
+    if outside {
         return Err(malformed());
     }
     Ok((indptr.len() / 8 - 1, run))
@@ -378,11 +387,20 @@ fn write_parts(
     ) -> Result<Vec<Range<usize>>> {
         let n = bounds.len() - 1;
         x.with_csr::<E, _>(|c| {
-            if let Some(&col) = c
+            // Checked in one pass without an exit per column (it vectorizes); the offending
+            // column is looked for only when there is one.
+            let rows_of_table = i64::try_from(bounds[n]).unwrap_or(i64::MAX);
+            let inside = c
                 .indices
                 .iter()
-                .find(|&&col| col < 0 || col as usize >= bounds[n])
-            {
+                .fold(true, |ok, &col| ok & (col >= 0) & (col < rows_of_table));
+            if !inside {
+                let col = c
+                    .indices
+                    .iter()
+                    .find(|&&col| col < 0 || col >= rows_of_table)
+                    .copied()
+                    .unwrap_or_default();
                 return Err(Error::index(
                     OP,
                     format!("column {col} of the batch is not a table row"),
@@ -404,16 +422,17 @@ fn write_parts(
             // Each non-zero's owner, and how many non-zeros each owner gets: then every
             // owner's columns and values are written once, each to its place in one buffer
             // (owner `r`'s at `start[r]..start[r + 1]`), with no buffer growing on the way.
+            let owners: Vec<usize> = c.indices.iter().map(|&col| owner(col)).collect();
             let mut count = vec![0usize; n + 1];
-            let owners: Vec<usize> = c
-                .indices
-                .iter()
-                .map(|&col| {
-                    let r = owner(col);
-                    count[r + 1] += 1;
-                    r
-                })
-                .collect();
+            if n <= 16 {
+                // One counting pass per owner: each vectorizes, where one pass adding to the
+                // owners' counters in turn waits on its last add to the same counter.
+                for (r, k) in count[1..].iter_mut().enumerate() {
+                    *k = owners.iter().map(|&o| usize::from(o == r)).sum();
+                }
+            } else {
+                owners.iter().for_each(|&r| count[r + 1] += 1);
+            }
             let start: Vec<usize> = count
                 .iter()
                 .scan(0, |acc, &k| {
@@ -610,6 +629,8 @@ pub(crate) fn forward<T: Transport>(
         };
         let lost = || Error::arg(OP, "this worker's own rows of the product are not readable");
         let y = match mine {
+            // A worker alone: its product is the whole sum, as it is.
+            Mine::Product(product, _) if ranges.len() == 1 => Some(Ok(product)),
             Mine::Product(product, at) => {
                 wire::with_le_bytes_mut(&product, |b| b.get(at).map(sum)).flatten()
             }

@@ -981,7 +981,7 @@ fn merge_typed<E, const N: usize>(
     from_le: impl Fn([u8; N]) -> E + Copy,
 ) -> Result<NDArray>
 where
-    E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,
+    E: Copy + Default + std::ops::Add<Output = E> + std::ops::AddAssign + sparrow_core::Element,
 {
     let row: usize = shape[1..].iter().product();
     let mut decoded = Vec::with_capacity(parts.len());
@@ -1114,10 +1114,9 @@ fn sum_raw_typed<E, const N: usize>(
     from_le: impl Fn([u8; N]) -> E + Copy,
 ) -> Result<NDArray>
 where
-    E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,
+    E: Copy + Default + std::ops::Add<Output = E> + std::ops::AddAssign + sparrow_core::Element,
 {
     let n: usize = shape.iter().product();
-    let mut out: Vec<E> = Vec::new();
     for (w, b) in parts.iter().enumerate() {
         if b.len() != n * N {
             return Err(malformed(format!(
@@ -1125,16 +1124,23 @@ where
                 b.len()
             )));
         }
-        let src = wire::le_words(b, from_le);
-        if w == 0 {
-            // The first worker's values are the start of the sum (no zeroed buffer first).
-            out.extend(src);
-        } else {
-            out.iter_mut().zip(src).for_each(|(d, v)| *d += v);
-        }
     }
-    if parts.is_empty() {
-        out.resize(n, E::default());
+    let mut out: Vec<E> = Vec::with_capacity(n);
+    match parts {
+        [] => out.resize(n, E::default()),
+        [a] => out.extend(wire::le_words(a, from_le)),
+        // The first two workers' values summed in one pass (the sum starts there: no zeroed
+        // buffer, no copy of the first worker's values read back).
+        [a, b, ..] => out.extend(
+            wire::le_words(a, from_le)
+                .zip(wire::le_words(b, from_le))
+                .map(|(x, y)| x + y),
+        ),
+    }
+    for b in parts.iter().skip(2) {
+        out.iter_mut()
+            .zip(wire::le_words(b, from_le))
+            .for_each(|(d, v)| *d += v);
     }
     NDArray::from_vec(out, shape)
 }
@@ -1327,10 +1333,16 @@ mod tests {
                 })
                 .collect();
             let slices: Vec<&[u8]> = msgs.iter().map(|m| &m[..]).collect();
-            let got = sum_dense(&slices, dtype, &[2, 3]).unwrap();
-            let want = vals[0].add(&vals[1]).unwrap().add(&vals[2]).unwrap();
-            assert_eq!(got.to_le_bytes().unwrap(), want.to_le_bytes().unwrap());
-            assert!(sum_dense(&slices, dtype, &[2, 4]).is_err());
+            // One worker, two (summed in one pass) and three.
+            let mut want = vals[0].clone();
+            for k in 1..=3 {
+                if k > 1 {
+                    want = want.add(&vals[k - 1]).unwrap();
+                }
+                let got = sum_dense(&slices[..k], dtype, &[2, 3]).unwrap();
+                assert_eq!(got.to_le_bytes().unwrap(), want.to_le_bytes().unwrap());
+                assert!(sum_dense(&slices[..k], dtype, &[2, 4]).is_err());
+            }
         }
     }
 }
