@@ -14,7 +14,9 @@
 # transport copying through its buffers (`none`) and reading the other rank's memory (`cma`).
 # With RATIO=1, instead: the goal's question alone, asked steadily. ROUNDS interleaved rounds of
 # in-memory runs of EPOCHS epochs (default 30): 1 rank on one core, 2 ranks with the first layer
-# sharded, two independent 1-rank runs at once, one a core, and 1 rank on one core with the
+# sharded (twice: MPI's shared-memory transport copying through its buffers, `none`, as every
+# other run here, then reading the other rank's memory, `cma`, OpenMPI's own default where the
+# kernel allows it), two independent 1-rank runs at once, one a core, and 1 rank on one core with the
 # first layer sharded (the sharded path's own work, no exchange: splitting and assembling the
 # batch, the product's sum, the gradient's bookkeeping); one JSON line each, then the
 # median over the rounds of each round's ratio to the 1 rank (a VM's runs vary by a quarter
@@ -32,6 +34,7 @@ bin=target/release/examples/dist_train
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 shm=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none)
 one_core=(mpirun --bind-to core --mca btl_vader_single_copy_mechanism none)
+shm_cma=(mpirun --oversubscribe --mca btl_vader_single_copy_mechanism cma)
 tcp=(mpirun --oversubscribe --mca btl tcp,self --mca btl_tcp_if_include lo)
 run=("$bin" --data-dir "$data" --batch-size "$batch" --epochs 10 --samples 20000)
 if [ "${RATIO:-0}" = 1 ]; then
@@ -46,7 +49,11 @@ if [ "${RATIO:-0}" = 1 ]; then
       m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
       printf "median %.2fx of %d rounds (min %.2fx, max %.2fx)\n", m, NR, v[1], v[NR] }'
   }
-  sharded=() pair=() own=() calm_sharded=() calm_pair=()
+  # A run's rate over this round's 1 rank; whether this round's 1 rank and a run that lost
+  # $1 ticks were both calm.
+  ratio() { awk -v a="$(rate "$one")" -v b="$(rate "$1")" 'BEGIN { print b / a }'; }
+  calm() { [ $((s1 - s0)) -le "${CALM:-2}" ] && [ "$1" -le "${CALM:-2}" ]; }
+  sharded=() sharded_cma=() pair=() own=() calm_sharded=() calm_cma=() calm_pair=()
   side=$(mktemp)
   trap 'rm -f "$side"' EXIT
   for r in $(seq "$rounds"); do
@@ -55,28 +62,30 @@ if [ "${RATIO:-0}" = 1 ]; then
     s1=$(steal)
     two=$("${shm[@]}" -np 2 "${long[@]}" --first-grad sharded | grep '^{')
     s2=$(steal)
+    cma=$("${shm_cma[@]}" -np 2 "${long[@]}" --first-grad sharded | grep '^{')
+    s3=$(steal)
     taskset -c 0 mpirun --bind-to none -np 1 "${long[@]}" | grep '^{' >"$side" &
     b=$(taskset -c 1 mpirun --bind-to none -np 1 "${long[@]}" | grep '^{')
     wait
-    s3=$(steal)
+    s4=$(steal)
     a=$(cat "$side")
     alone=$("${one_core[@]}" -np 1 "${long[@]}" --first-grad sharded | grep '^{')
-    printf '%s\n' "$one" "$two" "$a" "$b" "$alone"
-    echo "round $r: steal ticks during the runs: 1 rank $((s1 - s0)), 2 ranks $((s2 - s1)), pair $((s3 - s2))"
-    x=$(awk -v a="$(rate "$one")" -v b="$(rate "$two")" 'BEGIN { print b / a }')
+    printf '%s\n' "$one" "$two" "$cma" "$a" "$b" "$alone"
+    echo "round $r: steal ticks during the runs: 1 rank $((s1 - s0)), 2 ranks $((s2 - s1)), 2 ranks cma $((s3 - s2)), pair $((s4 - s3))"
+    x=$(ratio "$two")
+    xc=$(ratio "$cma")
     y=$(awk -v a="$(rate "$one")" -v b="$(rate "$a")" -v c="$(rate "$b")" 'BEGIN { print (b + c) / a }')
-    z=$(awk -v a="$(rate "$one")" -v b="$(rate "$alone")" 'BEGIN { print b / a }')
-    sharded+=("$x") pair+=("$y") own+=("$z")
-    if [ $((s1 - s0)) -le "${CALM:-2}" ] && [ $((s2 - s1)) -le "${CALM:-2}" ]; then
-      calm_sharded+=("$x")
-    fi
-    if [ $((s1 - s0)) -le "${CALM:-2}" ] && [ $((s3 - s2)) -le "${CALM:-2}" ]; then
-      calm_pair+=("$y")
-    fi
+    z=$(ratio "$alone")
+    sharded+=("$x") sharded_cma+=("$xc") pair+=("$y") own+=("$z")
+    if calm $((s2 - s1)); then calm_sharded+=("$x"); fi
+    if calm $((s3 - s2)); then calm_cma+=("$xc"); fi
+    if calm $((s4 - s3)); then calm_pair+=("$y"); fi
   done
   what="(in memory, batch $batch a rank)"
   echo "2 ranks sharded / 1 rank on one core $what: $(median "${sharded[@]}")"
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_sharded[@]}")"
+  echo "2 ranks sharded, cma copy / 1 rank on one core $what: $(median "${sharded_cma[@]}")"
+  echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_cma[@]}")"
   echo "two independent 1-rank runs, one a core / 1 rank (the machine's ceiling): $(median "${pair[@]}")"
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_pair[@]}")"
   echo "1 rank sharded / 1 rank (the sharded path's own work, no exchange): $(median "${own[@]}")"

@@ -222,11 +222,35 @@ pub(crate) fn segment_sum_grouped_to<T: Float>(
 }
 
 /// The row of every stored entry of a csr array, from its indptr.
+/// Entries before `indptr[0]` (a row slice's, which shares its parent's entries) get row 0.
+/// `indptr` is a checked csr's: it starts at 0 or above and never decreases.
 pub(crate) fn entry_rows(indptr: &[i64]) -> Vec<usize> {
     let nnz = *indptr.last().unwrap_or(&0) as usize;
-    let mut rows = vec![0usize; nnz];
-    for r in 0..indptr.len().saturating_sub(1) {
-        rows[indptr[r] as usize..indptr[r + 1] as usize].fill(r);
+    let first = indptr.first().map_or(0, |&p| p.max(0) as usize).min(nnz);
+    // Appended row by row into a vector sized once: a batch's rows hold a few entries each,
+    // and a zeroed vector then filled with a call per row cost more than the rows' writes.
+    let mut rows = Vec::with_capacity(nnz);
+    rows.resize(first, 0);
+    for (r, w) in indptr.windows(2).enumerate() {
+        rows.extend(std::iter::repeat_n(
+            r,
+            w[1].saturating_sub(w[0]).max(0) as usize,
+        ));
     }
+    debug_assert_eq!(rows.len(), nnz, "a checked csr's row pointers");
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entry_rows;
+
+    /// Every entry's row, empty rows included, and the entries before a slice's first row.
+    #[test]
+    fn each_entry_gets_its_row() {
+        assert_eq!(entry_rows(&[0, 2, 2, 5, 6]), vec![0, 0, 2, 2, 2, 3]);
+        assert_eq!(entry_rows(&[0, 0, 0]), Vec::<usize>::new());
+        assert_eq!(entry_rows(&[]), Vec::<usize>::new());
+        assert_eq!(entry_rows(&[2, 3, 5]), vec![0, 0, 0, 1, 1]);
+    }
 }

@@ -159,33 +159,30 @@ impl ColumnGroups {
                 ),
             ));
         }
-        // Each position's column, read once (a position past the non-zeros reads as column
-        // -1 and is reported below); then the checks and the groups in passes without an
-        // early exit per position, which compile to straight-line code: the columns are read
-        // at random places, and a loop that branched on each one waited for each read.
+        // One pass: each position's column read once (a position past the non-zeros reads
+        // as column -1 and fails the check), the check folded without an exit per position,
+        // which compiles to straight-line code (the columns are read at random places, and a
+        // loop that branched on each check waited for each read), and the groups as it goes.
         let n = idx.len();
-        let cols: Vec<i64> = order
-            .iter()
-            .map(|&p| idx.get(p).copied().unwrap_or(-1))
-            .collect();
-        // Grouped: columns ascend, and positions ascend within a column.
-        let grouped = cols
-            .iter()
-            .zip(&order)
-            .zip(cols.iter().zip(&order).skip(1))
-            .fold(true, |ok, ((&c0, &p0), (&c1, &p1))| {
-                ok & ((c0 < c1) | ((c0 == c1) & (p0 < p1)))
-            })
-            & order.iter().fold(true, |ok, &p| ok & (p < n));
-        if !grouped {
-            return Err(Self::order_error(&cols, &order, n));
-        }
         let (mut uniq, mut starts) = (Vec::with_capacity(n), Vec::with_capacity(n + 1));
-        for (i, &col) in cols.iter().enumerate() {
-            if i == 0 || cols[i - 1] != col {
+        let (mut grouped, mut prev) = (true, None::<(i64, usize)>);
+        for (i, &p) in order.iter().enumerate() {
+            let col = idx.get(p).copied().unwrap_or(-1);
+            // Grouped: columns ascend, and positions ascend within a column.
+            let after = prev.is_none_or(|(c0, p0)| (c0 < col) | ((c0 == col) & (p0 < p)));
+            grouped &= (p < n) & after;
+            if prev.is_none_or(|(c0, _)| c0 != col) {
                 uniq.push(col);
                 starts.push(i);
             }
+            prev = Some((col, p));
+        }
+        if !grouped {
+            let cols: Vec<i64> = order
+                .iter()
+                .map(|&p| idx.get(p).copied().unwrap_or(-1))
+                .collect();
+            return Err(Self::order_error(&cols, &order, n));
         }
         // Positions strictly ascend within a column and each names its own column, so none
         // repeats: with as many as there are non-zeros, every one is there.
