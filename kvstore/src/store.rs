@@ -981,7 +981,7 @@ fn merge_typed<E, const N: usize>(
     from_le: impl Fn([u8; N]) -> E + Copy,
 ) -> Result<NDArray>
 where
-    E: Copy + Default + std::ops::Add<Output = E> + std::ops::AddAssign + sparrow_core::Element,
+    E: Copy + Default + std::ops::AddAssign + sparrow_core::Element,
 {
     let row: usize = shape[1..].iter().product();
     let mut decoded = Vec::with_capacity(parts.len());
