@@ -22,7 +22,8 @@
 # median over the rounds of each round's ratio to the 1 rank (a VM's runs vary by a quarter
 # from one to the next; the median of many long rounds much less), then the same median over
 # the calm rounds alone: those where the runs compared lost at most CALM (default 2) ticks of
-# CPU to other guests (/proc/stat's steal time, which is what makes a VM's runs vary).
+# CPU to other guests (/proc/stat's steal time, which is what makes a VM's runs vary), and the
+# best 2-rank run against the best 1-rank run.
 # Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
 # Needs: cargo build --release --features mpi --example dist_train
 set -euo pipefail
@@ -54,6 +55,7 @@ if [ "${RATIO:-0}" = 1 ]; then
   ratio() { awk -v a="$(rate "$one")" -v b="$(rate "$1")" 'BEGIN { print b / a }'; }
   calm() { [ $((s1 - s0)) -le "${CALM:-2}" ] && [ "$1" -le "${CALM:-2}" ]; }
   sharded=() sharded_cma=() pair=() own=() calm_sharded=() calm_cma=() calm_pair=()
+  rates_one=() rates_two=()
   side=$(mktemp)
   trap 'rm -f "$side"' EXIT
   for r in $(seq "$rounds"); do
@@ -77,6 +79,7 @@ if [ "${RATIO:-0}" = 1 ]; then
     y=$(awk -v a="$(rate "$one")" -v b="$(rate "$a")" -v c="$(rate "$b")" 'BEGIN { print (b + c) / a }')
     z=$(ratio "$alone")
     sharded+=("$x") sharded_cma+=("$xc") pair+=("$y") own+=("$z")
+    rates_one+=("$(rate "$one")") rates_two+=("$(rate "$two")")
     if calm $((s2 - s1)); then calm_sharded+=("$x"); fi
     if calm $((s3 - s2)); then calm_cma+=("$xc"); fi
     if calm $((s4 - s3)); then calm_pair+=("$y"); fi
@@ -84,6 +87,9 @@ if [ "${RATIO:-0}" = 1 ]; then
   what="(in memory, batch $batch a rank)"
   echo "2 ranks sharded / 1 rank on one core $what: $(median "${sharded[@]}")"
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_sharded[@]}")"
+  best() { printf '%s\n' "$@" | sort -g | tail -1; }
+  echo "   the best 2-rank run / the best 1-rank run (noise only ever slows a run): $(awk -v a="$(best "${rates_one[@]}")" \
+    -v b="$(best "${rates_two[@]}")" 'BEGIN { printf "%.2fx", b / a }')"
   echo "2 ranks sharded, cma copy / 1 rank on one core $what: $(median "${sharded_cma[@]}")"
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_cma[@]}")"
   echo "two independent 1-rank runs, one a core / 1 rank (the machine's ceiling): $(median "${pair[@]}")"
