@@ -124,6 +124,17 @@ impl<T: Transport> SyncStore<T> {
     }
 }
 
+/// The first of `ids` outside `range`, if any. The common case, none, is one pass without an
+/// exit per id (it vectorizes); the offending id is looked for only when there is one.
+pub(crate) fn first_outside(ids: &[i64], range: Range<i64>) -> Option<i64> {
+    let outside = |i: i64| (i < range.start) | (i >= range.end);
+    if ids.iter().fold(false, |bad, &i| bad | outside(i)) {
+        ids.iter().copied().find(|&i| outside(i))
+    } else {
+        None
+    }
+}
+
 /// Every worker's owner ranges of a `rows`-row table.
 fn owners(rows: usize, n: usize) -> Vec<(usize, usize)> {
     (0..n).map(|r| shard_range(rows, r, n)).collect()
@@ -254,15 +265,8 @@ fn apply_owned<T: Transport>(
         return Err(unknown_key(op, key));
     };
     let (shape, lo, hi) = (s.shape.clone(), s.lo, s.hi);
-    // Checked in one pass without an exit per row (it vectorizes); the offending row is
-    // looked for only when there is one.
-    let outside = |i: i64| ((i as usize) < lo) | ((i as usize) >= hi);
-    if ids.iter().fold(false, |bad, &i| bad | outside(i)) {
-        let bad = ids
-            .iter()
-            .copied()
-            .find(|&i| outside(i))
-            .unwrap_or_default();
+    let rows = i64::try_from(lo).unwrap_or(i64::MAX)..i64::try_from(hi).unwrap_or(i64::MAX);
+    if let Some(bad) = first_outside(ids, rows) {
         return Err(Error::index(
             op,
             format!("key {key}: row {bad} is outside this worker's rows {lo}..{hi}"),

@@ -15,7 +15,7 @@ use std::ops::Range;
 use sparrow_core::{sparse, DType, Element, Error, NDArray, Result, SType};
 use sparrow_optim::ShardedDot;
 
-use crate::sharded::Shard;
+use crate::sharded::{first_outside, Shard};
 use crate::store::{concat_raw, sum_raw, unknown_key, Slot, SyncStore};
 use crate::transport::{poison_parts, Transport};
 use crate::wire::{self, check_headers, Header, Plain, Reader, Writer};
@@ -219,11 +219,7 @@ fn append_part<E: Element, const N: usize>(
     }
     // Decoded whole, then checked in one pass (both vectorize; a check per push does not).
     idx.extend(wire::le_words(indices, i64::from_le_bytes));
-    let width_i = i64::try_from(width).unwrap_or(i64::MAX);
-    if idx[base..]
-        .iter()
-        .fold(false, |bad, &c| bad | (c < 0) | (c >= width_i))
-    {
+    if first_outside(&idx[base..], 0..i64::try_from(width).unwrap_or(i64::MAX)).is_some() {
         return Err(malformed());
     }
     vals.extend(wire::le_words(values, from_le));
@@ -231,24 +227,33 @@ fn append_part<E: Element, const N: usize>(
     // along it (a worker's grouping that does not is caught where `own`'s grouping is
     // checked whole).
     let cols = &idx[base..];
-    // Checked in one pass, then collected from an iterator of known length (no capacity
-    // check per pair) with no exit per position: the columns are read at random places, and
-    // a loop that branched on each read waited for it.
-    let (outside, run): (bool, Vec<(i64, usize)>) = if order_width(nnz) == 4 {
-        let at = || wire::le_words(order, u32::from_le_bytes).map(|p| p as usize);
-        let outside = at().fold(false, |bad, p| bad | (p >= nnz));
-        let pair = |p: usize| (cols.get(p).copied().unwrap_or(-1), base + p);
-        (outside, at().map(pair).collect())
+    let (outside, run) = if order_width(nnz) == 4 {
+        grouping_pairs(order, |b| u64::from(u32::from_le_bytes(b)), cols, base)
     } else {
-        let at = || wire::le_words(order, u64::from_le_bytes).map(|p| p as usize);
-        let outside = at().fold(false, |bad, p| bad | (p >= nnz));
-        let pair = |p: usize| (cols.get(p).copied().unwrap_or(-1), base + p);
-        (outside, at().map(pair).collect())
+        grouping_pairs(order, u64::from_le_bytes, cols, base)
     };
     if outside {
         return Err(malformed());
     }
     Ok((indptr.len() / 8 - 1, run))
+}
+
+/// A part's column grouping (`order`: positions within the part, `W` bytes each) as
+/// (column, position in the owner's batch) pairs, `cols` being the part's columns and `base`
+/// where they start in the owner's batch; and whether some position is past the part. Checked
+/// in one pass, then collected from an iterator of known length (no capacity check per pair)
+/// with no exit per position: the columns are read at random places, and a loop that branched
+/// on each read waited for it.
+fn grouping_pairs<const W: usize>(
+    order: &[u8],
+    from_le: fn([u8; W]) -> u64,
+    cols: &[i64],
+    base: usize,
+) -> (bool, Vec<(i64, usize)>) {
+    let at = || wire::le_words(order, from_le).map(|p| p as usize);
+    let outside = at().fold(false, |bad, p| bad | (p >= cols.len()));
+    let pair = |p: usize| (cols.get(p).copied().unwrap_or(-1), base + p);
+    (outside, at().map(pair).collect())
 }
 
 /// Every worker's part of this owner's batch (`parts`, in worker order) as one csr array of
@@ -387,20 +392,8 @@ fn write_parts(
     ) -> Result<Vec<Range<usize>>> {
         let n = bounds.len() - 1;
         x.with_csr::<E, _>(|c| {
-            // Checked in one pass without an exit per column (it vectorizes); the offending
-            // column is looked for only when there is one.
-            let rows_of_table = i64::try_from(bounds[n]).unwrap_or(i64::MAX);
-            let inside = c
-                .indices
-                .iter()
-                .fold(true, |ok, &col| ok & (col >= 0) & (col < rows_of_table));
-            if !inside {
-                let col = c
-                    .indices
-                    .iter()
-                    .find(|&&col| col < 0 || col >= rows_of_table)
-                    .copied()
-                    .unwrap_or_default();
+            let table_rows = 0..i64::try_from(bounds[n]).unwrap_or(i64::MAX);
+            if let Some(col) = first_outside(c.indices, table_rows) {
                 return Err(Error::index(
                     OP,
                     format!("column {col} of the batch is not a table row"),
