@@ -23,7 +23,8 @@
 # from one to the next; the median of many long rounds much less), then the same median over
 # the calm rounds alone: those where the runs compared lost at most CALM (default 2) ticks of
 # CPU to other guests (/proc/stat's steal time, which is what makes a VM's runs vary), and the
-# best 2-rank run against the best 1-rank run.
+# best 2-rank run against the best 1-rank run, and the pair's run on core 1 against its run on
+# core 0 (whether the two cores are equal).
 # Usage: scripts/dist_bench.sh DATA_DIR [ROUNDS] [BATCH_PER_RANK]   (default 3 rounds, batch 10)
 # Needs: cargo build --release --features mpi --example dist_train
 set -euo pipefail
@@ -54,7 +55,7 @@ if [ "${RATIO:-0}" = 1 ]; then
   # $1 ticks were both calm.
   ratio() { awk -v a="$(rate "$one")" -v b="$(rate "$1")" 'BEGIN { print b / a }'; }
   calm() { [ $((s1 - s0)) -le "${CALM:-2}" ] && [ "$1" -le "${CALM:-2}" ]; }
-  sharded=() sharded_cma=() pair=() own=() calm_sharded=() calm_cma=() calm_pair=()
+  sharded=() sharded_cma=() pair=() own=() calm_sharded=() calm_cma=() calm_pair=() cores=()
   rates_one=() rates_two=()
   side=$(mktemp)
   trap 'rm -f "$side"' EXIT
@@ -78,7 +79,10 @@ if [ "${RATIO:-0}" = 1 ]; then
     xc=$(ratio "$cma")
     y=$(awk -v a="$(rate "$one")" -v b="$(rate "$a")" -v c="$(rate "$b")" 'BEGIN { print (b + c) / a }')
     z=$(ratio "$alone")
-    sharded+=("$x") sharded_cma+=("$xc") pair+=("$y") own+=("$z")
+    # The pair's run on core 1 against its run on core 0, side by side: whether the two cores
+    # are equal (a synchronous 2-rank step goes at the slower rank's pace).
+    c=$(awk -v a="$(rate "$a")" -v b="$(rate "$b")" 'BEGIN { print b / a }')
+    sharded+=("$x") sharded_cma+=("$xc") pair+=("$y") own+=("$z") cores+=("$c")
     rates_one+=("$(rate "$one")") rates_two+=("$(rate "$two")")
     if calm $((s2 - s1)); then calm_sharded+=("$x"); fi
     if calm $((s3 - s2)); then calm_cma+=("$xc"); fi
@@ -94,6 +98,7 @@ if [ "${RATIO:-0}" = 1 ]; then
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_cma[@]}")"
   echo "two independent 1-rank runs, one a core / 1 rank (the machine's ceiling): $(median "${pair[@]}")"
   echo "   rounds where neither run lost more than ${CALM:-2} ticks to steal: $(median "${calm_pair[@]}")"
+  echo "   its run on core 1 / its run on core 0 (the same work at the same time): $(median "${cores[@]}")"
   echo "1 rank sharded / 1 rank (the sharded path's own work, no exchange): $(median "${own[@]}")"
   exit 0
 fi
