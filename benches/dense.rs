@@ -1,5 +1,7 @@
-//! Dense CPU throughput: f32 matmul (GFLOP/s) and a large elementwise add (GB/s).
-//! Compare with `scripts/bench_numpy_dense.py` run on the same machine; figures in BENCHMARKS.md.
+//! Dense CPU throughput: f32 matmul (GFLOP/s), a large elementwise add (GB/s), and the
+//! softmax cross-entropy's forward + backward, fused against the general operators.
+//! Compare with `scripts/bench_numpy_dense.py` and `scripts/bench_torch_loss.py` run on the same
+//! machine; figures in BENCHMARKS.md.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sparrow::core::{random::Rng, DType};
@@ -50,5 +52,58 @@ fn init(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, elementwise, init);
+/// Softmax cross-entropy against one-hot targets, forward and backward under a head gradient
+/// of ones: the fused op (`softmax_ce_logits`) against log_softmax, product, sum and negation,
+/// and the Gluon loss from class ids.
+fn softmax_ce(c: &mut Criterion) {
+    use sparrow::core::{autograd, ops::fused::softmax_ce_logits, NDArray};
+    use sparrow::nn::loss::{Loss, SoftmaxCrossEntropyLoss};
+    let mut g = c.benchmark_group("softmax_ce_f32");
+    g.sample_size(20);
+    let mut rng = Rng::new(3);
+    for (rows, classes) in [(256usize, 10usize), (256, 10_000)] {
+        let x = rng
+            .uniform(-3.0, 3.0, &[rows, classes], DType::F32)
+            .unwrap();
+        let ids: Vec<f32> = (0..rows).map(|r| ((r * 7919) % classes) as f32).collect();
+        let t = NDArray::from_vec(ids, &[rows])
+            .unwrap()
+            .one_hot(classes, 1.0, 0.0, DType::F32)
+            .unwrap();
+        let head = NDArray::ones(&[rows, 1], DType::F32).unwrap();
+        x.attach_grad();
+        let step = |fused: bool| {
+            let l = autograd::record(|| {
+                if fused {
+                    softmax_ce_logits(&x, &t).map(|l| l.expect("fused case"))
+                } else {
+                    x.log_softmax(-1)?.mul(&t)?.sum(Some(&[-1]), true)?.neg()
+                }
+            })
+            .unwrap();
+            l.backward_with_grad(&head).unwrap();
+            black_box(x.grad().unwrap());
+        };
+        let id = format!("{rows}x{classes}");
+        g.bench_function(BenchmarkId::new("fused", &id), |b| b.iter(|| step(true)));
+        g.bench_function(BenchmarkId::new("composite", &id), |b| {
+            b.iter(|| step(false))
+        });
+        // The whole loss from class ids (their check and one-hot included), as a user calls
+        // it: PyTorch's `cross_entropy(x, ids)` is the anchor (scripts/bench_torch_loss.py).
+        let ids = t.argmax(Some(-1), false).unwrap();
+        let loss = SoftmaxCrossEntropyLoss::new();
+        let ones = NDArray::ones(&[rows], DType::F32).unwrap();
+        g.bench_function(BenchmarkId::new("loss_from_ids", &id), |b| {
+            b.iter(|| {
+                let l = autograd::record(|| loss.forward(&x, &ids)).unwrap();
+                l.backward_with_grad(&ones).unwrap();
+                black_box(x.grad().unwrap());
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matmul, elementwise, init, softmax_ce);
 criterion_main!(benches);

@@ -337,3 +337,129 @@ fn sigmoid_bce_logits_takes_a_sparse_head_gradient_through_the_general_ops() {
     }
 }
 }
+
+/// `-sum(t * log_softmax(x))` over the last axis through the general operators.
+fn softmax_ce_composite(x: &NDArray, t: &NDArray) -> sparrow_core::Result<NDArray> {
+    x.log_softmax(-1)?.mul(t)?.sum(Some(&[-1]), true)?.neg()
+}
+
+device_test! {
+fn softmax_ce_logits_equals_the_composite_on_random_inputs() {
+    // Random logits of rank 1 to 3 (one block wide enough that the kernels split it over
+    // threads) against soft targets that need not sum to one, float64 and float32: the fused
+    // op (one recorded op) against log_softmax, product, sum and negation, in values and in
+    // both gradients under a random head gradient. Off the host the op declines.
+    use sparrow_core::ops::fused::softmax_ce_logits;
+    for (k, shape) in [vec![5], vec![4, 3], vec![2, 3, 7], vec![64, 1024]]
+        .into_iter()
+        .enumerate()
+    {
+        for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
+            let seed = 3 * k as u64;
+            let mut oshape = shape.clone();
+            *oshape.last_mut().unwrap() = 1;
+            let run = |fused: bool| {
+                let x = test_array(&shape, -4.0, 4.0, seed + 1).astype(dtype).unwrap();
+                let t = test_array(&shape, 0.0, 1.0, seed + 2).astype(dtype).unwrap();
+                let head = test_array(&oshape, -1.0, 1.0, seed + 3).astype(dtype).unwrap();
+                x.attach_grad();
+                t.attach_grad();
+                let l = autograd::record(|| {
+                    if fused {
+                        softmax_ce_logits(&x, &t)
+                    } else {
+                        softmax_ce_composite(&x, &t).map(Some)
+                    }
+                })
+                .unwrap()?;
+                let op = l.node().map(|n| n.op);
+                l.backward_with_grad(&head).unwrap();
+                let (gx, gt) = (x.grad().unwrap(), t.grad().unwrap());
+                assert_eq!((l.shape(), gx.shape(), gt.shape()), (oshape.clone(), shape.clone(), shape.clone()));
+                Some((op, l.to_f64_vec(), gx.to_f64_vec(), gt.to_f64_vec()))
+            };
+            let want = run(false).unwrap();
+            let Some(got) = run(true) else {
+                assert_ne!(sparrow_core::Device::current(), sparrow_core::Device::Cpu);
+                continue;
+            };
+            assert_eq!(got.0, Some("softmax_ce_logits"));
+            for (a, b) in [(&got.1, &want.1), (&got.2, &want.2), (&got.3, &want.3)] {
+                for (x, y) in a.iter().zip(b.iter()) {
+                    assert!(
+                        (x - y).abs() <= tol * (1.0 + y.abs()),
+                        "{shape:?} {dtype:?}: {x} vs {y}"
+                    );
+                }
+            }
+        }
+    }
+}
+}
+
+device_test! {
+fn softmax_ce_logits_gradients_pass_finite_differences() {
+    // Logits and targets both differentiated, through the loss (batch mean after the fused
+    // op) and through the op alone on a 3-D block.
+    let pred = test_array(&[5, 4], -3.0, 3.0, 11);
+    let soft = test_array(&[5, 4], 0.0, 1.0, 12);
+    check_grad(
+        |xs| SoftmaxCrossEntropyLoss::new().sparse_label(false).forward(&xs[0], &xs[1]),
+        &[pred, soft],
+        1e-6,
+        1e-5,
+        1e-8,
+    )
+    .unwrap();
+    let x = test_array(&[2, 3, 4], -3.0, 3.0, 13);
+    let t = test_array(&[2, 3, 4], 0.0, 2.0, 14);
+    check_grad(
+        |xs| {
+            sparrow_core::ops::fused::softmax_ce_logits(&xs[0], &xs[1])
+                .and_then(|l| l.map_or_else(|| softmax_ce_composite(&xs[0], &xs[1]), Ok))
+        },
+        &[x, t],
+        1e-6,
+        1e-5,
+        1e-8,
+    )
+    .unwrap();
+}
+}
+
+#[test]
+fn softmax_ce_logits_declines_what_it_does_not_fuse() {
+    use sparrow_core::ops::fused::softmax_ce_logits;
+    let x = test_array(&[3, 4], -1.0, 1.0, 1);
+    let t = test_array(&[3, 4], 0.0, 1.0, 2);
+    // Other shapes, dtypes of their own, half precision, a sparse target, an empty class axis.
+    for (a, b) in [
+        (x.clone(), test_array(&[4, 3], 0.0, 1.0, 2)),
+        (x.clone(), t.astype(DType::F32).unwrap()),
+        (x.astype(DType::F16).unwrap(), t.astype(DType::F16).unwrap()),
+        (x.clone(), t.tostype(SType::Csr).unwrap()),
+        (
+            NDArray::zeros(&[3, 0], DType::F64).unwrap(),
+            NDArray::zeros(&[3, 0], DType::F64).unwrap(),
+        ),
+    ] {
+        assert!(
+            softmax_ce_logits(&a, &b).unwrap().is_none(),
+            "{:?} {:?}",
+            a.shape(),
+            b.shape()
+        );
+    }
+    // The loss still computes those through the general operators.
+    let l = SoftmaxCrossEntropyLoss::new()
+        .sparse_label(false)
+        .forward(&x, &t.tostype(SType::Csr).unwrap())
+        .unwrap();
+    let want = SoftmaxCrossEntropyLoss::new()
+        .sparse_label(false)
+        .forward(&x, &t)
+        .unwrap();
+    for (a, b) in l.to_f64_vec().iter().zip(want.to_f64_vec()) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+}

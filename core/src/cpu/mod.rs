@@ -35,6 +35,7 @@ pub(crate) mod rows;
 pub(crate) mod segment;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod skinny;
+mod softmax_ce;
 pub(crate) mod sparse;
 pub(crate) mod sparse_dot;
 mod spgemm;

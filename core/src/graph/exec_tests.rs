@@ -77,6 +77,8 @@ fn every_form(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
     m = m.leaky_relu(0.2)?.clip(-1.0, 1.5)?;
     outs.push(m.clone());
     outs.push(m.log_softmax(1)?.sum(Some(&[1]), false)?);
+    // The fused softmax cross-entropy of z against the map chain's values as targets.
+    outs.push(crate::ops::fused::softmax_ce_logits(&z, &m)?.unwrap());
     outs.push(z.reshape(&[4, 8])?.tanh()?);
     Ok(outs)
 }

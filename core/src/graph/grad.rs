@@ -40,6 +40,9 @@ pub enum GradFn {
     /// `g (sigmoid(x) - z)` in `x`'s shape (inputs `x, z, g`): the logits' gradient of the
     /// fused sigmoid binary cross-entropy.
     SigmoidBce,
+    /// `g (softmax(x) sum(t) - t)` along the last axis (inputs `x, t, g`, `g` one value per
+    /// row): the logits' gradient of the fused softmax cross-entropy.
+    SoftmaxCe,
     /// The fused backward of an activation map (inputs: the saved array, then `g`): from the
     /// output for `sigmoid` and `tanh`, from the input for `relu` and `softrelu`.
     Activation(UnaryFn),
@@ -125,7 +128,7 @@ impl GradFn {
             | GradFn::LeakyReluSlope(_)
             | GradFn::InsideMask(..)
             | GradFn::SliceAxis { .. } => 1,
-            GradFn::SigmoidBce | GradFn::Rnn { .. } => 3,
+            GradFn::SigmoidBce | GradFn::SoftmaxCe | GradFn::Rnn { .. } => 3,
             _ => 2,
         }
     }
@@ -139,6 +142,7 @@ impl GradFn {
             GradFn::CsrTDense => "dot_csr_t_dense_rsp",
             GradFn::CsrDenseTWeight => "dot_csr_dense_t_grad_weight",
             GradFn::SigmoidBce => "sigmoid_bce_logits_grad",
+            GradFn::SoftmaxCe => "softmax_ce_logits_grad",
             GradFn::Activation(_) => "activation_grad",
             GradFn::LeakyReluSlope(_) => "leaky_relu_slope",
             GradFn::InsideMask(..) => "inside_mask",
@@ -285,6 +289,40 @@ impl GradFn {
                         ));
                     }
                     let (dx, _) = gd.buf.sigmoid_bce_grad(&xd.buf, &zd.buf, false)?;
+                    NDArray::from_buffer(dx, &xd.shape)
+                })
+            }
+            GradFn::SoftmaxCe => {
+                let (xs, ts, gs) = (x[0].shape(), x[1].shape(), x[2].shape());
+                let rows = xs.iter().rev().skip(1).product::<usize>();
+                if xs != ts
+                    || xs.last().is_none_or(|&c| c == 0)
+                    || gs.iter().product::<usize>() != rows
+                {
+                    return Err(Error::shape(
+                        OP,
+                        format!("softmax_ce backward of {xs:?}, {ts:?} with a gradient {gs:?}"),
+                    ));
+                }
+                let host = [&x[0], &x[1], &x[2]]
+                    .iter()
+                    .all(|a| a.device() == crate::Device::Cpu && a.stype() == crate::SType::Dense);
+                if !host {
+                    // Elsewhere than on the host, the formula through general operators.
+                    let g = x[2].reshape(&[&xs[..xs.len() - 1], &[1]].concat())?;
+                    return x[0]
+                        .softmax(-1)?
+                        .mul(&x[1].sum(Some(&[-1]), true)?)?
+                        .sub(&x[1])?
+                        .mul(&g);
+                }
+                let classes = xs[xs.len() - 1];
+                let g = x[2].read();
+                let ArrayData::Dense(gd) = &*g else {
+                    return Err(Error::arg(OP, "softmax_ce backward needs a dense gradient"));
+                };
+                x[0].with_dense2(&x[1], |xd, td| {
+                    let dx = gd.buf.softmax_ce_grad(&xd.buf, &td.buf, classes)?;
                     NDArray::from_buffer(dx, &xd.shape)
                 })
             }
@@ -646,6 +684,16 @@ pub fn backward_graph_wrt(
                 if needs(0) {
                     let gi = b.dense_like(ins[0]);
                     let gx = b.push(Op::Grad(GradFn::SigmoidBce), vec![ins[0], ins[1], g], gi);
+                    b.add_grad(ins[0], gx)?;
+                }
+            }
+            Op::SoftmaxCe => {
+                if needs(1) {
+                    return refuse("targets that need a gradient");
+                }
+                if needs(0) {
+                    let gi = b.dense_like(ins[0]);
+                    let gx = b.push(Op::Grad(GradFn::SoftmaxCe), vec![ins[0], ins[1], g], gi);
                     b.add_grad(ins[0], gx)?;
                 }
             }

@@ -76,6 +76,17 @@ pub(crate) enum Form {
     SigmoidBce,
     /// The logits' gradient of the sigmoid BCE from (`x`, `z`, `g`).
     SigmoidBceGrad,
+    /// The fused softmax cross-entropy of logits and targets (inputs 0, 1) along the last
+    /// axis, one value per row.
+    SoftmaxCe {
+        /// Length of the last axis.
+        classes: usize,
+    },
+    /// The logits' gradient of the softmax cross-entropy from (`x`, `t`, `g`).
+    SoftmaxCeGrad {
+        /// Length of the last axis.
+        classes: usize,
+    },
     /// `check_class_ids` of float labels: validated, then copied.
     CheckClassIds {
         /// Number of classes.
@@ -254,6 +265,17 @@ impl Form {
             {
                 Some(Form::SigmoidBce)
             }
+            Op::SoftmaxCe
+                if ins[1].shape == ins[0].shape
+                    && ins[0]
+                        .shape
+                        .last()
+                        .is_some_and(|&c| c > 0 && elems(out) * c == elems(ins[0])) =>
+            {
+                Some(Form::SoftmaxCe {
+                    classes: ins[0].shape[ins[0].shape.len() - 1],
+                })
+            }
             Op::CheckClassIds { classes, count } if elems(ins[0]) == *count && same_shape() => {
                 Some(Form::CheckClassIds { classes: *classes })
             }
@@ -309,6 +331,18 @@ impl Form {
                 if elems(ins[1]) == elems(ins[0]) && elems(ins[2]) == elems(ins[0]) =>
             {
                 Some(Form::SigmoidBceGrad)
+            }
+            Op::Grad(GradFn::SoftmaxCe)
+                if ins[1].shape == ins[0].shape
+                    && same_shape()
+                    && ins[0]
+                        .shape
+                        .last()
+                        .is_some_and(|&c| c > 0 && elems(ins[2]) * c == elems(ins[0])) =>
+            {
+                Some(Form::SoftmaxCeGrad {
+                    classes: ins[0].shape[ins[0].shape.len() - 1],
+                })
             }
             _ => None,
         }
@@ -495,6 +529,19 @@ impl Form {
                 with_dense(args[1], |z| {
                     with_dense(args[2], |g| {
                         g.buf.sigmoid_bce_grad_into(&x.buf, &z.buf, &mut out.buf)
+                    })
+                })
+            }),
+            Form::SoftmaxCe { classes } => with_dense(args[0], |x| {
+                with_dense(args[1], |t| {
+                    x.buf.softmax_ce_into(&t.buf, classes, &mut out.buf)
+                })
+            }),
+            Form::SoftmaxCeGrad { classes } => with_dense(args[0], |x| {
+                with_dense(args[1], |t| {
+                    with_dense(args[2], |g| {
+                        g.buf
+                            .softmax_ce_grad_into(&x.buf, &t.buf, classes, &mut out.buf)
                     })
                 })
             }),

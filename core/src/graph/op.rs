@@ -130,6 +130,8 @@ pub enum Op {
     SigmoidBce,
     /// `ops::fused::sigmoid_bce_logits_to(x, z, shape)`.
     SigmoidBceTo(Vec<usize>),
+    /// `ops::fused::softmax_ce_logits(x, t)`.
+    SoftmaxCe,
     /// `sum(x, axes, keepdims)`.
     Sum {
         /// Reduced axes (`None`: all).
@@ -356,6 +358,7 @@ impl Op {
             | Op::BiasAct { .. }
             | Op::SigmoidBce
             | Op::SigmoidBceTo(_)
+            | Op::SoftmaxCe
             | Op::Embedding => 2,
             Op::Where => 3,
             Op::Conv { bias, .. } => 2 + usize::from(*bias),
@@ -401,6 +404,7 @@ impl Op {
             Op::BiasAct { .. } => "bias_act",
             Op::SigmoidBce => "sigmoid_bce_logits",
             Op::SigmoidBceTo(_) => "sigmoid_bce_logits_to",
+            Op::SoftmaxCe => "softmax_ce_logits",
             Op::Sum { .. } => "sum",
             Op::Mean { .. } => "mean",
             Op::Softmax(_) => "softmax",
@@ -522,7 +526,12 @@ impl Op {
                 ("p", AttrValue::Float(*p)),
                 ("seed", AttrValue::Int(stream.seed() as i64)),
             ],
-            Op::DotCsrDenseT | Op::SigmoidBce | Op::Where | Op::Detach | Op::Embedding => vec![],
+            Op::DotCsrDenseT
+            | Op::SigmoidBce
+            | Op::SoftmaxCe
+            | Op::Where
+            | Op::Detach
+            | Op::Embedding => vec![],
             Op::Grad(g) => g.attrs(),
         }
     }
@@ -621,6 +630,7 @@ impl Op {
                 }
             }
             "sigmoid_bce_logits" => Op::SigmoidBce,
+            "softmax_ce_logits" => Op::SoftmaxCe,
             "sum" => Op::Sum {
                 axes: axes("axes")?,
                 keepdims: boolean("keepdims")?,
@@ -854,6 +864,15 @@ impl Op {
                 .ok_or_else(|| declined("dense float operands of one shape")),
             Op::SigmoidBceTo(s) => crate::ops::fused::sigmoid_bce_logits_to(&x[0], &x[1], s)?
                 .ok_or_else(|| declined("dense float operands of one element count")),
+            // Declined off the host (an imported graph run on a device): the same loss composed.
+            Op::SoftmaxCe => match crate::ops::fused::softmax_ce_logits(&x[0], &x[1])? {
+                Some(l) => Ok(l),
+                None => x[0]
+                    .log_softmax(-1)?
+                    .mul(&x[1])?
+                    .sum(Some(&[-1]), true)?
+                    .neg(),
+            },
             Op::Sum { axes, keepdims } => x[0].sum(axes.as_deref(), *keepdims),
             Op::Mean { axes, keepdims } => x[0].mean(axes.as_deref(), *keepdims),
             Op::Softmax(a) => x[0].softmax(*a),

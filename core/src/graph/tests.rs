@@ -282,6 +282,8 @@ fn attributes_round_trip() {
         ),
         Op::Pool(crate::ops::PoolParams::global(crate::ops::PoolType::Max)),
         Op::RunningUpdate { momentum: 0.9 },
+        Op::SoftmaxCe,
+        Op::SigmoidBceTo(vec![4]),
         Op::Transpose(vec![1, 0, 2]),
         Op::Concat { axis: 2, n: 3 },
         Op::SliceAxis {

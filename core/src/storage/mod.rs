@@ -24,6 +24,7 @@ mod planned;
 mod random;
 mod reduce;
 mod rnn;
+mod softmax_ce;
 mod sparse;
 mod sparse_dot;
 mod update;

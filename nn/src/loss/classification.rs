@@ -124,11 +124,6 @@ impl Loss for SoftmaxCrossEntropyLoss {
         let Some(&classes) = shape.last() else {
             return Err(Error::shape(op, "prediction must have a class axis"));
         };
-        let logp = if self.from_logits {
-            pred.clone()
-        } else {
-            pred.log_softmax(-1)?
-        };
         let target = if self.sparse_label {
             // Validated by an operator (not a host read here), so a hybridized loss keeps
             // checking its labels.
@@ -140,7 +135,24 @@ impl Loss for SoftmaxCrossEntropyLoss {
         } else {
             label_like(label, pred, op)?
         };
-        let l = logp.mul(&target)?.sum(Some(&[-1]), true)?.neg()?;
+        // Raw scores take the fused op where it applies (dense float on the host): one pass
+        // forward and one backward instead of the chain below.
+        let fused = if self.from_logits {
+            None
+        } else {
+            sparrow_core::ops::fused::softmax_ce_logits(pred, &target)?
+        };
+        let l = match fused {
+            Some(l) => l,
+            None => {
+                let logp = if self.from_logits {
+                    pred.clone()
+                } else {
+                    pred.log_softmax(-1)?
+                };
+                logp.mul(&target)?.sum(Some(&[-1]), true)?.neg()?
+            }
+        };
         finish(&l, &self.opts, sw, op)
     }
 }

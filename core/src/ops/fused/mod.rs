@@ -7,6 +7,8 @@
 
 mod bias_act;
 mod sigmoid_bce;
+mod softmax_ce;
 
 pub use bias_act::{bias_act, bias_act_absorbing, bias_add, FusedAct};
 pub use sigmoid_bce::{sigmoid_bce_logits, sigmoid_bce_logits_to};
+pub use softmax_ce::softmax_ce_logits;
