@@ -91,7 +91,12 @@ fn softmax_ce(c: &mut Criterion) {
         });
         // The whole loss from class ids (their check and one-hot included), as a user calls
         // it: PyTorch's `cross_entropy(x, ids)` is the anchor (scripts/bench_torch_loss.py).
-        let ids = t.argmax(Some(-1), false).unwrap();
+        // Float ids of the logits' dtype, as Gluon's labels are (others take the one-hot path).
+        let ids = t
+            .argmax(Some(-1), false)
+            .unwrap()
+            .astype(DType::F32)
+            .unwrap();
         let loss = SoftmaxCrossEntropyLoss::new();
         let ones = NDArray::ones(&[rows], DType::F32).unwrap();
         g.bench_function(BenchmarkId::new("loss_from_ids", &id), |b| {

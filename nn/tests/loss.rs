@@ -463,3 +463,123 @@ fn softmax_ce_logits_declines_what_it_does_not_fuse() {
         assert!((a - b).abs() < 1e-12, "{a} vs {b}");
     }
 }
+
+/// Class ids below `classes` in `shape`, as `dtype`.
+fn class_ids(shape: &[usize], classes: usize, seed: u64, dtype: DType) -> NDArray {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|i| ((i as u64 * 7919 + seed * 104_729) % classes as u64) as f64)
+        .collect();
+    f64v(v, shape).astype(dtype).unwrap()
+}
+
+device_test! {
+fn softmax_ce_ids_equals_the_composite_on_its_one_hot_rows() {
+    // Class ids in several shapes of the rows' count, float64 and float32: the fused op
+    // against log_softmax, the one-hot rows, product, sum and negation, in values and in the
+    // logits' gradient under a random head gradient. Off the host the op declines.
+    use sparrow_core::ops::fused::softmax_ce_ids;
+    for (k, (shape, id_shape)) in [
+        (vec![4, 3], vec![4]),
+        (vec![2, 3, 7], vec![2, 3]),
+        (vec![2, 3, 7], vec![6]),
+        (vec![64, 1024], vec![64, 1]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
+            let seed = 5 * k as u64;
+            let classes = *shape.last().unwrap();
+            let mut oshape = shape.clone();
+            *oshape.last_mut().unwrap() = 1;
+            let run = |fused: bool| {
+                let x = test_array(&shape, -4.0, 4.0, seed + 1).astype(dtype).unwrap();
+                let ids = class_ids(&id_shape, classes, seed, dtype);
+                let head = test_array(&oshape, -1.0, 1.0, seed + 3).astype(dtype).unwrap();
+                x.attach_grad();
+                let l = autograd::record(|| {
+                    if fused {
+                        softmax_ce_ids(&x, &ids)
+                    } else {
+                        let lead = &shape[..shape.len() - 1];
+                        let t = ids.reshape(lead)?.one_hot(classes, 1.0, 0.0, dtype)?;
+                        softmax_ce_composite(&x, &t).map(Some)
+                    }
+                })
+                .unwrap()?;
+                let op = l.node().map(|n| n.op);
+                l.backward_with_grad(&head).unwrap();
+                let gx = x.grad().unwrap();
+                assert_eq!((l.shape(), gx.shape()), (oshape.clone(), shape.clone()));
+                Some((op, l.to_f64_vec(), gx.to_f64_vec()))
+            };
+            let want = run(false).unwrap();
+            let Some(got) = run(true) else {
+                assert_ne!(sparrow_core::Device::current(), sparrow_core::Device::Cpu);
+                continue;
+            };
+            assert_eq!(got.0, Some("softmax_ce_ids"));
+            for (a, b) in [(&got.1, &want.1), (&got.2, &want.2)] {
+                for (x, y) in a.iter().zip(b.iter()) {
+                    assert!(
+                        (x - y).abs() <= tol * (1.0 + y.abs()),
+                        "{shape:?} {dtype:?}: {x} vs {y}"
+                    );
+                }
+            }
+        }
+    }
+    // Finite differences of the logits through the op on a 3-D block.
+    let ids = class_ids(&[2, 3], 4, 9, DType::F64);
+    check_grad(
+        |xs| match softmax_ce_ids(&xs[0], &ids)? {
+            Some(l) => Ok(l),
+            // Off the host the op declines: the same check of the composite.
+            None => softmax_ce_composite(&xs[0], &ids.one_hot(4, 1.0, 0.0, DType::F64)?),
+        },
+        &[test_array(&[2, 3, 4], -3.0, 3.0, 15)],
+        1e-6,
+        1e-5,
+        1e-8,
+    )
+    .unwrap();
+}
+}
+
+#[test]
+fn softmax_ce_ids_refuses_ids_that_are_not_classes_and_declines_other_operands() {
+    use sparrow_core::ops::fused::softmax_ce_ids;
+    let x = test_array(&[3, 4], -1.0, 1.0, 1);
+    for (bad, at) in [
+        (vec![0.0, 4.0, 1.0], 1),
+        (vec![0.0, 1.0, 2.5], 2),
+        (vec![-1.0, 0.0, 1.0], 0),
+    ] {
+        let err = softmax_ce_ids(&x, &f64v(bad, &[3]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("at position {at}")), "{err}");
+    }
+    // A count other than the rows', another dtype, or an empty class axis: declined.
+    let ids = f64v(vec![0.0, 1.0, 2.0], &[3]);
+    assert!(softmax_ce_ids(&x, &f64v(vec![0.0; 4], &[4]))
+        .unwrap()
+        .is_none());
+    assert!(softmax_ce_ids(&x, &ids.astype(DType::F32).unwrap())
+        .unwrap()
+        .is_none());
+    let empty = NDArray::zeros(&[3, 0], DType::F64).unwrap();
+    assert!(softmax_ce_ids(&empty, &ids).unwrap().is_none());
+    // The loss from ids of another dtype than the prediction's takes the one-hot path: the
+    // same values.
+    let loss = SoftmaxCrossEntropyLoss::new();
+    let a = loss.forward(&x, &ids).unwrap().to_f64_vec();
+    let b = loss
+        .forward(&x, &ids.astype(DType::F32).unwrap())
+        .unwrap()
+        .to_f64_vec();
+    for (p, q) in a.iter().zip(&b) {
+        assert!((p - q).abs() < 1e-12, "{a:?} vs {b:?}");
+    }
+}

@@ -41,8 +41,12 @@ pub enum GradFn {
     /// fused sigmoid binary cross-entropy.
     SigmoidBce,
     /// `g (softmax(x) sum(t) - t)` along the last axis (inputs `x, t, g`, `g` one value per
-    /// row): the logits' gradient of the fused softmax cross-entropy.
-    SoftmaxCe,
+    /// row): the logits' gradient of the fused softmax cross-entropy; with `ids`, `t` holds
+    /// one class id per row (its one-hot row).
+    SoftmaxCe {
+        /// `t` holds class ids.
+        ids: bool,
+    },
     /// The fused backward of an activation map (inputs: the saved array, then `g`): from the
     /// output for `sigmoid` and `tanh`, from the input for `relu` and `softrelu`.
     Activation(UnaryFn),
@@ -128,7 +132,7 @@ impl GradFn {
             | GradFn::LeakyReluSlope(_)
             | GradFn::InsideMask(..)
             | GradFn::SliceAxis { .. } => 1,
-            GradFn::SigmoidBce | GradFn::SoftmaxCe | GradFn::Rnn { .. } => 3,
+            GradFn::SigmoidBce | GradFn::SoftmaxCe { .. } | GradFn::Rnn { .. } => 3,
             _ => 2,
         }
     }
@@ -142,7 +146,8 @@ impl GradFn {
             GradFn::CsrTDense => "dot_csr_t_dense_rsp",
             GradFn::CsrDenseTWeight => "dot_csr_dense_t_grad_weight",
             GradFn::SigmoidBce => "sigmoid_bce_logits_grad",
-            GradFn::SoftmaxCe => "softmax_ce_logits_grad",
+            GradFn::SoftmaxCe { ids: false } => "softmax_ce_logits_grad",
+            GradFn::SoftmaxCe { ids: true } => "softmax_ce_ids_grad",
             GradFn::Activation(_) => "activation_grad",
             GradFn::LeakyReluSlope(_) => "leaky_relu_slope",
             GradFn::InsideMask(..) => "inside_mask",
@@ -292,10 +297,15 @@ impl GradFn {
                     NDArray::from_buffer(dx, &xd.shape)
                 })
             }
-            GradFn::SoftmaxCe => {
+            GradFn::SoftmaxCe { ids } => {
                 let (xs, ts, gs) = (x[0].shape(), x[1].shape(), x[2].shape());
                 let rows = xs.iter().rev().skip(1).product::<usize>();
-                if xs != ts
+                let targets_fit = if ids {
+                    ts.iter().product::<usize>() == rows
+                } else {
+                    xs == ts
+                };
+                if !targets_fit
                     || xs.last().is_none_or(|&c| c == 0)
                     || gs.iter().product::<usize>() != rows
                 {
@@ -310,10 +320,15 @@ impl GradFn {
                 if !host {
                     // Elsewhere than on the host, the formula through general operators.
                     let g = x[2].reshape(&[&xs[..xs.len() - 1], &[1]].concat())?;
+                    let t = if ids {
+                        crate::ops::fused::one_hot_of(&x[1], &xs, xs[xs.len() - 1])?
+                    } else {
+                        x[1].clone()
+                    };
                     return x[0]
                         .softmax(-1)?
-                        .mul(&x[1].sum(Some(&[-1]), true)?)?
-                        .sub(&x[1])?
+                        .mul(&t.sum(Some(&[-1]), true)?)?
+                        .sub(&t)?
                         .mul(&g);
                 }
                 let classes = xs[xs.len() - 1];
@@ -322,7 +337,7 @@ impl GradFn {
                     return Err(Error::arg(OP, "softmax_ce backward needs a dense gradient"));
                 };
                 x[0].with_dense2(&x[1], |xd, td| {
-                    let dx = gd.buf.softmax_ce_grad(&xd.buf, &td.buf, classes)?;
+                    let dx = gd.buf.softmax_ce_grad(&xd.buf, &td.buf, classes, ids)?;
                     NDArray::from_buffer(dx, &xd.shape)
                 })
             }
@@ -687,13 +702,15 @@ pub fn backward_graph_wrt(
                     b.add_grad(ins[0], gx)?;
                 }
             }
-            Op::SoftmaxCe => {
+            Op::SoftmaxCe | Op::SoftmaxCeIds => {
                 if needs(1) {
                     return refuse("targets that need a gradient");
                 }
                 if needs(0) {
                     let gi = b.dense_like(ins[0]);
-                    let gx = b.push(Op::Grad(GradFn::SoftmaxCe), vec![ins[0], ins[1], g], gi);
+                    let ids = matches!(node.op, Op::SoftmaxCeIds);
+                    let gf = GradFn::SoftmaxCe { ids };
+                    let gx = b.push(Op::Grad(gf), vec![ins[0], ins[1], g], gi);
                     b.add_grad(ins[0], gx)?;
                 }
             }

@@ -81,11 +81,15 @@ pub(crate) enum Form {
     SoftmaxCe {
         /// Length of the last axis.
         classes: usize,
+        /// The targets are class ids, one per row.
+        ids: bool,
     },
     /// The logits' gradient of the softmax cross-entropy from (`x`, `t`, `g`).
     SoftmaxCeGrad {
         /// Length of the last axis.
         classes: usize,
+        /// The targets are class ids, one per row.
+        ids: bool,
     },
     /// `check_class_ids` of float labels: validated, then copied.
     CheckClassIds {
@@ -265,16 +269,16 @@ impl Form {
             {
                 Some(Form::SigmoidBce)
             }
-            Op::SoftmaxCe
-                if ins[1].shape == ins[0].shape
-                    && ins[0]
-                        .shape
-                        .last()
-                        .is_some_and(|&c| c > 0 && elems(out) * c == elems(ins[0])) =>
-            {
-                Some(Form::SoftmaxCe {
-                    classes: ins[0].shape[ins[0].shape.len() - 1],
-                })
+            Op::SoftmaxCe | Op::SoftmaxCeIds => {
+                let ids = matches!(op, Op::SoftmaxCeIds);
+                let classes = ins[0].shape.last().copied().filter(|&c| c > 0)?;
+                let targets_fit = if ids {
+                    elems(ins[1]) * classes == elems(ins[0])
+                } else {
+                    ins[1].shape == ins[0].shape
+                };
+                (targets_fit && elems(out) * classes == elems(ins[0]))
+                    .then_some(Form::SoftmaxCe { classes, ids })
             }
             Op::CheckClassIds { classes, count } if elems(ins[0]) == *count && same_shape() => {
                 Some(Form::CheckClassIds { classes: *classes })
@@ -332,17 +336,15 @@ impl Form {
             {
                 Some(Form::SigmoidBceGrad)
             }
-            Op::Grad(GradFn::SoftmaxCe)
-                if ins[1].shape == ins[0].shape
-                    && same_shape()
-                    && ins[0]
-                        .shape
-                        .last()
-                        .is_some_and(|&c| c > 0 && elems(ins[2]) * c == elems(ins[0])) =>
-            {
-                Some(Form::SoftmaxCeGrad {
-                    classes: ins[0].shape[ins[0].shape.len() - 1],
-                })
+            Op::Grad(GradFn::SoftmaxCe { ids }) => {
+                let classes = ins[0].shape.last().copied().filter(|&c| c > 0)?;
+                let targets_fit = if *ids {
+                    elems(ins[1]) * classes == elems(ins[0])
+                } else {
+                    ins[1].shape == ins[0].shape
+                };
+                (targets_fit && same_shape() && elems(ins[2]) * classes == elems(ins[0]))
+                    .then_some(Form::SoftmaxCeGrad { classes, ids: *ids })
             }
             _ => None,
         }
@@ -532,16 +534,16 @@ impl Form {
                     })
                 })
             }),
-            Form::SoftmaxCe { classes } => with_dense(args[0], |x| {
+            Form::SoftmaxCe { classes, ids } => with_dense(args[0], |x| {
                 with_dense(args[1], |t| {
-                    x.buf.softmax_ce_into(&t.buf, classes, &mut out.buf)
+                    x.buf.softmax_ce_into(&t.buf, classes, ids, &mut out.buf)
                 })
             }),
-            Form::SoftmaxCeGrad { classes } => with_dense(args[0], |x| {
+            Form::SoftmaxCeGrad { classes, ids } => with_dense(args[0], |x| {
                 with_dense(args[1], |t| {
                     with_dense(args[2], |g| {
                         g.buf
-                            .softmax_ce_grad_into(&x.buf, &t.buf, classes, &mut out.buf)
+                            .softmax_ce_grad_into(&x.buf, &t.buf, classes, ids, &mut out.buf)
                     })
                 })
             }),

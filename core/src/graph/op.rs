@@ -132,6 +132,8 @@ pub enum Op {
     SigmoidBceTo(Vec<usize>),
     /// `ops::fused::softmax_ce_logits(x, t)`.
     SoftmaxCe,
+    /// `ops::fused::softmax_ce_ids(x, ids)`.
+    SoftmaxCeIds,
     /// `sum(x, axes, keepdims)`.
     Sum {
         /// Reduced axes (`None`: all).
@@ -359,6 +361,7 @@ impl Op {
             | Op::SigmoidBce
             | Op::SigmoidBceTo(_)
             | Op::SoftmaxCe
+            | Op::SoftmaxCeIds
             | Op::Embedding => 2,
             Op::Where => 3,
             Op::Conv { bias, .. } => 2 + usize::from(*bias),
@@ -405,6 +408,7 @@ impl Op {
             Op::SigmoidBce => "sigmoid_bce_logits",
             Op::SigmoidBceTo(_) => "sigmoid_bce_logits_to",
             Op::SoftmaxCe => "softmax_ce_logits",
+            Op::SoftmaxCeIds => "softmax_ce_ids",
             Op::Sum { .. } => "sum",
             Op::Mean { .. } => "mean",
             Op::Softmax(_) => "softmax",
@@ -529,6 +533,7 @@ impl Op {
             Op::DotCsrDenseT
             | Op::SigmoidBce
             | Op::SoftmaxCe
+            | Op::SoftmaxCeIds
             | Op::Where
             | Op::Detach
             | Op::Embedding => vec![],
@@ -631,6 +636,7 @@ impl Op {
             }
             "sigmoid_bce_logits" => Op::SigmoidBce,
             "softmax_ce_logits" => Op::SoftmaxCe,
+            "softmax_ce_ids" => Op::SoftmaxCeIds,
             "sum" => Op::Sum {
                 axes: axes("axes")?,
                 keepdims: boolean("keepdims")?,
@@ -872,6 +878,15 @@ impl Op {
                     .mul(&x[1])?
                     .sum(Some(&[-1]), true)?
                     .neg(),
+            },
+            Op::SoftmaxCeIds => match crate::ops::fused::softmax_ce_ids(&x[0], &x[1])? {
+                Some(l) => Ok(l),
+                None => {
+                    let dims = x[0].dims();
+                    let classes = dims.last().copied().unwrap_or(0);
+                    let t = crate::ops::fused::one_hot_of(&x[1], &dims, classes)?;
+                    x[0].log_softmax(-1)?.mul(&t)?.sum(Some(&[-1]), true)?.neg()
+                }
             },
             Op::Sum { axes, keepdims } => x[0].sum(axes.as_deref(), *keepdims),
             Op::Mean { axes, keepdims } => x[0].mean(axes.as_deref(), *keepdims),

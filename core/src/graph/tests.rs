@@ -283,6 +283,7 @@ fn attributes_round_trip() {
         Op::Pool(crate::ops::PoolParams::global(crate::ops::PoolType::Max)),
         Op::RunningUpdate { momentum: 0.9 },
         Op::SoftmaxCe,
+        Op::SoftmaxCeIds,
         Op::SigmoidBceTo(vec![4]),
         Op::Transpose(vec![1, 0, 2]),
         Op::Concat { axis: 2, n: 3 },

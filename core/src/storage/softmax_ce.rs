@@ -13,10 +13,11 @@ fn host_only(op: &'static str) -> Error {
 }
 
 impl Storage {
-    /// `-sum(t * log_softmax(x))` of each row of `classes` logits `self` against targets `t`.
-    pub(crate) fn softmax_ce(&self, t: &Storage, classes: usize) -> Result<Storage> {
+    /// `-sum(t * log_softmax(x))` of each row of `classes` logits `self` against targets `t`
+    /// (dense rows, or one class id per row when `ids`).
+    pub(crate) fn softmax_ce(&self, t: &Storage, classes: usize, ids: bool) -> Result<Storage> {
         match (self, t) {
-            (Storage::Cpu(x), Storage::Cpu(t)) => Ok(Storage::from(x.softmax_ce(t, classes)?)),
+            (Storage::Cpu(x), Storage::Cpu(t)) => Ok(Storage::from(x.softmax_ce(t, classes, ids)?)),
             #[allow(unreachable_patterns)]
             _ => Err(host_only("softmax_ce_logits")),
         }
@@ -26,10 +27,13 @@ impl Storage {
         &self,
         t: &Storage,
         classes: usize,
+        ids: bool,
         out: &mut Storage,
     ) -> Result<()> {
         match (self, t, out) {
-            (Storage::Cpu(x), Storage::Cpu(t), Storage::Cpu(o)) => x.softmax_ce_into(t, classes, o),
+            (Storage::Cpu(x), Storage::Cpu(t), Storage::Cpu(o)) => {
+                x.softmax_ce_into(t, classes, ids, o)
+            }
             #[allow(unreachable_patterns)]
             _ => Err(host_only("softmax_ce_logits")),
         }
@@ -41,10 +45,11 @@ impl Storage {
         x: &Storage,
         t: &Storage,
         classes: usize,
+        ids: bool,
     ) -> Result<Storage> {
         match (self, x, t) {
             (Storage::Cpu(g), Storage::Cpu(x), Storage::Cpu(t)) => {
-                Ok(Storage::from(g.softmax_ce_grad(x, t, classes)?))
+                Ok(Storage::from(g.softmax_ce_grad(x, t, classes, ids)?))
             }
             #[allow(unreachable_patterns)]
             _ => Err(host_only("softmax_ce_logits backward")),
@@ -56,11 +61,12 @@ impl Storage {
         x: &Storage,
         t: &Storage,
         classes: usize,
+        ids: bool,
         out: &mut Storage,
     ) -> Result<()> {
         match (self, x, t, out) {
             (Storage::Cpu(g), Storage::Cpu(x), Storage::Cpu(t), Storage::Cpu(o)) => {
-                g.softmax_ce_grad_into(x, t, classes, o)
+                g.softmax_ce_grad_into(x, t, classes, ids, o)
             }
             #[allow(unreachable_patterns)]
             _ => Err(host_only("softmax_ce_logits backward")),

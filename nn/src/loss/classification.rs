@@ -124,10 +124,18 @@ impl Loss for SoftmaxCrossEntropyLoss {
         let Some(&classes) = shape.last() else {
             return Err(Error::shape(op, "prediction must have a class axis"));
         };
+        use sparrow_core::ops::fused::{softmax_ce_ids, softmax_ce_logits};
         let target = if self.sparse_label {
             // Validated by an operator (not a host read here), so a hybridized loss keeps
             // checking its labels.
             let label = label.check_class_ids(classes, pred.size() / classes.max(1))?;
+            // Raw scores against ids take the fused op where it applies (dense float of the
+            // prediction's dtype, on the host): no one-hot block is made.
+            if !self.from_logits {
+                if let Some(l) = softmax_ce_ids(pred, &label)? {
+                    return finish(&l, &self.opts, sw, op);
+                }
+            }
             let lead = &shape[..shape.len() - 1];
             label
                 .reshape(lead)?
@@ -135,12 +143,12 @@ impl Loss for SoftmaxCrossEntropyLoss {
         } else {
             label_like(label, pred, op)?
         };
-        // Raw scores take the fused op where it applies (dense float on the host): one pass
-        // forward and one backward instead of the chain below.
+        // Raw scores take the fused op where it applies: one pass forward and one backward
+        // instead of the chain below.
         let fused = if self.from_logits {
             None
         } else {
-            sparrow_core::ops::fused::softmax_ce_logits(pred, &target)?
+            softmax_ce_logits(pred, &target)?
         };
         let l = match fused {
             Some(l) => l,
