@@ -1,8 +1,8 @@
-//! The CPU kernels of the fused softmax cross-entropy (`ops::fused::softmax_ce_logits`): each
-//! row of `classes` logits is reduced and weighted while it is in cache, once for its loss and
-//! once more for its gradient, where the composite (log_softmax, product with the target, sum,
-//! negation, and their backwards) passes over the `(rows, classes)` block about ten times and
-//! allocates as often.
+//! The CPU kernels of the fused softmax cross-entropy (`ops::fused::softmax_ce_logits` against
+//! dense target rows, `softmax_ce_ids` against class ids): each row of `classes` logits is
+//! reduced and weighted while it is in cache, once for its loss and once more for its gradient,
+//! where the composite (log_softmax, product with the target, sum, negation, and their
+//! backwards) passes over the `(rows, classes)` block about ten times and allocates as often.
 //!
 //! A row's log-probabilities are formed as `log_softmax` forms them (`x - max - ln(sum exp(x -
 //! max))`); the loss differs from the composite's only by rounding: the f32 exponentials are
