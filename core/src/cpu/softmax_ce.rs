@@ -180,11 +180,12 @@ fn row_grad<T: Float>(x: &[T], t: Row<'_, T>, g: T, d: &mut [T]) {
         }
         Row::Id(i) => {
             let k = T::one() / s;
+            let at_id = d.get(i).copied();
             for o in d.iter_mut() {
-                *o = g * (*o * k - T::zero());
+                *o = g * (*o * k);
             }
-            if let (Some(o), Some(&v)) = (d.get_mut(i), x.get(i)) {
-                *o = g * ((v - m).exp_fast_nonpos() * k - T::one());
+            if let (Some(o), Some(e)) = (d.get_mut(i), at_id) {
+                *o = g * (e * k - T::one());
             }
         }
     }
@@ -363,12 +364,9 @@ impl CpuStorage {
         classes: usize,
         ids: bool,
     ) -> Result<CpuStorage> {
-        Ok(float_dispatch!(self.dtype(), OP, T => {
-            let (x, t) = (src::<T>(OP, self)?, src::<T>(OP, t)?);
-            let mut out = vec![0.0 as T; x.len() / classes.max(1)];
-            loss_into(x, targets(t, ids), classes, &mut out)?;
-            T::into_buffer(out)
-        }))
+        let mut out = CpuStorage::zeros(self.dtype(), self.len() / classes.max(1));
+        self.softmax_ce_into(t, classes, ids, &mut out)?;
+        Ok(out)
     }
 
     /// [`CpuStorage::softmax_ce`] into `out` (one element per row).
@@ -394,12 +392,9 @@ impl CpuStorage {
         classes: usize,
         ids: bool,
     ) -> Result<CpuStorage> {
-        Ok(float_dispatch!(self.dtype(), OP_GRAD, T => {
-            let (g, xs, ts) = (src::<T>(OP_GRAD, self)?, src::<T>(OP_GRAD, x)?, src::<T>(OP_GRAD, t)?);
-            let mut out = vec![0.0 as T; xs.len()];
-            grad_into(g, xs, targets(ts, ids), classes, &mut out)?;
-            T::into_buffer(out)
-        }))
+        let mut out = CpuStorage::zeros(self.dtype(), x.len());
+        self.softmax_ce_grad_into(x, t, classes, ids, &mut out)?;
+        Ok(out)
     }
 
     /// [`CpuStorage::softmax_ce_grad`] into `out` (the logits' length).

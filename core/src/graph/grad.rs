@@ -319,17 +319,7 @@ impl GradFn {
                     .all(|a| a.device() == crate::Device::Cpu && a.stype() == crate::SType::Dense);
                 if !host {
                     // Elsewhere than on the host, the formula through general operators.
-                    let g = x[2].reshape(&[&xs[..xs.len() - 1], &[1]].concat())?;
-                    let t = if ids {
-                        crate::ops::fused::one_hot_of(&x[1], &xs, xs[xs.len() - 1])?
-                    } else {
-                        x[1].clone()
-                    };
-                    return x[0]
-                        .softmax(-1)?
-                        .mul(&t.sum(Some(&[-1]), true)?)?
-                        .sub(&t)?
-                        .mul(&g);
+                    return crate::ops::fused::softmax_ce_grad_composite(&x[0], &x[1], ids, &x[2]);
                 }
                 let classes = xs[xs.len() - 1];
                 let g = x[2].read();

@@ -271,14 +271,9 @@ impl Form {
             }
             Op::SoftmaxCe | Op::SoftmaxCeIds => {
                 let ids = matches!(op, Op::SoftmaxCeIds);
-                let classes = ins[0].shape.last().copied().filter(|&c| c > 0)?;
-                let targets_fit = if ids {
-                    elems(ins[1]) * classes == elems(ins[0])
-                } else {
-                    ins[1].shape == ins[0].shape
-                };
-                (targets_fit && elems(out) * classes == elems(ins[0]))
-                    .then_some(Form::SoftmaxCe { classes, ids })
+                // One loss value per row.
+                softmax_ce_classes(ins, ids, elems(out))
+                    .map(|classes| Form::SoftmaxCe { classes, ids })
             }
             Op::CheckClassIds { classes, count } if elems(ins[0]) == *count && same_shape() => {
                 Some(Form::CheckClassIds { classes: *classes })
@@ -336,15 +331,10 @@ impl Form {
             {
                 Some(Form::SigmoidBceGrad)
             }
-            Op::Grad(GradFn::SoftmaxCe { ids }) => {
-                let classes = ins[0].shape.last().copied().filter(|&c| c > 0)?;
-                let targets_fit = if *ids {
-                    elems(ins[1]) * classes == elems(ins[0])
-                } else {
-                    ins[1].shape == ins[0].shape
-                };
-                (targets_fit && same_shape() && elems(ins[2]) * classes == elems(ins[0]))
-                    .then_some(Form::SoftmaxCeGrad { classes, ids: *ids })
+            // One head gradient value per row, the output the logits' shape.
+            Op::Grad(GradFn::SoftmaxCe { ids }) if same_shape() => {
+                softmax_ce_classes(ins, *ids, elems(ins[2]))
+                    .map(|classes| Form::SoftmaxCeGrad { classes, ids: *ids })
             }
             _ => None,
         }
@@ -576,6 +566,21 @@ fn with_dense<R>(a: &NDArray, f: impl FnOnce(&DenseData) -> Result<R>) -> Result
         ArrayData::Dense(d) => f(d),
         _ => Err(Error::arg(OP, "a planned node read a sparse value")),
     }
+}
+
+/// The class count of a fused softmax cross-entropy node of logits `ins[0]` and targets
+/// `ins[1]` (dense rows of the logits' shape, or with `ids` one class id per row) whose other
+/// value `per_row` has one element per row; `None` when they do not fit so.
+fn softmax_ce_classes(ins: &[&ValueInfo], ids: bool, per_row: usize) -> Option<usize> {
+    let (x, t) = (ins[0], ins[1]);
+    let classes = x.shape.last().copied().filter(|&c| c > 0)?;
+    let rows = elems(x) / classes;
+    let targets_fit = if ids {
+        elems(t) == rows
+    } else {
+        t.shape == x.shape
+    };
+    (targets_fit && per_row == rows).then_some(classes)
 }
 
 /// Number of elements of a value.

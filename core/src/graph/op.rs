@@ -873,20 +873,11 @@ impl Op {
             // Declined off the host (an imported graph run on a device): the same loss composed.
             Op::SoftmaxCe => match crate::ops::fused::softmax_ce_logits(&x[0], &x[1])? {
                 Some(l) => Ok(l),
-                None => x[0]
-                    .log_softmax(-1)?
-                    .mul(&x[1])?
-                    .sum(Some(&[-1]), true)?
-                    .neg(),
+                None => crate::ops::fused::softmax_ce_composite(&x[0], &x[1], false),
             },
             Op::SoftmaxCeIds => match crate::ops::fused::softmax_ce_ids(&x[0], &x[1])? {
                 Some(l) => Ok(l),
-                None => {
-                    let dims = x[0].dims();
-                    let classes = dims.last().copied().unwrap_or(0);
-                    let t = crate::ops::fused::one_hot_of(&x[1], &dims, classes)?;
-                    x[0].log_softmax(-1)?.mul(&t)?.sum(Some(&[-1]), true)?.neg()
-                }
+                None => crate::ops::fused::softmax_ce_composite(&x[0], &x[1], true),
             },
             Op::Sum { axes, keepdims } => x[0].sum(axes.as_deref(), *keepdims),
             Op::Mean { axes, keepdims } => x[0].mean(axes.as_deref(), *keepdims),

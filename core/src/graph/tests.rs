@@ -539,3 +539,44 @@ fn shape_and_sequence_nodes_refuse_operands_they_do_not_fit() {
         .to_string();
     assert!(err.contains("recurrent weight"), "{err}");
 }
+
+#[test]
+fn softmax_ce_nodes_compose_the_loss_where_the_fused_kernels_decline() {
+    // The fused kernels run on dense host operands of one float dtype; a graph's node meets
+    // others where it is run elsewhere (a device) or handed them. Here: a csr target, ids of
+    // another dtype than the logits', a row_sparse head gradient. The nodes then compose the
+    // general operators, and must give what the fused kernels give on dense operands.
+    use crate::graph::GradFn;
+    use crate::testing::test_array;
+    use crate::SType;
+    let close = |a: &NDArray, b: &NDArray| {
+        assert_eq!(a.shape(), b.shape());
+        for (p, q) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+            assert!((p - q).abs() <= 1e-12 * (1.0 + q.abs()), "{p} vs {q}");
+        }
+    };
+    let x = test_array(&[4, 3], -2.0, 2.0, 1);
+    let t = test_array(&[4, 3], 0.0, 1.0, 2);
+    let ids = NDArray::from_vec(vec![2.0f64, 0.0, 1.0, 2.0], &[4]).unwrap();
+    let g = NDArray::from_vec(vec![0.5f64, 0.0, -1.0, 0.0], &[4, 1]).unwrap();
+    let t_csr = t.tostype(SType::Csr).unwrap();
+    let ids_f32 = ids.astype(crate::DType::F32).unwrap();
+    let g_rsp = g.tostype(SType::RowSparse).unwrap();
+    for (op, t_fused, t_other, ids) in [
+        (Op::SoftmaxCe, &t, &t_csr, false),
+        (Op::SoftmaxCeIds, &ids, &ids_f32, true),
+    ] {
+        let fused = op.apply(&[x.clone(), t_fused.clone()]).unwrap();
+        close(&op.apply(&[x.clone(), t_other.clone()]).unwrap(), &fused);
+        let grad = GradFn::SoftmaxCe { ids };
+        let dense = grad
+            .apply(&[x.clone(), t_fused.clone(), g.clone()])
+            .unwrap();
+        close(
+            &grad
+                .apply(&[x.clone(), t_fused.clone(), g_rsp.clone()])
+                .unwrap(),
+            &dense,
+        );
+    }
+}

@@ -11,5 +11,5 @@ mod softmax_ce;
 
 pub use bias_act::{bias_act, bias_act_absorbing, bias_add, FusedAct};
 pub use sigmoid_bce::{sigmoid_bce_logits, sigmoid_bce_logits_to};
-pub(crate) use softmax_ce::one_hot_of;
+pub(crate) use softmax_ce::{softmax_ce_composite, softmax_ce_grad_composite};
 pub use softmax_ce::{softmax_ce_ids, softmax_ce_logits};

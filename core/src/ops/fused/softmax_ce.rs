@@ -85,17 +85,7 @@ fn softmax_ce_impl(x: &NDArray, t: &NDArray, ids: bool) -> Result<Option<NDArray
         })?;
         let dx = match direct {
             Some(dx) => dx,
-            None => {
-                let t = if ids {
-                    one_hot_of(&ts, &xs.dims(), classes)?
-                } else {
-                    ts.clone()
-                };
-                xs.softmax(-1)?
-                    .mul(&t.sum(Some(&[-1]), true)?)?
-                    .sub(&t)?
-                    .mul(g)?
-            }
+            None => softmax_ce_grad_composite(&xs, &ts, ids, g)?,
         };
         let dt = if need_dt {
             Some(xs.log_softmax(-1)?.mul(g)?.neg()?)
@@ -106,9 +96,44 @@ fn softmax_ce_impl(x: &NDArray, t: &NDArray, ids: bool) -> Result<Option<NDArray
     })))
 }
 
-/// The one-hot rows of class ids `ids` for logits of shape `xshape` (`classes` the last axis):
-/// what [`softmax_ce_ids`] stands for, made where the general operators need it.
-pub(crate) fn one_hot_of(ids: &NDArray, xshape: &[usize], classes: usize) -> Result<NDArray> {
-    let lead = &xshape[..xshape.len().saturating_sub(1)];
-    ids.reshape(lead)?.one_hot(classes, 1.0, 0.0, ids.dtype())
+/// The targets `t` of logits `x` as dense rows: `t` itself, or (`ids`) the one-hot rows of its
+/// class ids in the logits' dtype, what [`softmax_ce_ids`] stands for, made where the general operators need them.
+fn dense_targets(x: &NDArray, t: &NDArray, ids: bool) -> Result<NDArray> {
+    if !ids {
+        return Ok(t.clone());
+    }
+    let dims = x.dims();
+    let (lead, classes) = dims.split_at(dims.len().saturating_sub(1));
+    let classes = classes.first().copied().unwrap_or(0);
+    t.reshape(lead)?.one_hot(classes, 1.0, 0.0, x.dtype())
+}
+
+/// The fused ops' loss through the general operators, which every backend runs: `-sum(t *
+/// log_softmax(x), -1, keepdims)`, `t` dense rows or (`ids`) class ids.
+pub(crate) fn softmax_ce_composite(x: &NDArray, t: &NDArray, ids: bool) -> Result<NDArray> {
+    let t = dense_targets(x, t, ids)?;
+    x.log_softmax(-1)?.mul(&t)?.sum(Some(&[-1]), true)?.neg()
+}
+
+/// The fused ops' logits gradient through the general operators: `g (softmax(x) sum(t) - t)`
+/// for a head gradient `g` of one value per row (the loss's `[..., 1]` shape, or any shape of
+/// that many elements).
+pub(crate) fn softmax_ce_grad_composite(
+    x: &NDArray,
+    t: &NDArray,
+    ids: bool,
+    g: &NDArray,
+) -> Result<NDArray> {
+    let dims = x.dims();
+    let want = [&dims[..dims.len().saturating_sub(1)], &[1]].concat();
+    let g = if g.dims()[..] == want[..] {
+        g.clone()
+    } else {
+        g.reshape(&want)?
+    };
+    let t = dense_targets(x, t, ids)?;
+    x.softmax(-1)?
+        .mul(&t.sum(Some(&[-1]), true)?)?
+        .sub(&t)?
+        .mul(&g)
 }
