@@ -178,6 +178,8 @@ pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::ite
     fn exp_fast_nonpos(self) -> Self {
         self.exp_fast()
     }
+    /// The error function (libm's `erff` / `erf`): GELU's normal CDF.
+    fn erf(self) -> Self;
 }
 impl Float for f32 {
     #[inline(always)]
@@ -188,11 +190,19 @@ impl Float for f32 {
     fn exp_fast_nonpos(self) -> f32 {
         crate::cpu::expf::exp_nonpos_f32(self)
     }
+    #[inline]
+    fn erf(self) -> f32 {
+        libm::erff(self)
+    }
 }
 impl Float for f64 {
     #[inline(always)]
     fn exp_fast(self) -> f64 {
         self.exp()
+    }
+    #[inline]
+    fn erf(self) -> f64 {
+        libm::erf(self)
     }
 }
 

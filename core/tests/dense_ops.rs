@@ -14,12 +14,74 @@ fn i64s(v: &[i64], shape: &[usize]) -> NDArray {
         .and_then(|x| x.to_device(test_device()))
         .unwrap()
 }
+/// erf by its Maclaurin series (|x| <= 2: terms fall below 1e-17 well before 60).
+fn erf_series(x: f64) -> f64 {
+    let (mut term, mut sum) = (x, x);
+    for n in 1..60 {
+        term *= -x * x / n as f64;
+        sum += term / (2 * n + 1) as f64;
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
 fn close(a: &NDArray, b: &[f64]) {
     let v = a.to_f64_vec();
     assert_eq!(v.len(), b.len(), "{v:?} vs {b:?}");
     for (x, y) in v.iter().zip(b) {
         assert!((x - y).abs() < 1e-5, "{v:?} vs {b:?}");
     }
+}
+
+device_test! {
+fn activation_values_f32_and_f64_and_their_extremes() {
+    use sparrow_core::ops::{ActFn, SELU_ALPHA, SELU_LAMBDA};
+    // References in f64 from the definitions (erf(1/sqrt 2) = 0.6826894921370859).
+    let phi = |x: f64| 0.5 * (1.0 + erf_series(x / std::f64::consts::SQRT_2));
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let sp = |x: f64| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
+    let xs = [-3.0, -1.0, -0.25, 0.0, 0.5, 1.0, 2.5];
+    let refs: Vec<(ActFn, Box<dyn Fn(f64) -> f64>)> = vec![
+        (ActFn::Elu(0.7), Box::new(|x: f64| if x > 0.0 { x } else { 0.7 * x.exp_m1() })),
+        (ActFn::Selu, Box::new(|x: f64| {
+            SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() }
+        })),
+        (ActFn::Gelu, Box::new(move |x: f64| x * phi(x))),
+        (ActFn::GeluTanh, Box::new(|x: f64| {
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            0.5 * x * (1.0 + u.tanh())
+        })),
+        (ActFn::Swish(1.5), Box::new(move |x: f64| x * sig(1.5 * x))),
+        (ActFn::Softsign, Box::new(|x: f64| x / (1.0 + x.abs()))),
+        (ActFn::LogSigmoid, Box::new(move |x: f64| -sp(-x))),
+        (ActFn::Mish, Box::new(move |x: f64| x * sp(x).tanh())),
+    ];
+    let x32 = f32s(&xs.map(|v| v as f32), &[7]);
+    let x64 = x32.astype(DType::F64).unwrap();
+    for (f, r) in &refs {
+        let want: Vec<f64> = xs.iter().map(|&x| r(x)).collect();
+        let y64 = x64.activation(*f).unwrap().to_f64_vec();
+        for (a, b) in y64.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{f:?} f64: {y64:?} vs {want:?}");
+        }
+        close(&x32.activation(*f).unwrap(), &want);
+    }
+    // Known values.
+    close(&f32s(&[1.0], &[1]).gelu().unwrap(), &[0.8413447460685429]);
+    close(&f32s(&[1.0], &[1]).mish().unwrap(), &[0.8650983882673103]);
+    // Far tails stay finite and exact: no overflow in exp, no cancellation.
+    let big = f32s(&[-100.0, 100.0], &[2]);
+    close(&big.log_sigmoid().unwrap(), &[-100.0, 0.0]);
+    close(&big.gelu().unwrap(), &[0.0, 100.0]);
+    close(&big.gelu_tanh().unwrap(), &[0.0, 100.0]);
+    close(&big.mish().unwrap(), &[0.0, 100.0]);
+    close(&big.silu().unwrap(), &[0.0, 100.0]);
+    close(&big.elu(1.0).unwrap(), &[-1.0, 100.0]);
+    // A non-finite parameter is an error naming it.
+    let e = big.elu(f64::NAN).unwrap_err().to_string();
+    assert!(e.contains("alpha"), "{e}");
+    let e = big.swish(f64::INFINITY).unwrap_err().to_string();
+    assert!(e.contains("beta"), "{e}");
+}
 }
 
 device_test! {

@@ -31,9 +31,23 @@ fn unary_grads() {
         ("tanh", |x| x[0].tanh()),
         ("softrelu", |x| x[0].softrelu()),
         ("leaky_relu", |x| x[0].leaky_relu(0.1)),
+        ("elu", |x| x[0].elu(0.7)),
+        ("selu", |x| x[0].selu()),
+        ("gelu", |x| x[0].gelu()),
+        ("gelu_tanh", |x| x[0].gelu_tanh()),
+        ("swish", |x| x[0].swish(1.5)),
+        ("silu", |x| x[0].silu()),
+        ("softsign", |x| x[0].softsign()),
+        ("log_sigmoid", |x| x[0].log_sigmoid()),
+        ("mish", |x| x[0].mish()),
     ];
     for (n, f) in cases {
         gc(n, *f, &[x34()]);
+    }
+    // The activations' tails (|x| up to 6), where their derivatives bend.
+    let wide = test_array(&[3, 4], -6.0, 6.0, 13);
+    for (n, f) in &cases[cases.len() - 9..] {
+        gc(n, *f, std::slice::from_ref(&wide));
     }
     gc("log", |x| x[0].log(), &[pos34()]);
     gc("sqrt", |x| x[0].sqrt(), &[pos34()]);

@@ -2,7 +2,7 @@
 //! outside the loop, so every arm is its own monomorphized (vectorizable) slice loop.
 
 use super::broadcast::broadcast_apply;
-use super::elementwise::{map_in_place, map_slice, map_slice_to, zip_slices};
+use super::elementwise::{map_in_place, map_slice, map_slice_to, zip_slices, zip_slices_to};
 use super::{CpuStorage, HostElement};
 use crate::dtype::{Element, Float};
 use crate::error::{Error, Result};
@@ -43,11 +43,55 @@ pub fn sigmoid<T: Float>(x: T) -> T {
 /// Where a map's results go: a new vector, another buffer, or the input itself. The one match
 /// over [`Map`] ([`map_with`]) serves all three, so a planned graph's output written into its
 /// buffer or in place holds the same bits as the operator's new array.
-trait MapSink<T> {
+pub(super) trait MapSink<T> {
     /// What the map returns.
     type Out;
     /// Apply `f` to every element.
     fn run(self, f: impl Fn(T) -> T + Sync + Send) -> Self::Out;
+}
+
+/// Where a fused backward's results go (gradient, saved array): a new vector or another
+/// buffer. The one match over [`MapGrad`] ([`map_grad_with`]) serves the eager backward and
+/// the planned node alike.
+pub(crate) trait GradSink<T> {
+    /// What the backward returns.
+    type Out;
+    /// Apply `f(g, s)` to every pair.
+    fn run(self, f: impl Fn(T, T) -> T + Sync + Send) -> Self::Out;
+}
+
+/// The gradients as a new vector.
+struct GradToVec<'a, T>(&'a [T], &'a [T]);
+/// The gradients written into a buffer of the same length.
+pub(crate) struct GradToSlice<'a, T>(
+    pub(crate) &'a [T],
+    pub(crate) &'a [T],
+    pub(crate) &'a mut [T],
+);
+
+impl<T: Copy + Send + Sync> GradSink<T> for GradToVec<'_, T> {
+    type Out = Vec<T>;
+    fn run(self, f: impl Fn(T, T) -> T + Sync + Send) -> Vec<T> {
+        zip_slices(self.0, self.1, f)
+    }
+}
+impl<T: Copy + Send + Sync> GradSink<T> for GradToSlice<'_, T> {
+    type Out = ();
+    fn run(self, f: impl Fn(T, T) -> T + Sync + Send) {
+        zip_slices_to(self.0, self.1, self.2, f)
+    }
+}
+
+/// The fused backward `op` of (gradient, saved array) pairs.
+pub(crate) fn map_grad_with<T: Float, K: GradSink<T>>(k: K, op: MapGrad) -> K::Out {
+    let (zero, one) = (T::zero(), T::one());
+    match op {
+        MapGrad::SigmoidFromOutput => k.run(|gv: T, y: T| gv * y * (one - y)),
+        MapGrad::ReluFromInput => k.run(|gv: T, x: T| if x > zero { gv } else { zero }),
+        MapGrad::TanhFromOutput => k.run(|gv: T, y: T| gv * (one - y * y)),
+        MapGrad::SoftreluFromInput => k.run(|gv: T, x: T| gv * sigmoid(x)),
+        MapGrad::Act(f) => super::activation::act_grad(k, f),
+    }
 }
 
 /// The results as a new vector.
@@ -186,6 +230,7 @@ fn map_with<T: Float, K: MapSink<T>>(k: K, op: Map) -> K::Out {
         Map::Ceil => k.run(|x: T| x.ceil()),
         Map::Floor => k.run(|x: T| x.floor()),
         Map::Trunc => k.run(|x: T| x.trunc()),
+        Map::Act(f) => super::activation::act_map(k, f),
     }
 }
 
@@ -204,13 +249,7 @@ fn rint<T: Float>(x: T) -> T {
 }
 
 fn map_grad_typed<T: Float>(g: &[T], s: &[T], op: MapGrad) -> Vec<T> {
-    let (zero, one) = (T::zero(), T::one());
-    match op {
-        MapGrad::SigmoidFromOutput => zip_slices(g, s, |gv: T, y: T| gv * y * (one - y)),
-        MapGrad::ReluFromInput => zip_slices(g, s, |gv: T, x: T| if x > zero { gv } else { zero }),
-        MapGrad::TanhFromOutput => zip_slices(g, s, |gv: T, y: T| gv * (one - y * y)),
-        MapGrad::SoftreluFromInput => zip_slices(g, s, |gv: T, x: T| gv * sigmoid(x)),
-    }
+    map_grad_with(GradToVec(g, s), op)
 }
 
 fn zip_typed<T: Float>(

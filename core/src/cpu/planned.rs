@@ -5,7 +5,7 @@
 use super::broadcast::broadcast_apply_to;
 use super::elementwise::zip_slices_to;
 use super::linalg::bce_loss;
-use super::map::sigmoid;
+use super::map::{map_grad_with, sigmoid, GradToSlice};
 use super::reduce::fold_axes_to;
 use super::{CpuStorage, HostElement};
 use crate::dtype::{Element, Float};
@@ -14,7 +14,7 @@ use crate::float_dispatch;
 use crate::ops::fused::FusedAct;
 use crate::ops::BinaryOp;
 use crate::storage::{MapGrad, PlannedOps};
-use num_traits::{One, Zero};
+use num_traits::Zero;
 
 /// `out`'s elements as `T`, checked to be `len` of them.
 fn dst<'a, T: crate::dtype::Element>(
@@ -72,14 +72,8 @@ impl PlannedOps for CpuStorage {
                 return Err(Error::shape(name, "gradient and saved array differ in length"));
             }
             let o = dst::<T>(name, out, g.len())?;
-            let (zero, one) = (T::zero(), T::one());
-            // The closures of the eager `map_grad` (`map.rs`).
-            match op {
-                MapGrad::SigmoidFromOutput => zip_slices_to(g, s, o, |gv: T, y: T| gv * y * (one - y)),
-                MapGrad::ReluFromInput => zip_slices_to(g, s, o, |gv: T, x: T| if x > zero { gv } else { zero }),
-                MapGrad::TanhFromOutput => zip_slices_to(g, s, o, |gv: T, y: T| gv * (one - y * y)),
-                MapGrad::SoftreluFromInput => zip_slices_to(g, s, o, |gv: T, x: T| gv * sigmoid(x)),
-            }
+            // The closures of the eager `map_grad`.
+            map_grad_with(GradToSlice(g, s, o), op);
         });
         Ok(())
     }

@@ -8,7 +8,7 @@ use super::driver::CudaDev;
 use super::launch::{driver_err, grid, too_many_dims, MAX_DIMS};
 use super::storage::{read_ptr, with_cuda, write_ptr, CudaElement, CudaStorage};
 use crate::error::{Error, Result};
-use crate::ops::BinaryOp;
+use crate::ops::{ActFn, BinaryOp};
 use crate::storage::{CmpOp, ElementwiseOps, Map, MapGrad};
 
 /// NumPy broadcasting for a kernel: the output shape and each operand's element strides (0
@@ -111,15 +111,39 @@ fn map_code(op: Map) -> (i32, f64, f64) {
         Map::Ceil => (37, 0.0, 0.0),
         Map::Floor => (38, 0.0, 0.0),
         Map::Trunc => (39, 0.0, 0.0),
+        Map::Act(f) => {
+            let (code, a) = act_code(f);
+            (40 + code, a, 0.0)
+        }
     }
 }
 
-fn map_grad_code(op: MapGrad) -> i32 {
+/// The number (within the activations) and parameter of an [`ActFn`]: the forward is map
+/// `40 + number`, the backward map_grad `4 + number`.
+fn act_code(f: ActFn) -> (i32, f64) {
+    match f {
+        ActFn::Elu(a) => (0, a),
+        ActFn::Selu => (1, 0.0),
+        ActFn::Gelu => (2, 0.0),
+        ActFn::GeluTanh => (3, 0.0),
+        ActFn::Swish(b) => (4, b),
+        ActFn::Softsign => (5, 0.0),
+        ActFn::LogSigmoid => (6, 0.0),
+        ActFn::Mish => (7, 0.0),
+    }
+}
+
+/// The kernel's number and scalar argument of a [`MapGrad`] (order of `map_grad_one`).
+fn map_grad_code(op: MapGrad) -> (i32, f64) {
     match op {
-        MapGrad::SigmoidFromOutput => 0,
-        MapGrad::ReluFromInput => 1,
-        MapGrad::TanhFromOutput => 2,
-        MapGrad::SoftreluFromInput => 3,
+        MapGrad::SigmoidFromOutput => (0, 0.0),
+        MapGrad::ReluFromInput => (1, 0.0),
+        MapGrad::TanhFromOutput => (2, 0.0),
+        MapGrad::SoftreluFromInput => (3, 0.0),
+        MapGrad::Act(f) => {
+            let (code, a) = act_code(f);
+            (4 + code, a)
+        }
     }
 }
 
@@ -278,10 +302,11 @@ fn map_grad_t<T: CudaElement>(
         let f = g
             .dev
             .function("elementwise.cu", kname("map_grad", T::SUFFIX))?;
-        let (code, n64) = (map_grad_code(op), n as u64);
+        let ((code, a), n64) = (map_grad_code(op), n as u64);
         let mut l = g.dev.stream.launch_builder(&f);
-        l.arg(gs).arg(ss).arg(&mut out).arg(&n64).arg(&code);
-        // SAFETY: three buffers of `n` elements (checked above).
+        l.arg(gs).arg(ss).arg(&mut out).arg(&n64).arg(&code).arg(&a);
+        // SAFETY: `map_grad_T(const T* g, const T* s, T* out, u64 n, int, double)` over
+        // three buffers of `n` elements (checked above).
         unsafe { l.launch(grid(n)) }.map_err(driver_err(name))?;
     }
     Ok(g.with(out))

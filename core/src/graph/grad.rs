@@ -14,7 +14,7 @@
 use super::ir::{Graph, Node, ParamInfo, ValueInfo};
 use super::op::{act_name, AttrValue, CmpFn, Op, ScalarFn, UnaryFn};
 use crate::ops::fused::FusedAct;
-use crate::ops::BinaryOp;
+use crate::ops::{ActFn, BinaryOp};
 use crate::storage::{Map, MapGrad};
 use crate::{ArrayData, Error, NDArray, Result, SType};
 
@@ -50,6 +50,9 @@ pub enum GradFn {
     /// The fused backward of an activation map (inputs: the saved array, then `g`): from the
     /// output for `sigmoid` and `tanh`, from the input for `relu` and `softrelu`.
     Activation(UnaryFn),
+    /// The fused backward of an activation of `ops::activation` (inputs: its input `x`, then
+    /// `g`).
+    Act(ActFn),
     /// The slope of `leaky_relu(x, s)` at each `x` (1 where positive, else `s`; input `x`):
     /// the eager backward's `LeakyReluSlope` map, multiplied into `g` by a `mul` node.
     LeakyReluSlope(f64),
@@ -124,6 +127,24 @@ pub(crate) fn activation_grad(u: UnaryFn) -> Option<(MapGrad, bool)> {
     }
 }
 
+/// The fused backward `op` of the saved array `s` and the head gradient `g` (same shape).
+fn fused_map_grad(s: &NDArray, g: &NDArray, op: MapGrad) -> Result<NDArray> {
+    g.with_dense2(s, |g, s| {
+        if g.shape != s.shape {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "{} of {:?} with a gradient {:?}",
+                    op.name(),
+                    s.shape,
+                    g.shape
+                ),
+            ));
+        }
+        NDArray::from_buffer(g.buf.map_grad(&s.buf, op)?, &g.shape)
+    })
+}
+
 impl GradFn {
     /// Number of inputs.
     pub fn arity(&self) -> usize {
@@ -148,7 +169,7 @@ impl GradFn {
             GradFn::SigmoidBce => "sigmoid_bce_logits_grad",
             GradFn::SoftmaxCe { ids: false } => "softmax_ce_logits_grad",
             GradFn::SoftmaxCe { ids: true } => "softmax_ce_ids_grad",
-            GradFn::Activation(_) => "activation_grad",
+            GradFn::Activation(_) | GradFn::Act(_) => "activation_grad",
             GradFn::LeakyReluSlope(_) => "leaky_relu_slope",
             GradFn::InsideMask(..) => "inside_mask",
             GradFn::Embedding { .. } => "embedding_grad",
@@ -167,6 +188,11 @@ impl GradFn {
                 vec![("act", AttrValue::Str(act_name(Some(*a)).into()))]
             }
             GradFn::Activation(u) => vec![("act", AttrValue::Str(u.name().into()))],
+            GradFn::Act(f) => {
+                let mut a = vec![("act", AttrValue::Str(f.name().into()))];
+                a.extend(f.param().map(|(k, v)| (k, AttrValue::Float(v))));
+                a
+            }
             GradFn::LeakyReluSlope(s) => vec![("slope", AttrValue::Float(*s))],
             GradFn::InsideMask(lo, hi) => vec![
                 ("a_min", AttrValue::Float(*lo)),
@@ -218,21 +244,9 @@ impl GradFn {
                 let (op, _) = activation_grad(u).ok_or_else(|| {
                     Error::arg(OP, format!("'{}' has no fused backward", u.name()))
                 })?;
-                x[1].with_dense2(&x[0], |g, s| {
-                    if g.shape != s.shape {
-                        return Err(Error::shape(
-                            OP,
-                            format!(
-                                "{} of {:?} with a gradient {:?}",
-                                op.name(),
-                                s.shape,
-                                g.shape
-                            ),
-                        ));
-                    }
-                    NDArray::from_buffer(g.buf.map_grad(&s.buf, op)?, &g.shape)
-                })
+                fused_map_grad(&x[0], &x[1], op)
             }
+            GradFn::Act(f) => fused_map_grad(&x[0], &x[1], MapGrad::Act(f)),
             GradFn::BiasActInput(act) | GradFn::BiasActBias(act) => {
                 let want_input = matches!(self, GradFn::BiasActInput(_));
                 x[0].with_dense2(&x[1], |y, g| {
@@ -784,6 +798,16 @@ pub fn backward_graph_wrt(
                 let saved = if from_output { node.output } else { ins[0] };
                 let gi = b.dense_like(ins[0]);
                 let gx = b.push(Op::Grad(GradFn::Activation(*u)), vec![saved, g], gi);
+                b.add_grad(ins[0], gx)?;
+            }
+            Op::Act(f) => {
+                // As the eager backward: one fused pass from the input.
+                let x = info(0);
+                if x.stype != SType::Dense || b.values[g].shape != x.shape {
+                    return refuse("a sparse operand or gradient");
+                }
+                let gi = b.dense_like(ins[0]);
+                let gx = b.push(Op::Grad(GradFn::Act(*f)), vec![ins[0], g], gi);
                 b.add_grad(ins[0], gx)?;
             }
             Op::Scalar(f, s) if *f != ScalarFn::LeakyRelu => {

@@ -227,6 +227,8 @@ impl Form {
         match op {
             Op::Unary(u) if same_shape() => Some(Form::Map(unary_map(*u))),
             Op::Scalar(f, s) if same_shape() => Some(Form::Map(scalar_map(*f, *s))),
+            // A non-finite parameter is the operator's error: the fallback reports it.
+            Op::Act(f) if f.check().is_ok() && same_shape() => Some(Form::Map(Map::Act(*f))),
             // lo > hi is the operator's error: the fallback reports it.
             Op::Clip(lo, hi) if lo <= hi && same_shape() => Some(Form::Map(Map::Clip(*lo, *hi))),
             Op::BiasAct { act, .. }
@@ -307,6 +309,9 @@ impl Form {
             },
             Op::Grad(GradFn::Activation(u)) if ins[0].shape == ins[1].shape => {
                 super::grad::activation_grad(*u).map(|(m, _)| Form::MapGrad(m))
+            }
+            Op::Grad(GradFn::Act(f)) if ins[0].shape == ins[1].shape => {
+                Some(Form::MapGrad(MapGrad::Act(*f)))
             }
             Op::Grad(GradFn::BiasActInput(a))
                 if ins[0].shape.len() == 2 && ins[1].shape == ins[0].shape =>

@@ -4,7 +4,7 @@
 //! values for the exported graph format.
 
 use crate::ops::fused::FusedAct;
-use crate::ops::BinaryOp;
+use crate::ops::{ActFn, BinaryOp};
 use crate::{DType, Error, NDArray, Result, SType};
 
 /// An attribute value of an exported node (the JSON format maps each to one JSON value).
@@ -100,6 +100,8 @@ pub enum Op {
     Unary(UnaryFn),
     /// Elementwise op with a scalar; input `x`.
     Scalar(ScalarFn, f64),
+    /// An activation of `ops::activation` (ELU, GELU, Swish, ...); input `x`.
+    Act(ActFn),
     /// Broadcasting comparison; inputs `a, b`.
     Compare(CmpFn),
     /// Comparison against a scalar; input `x`.
@@ -387,7 +389,7 @@ impl Op {
     pub fn is_elementwise_unary(&self) -> bool {
         matches!(
             self,
-            Op::Unary(_) | Op::Scalar(..) | Op::CompareScalar(..) | Op::Clip(..)
+            Op::Unary(_) | Op::Scalar(..) | Op::Act(_) | Op::CompareScalar(..) | Op::Clip(..)
         )
     }
 
@@ -397,6 +399,7 @@ impl Op {
             Op::Binary(b) => b.name(),
             Op::Unary(u) => u.name(),
             Op::Scalar(s, _) => s.name(),
+            Op::Act(f) => f.name(),
             Op::Compare(c) => c.name(),
             Op::CompareScalar(..) => "compare_scalar",
             Op::Clip(..) => "clip",
@@ -441,6 +444,10 @@ impl Op {
         match self {
             Op::Binary(_) | Op::Unary(_) | Op::Compare(_) => vec![],
             Op::Scalar(_, s) => vec![("scalar", AttrValue::Float(*s))],
+            Op::Act(f) => f
+                .param()
+                .map(|(k, v)| vec![(k, AttrValue::Float(v))])
+                .unwrap_or_default(),
             Op::CompareScalar(c, s) => vec![
                 ("cmp", AttrValue::Str(c.name().into())),
                 ("scalar", AttrValue::Float(*s)),
@@ -604,6 +611,14 @@ impl Op {
         }
         if let Some(c) = CmpFn::from_name(name) {
             return Ok(Op::Compare(c));
+        }
+        let act_param = match name {
+            "elu" => Some(float("alpha")?),
+            "swish" => Some(float("beta")?),
+            _ => None,
+        };
+        if let Some(f) = ActFn::from_name(name, act_param) {
+            return Ok(Op::Act(f));
         }
         Ok(match name {
             "compare_scalar" => {
@@ -816,6 +831,7 @@ impl Op {
                     UnaryFn::Softrelu => a.softrelu(),
                 }
             }
+            Op::Act(f) => x[0].activation(*f),
             Op::Scalar(f, s) => {
                 let (a, s) = (&x[0], *s);
                 match f {

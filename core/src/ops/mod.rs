@@ -1,6 +1,7 @@
 //! Dense operators. Each public op validates its inputs, computes with a backend's kernels
 //! (`crate::cpu`) and, when autograd is recording, records its backward.
 
+mod activation;
 mod arith;
 pub(crate) mod axis;
 pub(crate) mod broadcast;
@@ -26,6 +27,7 @@ mod transform;
 mod unary;
 
 pub use crate::cpu::map::sigmoid;
+pub use activation::{ActFn, SELU_ALPHA, SELU_LAMBDA};
 pub use arith::BinaryOp;
 pub use broadcast::broadcast_shapes;
 pub use conv::ConvParams;

@@ -8,7 +8,7 @@
 
 use super::Storage;
 use crate::error::Result;
-use crate::ops::BinaryOp;
+use crate::ops::{ActFn, BinaryOp};
 
 /// A unary elementwise operator, with its scalar argument where it has one.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -93,6 +93,8 @@ pub(crate) enum Map {
     Floor,
     /// `x` rounded toward zero (MXNet's `trunc` and `fix`)
     Trunc,
+    /// An activation of `ops::activation` (ELU, GELU, Swish, ...).
+    Act(ActFn),
 }
 
 impl Map {
@@ -137,6 +139,7 @@ impl Map {
             Map::Ceil => "ceil",
             Map::Floor => "floor",
             Map::Trunc => "trunc",
+            Map::Act(f) => f.name(),
         }
     }
 }
@@ -153,6 +156,8 @@ pub(crate) enum MapGrad {
     TanhFromOutput,
     /// `g * sigmoid(x)` from the softrelu's input.
     SoftreluFromInput,
+    /// `g * f'(x)` from the input of an activation of `ops::activation`.
+    Act(ActFn),
 }
 
 impl MapGrad {
@@ -163,6 +168,7 @@ impl MapGrad {
             MapGrad::ReluFromInput => "relu backward",
             MapGrad::TanhFromOutput => "tanh backward",
             MapGrad::SoftreluFromInput => "softrelu backward",
+            MapGrad::Act(f) => f.name(),
         }
     }
 }

@@ -8,7 +8,9 @@ mod embedding;
 mod norm;
 mod pool;
 
-pub use activation::{apply_activation, Activation, LeakyReLU};
+pub use activation::{
+    apply_activation, Activation, LeakyReLU, PReLU, SiLU, Swish, ELU, GELU, SELU,
+};
 pub use basic::{Dropout, Flatten, Identity, Lambda};
 pub use conv::{Conv1D, Conv1DTranspose, Conv2D, Conv2DTranspose, Conv3D, Conv3DTranspose};
 pub use dense::Dense;

@@ -40,6 +40,59 @@ template <typename T> __device__ __forceinline__ T softplus_of(T x) {
   return x > T(0) ? x + log1p(exp(-x)) : log1p(exp(x));
 }
 
+// The activations of `ops::activation` (`ActFn`, numbered as `act_code`): the forward of `x`
+// and `g * f'(x)`, with the one parameter `a` (ELU's alpha, Swish's beta).
+#define SELU_LAMBDA 1.0507009873554805
+#define SELU_ALPHA 1.6732632423543773
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_CUBIC 0.044715
+#define INV_SQRT_2PI 0.3989422804014327
+#define FRAC_1_SQRT_2 0.7071067811865476
+
+template <typename T> __device__ __forceinline__ T act_one(T x, int op, T a) {
+  switch (op) {
+    case 0: return x > T(0) ? x : a * expm1(x);
+    case 1: return x > T(0) ? T(SELU_LAMBDA) * x : T(SELU_LAMBDA * SELU_ALPHA) * expm1(x);
+    case 2: return T(0.5) * x * (T(1) + erf(x * T(FRAC_1_SQRT_2)));
+    case 3: return T(0.5) * x * (T(1) + tanh(T(SQRT_2_OVER_PI) * (x + T(GELU_CUBIC) * x * x * x)));
+    case 4: return x * sigmoid_of(a * x);
+    case 5: return x / (T(1) + fabs(x));
+    case 6: return -softplus_of(-x);
+    case 7: return x * tanh(softplus_of(x));
+    default: return x;
+  }
+}
+
+template <typename T> __device__ __forceinline__ T act_grad_one(T g, T x, int op, T a) {
+  switch (op) {
+    case 0: return x > T(0) ? g : g * a * exp(x);
+    case 1: return x > T(0) ? g * T(SELU_LAMBDA) : g * T(SELU_LAMBDA * SELU_ALPHA) * exp(x);
+    case 2:
+      return g * (T(0.5) * (T(1) + erf(x * T(FRAC_1_SQRT_2))) +
+                  x * T(INV_SQRT_2PI) * exp(T(-0.5) * x * x));
+    case 3: {
+      T x2 = x * x;
+      T t = tanh(T(SQRT_2_OVER_PI) * (x + T(GELU_CUBIC) * x2 * x));
+      return g * (T(0.5) * (T(1) + t) +
+                  T(0.5) * x * (T(1) - t * t) * T(SQRT_2_OVER_PI) * (T(1) + T(3 * GELU_CUBIC) * x2));
+    }
+    case 4: {
+      T s = sigmoid_of(a * x);
+      return g * (s + a * x * s * (T(1) - s));
+    }
+    case 5: {
+      T d = T(1) + fabs(x);
+      return g / (d * d);
+    }
+    case 6: return g * sigmoid_of(-x);
+    case 7: {
+      T t = tanh(softplus_of(x));
+      return g * (t + x * (T(1) - t * t) * sigmoid_of(x));
+    }
+    default: return g;
+  }
+}
+
 template <typename T> __device__ __forceinline__ T map_one(T x, int op, T a, T b) {
   switch (op) {
     case 0: return -x;
@@ -82,17 +135,17 @@ template <typename T> __device__ __forceinline__ T map_one(T x, int op, T a, T b
     case 37: return ceil(x);
     case 38: return floor(x);
     case 39: return trunc(x);
-    default: return x;
+    default: return op >= 40 ? act_one(x, op - 40, a) : x;
   }
 }
 
-template <typename T> __device__ __forceinline__ T map_grad_one(T g, T s, int op) {
+template <typename T> __device__ __forceinline__ T map_grad_one(T g, T s, int op, T a) {
   switch (op) {
     case 0: return g * s * (T(1) - s);
     case 1: return s > T(0) ? g : T(0);
     case 2: return g * (T(1) - s * s);
     case 3: return g * sigmoid_of(s);
-    default: return g;
+    default: return op >= 4 ? act_grad_one(g, s, op - 4, a) : g;
   }
 }
 
@@ -127,8 +180,9 @@ template <typename T> __device__ __forceinline__ bool cmp_one(T p, T q, int op) 
     GRID_LOOP(i, n) { y[i] = map_one<T>(x[i], op, ta, tb); } \
   } \
   extern "C" __global__ void map_grad_##tn(const T* g, const T* s, T* out, unsigned long long n, \
-                                           int op) { \
-    GRID_LOOP(i, n) { out[i] = map_grad_one<T>(g[i], s[i], op); } \
+                                           int op, double a) { \
+    T ta = (T)a; \
+    GRID_LOOP(i, n) { out[i] = map_grad_one<T>(g[i], s[i], op, ta); } \
   } \
   extern "C" __global__ void zip_##tn(const T* x, const T* y, T* out, unsigned long long n, int op, \
                                       Bcast b, int same) { \
