@@ -12,7 +12,7 @@ use sparrow_nn::loss::{L2Loss, Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCross
 use sparrow_nn::{
     Activation, AvgPool2D, BatchNorm, Block, Conv2D, Conv2DTranspose, Dense, Dropout, Embedding,
     Flatten, GlobalAvgPool2D, HybridBlock, HybridLoss, HybridTrainStep, Hybridize, Initializer,
-    MaxPool2D, Sequential, SparseEmbedding, SymbolBlock,
+    MaxPool2D, PReLU, Sequential, SparseEmbedding, Swish, SymbolBlock, ELU, GELU, SELU,
 };
 
 mod hybrid_util;
@@ -145,6 +145,36 @@ device_test! {
                 &arr(&[8, 4], -1.0, 1.0, 3),
             );
         }
+    }
+}
+
+/// Dense layers with each activation of `ops::activation`, and the parametrized layers.
+fn activations_net() -> Sequential {
+    let mut net = Sequential::new();
+    net.add(Dense::new(7).activation("gelu"))
+        .add(ELU::new(0.5).unwrap())
+        .add(Dense::new(7).activation("selu"))
+        .add(Swish::new(1.3).unwrap())
+        .add(Dense::new(6).activation("mish"))
+        .add(GELU::with_approximation("tanh").unwrap())
+        .add(PReLU::with_channels(6))
+        .add(Dense::new(5).activation("log_sigmoid"))
+        .add(Activation::new("silu").unwrap())
+        .add(SELU::new())
+        .add(Dense::new(3));
+    net
+}
+
+device_test! {
+    fn activation_layers_hybridize_like_eager() {
+        let dense = arr(&[8, 10], -2.0, 2.0, 14);
+        let csr = test_csr(8, 10, 0.3, 15, DType::F32);
+        check(
+            activations_net().hybridize(),
+            &[dense, csr],
+            SoftmaxCrossEntropyLoss::new(),
+            &labels(8, 3),
+        );
     }
 }
 
@@ -533,6 +563,41 @@ fn export_then_import_predicts_and_fine_tunes_the_same() {
         .grad()
         .unwrap();
     assert_eq!(g.stype(), SType::RowSparse);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn activation_parameters_survive_export_and_import() {
+    let dir = tmp("export-act");
+    let (gp, pp) = (dir.join("net.json"), dir.join("net.safetensors"));
+    let x = arr(&[6, 10], -2.0, 2.0, 16);
+    let net = activations_net().hybridize();
+    net.initialize(&Initializer::xavier(), Device::Cpu).unwrap();
+    let want = autograd::pause(|| net.forward(&x)).unwrap();
+    net.export(&gp, &pp).unwrap();
+    let json = std::fs::read_to_string(&gp).unwrap();
+    for op in [
+        "\"elu\"",
+        "\"swish\"",
+        "\"gelu_tanh\"",
+        "\"alpha\": 0.5",
+        "\"beta\": 1.3",
+    ] {
+        assert!(json.contains(op), "{op} not in the exported graph");
+    }
+    let imported = SymbolBlock::import(&gp, &pp).unwrap();
+    assert_same(
+        &want,
+        &autograd::pause(|| imported.forward(&x)).unwrap(),
+        "imported prediction",
+    );
+    // An activation without its parameter is refused, naming it.
+    std::fs::write(&gp, json.replace("\"alpha\": 0.5", "\"alphas\": 0.5")).unwrap();
+    let e = match SymbolBlock::import(&gp, &pp) {
+        Ok(_) => panic!("an elu without its alpha was imported"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("alpha"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

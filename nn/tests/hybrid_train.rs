@@ -13,7 +13,7 @@ use sparrow_core::{autograd, DType, Device, NDArray, SType};
 use sparrow_nn::loss::{
     L1Loss, L2Loss, Loss, SigmoidBinaryCrossEntropyLoss, SoftmaxCrossEntropyLoss,
 };
-use sparrow_nn::{Block, Dense, HybridTrainStep, Initializer, Sequential};
+use sparrow_nn::{Block, Dense, HybridTrainStep, Initializer, PReLU, Sequential, Swish, ELU};
 
 mod hybrid_util;
 use hybrid_util::{arr, copy_params, eager_step, grads, tutorial_model, ulp_close};
@@ -79,6 +79,46 @@ fn mlp_with_each_activation_and_softmax_ce() {
         &y,
     );
     eprintln!("softmax ce mlp gradients bit for bit: {exact}");
+}
+
+#[test]
+fn mlp_with_the_other_activations_and_prelu() {
+    let x = arr(&[16, 12], -2.0, 2.0, 5);
+    let y = labels(16, 4);
+    let acts = [
+        "gelu",
+        "elu",
+        "selu",
+        "mish",
+        "silu",
+        "gelu_tanh",
+        "log_sigmoid",
+        "softsign",
+        "",
+    ];
+    let exact = check(
+        &|| mlp(&acts, &[14, 13, 12, 11, 10, 9, 8, 7, 4]),
+        &SoftmaxCrossEntropyLoss::new(),
+        &x,
+        &y,
+    );
+    eprintln!("other activations' gradients bit for bit: {exact}");
+    // Parametrized layers: ELU, Swish, and PReLU's learned slopes (one per unit, broadcast
+    // along axis 1; their gradient summed over the batch).
+    let make = || {
+        let mut s = Sequential::new();
+        s.add(Dense::new(9))
+            .add(ELU::new(0.4).unwrap())
+            .add(Dense::new(8))
+            .add(Swish::new(1.7).unwrap())
+            .add(Dense::new(7))
+            .add(PReLU::with_channels(7).alpha_initializer(Initializer::Uniform { scale: 0.5 }))
+            .add(Dense::new(6))
+            .add(PReLU::new())
+            .add(Dense::new(4));
+        s
+    };
+    check(&make, &SoftmaxCrossEntropyLoss::new(), &x, &y);
 }
 
 #[test]

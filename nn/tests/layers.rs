@@ -162,6 +162,53 @@ fn norm_layers_gradients_and_modes() {
 }
 
 device_test! {
+fn prelu_learns_its_slopes_per_channel_or_shared() {
+    use sparrow_nn::PReLU;
+    // Values: x where positive, alpha x elsewhere (alpha 0.25 by default).
+    let p = PReLU::new().dtype(DType::F64);
+    p.initialize(&Initializer::xavier(), Device::current()).unwrap();
+    let x = NDArray::from_vec(vec![-2.0f64, 3.0, 0.0, -0.5], &[2, 2])
+        .and_then(|x| x.to_device(Device::current()))
+        .unwrap();
+    assert_eq!(p.forward(&x).unwrap().to_f64_vec(), [-0.5, 3.0, 0.0, -0.125]);
+    // Gradients of the input and of the slopes, shared and one per channel of axis 1.
+    let x = test_array(&[3, 4, 2], -1.5, 1.5, 32);
+    for prelu in [PReLU::new(), PReLU::with_channels(4)] {
+        let prelu = prelu
+            .dtype(DType::F64)
+            .alpha_initializer(Initializer::Uniform { scale: 0.5 });
+        init(&prelu);
+        check_param_grads(&prelu, &x, 1e-6, 1e-6);
+        check_input_grad(&prelu, &x);
+    }
+    // An input without the channels on axis 1 is an error naming the shapes.
+    let p4 = PReLU::with_channels(4).dtype(DType::F64);
+    init(&p4);
+    let e = p4.forward(&test_array(&[4, 3], -1.0, 1.0, 33)).unwrap_err().to_string();
+    assert!(e.contains("[4, 3]") && e.contains("4 channels"), "{e}");
+}
+}
+
+#[test]
+fn activation_layers_refuse_bad_parameters() {
+    use sparrow_nn::{Activation, Swish, ELU, GELU};
+    for e in [
+        ELU::new(f64::NAN).unwrap_err().to_string(),
+        Swish::new(f64::INFINITY).unwrap_err().to_string(),
+        GELU::with_approximation("sigmoid").unwrap_err().to_string(),
+        Activation::new("gelu_erf").unwrap_err().to_string(),
+    ] {
+        assert!(
+            e.contains("alpha")
+                || e.contains("beta")
+                || e.contains("sigmoid")
+                || e.contains("gelu_erf"),
+            "{e}"
+        );
+    }
+}
+
+device_test! {
 fn parameter_free_layers_gradients() {
     use sparrow_nn::{Activation, Dropout, Flatten, Identity, Lambda, LeakyReLU};
     let x = test_array(&[3, 2, 2], -1.5, 1.5, 31);
@@ -169,6 +216,12 @@ fn parameter_free_layers_gradients() {
         check_input_grad(&Activation::new(a).unwrap(), &x);
     }
     check_input_grad(&LeakyReLU::new(0.1), &x);
+    for a in ["elu", "selu", "gelu", "gelu_tanh", "silu", "swish", "log_sigmoid", "mish"] {
+        check_input_grad(&Activation::new(a).unwrap(), &x);
+    }
+    check_input_grad(&sparrow_nn::ELU::new(0.6).unwrap(), &x);
+    check_input_grad(&sparrow_nn::Swish::new(0.8).unwrap(), &x);
+    check_input_grad(&sparrow_nn::GELU::with_approximation("tanh").unwrap(), &x);
     check_input_grad(&Flatten, &x);
     check_input_grad(&Identity, &x);
     check_input_grad(&Lambda::new(|x| x.square()?.mul_scalar(0.5)), &x);

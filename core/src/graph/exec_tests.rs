@@ -223,6 +223,37 @@ fn fused_map_chains_equal_the_maps_one_by_one() {
     );
 }
 
+/// Activations of `ops::activation` between scalar maps: one chain, the same bits.
+fn act_chain(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
+    let y = x.dot_t(&p[0], false, false)?;
+    let a = y
+        .gelu()?
+        .mul_scalar(2.0)?
+        .elu(0.5)?
+        .swish(1.5)?
+        .mish()?
+        .selu()?
+        .log_sigmoid()?
+        .softsign()?
+        .gelu_tanh()?;
+    Ok(vec![a])
+}
+
+#[test]
+fn activation_maps_join_fused_chains_with_the_same_bits() {
+    let p = vec![f32s(&[16, 256], -0.5, 0.5, 31)];
+    let x = f32s(&[300, 16], -3.0, 3.0, 32);
+    let mut e = Executor::new(graph_of(&act_chain, &x, &p));
+    assert_eq!(e.fused_chains(), [9]);
+    assert!(e.fallback_ops().is_empty(), "{:?}", e.fallback_ops());
+    for seed in [32, 33] {
+        let x = f32s(&[300, 16], -3.0, 3.0, seed);
+        let eager = act_chain(&x, &p).unwrap();
+        let planned = e.run(std::slice::from_ref(&x), &p).unwrap();
+        assert_eq!(bits(&planned[0]), bits(&eager[0]));
+    }
+}
+
 /// The sparse tutorial's model shape: a Dense layer on a csr batch, then two small layers.
 fn on_csr(x: &NDArray, p: &[NDArray]) -> crate::Result<Vec<NDArray>> {
     let y = crate::sparse::dot_csr_dense_t(x, &p[0])?;

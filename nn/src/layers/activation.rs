@@ -2,7 +2,7 @@
 //! `SELU`, `GELU`, `Swish`, `SiLU`), and the named activations shared by layers.
 
 use sparrow_core::ops::ActFn;
-use sparrow_core::{Error, NDArray, Result};
+use sparrow_core::{DType, Error, NDArray, Result};
 
 use crate::block::Block;
 use crate::init::Initializer;
@@ -255,6 +255,12 @@ impl PReLU {
             in_channels,
             alpha: Parameter::new("alpha", &[in_channels]).with_init(Initializer::Constant(0.25)),
         }
+    }
+
+    /// Builder: the slopes' dtype (f32 by default).
+    pub fn dtype(mut self, dtype: DType) -> Self {
+        self.alpha = self.alpha.with_dtype(dtype);
+        self
     }
 
     /// Builder: the slopes' own initializer.
