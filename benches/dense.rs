@@ -110,5 +110,52 @@ fn softmax_ce(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, elementwise, init, softmax_ce);
+/// Activations forward + backward on a (256, 4096) float32 array under a head gradient of
+/// ones: the fused kernels of `ops::activation` against the operators a user would otherwise
+/// compose (where the library has them: there is no erf operator), and PyTorch's `F.gelu`,
+/// `F.silu`, `F.mish`, `F.elu` as the anchor (scripts/bench_torch_act.py).
+fn activation(c: &mut Criterion) {
+    use sparrow::core::{autograd, ops::ActFn, NDArray, Result};
+    type Composite = fn(&NDArray) -> Result<NDArray>;
+    let mut g = c.benchmark_group("activation_f32");
+    g.sample_size(20);
+    let x = Rng::new(4)
+        .uniform(-3.0, 3.0, &[256, 4096], DType::F32)
+        .unwrap();
+    let head = NDArray::ones(&[256, 4096], DType::F32).unwrap();
+    x.attach_grad();
+    let step = |f: &dyn Fn(&NDArray) -> Result<NDArray>| {
+        let y = autograd::record(|| f(&x)).unwrap();
+        y.backward_with_grad(&head).unwrap();
+        black_box(x.grad().unwrap());
+    };
+    let cases: [(&str, ActFn, Option<Composite>); 5] = [
+        ("gelu", ActFn::Gelu, None),
+        (
+            "gelu_tanh",
+            ActFn::GeluTanh,
+            Some(|x| {
+                let u = x.pow_scalar(3.0)?.mul_scalar(0.044715)?.add(x)?;
+                let t = u.mul_scalar(0.7978845608028654)?.tanh()?.add_scalar(1.0)?;
+                x.mul(&t)?.mul_scalar(0.5)
+            }),
+        ),
+        ("silu", ActFn::Swish(1.0), Some(|x| x.mul(&x.sigmoid()?))),
+        ("mish", ActFn::Mish, Some(|x| x.mul(&x.softrelu()?.tanh()?))),
+        ("elu", ActFn::Elu(1.0), None),
+    ];
+    for (name, f, composite) in cases {
+        g.bench_function(BenchmarkId::new("fused", name), |b| {
+            b.iter(|| step(&|x| x.activation(f)))
+        });
+        if let Some(comp) = composite {
+            g.bench_function(BenchmarkId::new("composite", name), |b| {
+                b.iter(|| step(&comp))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matmul, elementwise, init, softmax_ce, activation);
 criterion_main!(benches);

@@ -178,8 +178,18 @@ pub trait Float: Element + num_traits::Float + num_traits::FloatConst + std::ite
     fn exp_fast_nonpos(self) -> Self {
         self.exp_fast()
     }
-    /// The error function (libm's `erff` / `erf`): GELU's normal CDF.
-    fn erf(self) -> Self;
+    /// `tanh` through an inlinable kernel where one exists (f32: `cpu::act_math`, within 3
+    /// ulp, vectorizes); f64 uses the libm `tanh`.
+    fn tanh_fast(self) -> Self {
+        self.tanh()
+    }
+    /// `e^self - 1` likewise (f32: within 6 ulp); f64 uses the libm `expm1`.
+    fn expm1_fast(self) -> Self {
+        self.exp_m1()
+    }
+    /// The complementary error function likewise (f32: relative error under 2e-6 where
+    /// `|x| < 4`); f64 uses the libm `erfc`.
+    fn erfc_fast(self) -> Self;
 }
 impl Float for f32 {
     #[inline(always)]
@@ -190,9 +200,17 @@ impl Float for f32 {
     fn exp_fast_nonpos(self) -> f32 {
         crate::cpu::expf::exp_nonpos_f32(self)
     }
-    #[inline]
-    fn erf(self) -> f32 {
-        libm::erff(self)
+    #[inline(always)]
+    fn tanh_fast(self) -> f32 {
+        crate::cpu::act_math::tanh_f32(self)
+    }
+    #[inline(always)]
+    fn expm1_fast(self) -> f32 {
+        crate::cpu::act_math::expm1_f32(self)
+    }
+    #[inline(always)]
+    fn erfc_fast(self) -> f32 {
+        crate::cpu::act_math::erfc_f32(self)
     }
 }
 impl Float for f64 {
@@ -201,8 +219,8 @@ impl Float for f64 {
         self.exp()
     }
     #[inline]
-    fn erf(self) -> f64 {
-        libm::erf(self)
+    fn erfc_fast(self) -> f64 {
+        libm::erfc(self)
     }
 }
 

@@ -167,6 +167,33 @@ fn unary_cases(out: &mut Vec<Case>) {
             [false; 2],
         ),
         ("sigmoid", &["sigmoid"], |a| a.sigmoid(), true, [false; 2]),
+        // The activations of `ops::activation` have dense kernels only: warned densification.
+        ("elu", &["elu"], |a| a.elu(0.5), true, [false; 2]),
+        ("selu", &["selu"], |a| a.selu(), true, [false; 2]),
+        ("gelu", &["gelu"], |a| a.gelu(), true, [false; 2]),
+        (
+            "gelu_tanh",
+            &["gelu_tanh"],
+            |a| a.gelu_tanh(),
+            true,
+            [false; 2],
+        ),
+        ("swish", &["swish"], |a| a.swish(1.5), true, [false; 2]),
+        (
+            "softsign",
+            &["softsign"],
+            |a| a.softsign(),
+            true,
+            [false; 2],
+        ),
+        (
+            "log_sigmoid",
+            &["log_sigmoid"],
+            |a| a.log_sigmoid(),
+            true,
+            [false; 2],
+        ),
+        ("mish", &["mish"], |a| a.mish(), true, [false; 2]),
         ("relu", &["relu"], |a| a.relu(), true, [false; 2]),
         ("tanh", &["tanh"], |a| a.tanh(), true, [false; 2]),
         (

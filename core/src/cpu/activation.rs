@@ -1,7 +1,9 @@
 //! The host kernels of the activations of `ops::activation` ([`ActFn`]): one closure per
 //! activation forward and one per backward (from the input), each matched once outside the
 //! loop as every map is (`map.rs`), so the eager operator, its planned form and a fused
-//! chain compute the same bits.
+//! chain compute the same bits. The transcendental parts go through `Float`'s `_fast`
+//! functions, branch-free for f32 (`act_math.rs`), so the loops vectorize; the closures are
+//! inlined always (the larger backward ones otherwise stay calls inside the SIMD loop).
 
 use super::map::{sigmoid, softplus, GradSink, MapSink};
 use crate::dtype::{Element, Float};
@@ -19,33 +21,71 @@ const GELU_CUBIC: f64 = 0.044_715;
 /// `1 / sqrt(2 pi)`, the normal density at 0.
 const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
+/// `tanh(softplus(x))` and `1 - tanh(softplus(x))^2` without a log or a tanh: with `n = e^x
+/// (e^x + 2)`, `tanh(ln(1 + e^x)) = n / (n + 2)` and `1 - t^2 = 4 (n + 1) / (n + 2)^2` (no
+/// cancellation). Past `x = 20`, `t` is 1 in both float types; `e^x` is capped there so
+/// `(n + 2)^2` stays finite.
+#[inline(always)]
+fn mish_tanh<T: Float>(x: T) -> (T, T) {
+    let (one, two, four) = (T::one(), c::<T>(2.0), c::<T>(4.0));
+    let e = x.min(c::<T>(20.0)).exp_fast();
+    let n = e * (e + two);
+    let d = n + two;
+    (n / d, four * (n + one) / (d * d))
+}
+
 /// `f` over every element.
 pub(super) fn act_map<T: Float, K: MapSink<T>>(k: K, f: ActFn) -> K::Out {
     let (zero, one, half) = (T::zero(), T::one(), c::<T>(0.5));
     match f {
         ActFn::Elu(a) => {
             let a = c::<T>(a);
-            k.run(move |x: T| if x > zero { x } else { a * x.exp_m1() })
+            k.run(
+                #[inline(always)]
+                move |x: T| if x > zero { x } else { a * x.expm1_fast() },
+            )
         }
         ActFn::Selu => {
             let (l, la) = (c::<T>(SELU_LAMBDA), c::<T>(SELU_LAMBDA * SELU_ALPHA));
-            k.run(move |x: T| if x > zero { l * x } else { la * x.exp_m1() })
+            k.run(
+                #[inline(always)]
+                move |x: T| if x > zero { l * x } else { la * x.expm1_fast() },
+            )
         }
         ActFn::Gelu => {
+            // Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation in the left tail.
             let r = c::<T>(std::f64::consts::FRAC_1_SQRT_2);
-            k.run(move |x: T| half * x * (one + (x * r).erf()))
+            k.run(
+                #[inline(always)]
+                move |x: T| half * x * (-x * r).erfc_fast(),
+            )
         }
         ActFn::GeluTanh => {
             let (s, k3) = (c::<T>(SQRT_2_OVER_PI), c::<T>(GELU_CUBIC));
-            k.run(move |x: T| half * x * (one + (s * (x + k3 * x * x * x)).tanh()))
+            k.run(
+                #[inline(always)]
+                move |x: T| half * x * (one + (s * (x + k3 * x * x * x)).tanh_fast()),
+            )
         }
         ActFn::Swish(b) => {
             let b = c::<T>(b);
-            k.run(move |x: T| x * sigmoid(b * x))
+            k.run(
+                #[inline(always)]
+                move |x: T| x * sigmoid(b * x),
+            )
         }
-        ActFn::Softsign => k.run(move |x: T| x / (one + x.abs())),
-        ActFn::LogSigmoid => k.run(|x: T| -softplus(-x)),
-        ActFn::Mish => k.run(|x: T| x * softplus(x).tanh()),
+        ActFn::Softsign => k.run(
+            #[inline(always)]
+            move |x: T| x / (one + x.abs()),
+        ),
+        ActFn::LogSigmoid => k.run(
+            #[inline(always)]
+            |x: T| -softplus(-x),
+        ),
+        ActFn::Mish => k.run(
+            #[inline(always)]
+            move |x: T| x * mish_tanh(x).0,
+        ),
     }
 }
 
@@ -55,11 +95,23 @@ pub(super) fn act_grad<T: Float, K: GradSink<T>>(k: K, f: ActFn) -> K::Out {
     match f {
         ActFn::Elu(a) => {
             let a = c::<T>(a);
-            k.run(move |g: T, x: T| if x > zero { g } else { g * a * x.exp() })
+            k.run(
+                #[inline(always)]
+                move |g: T, x: T| if x > zero { g } else { g * a * x.exp_fast() },
+            )
         }
         ActFn::Selu => {
             let (l, la) = (c::<T>(SELU_LAMBDA), c::<T>(SELU_LAMBDA * SELU_ALPHA));
-            k.run(move |g: T, x: T| if x > zero { g * l } else { g * la * x.exp() })
+            k.run(
+                #[inline(always)]
+                move |g: T, x: T| {
+                    if x > zero {
+                        g * l
+                    } else {
+                        g * la * x.exp_fast()
+                    }
+                },
+            )
         }
         ActFn::Gelu => {
             let (r, d) = (
@@ -67,34 +119,52 @@ pub(super) fn act_grad<T: Float, K: GradSink<T>>(k: K, f: ActFn) -> K::Out {
                 c::<T>(INV_SQRT_2PI),
             );
             // Phi(x) + x phi(x).
-            k.run(move |g: T, x: T| {
-                g * (half * (one + (x * r).erf()) + x * d * (-half * x * x).exp())
-            })
+            k.run(
+                #[inline(always)]
+                move |g: T, x: T| {
+                    g * (half * (-x * r).erfc_fast() + x * d * (-half * x * x).exp_fast_nonpos())
+                },
+            )
         }
         ActFn::GeluTanh => {
             let (s, k3) = (c::<T>(SQRT_2_OVER_PI), c::<T>(GELU_CUBIC));
             let k3x3 = c::<T>(3.0 * GELU_CUBIC);
-            k.run(move |g: T, x: T| {
-                let x2 = x * x;
-                let t = (s * (x + k3 * x2 * x)).tanh();
-                g * (half * (one + t) + half * x * (one - t * t) * s * (one + k3x3 * x2))
-            })
+            k.run(
+                #[inline(always)]
+                move |g: T, x: T| {
+                    let x2 = x * x;
+                    let t = (s * (x + k3 * x2 * x)).tanh_fast();
+                    g * (half * (one + t) + half * x * (one - t * t) * s * (one + k3x3 * x2))
+                },
+            )
         }
         ActFn::Swish(b) => {
             let b = c::<T>(b);
-            k.run(move |g: T, x: T| {
-                let s = sigmoid(b * x);
-                g * (s + b * x * s * (one - s))
-            })
+            k.run(
+                #[inline(always)]
+                move |g: T, x: T| {
+                    let s = sigmoid(b * x);
+                    g * (s + b * x * s * (one - s))
+                },
+            )
         }
-        ActFn::Softsign => k.run(move |g: T, x: T| {
-            let d = one + x.abs();
-            g / (d * d)
-        }),
-        ActFn::LogSigmoid => k.run(|g: T, x: T| g * sigmoid(-x)),
-        ActFn::Mish => k.run(move |g: T, x: T| {
-            let t = softplus(x).tanh();
-            g * (t + x * (one - t * t) * sigmoid(x))
-        }),
+        ActFn::Softsign => k.run(
+            #[inline(always)]
+            move |g: T, x: T| {
+                let d = one + x.abs();
+                g / (d * d)
+            },
+        ),
+        ActFn::LogSigmoid => k.run(
+            #[inline(always)]
+            |g: T, x: T| g * sigmoid(-x),
+        ),
+        ActFn::Mish => k.run(
+            #[inline(always)]
+            move |g: T, x: T| {
+                let (t, one_minus_t2) = mish_tanh(x);
+                g * (t + x * one_minus_t2 * sigmoid(x))
+            },
+        ),
     }
 }

@@ -7,6 +7,7 @@
 //! sparse inner loops (`gather`, `segment`, `rows`, `radix`), and the span loop of the
 //! optimizer update operators (`update`).
 
+pub(crate) mod act_math;
 mod activation;
 pub(crate) mod alloc;
 pub(crate) mod broadcast;
