@@ -47,7 +47,8 @@ pub mod prelude {
         Conv1DTranspose, Conv2D, Conv2DTranspose, Conv3D, Conv3DTranspose, Dense, Dropout,
         Embedding, Flatten, GlobalAvgPool1D, GlobalAvgPool2D, GlobalAvgPool3D, GlobalMaxPool1D,
         GlobalMaxPool2D, GlobalMaxPool3D, Identity, Initializer, Lambda, LayerNorm, LeakyReLU,
-        MaxPool1D, MaxPool2D, MaxPool3D, ParamDict, Parameter, Sequential, SparseEmbedding,
+        MaxPool1D, MaxPool2D, MaxPool3D, PReLU, ParamDict, Parameter, Sequential, SiLU,
+        SparseEmbedding, Swish, ELU, GELU, SELU,
     };
     pub use sparrow_optim::{
         create as create_optimizer, AdaDelta, AdaGrad, Adam, AdamW, Adamax, Estimator, FitOptions,

@@ -40,7 +40,8 @@ fn activation_values_f32_and_f64_and_their_extremes() {
     let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
     let sp = |x: f64| if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() };
     let xs = [-3.0, -1.0, -0.25, 0.0, 0.5, 1.0, 2.5];
-    let refs: Vec<(ActFn, Box<dyn Fn(f64) -> f64>)> = vec![
+    type Reference = Box<dyn Fn(f64) -> f64>;
+    let refs: Vec<(ActFn, Reference)> = vec![
         (ActFn::Elu(0.7), Box::new(|x: f64| if x > 0.0 { x } else { 0.7 * x.exp_m1() })),
         (ActFn::Selu, Box::new(|x: f64| {
             SELU_LAMBDA * if x > 0.0 { x } else { SELU_ALPHA * x.exp_m1() }
