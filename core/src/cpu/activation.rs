@@ -18,8 +18,6 @@ fn c<T: Float>(v: f64) -> T {
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 /// The cubic coefficient of GELU's tanh approximation.
 const GELU_CUBIC: f64 = 0.044_715;
-/// `1 / sqrt(2 pi)`, the normal density at 0.
-const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
 /// `tanh(softplus(x))` and `1 - tanh(softplus(x))^2` without a log or a tanh: with `n = e^x
 /// (e^x + 2)`, `tanh(ln(1 + e^x)) = n / (n + 2)` and `1 - t^2 = 4 (n + 1) / (n + 2)^2` (no
@@ -52,14 +50,10 @@ pub(super) fn act_map<T: Float, K: MapSink<T>>(k: K, f: ActFn) -> K::Out {
                 move |x: T| if x > zero { l * x } else { la * x.expm1_fast() },
             )
         }
-        ActFn::Gelu => {
-            // Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation in the left tail.
-            let r = c::<T>(std::f64::consts::FRAC_1_SQRT_2);
-            k.run(
-                #[inline(always)]
-                move |x: T| half * x * (-x * r).erfc_fast(),
-            )
-        }
+        ActFn::Gelu => k.run(
+            #[inline(always)]
+            |x: T| x * x.normal_cdf_pdf_fast().0,
+        ),
         ActFn::GeluTanh => {
             let (s, k3) = (c::<T>(SQRT_2_OVER_PI), c::<T>(GELU_CUBIC));
             k.run(
@@ -113,19 +107,14 @@ pub(super) fn act_grad<T: Float, K: GradSink<T>>(k: K, f: ActFn) -> K::Out {
                 },
             )
         }
-        ActFn::Gelu => {
-            let (r, d) = (
-                c::<T>(std::f64::consts::FRAC_1_SQRT_2),
-                c::<T>(INV_SQRT_2PI),
-            );
-            // Phi(x) + x phi(x).
-            k.run(
-                #[inline(always)]
-                move |g: T, x: T| {
-                    g * (half * (-x * r).erfc_fast() + x * d * (-half * x * x).exp_fast_nonpos())
-                },
-            )
-        }
+        ActFn::Gelu => k.run(
+            #[inline(always)]
+            |g: T, x: T| {
+                // Phi(x) + x phi(x).
+                let (cdf, pdf) = x.normal_cdf_pdf_fast();
+                g * (cdf + x * pdf)
+            },
+        ),
         ActFn::GeluTanh => {
             let (s, k3) = (c::<T>(SQRT_2_OVER_PI), c::<T>(GELU_CUBIC));
             let k3x3 = c::<T>(3.0 * GELU_CUBIC);

@@ -79,8 +79,10 @@ impl Dense {
         self.rebuild();
         self
     }
-    /// Builder: activation applied to the output (`relu`, `sigmoid`, `tanh`, `softrelu`,
-    /// `softsign`); an unknown name is reported at the first forward.
+    /// Builder: activation applied to the output, by a name of
+    /// [`apply_activation`](crate::layers::apply_activation) (`relu`, `sigmoid`, `tanh`,
+    /// `softrelu`, `softsign`, `gelu`, `silu`, ...); an unknown name is reported at the first
+    /// forward.
     pub fn activation(mut self, name: &str) -> Self {
         self.activation = Some(name.to_string());
         self
