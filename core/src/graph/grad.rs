@@ -13,6 +13,7 @@
 
 use super::ir::{Graph, Node, ParamInfo, ValueInfo};
 use super::op::{act_name, AttrValue, CmpFn, Op, ScalarFn, UnaryFn};
+use crate::ops::activation::fused_map_grad;
 use crate::ops::fused::FusedAct;
 use crate::ops::{ActFn, BinaryOp};
 use crate::storage::{Map, MapGrad};
@@ -125,24 +126,6 @@ pub(crate) fn activation_grad(u: UnaryFn) -> Option<(MapGrad, bool)> {
         UnaryFn::Softrelu => Some((MapGrad::SoftreluFromInput, false)),
         _ => None,
     }
-}
-
-/// The fused backward `op` of the saved array `s` and the head gradient `g` (same shape).
-fn fused_map_grad(s: &NDArray, g: &NDArray, op: MapGrad) -> Result<NDArray> {
-    g.with_dense2(s, |g, s| {
-        if g.shape != s.shape {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "{} of {:?} with a gradient {:?}",
-                    op.name(),
-                    s.shape,
-                    g.shape
-                ),
-            ));
-        }
-        NDArray::from_buffer(g.buf.map_grad(&s.buf, op)?, &g.shape)
-    })
 }
 
 impl GradFn {

@@ -77,9 +77,9 @@ impl ActFn {
         })
     }
 
-    /// A finite parameter (an infinite or NaN `alpha` / `beta` is refused where the
-    /// activation is made).
-    pub(crate) fn check(self) -> Result<ActFn> {
+    /// The activation itself when its parameter is finite; an infinite or NaN `alpha` /
+    /// `beta` is an error naming it (layers check where they are made).
+    pub fn check(self) -> Result<ActFn> {
         match self.param() {
             Some((p, v)) if !v.is_finite() => Err(Error::arg(
                 self.name(),
@@ -88,6 +88,20 @@ impl ActFn {
             _ => Ok(self),
         }
     }
+}
+
+/// The fused backward `op` of the saved array `s` and the head gradient `g` (same shape;
+/// sparse ones densified): the eager backward here and the graph's `GradFn` nodes.
+pub(crate) fn fused_map_grad(s: &NDArray, g: &NDArray, op: MapGrad) -> Result<NDArray> {
+    g.with_dense2(s, |g, s| {
+        if g.shape != s.shape {
+            return Err(Error::shape(
+                op.name(),
+                format!("a gradient of {:?} for {:?}", g.shape, s.shape),
+            ));
+        }
+        NDArray::from_buffer(g.buf.map_grad(&s.buf, op)?, &g.shape)
+    })
 }
 
 impl NDArray {
@@ -100,16 +114,7 @@ impl NDArray {
         let x = self.detach();
         Ok(record_op(f.name(), out, &[self], move |g| {
             // A sparse head gradient or input is densified: the gradient is dense.
-            let dx = g.with_dense2(&x, |gd, xd| {
-                if gd.shape != xd.shape {
-                    return Err(Error::shape(
-                        f.name(),
-                        format!("a gradient of {:?} for {:?}", gd.shape, xd.shape),
-                    ));
-                }
-                NDArray::from_buffer(gd.buf.map_grad(&xd.buf, MapGrad::Act(f))?, &xd.shape)
-            })?;
-            Ok(vec![Some(dx)])
+            Ok(vec![Some(fused_map_grad(&x, g, MapGrad::Act(f))?)])
         }))
     }
 

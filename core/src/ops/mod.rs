@@ -1,7 +1,7 @@
 //! Dense operators. Each public op validates its inputs, computes with a backend's kernels
 //! (`crate::cpu`) and, when autograd is recording, records its backward.
 
-mod activation;
+pub(crate) mod activation;
 mod arith;
 pub(crate) mod axis;
 pub(crate) mod broadcast;

@@ -117,15 +117,6 @@ macro_rules! act_layer {
     };
 }
 
-/// A finite parameter of the layer `layer`.
-fn finite(layer: &'static str, what: &str, v: f64) -> Result<f64> {
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err(Error::arg(layer, format!("{what} must be finite, got {v}")))
-    }
-}
-
 act_layer!(
     /// Exponential linear unit (Gluon's `nn.ELU`): `x` for `x > 0`, else `alpha (e^x - 1)`.
     ELU,
@@ -136,7 +127,7 @@ impl ELU {
     /// ELU with slope parameter `alpha` (Gluon's default 1); a non-finite one is an error.
     pub fn new(alpha: f64) -> Result<ELU> {
         Ok(ELU {
-            f: ActFn::Elu(finite("ELU", "alpha", alpha)?),
+            f: ActFn::Elu(alpha).check()?,
         })
     }
 }
@@ -206,7 +197,7 @@ impl Swish {
     /// Swish with `beta` (Gluon's default 1); a non-finite one is an error.
     pub fn new(beta: f64) -> Result<Swish> {
         Ok(Swish {
-            f: ActFn::Swish(finite("Swish", "beta", beta)?),
+            f: ActFn::Swish(beta).check()?,
         })
     }
 }
